@@ -1,0 +1,1 @@
+"""tune-spec-k: choose vLLM's Dynamic speculative-decoding schedule from measured sweeps."""

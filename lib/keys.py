@@ -1,0 +1,95 @@
+"""Finding a field in a `vllm bench serve` record the way the seed does.
+
+The sweep copies serve and bench parameters into every record exactly as the params files
+spell them: nested dicts stay nested, dotted keys stay literal keys with dots, values may be
+JSON strings, and `-` and `_` are interchangeable in vLLM's argument names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+#: Sentinel for "the record has no such field" (a present field may hold ``None``).
+MISSING: Any = object()
+
+
+def parse_json_string(value: Any) -> Any:
+    """A string that parses as JSON is replaced by what it parses to; anything else is returned
+    unchanged. ``"3"`` becomes ``3`` and ``'{"a": 1}'`` a dict; ``"abc"`` stays ``"abc"``."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _spellings(part: str) -> list[str]:
+    """The part as written, then with every `-` as `_`, then every `_` as `-` (no repeats)."""
+    spellings = [part]
+    for candidate in (part.replace("-", "_"), part.replace("_", "-")):
+        if candidate not in spellings:
+            spellings.append(candidate)
+    return spellings
+
+
+def lookup(record: Mapping[str, Any], key: str) -> Any:
+    """The value of ``key`` in ``record``, or :data:`MISSING`.
+
+    Rule, in order:
+    1. ``key`` as a literal key (a params file may contain ``"speculative_config.x"`` verbatim).
+    2. ``key`` as a dotted path through nested dicts; each part is tried as written, with `_`
+       for `-`, and with `-` for `_`. A JSON string met on the way (a params file that passes
+       ``speculative_config`` as a string) is parsed and walked into.
+    The value found is itself parsed if it is a JSON string (so ``"3"`` reads as 3).
+    """
+    for spelling in _spellings(key):
+        if spelling in record:
+            return parse_json_string(record[spelling])
+    node: Any = record
+    for part in key.split("."):
+        node = parse_json_string(node)
+        if not isinstance(node, Mapping):
+            return MISSING
+        for spelling in _spellings(part):
+            if spelling in node:
+                node = node[spelling]
+                break
+        else:
+            return MISSING
+    return parse_json_string(node)
+
+
+def k_at_batch_size(value: Any, batch_size: int) -> int | None:
+    """The K a record ran with at ``batch_size``, from the K field's value, or ``None`` if the
+    value is not a K.
+
+    - A whole number (an int, or a float like ``3.0``) is a static K.
+    - A list of ``[lo, hi, K]`` ranges is a schedule: K is the K of the last range whose ``lo``
+      is <= ``batch_size``, which is what vLLM's runtime does (gaps and the tail inherit).
+      A schedule whose first range starts above ``batch_size`` gives ``None``.
+    Booleans, negative numbers and malformed schedules give ``None``.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and value >= 0 else None
+    if isinstance(value, list) and value:
+        ranges: list[tuple[int, int]] = []
+        for entry in value:
+            if not (isinstance(entry, list | tuple) and len(entry) == 3):
+                return None
+            start, k = entry[0], entry[2]
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in (start, k)):
+                return None
+            ranges.append((start, k))
+        chosen = None
+        for start, k in sorted(ranges):
+            if start <= batch_size:
+                chosen = k
+        return chosen if chosen is None or chosen >= 0 else None
+    return None

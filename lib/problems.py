@@ -1,0 +1,93 @@
+"""Problems found in a sweep: every one is kept, none stops the analysis.
+
+The seed stops at its first error. tune-spec-k collects every problem, each naming the rule,
+the cell, the files, the field and the value, so a user fixes a sweep in one pass and the app
+can show the rest of the analysis beside them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Severity(StrEnum):
+    """How a problem affects the result.
+
+    ``error``: the seed would fail; the CLI writes nothing and exits 2.
+    ``warning``: the result stands but deserves a look (e.g. unstable acceptance, not strict).
+    ``note``: information the user should know (e.g. K=0 is a server without speculation).
+    """
+
+    ERROR = "error"
+    WARNING = "warning"
+    NOTE = "note"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding about the input, with everything needed to locate and fix it."""
+
+    severity: Severity
+    rule: str
+    message: str
+    files: tuple[str, ...] = ()
+    field: str | None = None
+    value: str | None = None
+    anchor: int | None = None
+    k: int | None = None
+    expected: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line for a terminal: severity, rule, where, what, and what was expected."""
+        where = []
+        if self.anchor is not None:
+            where.append(f"batch size {self.anchor}")
+        if self.k is not None:
+            where.append(f"K={self.k}")
+        parts = [f"{self.severity.value} [{self.rule}]"]
+        if where:
+            parts.append(", ".join(where) + ":")
+        parts.append(self.message)
+        details = []
+        if self.field is not None:
+            details.append(f"field {self.field!r}")
+        if self.value is not None:
+            details.append(f"value {self.value}")
+        if self.expected is not None:
+            details.append(f"expected {self.expected}")
+        if details:
+            parts.append("(" + "; ".join(details) + ")")
+        if self.files:
+            shown = ", ".join(self.files[:5])
+            more = f" and {len(self.files) - 5} more" if len(self.files) > 5 else ""
+            parts.append(f"in {shown}{more}")
+        return " ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``extra`` holds rule-specific numbers."""
+        data = asdict(self)
+        data["severity"] = self.severity.value
+        data["files"] = list(self.files)
+        return data
+
+
+def errors(problems: list[Problem]) -> list[Problem]:
+    """The problems that make the seed fail."""
+    return [problem for problem in problems if problem.severity is Severity.ERROR]
+
+
+def show_value(value: object) -> str:
+    """A value as a user would recognise it in their file: JSON-like, short."""
+    if isinstance(value, str):
+        text = repr(value)
+    elif value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    else:
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,945 @@
+"""The seed's policy (vLLM PR #49163), rule by rule, plus schedule building and vLLM validation.
+
+Data flow (each step a Polars frame with a documented schema):
+
+1. runs (one row per run, :mod:`lib.sweeps`) -> :func:`health_gate`, :func:`objective_gate`,
+   :func:`global_k_gate` mark runs that cannot be used, each with its reason.
+2. kept runs -> :func:`cell_statistics`: one row per (anchor, K) with median, MAD, relative MAD,
+   conservative score and acceptance statistics.
+3. cells -> :func:`min_runs_gate`, :func:`noise_gate`, :func:`acceptance_gate` reject cells,
+   :func:`anchor_grid_gate` checks the grid, :func:`tie_rule` picks one K per anchor.
+4. decisions (one row per anchor) -> :func:`build_schedule` -> :func:`validate_schedule`.
+
+Nothing here stops at the first problem: :func:`tune` returns every cell with its verdict and
+every problem found, and the CLI refuses to write when any problem is an error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import polars as pl
+
+from lib import robust
+from lib.problems import Problem, Severity, errors, show_value
+from lib.sweeps import DEFAULT_K_VAR, GLOBAL_K_VAR, Sweep
+
+Direction = Literal["maximize", "minimize"]
+Range = tuple[int, int, int]
+
+#: Objectives the app offers first, with the direction that means "better".
+KNOWN_OBJECTIVES: dict[str, Direction] = {
+    "output_throughput": "maximize",
+    "mean_tpot_ms": "minimize",
+    "median_tpot_ms": "minimize",
+    "request_goodput": "maximize",
+    "total_token_throughput": "maximize",
+    "request_throughput": "maximize",
+    "mean_e2el_ms": "minimize",
+    "median_e2el_ms": "minimize",
+}
+
+_ROW_KEY = ("source", "position")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The seed's settings, by the seed's flag names, with the seed's defaults."""
+
+    objective: str = "output_throughput"
+    direction: Direction = "maximize"
+    acceptance: str | None = None
+    min_runs: int = 3
+    uncertainty_penalty: float = 1.0
+    max_objective_relative_mad: float = 0.1
+    max_acceptance_relative_mad: float = 0.1
+    strict_acceptance_stability: bool = False
+    relative_tolerance: float = 0.01
+    max_batch_size: int | None = None
+    allow_mixed_global_k: bool = False
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == "maximize"
+
+    def invalid(self) -> list[str]:
+        """Human-readable reasons why these settings cannot be used (empty when fine)."""
+        reasons = []
+        if self.direction not in ("maximize", "minimize"):
+            reasons.append(f"objective direction {self.direction!r}: expected maximize/minimize")
+        if self.min_runs < 1:
+            reasons.append(f"min runs {self.min_runs}: expected >= 1")
+        if not self.uncertainty_penalty >= 0:
+            reasons.append(f"uncertainty penalty {self.uncertainty_penalty}: expected >= 0")
+        for name in ("max_objective_relative_mad", "max_acceptance_relative_mad"):
+            if not getattr(self, name) >= 0:
+                reasons.append(f"{name} {getattr(self, name)}: expected >= 0")
+        if not 0 <= self.relative_tolerance < 1:
+            reasons.append(f"relative tolerance {self.relative_tolerance}: expected in [0, 1)")
+        if self.max_batch_size is not None and self.max_batch_size < 1:
+            reasons.append(f"max batch size {self.max_batch_size}: expected >= 1")
+        return reasons
+
+
+# --------------------------------------------------------------------------- run gates
+
+
+def _excluded(runs: pl.DataFrame, mask: pl.Expr, reason: str) -> pl.DataFrame:
+    return runs.filter(mask).select(
+        "source", "position", "anchor", "k", pl.lit(reason).alias("reason")
+    )
+
+
+def _cell_files(frame: pl.DataFrame) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(frame["source"].to_list()))
+
+
+def health_gate(runs: pl.DataFrame) -> tuple[pl.DataFrame, list[Problem]]:
+    """Runs that failed: a ``run=N.failure.json``, ``failed > 0``, or ``completed !=
+    num_prompts`` where both fields are present (a run that dropped requests measured less
+    work). Returns the excluded runs with reasons, and one error per (anchor, K, reason).
+
+    A missing ``failed`` / ``completed`` field is not a failure: the real sweeps the tool reads
+    do not always carry them.
+    """
+    failed = pl.col("failed") if "failed" in runs.columns else pl.lit(None)
+    completed = pl.col("completed") if "completed" in runs.columns else pl.lit(None)
+    prompts = pl.col("num_prompts") if "num_prompts" in runs.columns else pl.lit(None)
+    rules = [
+        (pl.col("failure_file"), "failed-run", "the run failed (run=N.failure.json)"),
+        ((failed > 0).fill_null(False), "failed-requests", "requests failed (failed > 0)"),
+        (
+            (completed != prompts).fill_null(False) & ~(failed > 0).fill_null(False),
+            "incomplete-run",
+            "completed != num_prompts: the run did not finish every request",
+        ),
+    ]
+    excluded = []
+    problems = []
+    for mask, rule, reason in rules:
+        bad = runs.filter(mask)
+        if bad.is_empty():
+            continue
+        excluded.append(_excluded(runs, mask, reason))
+        for (anchor, k), group in bad.group_by("anchor", "k", maintain_order=True):
+            values = ""
+            if rule != "failed-run":
+                values = ", ".join(
+                    f"failed={_number(row.get('failed'))} completed={_number(row.get('completed'))}"
+                    f" num_prompts={_number(row.get('num_prompts'))}"
+                    for row in group.select(
+                        [c for c in ("failed", "completed", "num_prompts") if c in group.columns]
+                    ).to_dicts()
+                )
+            problems.append(
+                Problem(
+                    Severity.ERROR,
+                    rule,
+                    f"{group.height} unhealthy run(s): {reason}",
+                    files=_cell_files(group),
+                    field="failed" if rule != "failed-run" else None,
+                    value=values or None,
+                    anchor=_int_or_none(anchor),
+                    k=_int_or_none(k),
+                    expected="failed == 0 and completed == num_prompts",
+                )
+            )
+    return _concat_excluded(excluded), problems
+
+
+def objective_gate(
+    runs: pl.DataFrame, settings: Settings, non_numeric: dict[str, dict[int, str]]
+) -> tuple[pl.DataFrame, list[Problem]]:
+    """Runs whose objective cannot be ranked: absent, null, not a number, not finite,
+    negative, or zero when minimising (a zero latency is a broken measurement).
+
+    A null ``request_goodput`` means the bench ran without ``--goodput``: the problem says so.
+    """
+    objective = settings.objective
+    if objective not in runs.columns:
+        problem = Problem(
+            Severity.ERROR,
+            "missing-objective",
+            "no run has the objective field",
+            files=_cell_files(runs.head(3)),
+            field=objective,
+            expected="a numeric record field, e.g. " + ", ".join(KNOWN_OBJECTIVES),
+        )
+        return _excluded(runs, pl.lit(True), "no objective field"), [problem]
+    value = pl.col(objective)
+    lower = "> 0" if not settings.maximize else ">= 0"
+    too_small = (value <= 0) if not settings.maximize else (value < 0)
+    goodput_hint = (
+        ": the bench ran without --goodput (rerun it with e.g. --goodput tpot:50, or choose"
+        " another objective)"
+        if objective == "request_goodput"
+        else ""
+    )
+    with_row = runs.with_row_index("_row")
+    text_rows = non_numeric.get(objective, {})
+    rules = [
+        (
+            value.is_null() & ~pl.col("_row").is_in(list(text_rows)),
+            "missing-objective",
+            "the objective is missing or null" + goodput_hint,
+        ),
+        (value.is_null() & pl.col("_row").is_in(list(text_rows)), "non-numeric-objective", ""),
+        (
+            value.is_nan() | value.is_infinite(),
+            "non-finite-objective",
+            "the objective is not finite",
+        ),
+        (value.is_finite() & too_small, "out-of-range-objective", f"the objective is not {lower}"),
+    ]
+    excluded = []
+    problems = []
+    for mask, rule, reason in rules:
+        bad = with_row.filter(mask.fill_null(False) & ~pl.col("failure_file"))
+        if bad.is_empty():
+            continue
+        if rule == "non-numeric-objective":
+            reason = "the objective is not a number"
+            shown = [text_rows[row] for row in bad["_row"].to_list()]
+        else:
+            shown = [show_value(v) for v in bad[objective].to_list()]
+        excluded.append(_excluded(with_row, pl.col("_row").is_in(bad["_row"]), reason))
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                rule,
+                f"{bad.height} run(s) with an unusable objective: {reason}",
+                files=_cell_files(bad),
+                field=objective,
+                value=", ".join(dict.fromkeys(shown)),
+                expected=f"a finite number {lower}",
+            )
+        )
+    return _concat_excluded(excluded), problems
+
+
+def global_k_gate(
+    runs: pl.DataFrame, k_var: str, allow_mixed: bool
+) -> tuple[pl.DataFrame, list[Problem], int | None]:
+    """The global ``speculative_config.num_speculative_tokens`` (the startup maximum that sizes
+    buffers and CUDA graphs) must be one value for the whole sweep, and no run's K may exceed
+    its global. With the default ``--k-var`` every run that has a ``speculative_config`` must
+    also state the global. Runs of a server without speculation are exempt.
+
+    ``allow_mixed`` (not in the seed) accepts sweeps that vary the global itself (static-K
+    servers): the deployable global is then the largest observed, a configuration none of the
+    candidates ran with, which the caller must say.
+
+    Returns excluded runs, problems and the configured global (None when absent).
+    """
+    problems = []
+    excluded = []
+    speculative = runs.filter(pl.col("speculation").fill_null(False))
+    if k_var == DEFAULT_K_VAR:
+        missing = speculative.filter(pl.col("global_k").is_null())
+        if not missing.is_empty():
+            problems.append(
+                Problem(
+                    Severity.ERROR,
+                    "missing-global-k",
+                    f"{missing.height} run(s) do not state the global speculative-token count",
+                    files=_cell_files(missing),
+                    field=GLOBAL_K_VAR,
+                    expected="the same whole number on every speculative run",
+                )
+            )
+    globals_seen = sorted(speculative["global_k"].drop_nulls().unique().to_list())
+    configured = globals_seen[0] if len(globals_seen) == 1 else None
+    if len(globals_seen) > 1:
+        configured = globals_seen[-1] if allow_mixed else None
+        by_value = {
+            value: _cell_files(speculative.filter(pl.col("global_k") == value).head(2))
+            for value in globals_seen
+        }
+        problems.append(
+            Problem(
+                Severity.NOTE if allow_mixed else Severity.ERROR,
+                "mixed-global-k",
+                "the global speculative-token count differs between runs, so candidates ran"
+                " on differently sized engines"
+                + (
+                    f"; the schedule is exported with the largest, {globals_seen[-1]}, which"
+                    " no candidate ran with"
+                    if allow_mixed
+                    else "; a sweep that varies K statically can be compared with"
+                    " --allow-mixed-global-k (the deployed engine will use the largest)"
+                ),
+                files=tuple(f for files in by_value.values() for f in files),
+                field=GLOBAL_K_VAR,
+                value=", ".join(str(v) for v in globals_seen),
+                expected="one value for the whole sweep",
+            )
+        )
+    above = speculative.filter(pl.col("k") > pl.col("global_k"))
+    if not above.is_empty():
+        excluded.append(_excluded(runs, pl.col("k") > pl.col("global_k"), "K above the global"))
+        for (anchor, k), group in above.group_by("anchor", "k", maintain_order=True):
+            problems.append(
+                Problem(
+                    Severity.ERROR,
+                    "k-above-global",
+                    "K is above the global speculative-token count, which vLLM clamps to",
+                    files=_cell_files(group),
+                    field=GLOBAL_K_VAR,
+                    value=", ".join(str(v) for v in group["global_k"].unique().sort()),
+                    anchor=_int_or_none(anchor),
+                    k=_int_or_none(k),
+                    expected=f"global >= {k}",
+                )
+            )
+    return _concat_excluded(excluded), problems, configured
+
+
+def unplaced_runs(runs: pl.DataFrame) -> pl.DataFrame:
+    """Runs with no usable anchor or K (the loader reported why): they belong to no cell."""
+    return _excluded(
+        runs, pl.col("anchor").is_null() | pl.col("k").is_null(), "no usable anchor or K"
+    )
+
+
+# --------------------------------------------------------------------------- cells
+
+#: Schema of the cell frame returned by :func:`cell_statistics` and :func:`tune`.
+CELL_SCHEMA = {
+    "anchor": pl.Int64,
+    "k": pl.Int64,
+    "num_runs": pl.Int64,
+    "median": pl.Float64,
+    "mad": pl.Float64,
+    "relative_mad": pl.Float64,
+    "conservative": pl.Float64,
+    "acceptance_runs": pl.Int64,
+    "median_acceptance": pl.Float64,
+    "acceptance_relative_mad": pl.Float64,
+    "files": pl.List(pl.Utf8),
+}
+
+
+def cell_statistics(runs: pl.DataFrame, settings: Settings) -> pl.DataFrame:
+    """One row per (anchor, K) of the usable runs (:data:`CELL_SCHEMA`), sorted by anchor, K.
+
+    ``conservative`` is :func:`lib.robust.conservative_score` of the median and MAD;
+    acceptance columns are null without ``settings.acceptance``.
+    """
+    objective = settings.objective
+    acceptance = settings.acceptance
+    median = robust.median(objective)
+    mad = robust.median_abs_deviation(objective)
+    if acceptance is not None and acceptance in runs.columns:
+        accepted = pl.col(acceptance).is_not_null() & pl.col(acceptance).is_finite()
+        acceptance_exprs = [
+            accepted.sum().cast(pl.Int64).alias("acceptance_runs"),
+            robust.median(acceptance).alias("median_acceptance"),
+            robust.median_abs_deviation(acceptance).alias("_acceptance_mad"),
+        ]
+    else:
+        acceptance_exprs = [
+            pl.lit(0, pl.Int64).alias("acceptance_runs"),
+            pl.lit(None, pl.Float64).alias("median_acceptance"),
+            pl.lit(None, pl.Float64).alias("_acceptance_mad"),
+        ]
+    cells = (
+        runs.group_by("anchor", "k")
+        .agg(
+            pl.len().cast(pl.Int64).alias("num_runs"),
+            median.alias("median"),
+            mad.alias("mad"),
+            *acceptance_exprs,
+            pl.col("source").unique(maintain_order=True).alias("files"),
+        )
+        .with_columns(
+            robust.relative_mad(pl.col("mad"), pl.col("median")).alias("relative_mad"),
+            robust.conservative_score(
+                pl.col("median"), pl.col("mad"), settings.uncertainty_penalty, settings.maximize
+            ).alias("conservative"),
+            robust.relative_mad(pl.col("_acceptance_mad"), pl.col("median_acceptance")).alias(
+                "acceptance_relative_mad"
+            ),
+        )
+        .sort("anchor", "k")
+    )
+    return cells.select(list(CELL_SCHEMA)).cast(CELL_SCHEMA)  # type: ignore[arg-type]
+
+
+def _cell_problem(row: dict[str, Any], rule: str, message: str, **fields: Any) -> Problem:
+    return Problem(
+        Severity.ERROR,
+        rule,
+        message,
+        files=tuple(row["files"]),
+        anchor=row["anchor"],
+        k=row["k"],
+        **fields,
+    )
+
+
+def min_runs_gate(cells: pl.DataFrame, min_runs: int) -> tuple[pl.Series, list[Problem]]:
+    """Reject cells with fewer than ``min_runs`` usable runs: a median of one or two runs says
+    nothing about noise. Returns a rejection reason per cell (null when kept) and problems."""
+    mask = cells["num_runs"] < min_runs
+    problems = [
+        _cell_problem(
+            row,
+            "too-few-runs",
+            f"only {row['num_runs']} usable run(s)",
+            field="num_runs",
+            value=str(row["num_runs"]),
+            expected=f">= {min_runs} (--min-runs)",
+        )
+        for row in cells.filter(mask).to_dicts()
+    ]
+    return _reasons(mask, f"fewer than {min_runs} runs"), problems
+
+
+def noise_gate(cells: pl.DataFrame, settings: Settings) -> tuple[pl.Series, list[Problem]]:
+    """Reject cells whose objective relative MAD exceeds ``max_objective_relative_mad``.
+
+    A cell at exactly the threshold is kept (the seed's ``>``). With 3 runs the MAD ignores the
+    farther of the two outer runs, so this gate misses a single far-off run; it catches cells
+    whose runs are all spread out.
+    """
+    threshold = settings.max_objective_relative_mad
+    mask = cells["relative_mad"] > threshold
+    problems = [
+        _cell_problem(
+            row,
+            "noisy-objective",
+            "the runs disagree too much to rank this cell",
+            field=settings.objective + " relative MAD",
+            value=f"{row['relative_mad']:.4f}",
+            expected=f"<= {threshold} (--max-objective-relative-mad)",
+        )
+        for row in cells.filter(mask).to_dicts()
+    ]
+    return _reasons(mask, f"objective relative MAD above {threshold}"), problems
+
+
+def acceptance_gate(cells: pl.DataFrame, settings: Settings) -> tuple[pl.Series, list[Problem]]:
+    """Acceptance stability (only with ``--acceptance-var``).
+
+    - K=0 may lack acceptance (no drafts, so vLLM writes no ``spec_decode_*`` fields).
+    - A cell where only some runs have it is an error: the runs measured different things.
+    - A K>0 cell with none is an error: the field is wrong or drafting never happened.
+    - A relative MAD above ``max_acceptance_relative_mad`` is a warning, or an error that
+      rejects the cell with ``strict_acceptance_stability``.
+    """
+    count = len(cells)
+    if settings.acceptance is None:
+        return pl.Series([None] * count, dtype=pl.Utf8), []
+    field = settings.acceptance
+    reasons: list[str | None] = []
+    problems = []
+    for row in cells.to_dicts():
+        runs, have = row["num_runs"], row["acceptance_runs"]
+        reason = None
+        if have == 0 and row["k"] == 0:
+            pass
+        elif have == 0:
+            reason = "no acceptance values"
+            problems.append(
+                _cell_problem(row, "missing-acceptance", reason, field=field, expected="a number")
+            )
+        elif have < runs:
+            reason = f"acceptance in only {have} of {runs} runs"
+            problems.append(
+                _cell_problem(
+                    row, "partial-acceptance", reason, field=field, expected="in every run or none"
+                )
+            )
+        elif row["acceptance_relative_mad"] > settings.max_acceptance_relative_mad:
+            message = "acceptance is unstable between runs"
+            strict = settings.strict_acceptance_stability
+            problems.append(
+                Problem(
+                    Severity.ERROR if strict else Severity.WARNING,
+                    "unstable-acceptance",
+                    message,
+                    files=tuple(row["files"]),
+                    anchor=row["anchor"],
+                    k=row["k"],
+                    field=field + " relative MAD",
+                    value=f"{row['acceptance_relative_mad']:.4f}",
+                    expected=f"<= {settings.max_acceptance_relative_mad}"
+                    " (--max-acceptance-relative-mad)",
+                )
+            )
+            if strict:
+                reason = message
+        reasons.append(reason)
+    return pl.Series(reasons, dtype=pl.Utf8), problems
+
+
+def anchor_grid_gate(cells: pl.DataFrame) -> list[Problem]:
+    """The anchors must start at 1 (vLLM's schedule must cover batch size 1), and every anchor
+    must have measured the same set of K (otherwise "best" means different things per anchor).
+    Checked on every cell measured, kept or not."""
+    problems = []
+    anchors = sorted(cells["anchor"].unique().to_list())
+    if anchors and anchors[0] != 1:
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "anchors-not-from-1",
+                "the smallest batch-size anchor is not 1, so the schedule cannot start at 1",
+                field="anchor",
+                value=str(anchors[0]),
+                expected="an anchor at batch size 1",
+                extra={"anchors": anchors},
+            )
+        )
+    k_sets = {
+        anchor: tuple(sorted(group["k"].to_list()))
+        for (anchor,), group in cells.group_by("anchor", maintain_order=True)
+    }
+    distinct = sorted(set(k_sets.values()))
+    if len(distinct) > 1:
+        everywhere = set.intersection(*(set(ks) for ks in distinct))
+        for anchor in anchors:
+            if set(k_sets[anchor]) != everywhere or len(distinct) > 1:
+                missing = sorted(set().union(*distinct) - set(k_sets[anchor]))
+                if not missing:
+                    continue
+                problems.append(
+                    Problem(
+                        Severity.ERROR,
+                        "unequal-k-sets",
+                        "this anchor lacks K measured at other anchors",
+                        anchor=anchor,
+                        field="k",
+                        value=", ".join(str(k) for k in k_sets[anchor]),
+                        expected="K set "
+                        + ", ".join(str(k) for k in sorted(set().union(*distinct))),
+                    )
+                )
+    return problems
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def tie_rule(cells: pl.DataFrame, relative_tolerance: float, maximize: bool) -> pl.DataFrame:
+    """Add ``ratio``, ``tied`` and ``selected`` to the kept cells (``status == "kept"``).
+
+    Per anchor, ``best`` is the highest conservative score (lowest when minimising);
+    ``ratio = conservative / best`` (``best / conservative`` when minimising), so 1 is the best
+    and smaller is worse. Every K with ``ratio >= 1 - relative_tolerance`` is tied with the
+    best, and the smallest tied K is selected: fewer draft tokens cost less when the benefit is
+    the same. Edge case: when maximising and the best score is 0 (every K scored 0), every K
+    ties with ratio 1. Rejected cells get null ratio and are never tied or selected.
+    """
+    kept = pl.col("status") == "kept"
+    score = pl.when(kept).then(pl.col("conservative"))
+    best = (score.max() if maximize else score.min()).over("anchor")
+    if maximize:
+        ratio = pl.when(best > 0).then(score / best).otherwise(pl.when(kept).then(1.0))
+    else:
+        ratio = best / score
+    with_ratio = cells.with_columns(ratio.alias("ratio")).with_columns(
+        (pl.col("ratio") >= 1 - relative_tolerance).fill_null(False).alias("tied")
+    )
+    chosen = pl.col("k").filter(pl.col("tied")).min().over("anchor")
+    return with_ratio.with_columns((pl.col("tied") & (pl.col("k") == chosen)).alias("selected"))
+
+
+#: Schema of the decision frame (one row per anchor).
+DECISION_SCHEMA = {
+    "anchor": pl.Int64,
+    "selected_k": pl.Int64,
+    "selected_median": pl.Float64,
+    "selected_conservative": pl.Float64,
+    "vs_best_percent": pl.Float64,
+    "vs_k0_percent": pl.Float64,
+    "tied_k": pl.List(pl.Int64),
+    "complete": pl.Boolean,
+}
+
+
+def decide(cells: pl.DataFrame, maximize: bool) -> pl.DataFrame:
+    """One row per anchor (:data:`DECISION_SCHEMA`) from cells with ``selected`` / ``tied``.
+
+    ``vs_best_percent``: the selected K's conservative score against the best one's, in percent
+    of improvement (0 when the best itself was selected, negative when a smaller tied K won).
+    ``vs_k0_percent``: the selected K's conservative score against K=0's, positive = better
+    (for a minimised objective, ``k0 / selected - 1``); null without a kept K=0 cell or when
+    K=0 scored 0. ``complete`` is false when any cell at the anchor was rejected, so the pick
+    was made among fewer K than were measured. An anchor with no kept cell has a null K.
+    """
+    k0 = cells.filter((pl.col("k") == 0) & (pl.col("status") == "kept")).select(
+        "anchor", pl.col("conservative").alias("_k0")
+    )
+    per_anchor = cells.group_by("anchor").agg(
+        pl.col("k").filter(pl.col("tied")).alias("tied_k"),
+        (pl.col("status") == "kept").all().alias("complete"),
+    )
+    selected = cells.filter(pl.col("selected")).select(
+        "anchor",
+        pl.col("k").alias("selected_k"),
+        pl.col("median").alias("selected_median"),
+        pl.col("conservative").alias("selected_conservative"),
+        ((pl.col("ratio") - 1) * 100).alias("vs_best_percent"),
+    )
+    gain = (
+        pl.col("selected_conservative") / pl.col("_k0")
+        if maximize
+        else pl.col("_k0") / pl.col("selected_conservative")
+    )
+    return (
+        per_anchor.join(selected, on="anchor", how="left")
+        .join(k0, on="anchor", how="left")
+        .with_columns(
+            pl.when(pl.col("_k0") > 0).then((gain - 1) * 100).alias("vs_k0_percent"),
+            pl.col("tied_k").list.sort(),
+        )
+        .sort("anchor")
+        .select(list(DECISION_SCHEMA))
+        .cast(DECISION_SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def build_schedule(anchors: Sequence[int], ks: Sequence[int], max_batch_size: int) -> list[Range]:
+    """Step schedule from per-anchor picks: anchor i covers ``[anchor_i, anchor_{i+1} - 1]``
+    and the last anchor covers up to ``max_batch_size``; neighbouring ranges with the same K
+    merge. No monotonicity is assumed: K may go down and up again.
+
+    >>> build_schedule([1, 64, 128, 256], [7, 0, 0, 0], 256)
+    [(1, 63, 7), (64, 256, 0)]
+    """
+    pairs = sorted(zip(anchors, ks, strict=True))
+    schedule: list[Range] = []
+    for index, (anchor, k) in enumerate(pairs):
+        upper = pairs[index + 1][0] - 1 if index + 1 < len(pairs) else max_batch_size
+        if schedule and schedule[-1][2] == k:
+            schedule[-1] = (schedule[-1][0], upper, k)
+        else:
+            schedule.append((anchor, upper, k))
+    return schedule
+
+
+def validate_schedule(schedule: Sequence[Sequence[Any]]) -> list[str]:
+    """vLLM's own checks on ``num_speculative_tokens_per_batch_size`` at engine start
+    (``vllm/v1/spec_decode/dynamic/utils.py``), as a list of violations (empty = valid).
+
+    A non-empty list; each entry a list of 3 integers ``[lo, hi, K]`` with ``lo > 0``,
+    ``hi > 0``, ``lo <= hi``, ``K >= 0``; sorted by ``lo``, no two ranges may overlap; the first
+    range must start at 1. Gaps are allowed (they inherit the previous K at run time).
+    """
+    if not isinstance(schedule, list | tuple) or not schedule:
+        return ["the schedule must be a non-empty list of [lo, hi, K] ranges"]
+    violations = []
+    ranges = []
+    for index, entry in enumerate(schedule):
+        if not (
+            isinstance(entry, list | tuple)
+            and len(entry) == 3
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in entry)
+        ):
+            violations.append(f"entry {index} {entry!r} is not a list of 3 integers")
+            continue
+        lo, hi, k = entry
+        if lo <= 0 or hi <= 0:
+            violations.append(f"entry {index} {list(entry)}: batch sizes must be > 0")
+        if lo > hi:
+            violations.append(f"entry {index} {list(entry)}: lo > hi")
+        if k < 0:
+            violations.append(f"entry {index} {list(entry)}: K must be >= 0")
+        ranges.append((lo, hi, k))
+    ranges.sort()
+    for before, after in itertools.pairwise(ranges):
+        if after[0] <= before[1]:
+            violations.append(f"ranges {list(before)} and {list(after)} overlap")
+    if ranges and ranges[0][0] != 1:
+        violations.append(f"the first range starts at {ranges[0][0]}, not 1")
+    return violations
+
+
+def k_for_batch_size(schedule: Sequence[Sequence[int]], batch_size: int, global_k: int) -> int:
+    """The K vLLM runs at ``batch_size`` under ``schedule`` with startup maximum ``global_k``.
+
+    vLLM's lookup: the K of the last range whose ``lo <= batch_size``, so a batch size in a gap
+    inherits the previous range's K and one past the last range inherits the last K; the result
+    is clamped to ``global_k``. A batch size below the first range (invalid schedules only)
+    uses the first range's K.
+    """
+    ordered = sorted((int(lo), int(hi), int(k)) for lo, hi, k in schedule)
+    chosen = ordered[0][2]
+    for lo, _, k in ordered:
+        if lo <= batch_size:
+            chosen = k
+    return min(chosen, global_k)
+
+
+# --------------------------------------------------------------------------- the whole policy
+
+
+@dataclass(frozen=True, eq=False)
+class TuningResult:
+    """Everything the policy found: cells with verdicts, decisions, the schedule, problems.
+
+    ``cells``: :data:`CELL_SCHEMA` plus ``status`` ("kept" / "rejected"), ``reason``, ``ratio``,
+    ``tied``, ``selected``. ``decisions``: :data:`DECISION_SCHEMA`. ``excluded_runs``: source,
+    position, anchor, k, reason for every run left out of the cells. ``schedule`` is None when
+    some anchor has no decision.
+    """
+
+    sweep: Sweep
+    settings: Settings
+    cells: pl.DataFrame
+    decisions: pl.DataFrame
+    excluded_runs: pl.DataFrame
+    schedule: tuple[Range, ...] | None
+    max_batch_size: int | None
+    configured_global_k: int | None
+    max_k_observed: int | None
+    problems: tuple[Problem, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when the seed would have succeeded: a schedule and no error."""
+        return self.schedule is not None and not errors(list(self.problems))
+
+    @property
+    def errors(self) -> list[Problem]:
+        return errors(list(self.problems))
+
+    @property
+    def deploy_global_k(self) -> int:
+        """The ``num_speculative_tokens`` to start the engine with: the configured global, or
+        the largest K in the schedule when the sweep stated none (at least 1, vLLM's minimum)."""
+        if self.configured_global_k is not None:
+            return self.configured_global_k
+        largest = max((k for _, _, k in self.schedule or ()), default=0)
+        return max(largest, self.max_k_observed or 0, 1)
+
+    def speculative_config(self) -> dict[str, Any]:
+        """The ``--speculative-config`` to paste into ``vllm serve``: the settings every
+        speculative run shared (method, draft model, ...), the global K, and the schedule.
+        ``method`` is ``"<method>"`` when no run recorded one (a placeholder to fill in)."""
+        shared: dict[str, Any] = {}
+        configs = self.sweep.speculative_configs
+        if configs:
+            first = configs[0]
+            shared = {
+                key: value
+                for key, value in first.items()
+                if all(key in other and other[key] == value for other in configs[1:])
+            }
+        shared.pop("num_speculative_tokens_per_batch_size", None)
+        shared.setdefault("method", "<method>")
+        shared["num_speculative_tokens"] = self.deploy_global_k
+        shared["num_speculative_tokens_per_batch_size"] = [list(r) for r in self.schedule or ()]
+        return shared
+
+    def to_json(self) -> dict[str, Any]:
+        """The seed's output keys, in the seed's order, then tune-spec-k's additions
+        (``speculative_config``, ``problems``). Floats that are not finite become null."""
+        settings = self.settings
+        selection = {
+            "batch_size_metric": self.sweep.batch_size_var,
+            "k_metric": self.sweep.k_var,
+            "objective_metric": settings.objective,
+            "objective_direction": settings.direction,
+            "acceptance_metric": settings.acceptance,
+            "min_runs": settings.min_runs,
+            "uncertainty_penalty": settings.uncertainty_penalty,
+            "max_objective_relative_mad": settings.max_objective_relative_mad,
+            "max_acceptance_relative_mad": settings.max_acceptance_relative_mad,
+            "strict_acceptance_stability": settings.strict_acceptance_stability,
+            "relative_tolerance": settings.relative_tolerance,
+            "max_batch_size": self.max_batch_size,
+            "allow_mixed_global_k": settings.allow_mixed_global_k,
+        }
+        candidates: dict[int, list[dict[str, Any]]] = {}
+        for cell in self.cells.to_dicts():
+            candidates.setdefault(cell["anchor"], []).append(
+                {
+                    "batch_size": cell["anchor"],
+                    "k": cell["k"],
+                    "num_runs": cell["num_runs"],
+                    "median_objective": _finite(cell["median"]),
+                    "mad_objective": _finite(cell["mad"]),
+                    "conservative_objective": _finite(cell["conservative"]),
+                    "objective_relative_mad": _finite(cell["relative_mad"]),
+                    "median_acceptance": _finite(cell["median_acceptance"]),
+                    "acceptance_relative_mad": _finite(cell["acceptance_relative_mad"]),
+                }
+            )
+        decisions = [
+            {
+                "batch_size": row["anchor"],
+                "selected_k": row["selected_k"],
+                "selected_median_objective": _finite(row["selected_median"]),
+                "selected_conservative_objective": _finite(row["selected_conservative"]),
+                "selected_vs_best_percent": _finite(row["vs_best_percent"]),
+                "selected_vs_k0_percent": _finite(row["vs_k0_percent"]),
+                "candidates": candidates.get(row["anchor"], []),
+            }
+            for row in self.decisions.to_dicts()
+        ]
+        return {
+            "num_speculative_tokens_per_batch_size": [list(r) for r in self.schedule or ()],
+            "configured_global_num_speculative_tokens": self.configured_global_k,
+            "max_num_speculative_tokens_observed": self.max_k_observed,
+            "selection": selection,
+            "batch_decisions": decisions,
+            "input_summary_files": sorted(self.sweep.input_files),
+            "speculative_config": self.speculative_config(),
+            "problems": [problem.to_json() for problem in self.problems],
+        }
+
+    def to_json_text(self) -> str:
+        """The JSON file's exact text: same input and settings give the same bytes."""
+        return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+
+
+def tune(sweep: Sweep, settings: Settings) -> TuningResult:
+    """Apply the seed's policy to a loaded sweep, collecting every problem on the way."""
+    problems: list[Problem] = list(sweep.problems)
+    problems += [
+        Problem(Severity.ERROR, "invalid-setting", reason) for reason in settings.invalid()
+    ]
+    runs = sweep.runs
+    health_excluded, found = health_gate(runs)
+    problems += found
+    objective_excluded, found = objective_gate(runs, settings, sweep.non_numeric)
+    problems += found
+    global_excluded, found, configured_global = global_k_gate(
+        runs, sweep.k_var, settings.allow_mixed_global_k
+    )
+    problems += found
+    problems += _baseline_notes(runs)
+    excluded = _concat_excluded(
+        [health_excluded, objective_excluded, global_excluded, unplaced_runs(runs)]
+    )
+    usable = runs.join(excluded.select(_ROW_KEY), on=list(_ROW_KEY), how="anti")
+    if settings.objective not in usable.columns:
+        usable = usable.with_columns(pl.lit(None, pl.Float64).alias(settings.objective))
+
+    cells = cell_statistics(usable, settings)
+    reasons = []
+    for gate in (min_runs_gate(cells, settings.min_runs), noise_gate(cells, settings)):
+        reasons.append(gate[0])
+        problems += gate[1]
+    acceptance_reasons, found = acceptance_gate(cells, settings)
+    reasons.append(acceptance_reasons)
+    problems += found
+    problems += anchor_grid_gate(cells)
+    reason = pl.concat_str(*[pl.lit(r) for r in reasons], separator="; ", ignore_nulls=True)
+    cells = cells.with_columns(
+        pl.when(reason.str.len_chars() > 0).then(reason).alias("reason"),
+    ).with_columns(
+        pl.when(pl.col("reason").is_null())
+        .then(pl.lit("kept"))
+        .otherwise(pl.lit("rejected"))
+        .alias("status")
+    )
+    cells = tie_rule(cells, settings.relative_tolerance, settings.maximize)
+    decisions = decide(cells, settings.maximize)
+
+    anchors = decisions["anchor"].to_list()
+    max_batch_size = settings.max_batch_size or (max(anchors) if anchors else None)
+    if settings.max_batch_size is not None and anchors and settings.max_batch_size != max(anchors):
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "max-batch-size",
+                "the maximum batch size must equal the largest anchor (the seed's rule: the"
+                " schedule would extrapolate beyond what was measured)",
+                field="--max-batch-size",
+                value=str(settings.max_batch_size),
+                expected=str(max(anchors)),
+            )
+        )
+    schedule: tuple[Range, ...] | None = None
+    picks = decisions["selected_k"].to_list()
+    if anchors and max_batch_size is not None and all(k is not None for k in picks):
+        schedule = tuple(build_schedule(anchors, picks, max_batch_size))
+        problems += [
+            Problem(Severity.ERROR, "invalid-schedule", violation, value=str(list(schedule)))
+            for violation in validate_schedule([list(r) for r in schedule])
+        ]
+    elif anchors:
+        missing = [a for a, k in zip(anchors, picks, strict=True) if k is None]
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "undecided-anchor",
+                "no K could be chosen: every cell at the anchor was rejected",
+                value=", ".join(str(a) for a in missing),
+            )
+        )
+    k_values = runs["k"].drop_nulls()
+    return TuningResult(
+        sweep=sweep,
+        settings=settings,
+        cells=cells,
+        decisions=decisions,
+        excluded_runs=excluded,
+        schedule=schedule,
+        max_batch_size=max_batch_size,
+        configured_global_k=configured_global,
+        max_k_observed=int(k_values.max()) if len(k_values) else None,  # type: ignore[arg-type]
+        problems=tuple(problems),
+    )
+
+
+def _baseline_notes(runs: pl.DataFrame) -> list[Problem]:
+    """Say what the K=0 baseline is: a plain server, or the schedule-enabled engine at K=0."""
+    k0 = runs.filter(pl.col("k") == 0)
+    plain = k0.filter(~pl.col("speculation").fill_null(True))
+    notes = []
+    if not plain.is_empty():
+        notes.append(
+            Problem(
+                Severity.NOTE,
+                "k0-without-speculation",
+                f"{plain.height} K=0 run(s) are a server without speculative decoding (no"
+                " speculative_config): counted as K=0. Such a baseline lacks the Dynamic SD"
+                " engine's own overhead, so gains over it are slightly optimistic",
+                files=_cell_files(plain.head(3)),
+            )
+        )
+    return notes
+
+
+def _reasons(mask: pl.Series, reason: str) -> pl.Series:
+    return pl.select(pl.when(pl.lit(mask)).then(pl.lit(reason))).to_series()
+
+
+def _concat_excluded(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    schema = {
+        "source": pl.Utf8,
+        "position": pl.Int64,
+        "anchor": pl.Int64,
+        "k": pl.Int64,
+        "reason": pl.Utf8,
+    }
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    combined = pl.concat([frame.cast(schema) for frame in frames])  # type: ignore[arg-type]
+    return combined.unique(subset=list(_ROW_KEY), keep="first", maintain_order=True)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _number(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return show_value(value)

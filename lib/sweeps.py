@@ -1,0 +1,501 @@
+"""Loading a `vllm bench sweep serve` experiment folder into one Polars row per run.
+
+Layout read (see ``shared/docs/vllm-formats.md``)::
+
+    EXPERIMENT/[any/depth/]SERVE--<serve>-BENCH--<bench>/
+        summary.json            JSON list of run records: the data, where present
+        run=N.json              one record each: the data where a combo has no summary.json
+        run=N.failure.json      a failed run: counted, so a sweep with failures never looks healthy
+        warmup.json             a warm-up run: never a sample
+
+Schema of :attr:`Sweep.runs` (one row per run, in file order):
+
+=================== ======== ==========================================================
+column              dtype    meaning
+=================== ======== ==========================================================
+source              Utf8     file the run came from, relative to the experiment folder
+position            Int64    index of the record in that file (0 for run=N.json)
+combo               Utf8     folder holding the file, relative to the experiment folder
+run_number          Int64    the record's ``run_number``, else N of ``run=N``
+failure_file        Boolean  the run is a ``run=N.failure.json``: it failed
+speculation         Boolean  the record has a ``speculative_config`` (False: plain server)
+anchor              Int64    batch-size anchor (``--batch-size-var``); null if unusable
+k                   Int64    effective K at the anchor (``--k-var``); null if unusable
+global_k            Int64    ``speculative_config.num_speculative_tokens``; null if absent
+<metric>            Float64  every numeric field of the record; nested dicts flattened with
+                             dots (``speculative_config.num_speculative_tokens``); null where
+                             the record lacks it, holds null, or holds a non-number
+=================== ======== ==========================================================
+
+Non-numbers in a numeric field (``"abc"``, ``true``) are kept in :attr:`Sweep.non_numeric`
+so the policy can name them instead of treating them as missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from lib.keys import MISSING, k_at_batch_size, lookup
+from lib.problems import Problem, Severity, show_value
+
+DEFAULT_BATCH_SIZE_VAR = "max_concurrency"
+DEFAULT_K_VAR = "speculative_config.num_speculative_tokens_per_batch_size"
+GLOBAL_K_VAR = "speculative_config.num_speculative_tokens"
+SUMMARY_FILE = "summary.json"
+WARMUP_FILE = "warmup.json"
+
+_RUN_FILE = re.compile(r"^run=(\d+)\.json$")
+_FAILURE_FILE = re.compile(r"^run=(\d+)\.failure\.json$")
+
+#: Columns the loader derives; a record field with one of these names is kept as ``record.<name>``.
+DERIVED_COLUMNS = (
+    "source",
+    "position",
+    "combo",
+    "run_number",
+    "failure_file",
+    "speculation",
+    "anchor",
+    "k",
+    "global_k",
+)
+
+Progress = Callable[[Sequence[Path]], Iterable[Path]]
+
+
+@dataclass(frozen=True, eq=False)
+class Sweep:
+    """An experiment folder as data: the runs, what was read, and every problem met."""
+
+    root: Path
+    batch_size_var: str
+    k_var: str
+    runs: pl.DataFrame
+    input_files: tuple[str, ...]
+    problems: tuple[Problem, ...]
+    non_numeric: dict[str, dict[int, str]] = field(default_factory=dict)
+    speculative_configs: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def metrics(self) -> list[str]:
+        """Numeric record fields available as objectives or acceptance metrics."""
+        return [name for name in self.runs.columns if name not in DERIVED_COLUMNS]
+
+
+class _ProblemLog:
+    """Collects problems, folding identical findings from many files into one entry."""
+
+    def __init__(self) -> None:
+        self._files: dict[tuple[Any, ...], dict[str, None]] = {}
+
+    def add(
+        self,
+        rule: str,
+        message: str,
+        file: str,
+        *,
+        severity: Severity = Severity.ERROR,
+        field: str | None = None,
+        value: str | None = None,
+        expected: str | None = None,
+    ) -> None:
+        key = (severity, rule, message, field, value, expected)
+        self._files.setdefault(key, {})[file] = None
+
+    def problems(self) -> list[Problem]:
+        return [
+            Problem(
+                severity=severity,
+                rule=rule,
+                message=message,
+                files=tuple(files),
+                field=field,
+                value=value,
+                expected=expected,
+            )
+            for (severity, rule, message, field, value, expected), files in self._files.items()
+        ]
+
+
+def _read_json(path: Path, relative: str, log: _ProblemLog) -> Any:
+    """The parsed file, or MISSING after logging why it could not be read."""
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        log.add("unreadable-file", f"cannot read the file: {error.strerror or error}", relative)
+        return MISSING
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    # Python's json accepts the NaN / Infinity that vLLM's json.dump can write; it also gives
+    # the clearer message when the file really is broken.
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError as error:
+        log.add("unreadable-file", f"not UTF-8 text: {error.reason}", relative)
+    except json.JSONDecodeError as error:
+        log.add(
+            "invalid-json",
+            f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+            " (a truncated or hand-edited file?)",
+            relative,
+        )
+    return MISSING
+
+
+def _flatten(
+    record: dict[str, Any],
+    prefix: str,
+    numbers: dict[str, float | None],
+    others: dict[str, Any],
+) -> None:
+    """Numeric (and null) fields into ``numbers``, other scalars into ``others``; lists (per
+    request latencies, per-position rates, schedules) are not metrics and are skipped."""
+    for key, value in record.items():
+        name = prefix + key
+        if not prefix and name in DERIVED_COLUMNS:
+            if name == "run_number":
+                continue
+            name = "record." + name
+        if isinstance(value, bool):
+            others[name] = value
+        elif isinstance(value, int | float):
+            numbers[name] = float(value)
+        elif value is None:
+            numbers[name] = None
+        elif isinstance(value, dict):
+            _flatten(value, name + ".", numbers, others)
+        elif isinstance(value, str):
+            others[name] = value
+
+
+def _as_whole_number(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+class _Reader:
+    """Turns records into rows, logging what cannot be used."""
+
+    def __init__(self, batch_size_var: str, k_var: str, log: _ProblemLog) -> None:
+        self.batch_size_var = batch_size_var
+        self.k_var = k_var
+        self.log = log
+        self.derived: list[dict[str, Any]] = []
+        self.numbers: list[dict[str, float | None]] = []
+        self.others: list[dict[str, Any]] = []
+        self.speculative_configs: dict[bytes, dict[str, Any]] = {}
+
+    def _anchor(self, record: dict[str, Any], source: str) -> int | None:
+        raw = lookup(record, self.batch_size_var)
+        if raw is MISSING:
+            self.log.add(
+                "missing-anchor",
+                "the run has no batch-size field, so it cannot be placed at an anchor",
+                source,
+                field=self.batch_size_var,
+                expected="a whole number >= 1 (choose the field with --batch-size-var)",
+            )
+            return None
+        anchor = _as_whole_number(raw)
+        if anchor is None or anchor < 1:
+            reason = (
+                "null: the run was not concurrency-bound and cannot be an anchor"
+                if raw is None
+                else "not a usable batch size"
+            )
+            self.log.add(
+                "invalid-anchor",
+                f"the batch-size field is {reason}",
+                source,
+                field=self.batch_size_var,
+                value=show_value(raw),
+                expected="a whole number >= 1",
+            )
+            return None
+        return anchor
+
+    def _k(
+        self, record: dict[str, Any], anchor: int | None, source: str
+    ) -> tuple[int | None, bool]:
+        """(K, speculation) for the record; K=0 for a server without speculative_config."""
+        speculative_config = lookup(record, "speculative_config")
+        speculation = speculative_config is not MISSING and speculative_config is not None
+        if isinstance(speculative_config, dict):
+            key = orjson.dumps(speculative_config, option=orjson.OPT_SORT_KEYS)
+            self.speculative_configs.setdefault(key, speculative_config)
+        raw = lookup(record, self.k_var)
+        if raw is MISSING or raw is None:
+            if not speculation:
+                return 0, False
+            hint = ""
+            if self.k_var == DEFAULT_K_VAR and lookup(record, GLOBAL_K_VAR) is not MISSING:
+                hint = (
+                    "; this sweep seems to vary K statically: try "
+                    f"--k-var {GLOBAL_K_VAR} --allow-mixed-global-k"
+                )
+            self.log.add(
+                "missing-k",
+                "the run has a speculative_config but no K field" + hint,
+                source,
+                field=self.k_var,
+                expected="a whole number or a [[lo, hi, K], ...] schedule (choose with --k-var)",
+            )
+            return None, speculation
+        if anchor is None:
+            return None, speculation
+        k = k_at_batch_size(raw, anchor)
+        if k is None:
+            self.log.add(
+                "invalid-k",
+                f"the K field gives no K at batch size {anchor}",
+                source,
+                field=self.k_var,
+                value=show_value(raw),
+                expected="a whole number >= 0, or [[lo, hi, K], ...] ranges covering the anchor",
+            )
+        return k, speculation
+
+    def _global_k(self, record: dict[str, Any], source: str) -> int | None:
+        raw = lookup(record, GLOBAL_K_VAR)
+        if raw is MISSING or raw is None:
+            return None
+        global_k = _as_whole_number(raw)
+        if global_k is None or global_k < 0:
+            self.log.add(
+                "invalid-global-k",
+                "the global speculative-token count is not a whole number",
+                source,
+                field=GLOBAL_K_VAR,
+                value=show_value(raw),
+                expected="a whole number >= 1",
+            )
+            return None
+        return global_k
+
+    def add_record(
+        self, record: Any, source: str, position: int, combo: str, run_number: int | None
+    ) -> None:
+        if not isinstance(record, dict):
+            self.log.add(
+                "record-not-object",
+                f"record {position} is not a JSON object",
+                source,
+                value=show_value(record),
+                expected="an object with the fields of a `vllm bench serve` result",
+            )
+            return
+        number = _as_whole_number(record.get("run_number"))
+        anchor = self._anchor(record, source)
+        k, speculation = self._k(record, anchor, source)
+        self.derived.append(
+            {
+                "source": source,
+                "position": position,
+                "combo": combo,
+                "run_number": number if number is not None else run_number,
+                "failure_file": False,
+                "speculation": speculation,
+                "anchor": anchor,
+                "k": k,
+                "global_k": self._global_k(record, source) if speculation else None,
+            }
+        )
+        numbers: dict[str, float | None] = {}
+        others: dict[str, Any] = {}
+        _flatten(record, "", numbers, others)
+        self.numbers.append(numbers)
+        self.others.append(others)
+
+    def add_failure(self, record: Any, source: str, combo: str, run_number: int) -> int:
+        """A failed run: a row with no metrics; anchor and K come from the file if it has
+        them, else from the combo's other runs (filled in by the caller). Returns its row."""
+        anchor = k = None
+        if isinstance(record, dict):
+            raw_anchor = lookup(record, self.batch_size_var)
+            anchor = _as_whole_number(raw_anchor) if raw_anchor is not MISSING else None
+            raw_k = lookup(record, self.k_var)
+            if anchor is not None and raw_k is not MISSING:
+                k = k_at_batch_size(raw_k, anchor)
+        self.derived.append(
+            {
+                "source": source,
+                "position": 0,
+                "combo": combo,
+                "run_number": run_number,
+                "failure_file": True,
+                "speculation": None,
+                "anchor": anchor,
+                "k": k,
+                "global_k": None,
+            }
+        )
+        self.numbers.append({})
+        self.others.append({})
+        return len(self.derived) - 1
+
+
+def _data_files(root: Path) -> list[tuple[Path, str, str]]:
+    """(path, kind, run number) of every file that holds runs, in a stable order.
+
+    kind is ``summary``, ``run`` (only where the folder has no summary.json), ``failure`` or
+    ``warmup``.
+    """
+    found: list[tuple[Path, str, str]] = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders.sort()
+        here = Path(folder)
+        has_summary = SUMMARY_FILE in names
+        for name in sorted(names):
+            run = _RUN_FILE.match(name)
+            failure = _FAILURE_FILE.match(name)
+            if name == SUMMARY_FILE:
+                found.append((here / name, "summary", ""))
+            elif run and not has_summary:
+                found.append((here / name, "run", run.group(1)))
+            elif failure:
+                found.append((here / name, "failure", failure.group(1)))
+            elif name == WARMUP_FILE:
+                found.append((here / name, "warmup", ""))
+    return found
+
+
+def load_experiment(
+    path: str | os.PathLike[str],
+    *,
+    batch_size_var: str = DEFAULT_BATCH_SIZE_VAR,
+    k_var: str = DEFAULT_K_VAR,
+    progress: Progress | None = None,
+) -> Sweep:
+    """Read every run under an experiment folder; never raises for bad input.
+
+    ``progress`` wraps the list of files to read (the app passes a progress bar). Problems
+    (missing folder, unreadable or truncated files, records that are not objects, runs without
+    a usable anchor or K) are returned in :attr:`Sweep.problems`; the runs that could be read
+    are returned whatever else is wrong.
+    """
+    root = Path(path)
+    log = _ProblemLog()
+    reader = _Reader(batch_size_var, k_var, log)
+    shown_root = str(path)
+    if not root.exists():
+        log.add("missing-folder", "the experiment folder does not exist", shown_root)
+    elif not root.is_dir():
+        log.add("not-a-folder", "the experiment path is not a folder", shown_root)
+    files = _data_files(root) if root.is_dir() else []
+    if root.is_dir() and not any(kind != "warmup" for _, kind, _ in files):
+        log.add(
+            "empty-experiment",
+            "no summary.json or run=N.json files anywhere below the folder "
+            "(is this the output of `vllm bench sweep serve`?)",
+            shown_root,
+        )
+    by_path = {file_path: (kind, run) for file_path, kind, run in files}
+    paths = [file_path for file_path, _, _ in files]
+    input_files: list[str] = []
+    failures: list[tuple[int, str]] = []
+    for file_path in progress(paths) if progress else paths:
+        kind, run = by_path[file_path]
+        relative = file_path.relative_to(root).as_posix()
+        combo = file_path.parent.relative_to(root).as_posix()
+        if kind == "warmup":
+            log.add(
+                "warmup-ignored",
+                "warm-up run ignored: it is not a sample",
+                relative,
+                severity=Severity.NOTE,
+            )
+            continue
+        input_files.append(relative)
+        data = _read_json(file_path, relative, log)
+        if kind == "failure":
+            failures.append((reader.add_failure(data, relative, combo, int(run)), combo))
+            continue
+        if data is MISSING:
+            continue
+        if kind == "run":
+            reader.add_record(data, relative, 0, combo, int(run))
+        elif isinstance(data, list):
+            for position, record in enumerate(data):
+                reader.add_record(record, relative, position, combo, position)
+        else:
+            log.add(
+                "summary-not-list",
+                "summary.json is not a JSON list of run records",
+                relative,
+                value=show_value(data),
+                expected="a list of `vllm bench serve` records",
+            )
+    _place_failures(reader, failures)
+    runs, non_numeric = _frame(reader)
+    return Sweep(
+        root=root,
+        batch_size_var=batch_size_var,
+        k_var=k_var,
+        runs=runs,
+        input_files=tuple(input_files),
+        problems=tuple(log.problems()),
+        non_numeric=non_numeric,
+        speculative_configs=tuple(reader.speculative_configs.values()),
+    )
+
+
+def _place_failures(reader: _Reader, failures: list[tuple[int, str]]) -> None:
+    """A failure file usually holds no parameters: it belongs to its combo's anchor and K."""
+    for row, combo in failures:
+        derived = reader.derived[row]
+        if derived["anchor"] is not None and derived["k"] is not None:
+            continue
+        for sibling in reader.derived:
+            if sibling["combo"] == combo and not sibling["failure_file"]:
+                derived["anchor"] = derived["anchor"] or sibling["anchor"]
+                derived["k"] = sibling["k"] if derived["k"] is None else derived["k"]
+                break
+
+
+_DERIVED_SCHEMA: dict[str, type[pl.DataType]] = {
+    "source": pl.Utf8,
+    "position": pl.Int64,
+    "combo": pl.Utf8,
+    "run_number": pl.Int64,
+    "failure_file": pl.Boolean,
+    "speculation": pl.Boolean,
+    "anchor": pl.Int64,
+    "k": pl.Int64,
+    "global_k": pl.Int64,
+}
+
+
+def _frame(reader: _Reader) -> tuple[pl.DataFrame, dict[str, dict[int, str]]]:
+    metric_names: dict[str, None] = {}
+    for numbers in reader.numbers:
+        metric_names.update(dict.fromkeys(numbers))
+    derived = pl.from_dicts(reader.derived, schema=_DERIVED_SCHEMA)
+    # JSON NaN arrives as a float NaN and is kept: the policy rejects non-finite values by name.
+    metrics = (
+        pl.from_dicts(reader.numbers, schema=dict.fromkeys(metric_names, pl.Float64))
+        if reader.numbers
+        else pl.DataFrame()
+    )
+    non_numeric: dict[str, dict[int, str]] = {}
+    for row, others in enumerate(reader.others):
+        for name, value in others.items():
+            if name in metric_names:
+                non_numeric.setdefault(name, {})[row] = show_value(value)
+    return pl.concat([derived, metrics], how="horizontal"), non_numeric

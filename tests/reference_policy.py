@@ -1,0 +1,549 @@
+"""A plain, independent reference implementation of the seed's K-selection policy.
+
+Written only from ``docs/vllm-formats.md`` (sections 1-5: the sweep layout, the record fields,
+the key lookup rules and the policy of vLLM PR #49163), without looking at ``lib/``. Tests use it
+to cross-check the real implementation, so it favours obviously-correct loops over speed and
+uses nothing but the standard library.
+
+``reference_tune(experiment_dir, ...)`` returns::
+
+    {
+        "schedule": [[lo, hi, k], ...],
+        "configured_global_num_speculative_tokens": int | None,
+        "decisions": [  # one per anchor, ascending
+            {
+                "batch_size": b,
+                "selected_k": k,
+                "selected_median_objective": float,
+                "selected_conservative_objective": float,
+                "candidates": {k: {"num_runs", "median", "mad", "conservative", "relative_mad"}},
+            },
+        ],
+    }
+
+or raises ``ReferenceRejected`` whose ``problems`` lists every problem found in the phase that
+failed (files and records first, then groups, then anchors).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+DEFAULT_K_VAR = "speculative_config.num_speculative_tokens_per_batch_size"
+GLOBAL_K_VAR = "speculative_config.num_speculative_tokens"
+SPECULATIVE_CONFIG_VAR = "speculative_config"
+MAD_TO_SIGMA = 1.4826
+
+
+class ReferenceRejected(Exception):
+    """The sweep cannot be tuned; ``problems`` holds one readable line per problem found."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems: list[str] = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the experiment folder
+# --------------------------------------------------------------------------------------------
+
+
+def _is_run_file(name: str) -> bool:
+    """``run=N.json`` with N a non-negative integer (not a failure file, not warmup.json)."""
+    if not (name.startswith("run=") and name.endswith(".json")):
+        return False
+    number = name[len("run=") : -len(".json")]
+    return number.isdigit()
+
+
+def _is_failure_file(name: str) -> bool:
+    """``run=N.failure.json``: a run that failed under ``--continue-on-error``."""
+    if not (name.startswith("run=") and name.endswith(".failure.json")):
+        return False
+    number = name[len("run=") : -len(".failure.json")]
+    return number.isdigit()
+
+
+def _run_number_of(name: str) -> int:
+    return int(name[len("run=") : -len(".json")])
+
+
+def _load_json(path: Path, problems: list[str], label: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as error:
+        problems.append(f"{label}: cannot read JSON ({error})")
+        return None
+
+
+def _collect_records(root: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """Every record of the experiment as (label, record), plus the problems found on the way.
+
+    A folder with a ``summary.json`` contributes that file's list; a folder without one
+    contributes its ``run=N.json`` files. ``warmup.json`` is never read; any
+    ``run=N.failure.json`` is a failed run and therefore a problem.
+    """
+    records: list[tuple[str, dict[str, Any]]] = []
+    problems: list[str] = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders.sort()
+        folder_path = Path(folder)
+        names = sorted(files)
+
+        for name in names:
+            if _is_failure_file(name):
+                label = (folder_path / name).relative_to(root).as_posix()
+                problems.append(f"{label}: a failed run (failure file); the sweep is not healthy")
+
+        if "summary.json" in names:
+            label = (folder_path / "summary.json").relative_to(root).as_posix()
+            content = _load_json(folder_path / "summary.json", problems, label)
+            if content is None:
+                continue
+            if not isinstance(content, list):
+                problems.append(f"{label}: expected a JSON list of run records")
+                continue
+            for index, record in enumerate(content):
+                record_label = f"{label}[{index}]"
+                if isinstance(record, dict):
+                    records.append((record_label, record))
+                else:
+                    problems.append(f"{record_label}: a run record must be a JSON object")
+            continue
+
+        run_names = [name for name in names if _is_run_file(name)]
+        run_names.sort(key=_run_number_of)
+        for name in run_names:
+            label = (folder_path / name).relative_to(root).as_posix()
+            record = _load_json(folder_path / name, problems, label)
+            if record is None:
+                continue
+            if isinstance(record, dict):
+                records.append((label, record))
+            else:
+                problems.append(f"{label}: a run record must be a JSON object")
+    return records, problems
+
+
+# --------------------------------------------------------------------------------------------
+# Key lookup
+# --------------------------------------------------------------------------------------------
+
+
+def _maybe_parse_json(value: Any) -> Any:
+    """A string that parses as JSON becomes the parsed value; anything else is unchanged."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def lookup(record: dict[str, Any], key: str) -> tuple[bool, Any]:
+    """Return (found, value) for ``key`` in ``record``.
+
+    The literal key first; then a dotted path through nested dicts, trying the part as written
+    and its all-'_' and all-'-' spellings. A string met at any step is parsed as JSON when it
+    parses (so a JSON-encoded ``speculative_config`` can be walked into).
+    """
+    if key in record:
+        return True, _maybe_parse_json(record[key])
+    current: Any = record
+    for part in key.split("."):
+        current = _maybe_parse_json(current)
+        if not isinstance(current, dict):
+            return False, None
+        spellings = [part, part.replace("-", "_"), part.replace("_", "-")]
+        for spelling in spellings:
+            if spelling in current:
+                current = current[spelling]
+                break
+        else:
+            return False, None
+    return True, _maybe_parse_json(current)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_int(value: Any) -> int | None:
+    """An int, or a float with an integral value, as int; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _has_speculative_config(record: dict[str, Any]) -> bool:
+    """False for a server without speculation (no ``speculative_config``, or a null one)."""
+    found, value = lookup(record, SPECULATIVE_CONFIG_VAR)
+    return found and value is not None
+
+
+def _k_from_value(value: Any, anchor: int) -> tuple[int | None, str | None]:
+    """(K, None) from a static K or a ``[[lo, hi, k], ...]`` schedule, else (None, problem)."""
+    static = _as_int(value)
+    if static is not None:
+        if static < 0:
+            return None, f"K must be >= 0, got {value!r}"
+        return static, None
+    if isinstance(value, list) and value:
+        ranges: list[tuple[int, int, int]] = []
+        for entry in value:
+            if not isinstance(entry, list) or len(entry) != 3:
+                return None, f"schedule entry {entry!r} is not a [lo, hi, k] triple"
+            lo, hi, k = (_as_int(item) for item in entry)
+            if lo is None or hi is None or k is None:
+                return None, f"schedule entry {entry!r} must hold three integers"
+            if k < 0:
+                return None, f"schedule entry {entry!r} has a negative K"
+            ranges.append((lo, hi, k))
+        ranges.sort()
+        chosen: int | None = None
+        for lo, _hi, k in ranges:
+            if lo <= anchor:
+                chosen = k
+        if chosen is None:
+            return None, f"schedule {value!r} has no range starting at or below {anchor}"
+        return chosen, None
+    return None, f"K value {value!r} is neither a number nor a [[lo, hi, k], ...] schedule"
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------------
+
+
+def _median_mad_relative(values: list[float]) -> tuple[float, float, float]:
+    """median, MAD = median(|x - median|) (unscaled), and MAD / |median|.
+
+    With a zero median the relative MAD is 0 when the MAD is 0, else infinity.
+    """
+    median = float(statistics.median(values))
+    mad = float(statistics.median([abs(value - median) for value in values]))
+    if median != 0:
+        return median, mad, mad / abs(median)
+    if mad == 0:
+        return median, mad, 0.0
+    return median, mad, math.inf
+
+
+def _ratio_to_best(value: float, best: float, maximize: bool) -> float:
+    """How close a conservative objective is to the best one: 1.0 means as good.
+
+    Maximising: value / best (with best == 0 every value is 0, and 0 counts as a tie).
+    Minimising: best / value (value > 0 because every objective is > 0 then).
+    """
+    if not maximize:
+        return best / value
+    if best == 0:
+        return 1.0 if value == 0 else 0.0
+    return value / best
+
+
+# --------------------------------------------------------------------------------------------
+# The policy
+# --------------------------------------------------------------------------------------------
+
+
+def _check_settings(
+    objective_direction: str,
+    min_runs: int,
+    uncertainty_penalty: float,
+    max_objective_relative_mad: float,
+    max_acceptance_relative_mad: float,
+    relative_tolerance: float,
+) -> None:
+    problems: list[str] = []
+    if objective_direction not in ("maximize", "minimize"):
+        problems.append(
+            f"objective_direction must be 'maximize' or 'minimize', got {objective_direction!r}"
+        )
+    if _as_int(min_runs) is None or min_runs < 1:
+        problems.append(f"min_runs must be an integer >= 1, got {min_runs!r}")
+    if not (_is_number(uncertainty_penalty) and 0 <= uncertainty_penalty < math.inf):
+        problems.append(f"uncertainty_penalty must be finite and >= 0, got {uncertainty_penalty!r}")
+    if not (_is_number(max_objective_relative_mad) and max_objective_relative_mad >= 0):
+        problems.append(
+            f"max_objective_relative_mad must be >= 0, got {max_objective_relative_mad!r}"
+        )
+    if not (_is_number(max_acceptance_relative_mad) and max_acceptance_relative_mad >= 0):
+        problems.append(
+            f"max_acceptance_relative_mad must be >= 0, got {max_acceptance_relative_mad!r}"
+        )
+    if not (_is_number(relative_tolerance) and 0 <= relative_tolerance < 1):
+        problems.append(f"relative_tolerance must be in [0, 1), got {relative_tolerance!r}")
+    if problems:
+        raise ReferenceRejected(problems)
+
+
+def reference_tune(
+    experiment_dir: str | Path,
+    *,
+    batch_size_var: str = "max_concurrency",
+    k_var: str = DEFAULT_K_VAR,
+    objective_var: str = "output_throughput",
+    objective_direction: str = "maximize",
+    acceptance_var: str | None = None,
+    min_runs: int = 3,
+    uncertainty_penalty: float = 1.0,
+    max_objective_relative_mad: float = 0.1,
+    max_acceptance_relative_mad: float = 0.1,
+    strict_acceptance_stability: bool = False,
+    relative_tolerance: float = 0.01,
+    max_batch_size: int | None = None,
+    allow_mixed_global_k: bool = False,
+) -> dict[str, Any]:
+    """Pick the schedule the seed's policy picks for the sweep in ``experiment_dir``."""
+    _check_settings(
+        objective_direction,
+        min_runs,
+        uncertainty_penalty,
+        max_objective_relative_mad,
+        max_acceptance_relative_mad,
+        relative_tolerance,
+    )
+    maximize = objective_direction == "maximize"
+    root = Path(experiment_dir)
+    if not root.is_dir():
+        raise ReferenceRejected([f"{root}: not a directory"])
+
+    # Phase 1: files and records ------------------------------------------------------------
+    records, problems = _collect_records(root)
+    if not records and not problems:
+        problems.append(f"{root}: no summary.json or run=N.json files found")
+
+    # (anchor, K) -> list of (objective, acceptance or None)
+    groups: dict[tuple[int, int], list[tuple[float, float | None]]] = {}
+    global_values: set[int] = set()
+    for label, record in records:
+        record_problems: list[str] = []
+
+        # Health.
+        failed = record.get("failed", 0)
+        if _is_number(failed) and failed > 0:
+            record_problems.append(f"{label}: unhealthy run, failed={failed!r}")
+        completed = record.get("completed")
+        num_prompts = record.get("num_prompts")
+        if completed is not None and num_prompts is not None and completed != num_prompts:
+            record_problems.append(
+                f"{label}: unhealthy run, completed={completed!r} != num_prompts={num_prompts!r}"
+            )
+
+        # Anchor.
+        found, anchor_value = lookup(record, batch_size_var)
+        anchor: int | None = None
+        if not found or anchor_value is None:
+            record_problems.append(f"{label}: no batch-size anchor ({batch_size_var} is null)")
+        else:
+            anchor = _as_int(anchor_value)
+            if anchor is None:
+                record_problems.append(
+                    f"{label}: anchor {batch_size_var}={anchor_value!r} is not an integer"
+                )
+
+        # K.
+        speculative = _has_speculative_config(record)
+        k: int | None = None
+        found, k_value = lookup(record, k_var)
+        if found and k_value is not None:
+            if anchor is not None:
+                k, k_problem = _k_from_value(k_value, anchor)
+                if k_problem is not None:
+                    record_problems.append(f"{label}: {k_var}: {k_problem}")
+        elif not speculative:
+            k = 0  # a server without speculation
+        else:
+            record_problems.append(f"{label}: {k_var} is missing")
+
+        # Global K (servers without speculation are exempt).
+        if speculative:
+            found, global_value = lookup(record, GLOBAL_K_VAR)
+            if found and global_value is not None:
+                global_k = _as_int(global_value)
+                if global_k is None:
+                    record_problems.append(
+                        f"{label}: {GLOBAL_K_VAR}={global_value!r} is not an integer"
+                    )
+                else:
+                    global_values.add(global_k)
+                    if k is not None and k > global_k:
+                        record_problems.append(f"{label}: K={k} is above {GLOBAL_K_VAR}={global_k}")
+            elif k_var == DEFAULT_K_VAR:
+                record_problems.append(
+                    f"{label}: {GLOBAL_K_VAR} is missing (required with the default k-var)"
+                )
+
+        # Objective.
+        found, objective_value = lookup(record, objective_var)
+        objective: float | None = None
+        if not found or objective_value is None:
+            record_problems.append(f"{label}: objective {objective_var} is missing")
+        elif not _is_number(objective_value):
+            record_problems.append(
+                f"{label}: objective {objective_var}={objective_value!r} is not a number"
+            )
+        elif not math.isfinite(objective_value):
+            record_problems.append(
+                f"{label}: objective {objective_var}={objective_value!r} is not finite"
+            )
+        elif maximize and objective_value < 0:
+            record_problems.append(
+                f"{label}: objective {objective_var}={objective_value!r} must be >= 0"
+            )
+        elif not maximize and objective_value <= 0:
+            record_problems.append(
+                f"{label}: objective {objective_var}={objective_value!r} must be > 0 "
+                "when minimising"
+            )
+        else:
+            objective = float(objective_value)
+
+        # Acceptance (optional; absent or null means the run has none).
+        acceptance: float | None = None
+        if acceptance_var is not None:
+            found, acceptance_value = lookup(record, acceptance_var)
+            if found and acceptance_value is not None:
+                if _is_number(acceptance_value) and math.isfinite(acceptance_value):
+                    acceptance = float(acceptance_value)
+                else:
+                    record_problems.append(
+                        f"{label}: acceptance {acceptance_var}={acceptance_value!r} "
+                        "is not a finite number"
+                    )
+
+        if record_problems:
+            problems.extend(record_problems)
+            continue
+        assert anchor is not None and k is not None and objective is not None
+        groups.setdefault((anchor, k), []).append((objective, acceptance))
+
+    configured_global: int | None = None
+    if len(global_values) > 1 and not allow_mixed_global_k:
+        problems.append(
+            f"{GLOBAL_K_VAR} differs between records ({sorted(global_values)}); the seed keeps "
+            "it fixed and varies K through num_speculative_tokens_per_batch_size"
+        )
+    elif global_values:
+        configured_global = max(global_values)
+
+    if problems:
+        raise ReferenceRejected(problems)
+
+    # Phase 2: per (anchor, K) statistics ------------------------------------------------------
+    candidates_by_anchor: dict[int, dict[int, dict[str, Any]]] = {}
+    for anchor, k in sorted(groups):
+        runs = groups[(anchor, k)]
+        where = f"batch size {anchor}, K={k}"
+        if len(runs) < min_runs:
+            problems.append(f"{where}: {len(runs)} run(s), need at least {min_runs}")
+            continue
+        objectives = [objective for objective, _ in runs]
+        median, mad, relative_mad = _median_mad_relative(objectives)
+        if relative_mad > max_objective_relative_mad:
+            problems.append(
+                f"{where}: objective relative MAD {relative_mad:.4g} is above "
+                f"{max_objective_relative_mad}"
+            )
+        spread = uncertainty_penalty * MAD_TO_SIGMA * mad
+        conservative = max(median - spread, 0.0) if maximize else median + spread
+
+        if acceptance_var is not None:
+            acceptances = [value for _, value in runs if value is not None]
+            if not acceptances:
+                if k > 0:
+                    problems.append(f"{where}: no run has {acceptance_var}")
+            elif len(acceptances) < len(runs):
+                problems.append(
+                    f"{where}: only {len(acceptances)} of {len(runs)} runs have {acceptance_var}"
+                )
+            else:
+                _, _, acceptance_relative_mad = _median_mad_relative(acceptances)
+                if strict_acceptance_stability and (
+                    acceptance_relative_mad > max_acceptance_relative_mad
+                ):
+                    problems.append(
+                        f"{where}: acceptance relative MAD {acceptance_relative_mad:.4g} is "
+                        f"above {max_acceptance_relative_mad}"
+                    )
+
+        candidates_by_anchor.setdefault(anchor, {})[k] = {
+            "num_runs": len(runs),
+            "median": median,
+            "mad": mad,
+            "conservative": conservative,
+            "relative_mad": relative_mad,
+        }
+    if problems:
+        raise ReferenceRejected(problems)
+
+    # Phase 3: anchors ------------------------------------------------------------------------
+    anchors = sorted(candidates_by_anchor)
+    if anchors[0] != 1:
+        problems.append(f"the smallest batch-size anchor must be 1, got {anchors[0]}")
+    first_ks = sorted(candidates_by_anchor[anchors[0]])
+    for anchor in anchors[1:]:
+        ks = sorted(candidates_by_anchor[anchor])
+        if ks != first_ks:
+            problems.append(
+                f"batch size {anchor} has K {ks}, but batch size {anchors[0]} has K {first_ks}; "
+                "every anchor needs the same set of K"
+            )
+    largest = anchors[-1]
+    if max_batch_size is None:
+        max_batch_size = largest
+    elif max_batch_size != largest:
+        problems.append(
+            f"max_batch_size must equal the largest anchor {largest}, got {max_batch_size}"
+        )
+    if problems:
+        raise ReferenceRejected(problems)
+
+    # Phase 4: choose K per anchor ------------------------------------------------------------
+    decisions: list[dict[str, Any]] = []
+    for anchor in anchors:
+        candidates = candidates_by_anchor[anchor]
+        conservatives = {k: candidates[k]["conservative"] for k in candidates}
+        best = max(conservatives.values()) if maximize else min(conservatives.values())
+        tied: list[int] = []
+        for k in sorted(conservatives):
+            if _ratio_to_best(conservatives[k], best, maximize) >= 1 - relative_tolerance:
+                tied.append(k)
+        selected = min(tied)
+        decisions.append(
+            {
+                "batch_size": anchor,
+                "selected_k": selected,
+                "selected_median_objective": candidates[selected]["median"],
+                "selected_conservative_objective": candidates[selected]["conservative"],
+                "candidates": {k: candidates[k] for k in sorted(candidates)},
+            }
+        )
+
+    # Phase 5: the schedule -------------------------------------------------------------------
+    schedule: list[list[int]] = []
+    for index, decision in enumerate(decisions):
+        lo = decision["batch_size"]
+        hi = anchors[index + 1] - 1 if index + 1 < len(anchors) else max_batch_size
+        k = decision["selected_k"]
+        if schedule and schedule[-1][2] == k:
+            schedule[-1][1] = hi
+        else:
+            schedule.append([lo, hi, k])
+
+    return {
+        "schedule": schedule,
+        "configured_global_num_speculative_tokens": configured_global,
+        "decisions": decisions,
+    }
