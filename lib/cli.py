@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -156,6 +157,16 @@ def decision_lines(result: TuningResult) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; a closed stdout (``tune-spec-k DIR | head -1``) ends quietly."""
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        # Python would complain again when flushing the dead pipe at exit: point it elsewhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _run(argv: Sequence[str] | None) -> int:
     arguments = build_parser().parse_args(argv)
     settings = settings_from(arguments)
     sweep = load_experiment(

@@ -1,0 +1,448 @@
+"""Generate the SYNTHETIC sample sweeps in this folder.
+
+Every number written here comes from the performance and noise models below, not from a GPU.
+The files use the real `vllm bench sweep serve` layout so that the tuner, its tests and the
+notebook have input that looks like the real thing. See README.md next to this file for the models,
+their parameters and the schedules each experiment is expected to give.
+
+Regenerate (byte-identical output on every run):
+
+    uv run python data/sample_sweeps/generate.py
+
+Standard library only, so it runs anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+OUT_DIR = Path(__file__).resolve().parent
+
+# The seed's sweep design: a fixed global maximum K, the effective K set by a one-range schedule.
+K_VALUES: tuple[int, ...] = (0, 1, 3, 7)
+K_MAX = 7
+MAX_NUM_SEQS = 256
+CONCURRENCIES: tuple[int, ...] = (1, 64, 128, 256)
+NUM_PROMPTS: dict[int, int] = {1: 32, 64: 512, 128: 1024, 256: 2048}
+NUM_RUNS = 3
+OUTPUT_LEN = 128
+
+# Gaps between runs in the fake timeline behind the `date` fields (seconds).
+SERVER_START_S = 150
+GAP_BETWEEN_RUNS_S = 12
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Time of one engine step (ms) for a batch of `batch` running requests at K draft tokens.
+
+    step(B, K) = fixed + per_seq * B
+                 + [K > 0] * (spec_fixed + spec_per_seq * B)
+                 + K * (draft_fixed + draft_per_seq * B)
+                 + [K > 0 and bucket_lo < B * (K + 1) <= bucket_hi] * bucket_penalty
+                 + [B * (K + 1) > cudagraph_max_tokens] * eager_penalty
+    """
+
+    fixed_ms: float
+    per_seq_ms: float
+    prefill_ms_per_token: float
+    spec_fixed_ms: float
+    spec_per_seq_ms: float
+    draft_fixed_ms: float
+    draft_per_seq_ms: float
+    bucket_lo: int = 0
+    bucket_hi: int = 0
+    bucket_penalty_ms: float = 0.0
+    cudagraph_max_tokens: int = 1 << 30
+    eager_penalty_ms: float = 0.0
+
+    def step_ms(self, batch: int, k: int) -> float:
+        tokens = batch * (k + 1)
+        t = self.fixed_ms + self.per_seq_ms * batch
+        if k > 0:
+            t += self.spec_fixed_ms + self.spec_per_seq_ms * batch
+            t += k * (self.draft_fixed_ms + self.draft_per_seq_ms * batch)
+            if self.bucket_lo < tokens <= self.bucket_hi:
+                t += self.bucket_penalty_ms
+        if tokens > self.cudagraph_max_tokens:
+            t += self.eager_penalty_ms
+        return t
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    """Extra multipliers on output throughput for the runs of one (serve, bench) combo."""
+
+    serve: str
+    bench: str
+    run_multipliers: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    seed: int
+    start: str  # first run's date, "%Y%m%d-%H%M%S"
+    model_id: str
+    spec_method: str
+    draft_model: str
+    input_len: int
+    input_len_varies: bool  # natural prompts: per-combo totals differ slightly from N * input_len
+    alpha: float  # per-position conditional acceptance probability
+    steps: StepModel
+    throughput_cv: float  # sigma of the per-run lognormal multiplier on output throughput
+    acceptance_cv: float  # sigma of the per-run lognormal multiplier on alpha
+    goodput: tuple[str, ...] = ()  # bench `--goodput` SLOs, e.g. ("tpot:50",)
+    disturbances: tuple[Disturbance, ...] = ()
+
+
+# Llama-3.1-8B-Instruct + EAGLE-3 on one H100 (80 GB), fitted to the seed's published numbers.
+LLAMA_8B_H100 = StepModel(
+    fixed_ms=4.647,
+    per_seq_ms=0.1698,
+    prefill_ms_per_token=0.00963,
+    spec_fixed_ms=1.498,
+    spec_per_seq_ms=0.2630,
+    draft_fixed_ms=0.030,
+    draft_per_seq_ms=0.01544,
+)
+
+# Qwen3-30B-A3B (MoE) + Qwen3-0.6B draft model on one H100, hand-tuned to be non-monotone: a poorly
+# tuned verification-kernel config for 192 < B*(K+1) <= 384 tokens, and CUDA graphs captured only
+# up to 512 tokens per step (eager execution above).
+QWEN3_MOE_H100 = StepModel(
+    fixed_ms=6.5,
+    per_seq_ms=0.09,
+    prefill_ms_per_token=0.012,
+    spec_fixed_ms=0.7,
+    spec_per_seq_ms=0.05,
+    draft_fixed_ms=0.6,
+    draft_per_seq_ms=0.03,
+    bucket_lo=192,
+    bucket_hi=384,
+    bucket_penalty_ms=16.0,
+    cudagraph_max_tokens=512,
+    eager_penalty_ms=9.0,
+)
+
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+LLAMA_8B_EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+EXPERIMENTS: tuple[Experiment, ...] = (
+    Experiment(
+        name="random-control",
+        seed=1001,
+        start="20250915-091500",
+        model_id=LLAMA_8B,
+        spec_method="eagle3",
+        draft_model=LLAMA_8B_EAGLE3,
+        input_len=128,
+        input_len_varies=False,
+        alpha=0.03,
+        steps=LLAMA_8B_H100,
+        throughput_cv=0.01,
+        acceptance_cv=0.02,
+        goodput=("tpot:50",),
+    ),
+    Experiment(
+        name="sonnet-like",
+        seed=2002,
+        start="20250915-140000",
+        model_id=LLAMA_8B,
+        spec_method="eagle3",
+        draft_model=LLAMA_8B_EAGLE3,
+        input_len=550,
+        input_len_varies=True,
+        alpha=0.554,
+        steps=LLAMA_8B_H100,
+        throughput_cv=0.01,
+        acceptance_cv=0.01,
+    ),
+    Experiment(
+        name="moe-non-monotone",
+        seed=3003,
+        start="20250916-100000",
+        model_id="Qwen/Qwen3-30B-A3B",
+        spec_method="draft_model",
+        draft_model="Qwen/Qwen3-0.6B",
+        input_len=256,
+        input_len_varies=True,
+        alpha=0.66,
+        steps=QWEN3_MOE_H100,
+        throughput_cv=0.01,
+        acceptance_cv=0.01,
+    ),
+    Experiment(
+        name="noisy",
+        seed=4004,
+        start="20250917-080000",
+        model_id=LLAMA_8B,
+        spec_method="eagle3",
+        draft_model=LLAMA_8B_EAGLE3,
+        input_len=550,
+        input_len_varies=True,
+        alpha=0.554,
+        steps=LLAMA_8B_H100,
+        throughput_cv=0.025,
+        acceptance_cv=0.01,
+        disturbances=(
+            # Interference in runs 1 and 2: visible to MAD (both gaps around the median are large).
+            Disturbance(serve="k7", bench="c1", run_multipliers=(1.0, 0.66, 0.83)),
+            # One run 20 % low: invisible to MAD at n = 3 (the other two runs agree).
+            Disturbance(serve="k0", bench="c128", run_multipliers=(1.0, 1.0, 0.80)),
+        ),
+    ),
+)
+
+
+def expected_tokens_per_step(k: int, alpha: float) -> float:
+    """Tokens each request gains per step: 1 + alpha + ... + alpha^K."""
+    return sum(alpha**i for i in range(k + 1))
+
+
+def model_output_throughput(exp: Experiment, batch: int, k: int, alpha: float) -> float:
+    """Output tok/s of a saturated run: each request pays OUTPUT_LEN / E decode steps of
+    step(B, K) / B and its own prefill of input_len tokens."""
+    per_token_ms = exp.steps.step_ms(batch, k) / (batch * expected_tokens_per_step(k, alpha))
+    per_request_ms = OUTPUT_LEN * per_token_ms + exp.input_len * exp.steps.prefill_ms_per_token
+    return 1000.0 * OUTPUT_LEN / per_request_ms
+
+
+def serve_name(k: int) -> str:
+    return f"k{k}"
+
+
+def bench_name(concurrency: int) -> str:
+    return f"c{concurrency}"
+
+
+def speculative_config(exp: Experiment, k: int) -> dict[str, Any]:
+    return {
+        "method": exp.spec_method,
+        "model": exp.draft_model,
+        "num_speculative_tokens": K_MAX,
+        "num_speculative_tokens_per_batch_size": [[1, MAX_NUM_SEQS, k]],
+    }
+
+
+def serve_params(exp: Experiment) -> dict[str, dict[str, Any]]:
+    return {serve_name(k): {"speculative_config": speculative_config(exp, k)} for k in K_VALUES}
+
+
+def bench_params(exp: Experiment) -> dict[str, dict[str, Any]]:
+    params: dict[str, dict[str, Any]] = {}
+    for c in CONCURRENCIES:
+        combo: dict[str, Any] = {"max_concurrency": c, "num_prompts": NUM_PROMPTS[c]}
+        if exp.goodput:
+            combo["goodput"] = list(exp.goodput)
+        params[bench_name(c)] = combo
+    return params
+
+
+def tpot_slo_ms(exp: Experiment) -> float | None:
+    for slo in exp.goodput:
+        metric, _, value = slo.partition(":")
+        if metric == "tpot":
+            return float(value)
+    return None
+
+
+def total_input_tokens(exp: Experiment, concurrency: int) -> int:
+    n = NUM_PROMPTS[concurrency]
+    if not exp.input_len_varies:
+        return n * exp.input_len
+    # The same prompts in every run and for every K (fixed dataset seed): a fixed offset per combo.
+    offset_rng = random.Random(exp.seed * 1000 + concurrency)
+    return n * exp.input_len + offset_rng.randint(-n // 4, n // 4)
+
+
+def latency_shape(
+    metric: str, concurrency: int, k: int, alpha: float
+) -> tuple[float, float, float]:
+    """(median, std, p99) as multiples of the mean for one latency metric. Under speculation the
+    per-request TPOT spreads with the acceptance (std 3 % + 6 % * alpha of the mean)."""
+    single = concurrency == 1
+    if metric == "ttft":
+        return (0.97, 0.08, 1.35) if single else (0.62, 0.90, 4.0)
+    if metric == "tpot":
+        if k == 0:
+            return (1.0, 0.02, 1.06) if single else (1.0, 0.05, 1.18)
+        spread = 0.03 + 0.06 * alpha
+        return (0.99, spread, 1.0 + 3.0 * spread)
+    if metric == "itl":
+        if k == 0:
+            return (0.99, 0.10, 1.3) if single else (0.93, 0.50, 3.0)
+        return (0.95, 0.35, 2.2) if single else (0.93, 0.55, 3.2)
+    if metric == "e2el":
+        return (0.99, 0.04, 1.12) if single else (1.0, 0.07, 1.22)
+    raise ValueError(metric)
+
+
+def r6(x: float) -> float:
+    """Round a value computed with transcendental functions (platform libm) to 6 decimals, so
+    the files do not depend on the last bit of exp/log."""
+    return round(x, 6)
+
+
+def spec_decode_fields(num_requests: int, k: int, alpha: float) -> dict[str, Any]:
+    """Server-wide counters over one run: one draft per request per decode step."""
+    e = expected_tokens_per_step(k, alpha)
+    num_drafts = round(num_requests * (OUTPUT_LEN - 1) / e)
+    per_position = [round(num_drafts * alpha ** (i + 1)) for i in range(k)]
+    accepted = sum(per_position)
+    draft_tokens = num_drafts * k
+    return {
+        "spec_decode_acceptance_rate": 100.0 * accepted / draft_tokens,
+        "spec_decode_acceptance_length": 1.0 + accepted / num_drafts,
+        "spec_decode_num_drafts": num_drafts,
+        "spec_decode_draft_tokens": draft_tokens,
+        "spec_decode_accepted_tokens": accepted,
+        "spec_decode_per_position_acceptance_rates": [n / num_drafts for n in per_position],
+    }
+
+
+def make_record(
+    exp: Experiment,
+    rng: random.Random,
+    k: int,
+    concurrency: int,
+    run_number: int,
+    date: datetime,
+) -> dict[str, Any]:
+    n = NUM_PROMPTS[concurrency]
+    in_tokens = total_input_tokens(exp, concurrency)
+    out_tokens = n * OUTPUT_LEN
+
+    # Draw every random number up front, in a fixed order.
+    z_alpha = rng.gauss(0.0, 1.0)
+    z_tps = rng.gauss(0.0, 1.0)
+    z_ttft = rng.gauss(0.0, 1.0)
+    z_peak = rng.gauss(0.0, 1.0)
+    z_shape = [rng.gauss(0.0, 1.0) for _ in range(12)]
+
+    alpha = min(exp.alpha * math.exp(exp.acceptance_cv * z_alpha), 0.98) if k > 0 else 0.0
+    spec = spec_decode_fields(n, k, alpha) if k > 0 else {}
+    acceptance_length = spec["spec_decode_acceptance_length"] if k > 0 else 1.0
+
+    disturbance = 1.0
+    for d in exp.disturbances:
+        if d.serve == serve_name(k) and d.bench == bench_name(concurrency):
+            disturbance = d.run_multipliers[run_number]
+    multiplier = math.exp(exp.throughput_cv * z_tps) * disturbance
+    tps = model_output_throughput(exp, concurrency, k, alpha) * multiplier
+
+    duration = r6(out_tokens / tps)
+    request_throughput = n / duration
+    # Little's law; the last wave drains, so the mean number in flight is a little below c.
+    in_flight = concurrency * (1.0 - (concurrency - 1) / (2.0 * n))
+    mean_e2el = r6(1000.0 * in_flight / request_throughput)
+    step = exp.steps.step_ms(concurrency, k)
+    ttft_model = exp.input_len * exp.steps.prefill_ms_per_token + step * (
+        1.0 + 0.5 * math.log2(concurrency)
+    )
+    mean_ttft = r6(ttft_model / multiplier * math.exp(0.03 * z_ttft))
+    mean_tpot = (mean_e2el - mean_ttft) / (OUTPUT_LEN - 1)
+    means = {
+        "ttft": mean_ttft,
+        "tpot": mean_tpot,
+        "itl": mean_tpot * acceptance_length,
+        "e2el": mean_e2el,
+    }
+
+    latency: dict[str, float] = {}
+    tpot_std = 0.0
+    for i, (metric, mean) in enumerate(means.items()):
+        med, std, p99 = latency_shape(metric, concurrency, k, exp.alpha)
+        jitter = [math.exp(0.01 * z) for z in z_shape[3 * i : 3 * i + 3]]
+        median_v = r6(mean * med * jitter[0])
+        std_v = r6(mean * std * jitter[1])
+        p99_v = r6(mean * p99 * jitter[2])
+        if metric == "tpot":
+            tpot_std = std_v
+        latency[f"mean_{metric}_ms"] = mean
+        latency[f"median_{metric}_ms"] = median_v
+        latency[f"std_{metric}_ms"] = std_v
+        latency[f"p99_{metric}_ms"] = p99_v
+
+    goodput: float | None = None
+    slo = tpot_slo_ms(exp)
+    if slo is not None:
+        # Per-request TPOT ~ Normal(mean, std); a request is good when its TPOT <= the SLO.
+        good_fraction = 0.5 * math.erfc((mean_tpot - slo) / (tpot_std * math.sqrt(2.0)))
+        goodput = round(n * good_fraction) / duration
+
+    peak_factor = 1.06 if concurrency == 1 else 1.22
+    record: dict[str, Any] = {
+        "date": date.strftime("%Y%m%d-%H%M%S"),
+        "backend": "vllm",
+        "label": None,
+        "model_id": exp.model_id,
+        "tokenizer_id": exp.model_id,
+        "num_prompts": n,
+        "request_rate": "inf",
+        "burstiness": 1.0,
+        "max_concurrency": concurrency,
+        "duration": duration,
+        "completed": n,
+        "failed": 0,
+        "total_input_tokens": in_tokens,
+        "total_output_tokens": out_tokens,
+        "request_throughput": request_throughput,
+        "request_goodput": goodput,
+        "output_throughput": out_tokens / duration,
+        "total_token_throughput": (in_tokens + out_tokens) / duration,
+        "max_output_tokens_per_s": float(
+            round(out_tokens / duration * peak_factor * math.exp(0.02 * abs(z_peak)))
+        ),
+        "max_concurrent_requests": concurrency,
+    }
+    record.update(latency)
+    record.update(spec)
+    # Keys the sweep adds: run number, serve params, bench params (the combo name last from bench).
+    record["run_number"] = run_number
+    record["speculative_config"] = speculative_config(exp, k)
+    record["_benchmark_name"] = bench_name(concurrency)
+    if exp.goodput:
+        record["goodput"] = list(exp.goodput)
+    return record
+
+
+def dump(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+
+def generate(exp: Experiment, out_dir: Path) -> None:
+    root = out_dir / exp.name
+    root.mkdir(parents=True, exist_ok=True)
+    dump(root / "serve_params.json", serve_params(exp))
+    dump(root / "bench_params.json", bench_params(exp))
+    rng = random.Random(exp.seed)
+    clock = datetime.strptime(exp.start, "%Y%m%d-%H%M%S")
+    for k in K_VALUES:
+        clock += timedelta(seconds=SERVER_START_S)
+        for c in CONCURRENCIES:
+            combo = root / f"SERVE--{serve_name(k)}-BENCH--{bench_name(c)}"
+            combo.mkdir(exist_ok=True)
+            runs = []
+            for run_number in range(NUM_RUNS):
+                record = make_record(exp, rng, k, c, run_number, clock)
+                clock += timedelta(seconds=math.ceil(record["duration"]) + GAP_BETWEEN_RUNS_S)
+                dump(combo / f"run={run_number}.json", record)
+                runs.append(record)
+            dump(combo / "summary.json", runs)
+
+
+def main() -> None:
+    for exp in EXPERIMENTS:
+        generate(exp, OUT_DIR)
+        print(f"wrote {OUT_DIR / exp.name}")
+
+
+if __name__ == "__main__":
+    main()
