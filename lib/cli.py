@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -195,7 +196,7 @@ def _run(argv: Sequence[str] | None) -> int:
     print(json.dumps([list(r) for r in result.schedule or ()]))
     for line in decision_lines(result):
         print(line)
-    print("--speculative-config '" + json.dumps(result.speculative_config()) + "'")
+    print("--speculative-config " + shlex.quote(json.dumps(result.speculative_config())))
     print(f"Wrote {output}")
     return EXIT_OK
 

@@ -7,6 +7,7 @@ JSON strings, and `-` and `_` are interchangeable in vLLM's argument names.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -26,13 +27,21 @@ def parse_json_string(value: Any) -> Any:
     return value
 
 
-def _spellings(part: str) -> list[str]:
-    """The part as written, then with every `-` as `_`, then every `_` as `-` (no repeats)."""
+@functools.cache
+def _spellings(part: str) -> tuple[str, ...]:
+    """The part as written, then with every `-` as `_`, then every `_` as `-` (no repeats).
+    Cached: the loader looks the same few keys up in every record."""
     spellings = [part]
     for candidate in (part.replace("-", "_"), part.replace("_", "-")):
         if candidate not in spellings:
             spellings.append(candidate)
-    return spellings
+    return tuple(spellings)
+
+
+@functools.cache
+def _path_spellings(key: str) -> tuple[tuple[str, ...], ...]:
+    """The spellings of each part of a dotted key."""
+    return tuple(_spellings(part) for part in key.split("."))
 
 
 def lookup(record: Mapping[str, Any], key: str) -> Any:
@@ -49,11 +58,11 @@ def lookup(record: Mapping[str, Any], key: str) -> Any:
         if spelling in record:
             return parse_json_string(record[spelling])
     node: Any = record
-    for part in key.split("."):
+    for part_spellings in _path_spellings(key):
         node = parse_json_string(node)
         if not isinstance(node, Mapping):
             return MISSING
-        for spelling in _spellings(part):
+        for spelling in part_spellings:
             if spelling in node:
                 node = node[spelling]
                 break

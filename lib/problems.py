@@ -8,6 +8,7 @@ can show the rest of the analysis beside them.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
@@ -88,6 +89,9 @@ def show_value(value: object) -> str:
         text = "null"
     elif isinstance(value, bool):
         text = "true" if value else "false"
+    elif isinstance(value, dict | list):
+        # Spelled as in the user's JSON file, not as a Python repr with single quotes.
+        text = json.dumps(value, default=str)
     else:
         text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

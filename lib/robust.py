@@ -36,10 +36,13 @@ def relative_mad(mad: pl.Expr, center: pl.Expr) -> pl.Expr:
     Edge case: a zero median (zero goodput, say) would give 0/0 = NaN, which passes any
     ``relative_mad > threshold`` gate silently. Instead a zero median with zero MAD (every run
     exactly 0) is perfectly stable (0.0), and a zero median with a non-zero MAD is infinitely
-    noisy (``inf``), so any gate rejects it.
+    noisy (``inf``), so any gate rejects it. A group with no values (every run excluded) has
+    no spread to judge: null, so the noise gate does not blame it for runs it never had.
     """
     return (
-        pl.when(center != 0.0)
+        pl.when(center.is_null() | mad.is_null())
+        .then(pl.lit(None, pl.Float64))
+        .when(center != 0.0)
         .then(mad / center.abs())
         .when(mad == 0.0)
         .then(pl.lit(0.0))

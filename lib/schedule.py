@@ -68,21 +68,27 @@ class Settings:
         return self.direction == "maximize"
 
     def invalid(self) -> list[str]:
-        """Human-readable reasons why these settings cannot be used (empty when fine)."""
+        """Human-readable reasons why these settings cannot be used (empty when fine), each
+        naming the setting by its command-line flag, the name users know it by."""
         reasons = []
         if self.direction not in ("maximize", "minimize"):
-            reasons.append(f"objective direction {self.direction!r}: expected maximize/minimize")
+            reasons.append(f"--objective-direction {self.direction!r}: expected maximize/minimize")
         if self.min_runs < 1:
-            reasons.append(f"min runs {self.min_runs}: expected >= 1")
-        if not self.uncertainty_penalty >= 0:
-            reasons.append(f"uncertainty penalty {self.uncertainty_penalty}: expected >= 0")
-        for name in ("max_objective_relative_mad", "max_acceptance_relative_mad"):
-            if not getattr(self, name) >= 0:
-                reasons.append(f"{name} {getattr(self, name)}: expected >= 0")
+            reasons.append(f"--min-runs {self.min_runs}: expected >= 1")
+        # Finite too: the settings are written to the output JSON, which has no inf or NaN.
+        for name in (
+            "uncertainty_penalty",
+            "max_objective_relative_mad",
+            "max_acceptance_relative_mad",
+        ):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                flag = "--" + name.replace("_", "-")
+                reasons.append(f"{flag} {value}: expected a finite number >= 0")
         if not 0 <= self.relative_tolerance < 1:
-            reasons.append(f"relative tolerance {self.relative_tolerance}: expected in [0, 1)")
+            reasons.append(f"--relative-tolerance {self.relative_tolerance}: expected in [0, 1)")
         if self.max_batch_size is not None and self.max_batch_size < 1:
-            reasons.append(f"max batch size {self.max_batch_size}: expected >= 1")
+            reasons.append(f"--max-batch-size {self.max_batch_size}: expected >= 1")
         return reasons
 
 
@@ -142,7 +148,7 @@ def health_gate(runs: pl.DataFrame) -> tuple[pl.DataFrame, list[Problem]]:
                     rule,
                     f"{group.height} unhealthy run(s): {reason}",
                     files=_cell_files(group),
-                    field="failed" if rule != "failed-run" else None,
+                    field={"failed-requests": "failed", "incomplete-run": "completed"}.get(rule),
                     value=values or None,
                     anchor=_int_or_none(anchor),
                     k=_int_or_none(k),
@@ -161,6 +167,9 @@ def objective_gate(
     A null ``request_goodput`` means the bench ran without ``--goodput``: the problem says so.
     """
     objective = settings.objective
+    if runs.is_empty():
+        # Nothing was read, and the loader has said why: "no objective" would only add noise.
+        return _excluded(runs, pl.lit(True), "no objective field"), []
     if objective not in runs.columns:
         problem = Problem(
             Severity.ERROR,
@@ -207,7 +216,7 @@ def objective_gate(
             shown = [text_rows[row] for row in bad["_row"].to_list()]
         else:
             shown = [show_value(v) for v in bad[objective].to_list()]
-        excluded.append(_excluded(with_row, pl.col("_row").is_in(bad["_row"]), reason))
+        excluded.append(_excluded(with_row, pl.col("_row").is_in(bad["_row"].implode()), reason))
         problems.append(
             Problem(
                 Severity.ERROR,
@@ -325,7 +334,10 @@ CELL_SCHEMA = {
 
 
 def cell_statistics(runs: pl.DataFrame, settings: Settings) -> pl.DataFrame:
-    """One row per (anchor, K) of the usable runs (:data:`CELL_SCHEMA`), sorted by anchor, K.
+    """One row per (anchor, K) of ``runs`` (:data:`CELL_SCHEMA`), sorted by anchor, K.
+
+    A run whose objective is null (an excluded run) is not counted: ``num_runs`` counts the
+    usable runs, so a cell whose runs were all excluded has ``num_runs == 0``.
 
     ``conservative`` is :func:`lib.robust.conservative_score` of the median and MAD;
     acceptance columns are null without ``settings.acceptance``.
@@ -350,7 +362,7 @@ def cell_statistics(runs: pl.DataFrame, settings: Settings) -> pl.DataFrame:
     cells = (
         runs.group_by("anchor", "k")
         .agg(
-            pl.len().cast(pl.Int64).alias("num_runs"),
+            pl.col(objective).count().cast(pl.Int64).alias("num_runs"),
             median.alias("median"),
             mad.alias("mad"),
             *acceptance_exprs,
@@ -484,12 +496,18 @@ def anchor_grid_gate(cells: pl.DataFrame) -> list[Problem]:
     Checked on every cell measured, kept or not."""
     problems = []
     anchors = sorted(cells["anchor"].unique().to_list())
+    # Grid problems concern whole anchors: name their files so the user can find them.
+    files_at = {
+        anchor: tuple(dict.fromkeys(itertools.chain.from_iterable(group["files"].to_list())))
+        for (anchor,), group in cells.group_by("anchor", maintain_order=True)
+    }
     if anchors and anchors[0] != 1:
         problems.append(
             Problem(
                 Severity.ERROR,
                 "anchors-not-from-1",
                 "the smallest batch-size anchor is not 1, so the schedule cannot start at 1",
+                files=files_at[anchors[0]],
                 field="anchor",
                 value=str(anchors[0]),
                 expected="an anchor at batch size 1",
@@ -497,29 +515,27 @@ def anchor_grid_gate(cells: pl.DataFrame) -> list[Problem]:
             )
         )
     k_sets = {
-        anchor: tuple(sorted(group["k"].to_list()))
+        anchor: set(group["k"].to_list())
         for (anchor,), group in cells.group_by("anchor", maintain_order=True)
     }
-    distinct = sorted(set(k_sets.values()))
-    if len(distinct) > 1:
-        everywhere = set.intersection(*(set(ks) for ks in distinct))
-        for anchor in anchors:
-            if set(k_sets[anchor]) != everywhere or len(distinct) > 1:
-                missing = sorted(set().union(*distinct) - set(k_sets[anchor]))
-                if not missing:
-                    continue
-                problems.append(
-                    Problem(
-                        Severity.ERROR,
-                        "unequal-k-sets",
-                        "this anchor lacks K measured at other anchors",
-                        anchor=anchor,
-                        field="k",
-                        value=", ".join(str(k) for k in k_sets[anchor]),
-                        expected="K set "
-                        + ", ".join(str(k) for k in sorted(set().union(*distinct))),
-                    )
+    every_k = set().union(*k_sets.values()) if k_sets else set()
+    for anchor in anchors:
+        missing = sorted(every_k - k_sets[anchor])
+        if missing:
+            problems.append(
+                Problem(
+                    Severity.ERROR,
+                    "unequal-k-sets",
+                    "this anchor lacks K "
+                    + ", ".join(str(k) for k in missing)
+                    + ", measured at other anchors",
+                    files=files_at[anchor],
+                    anchor=anchor,
+                    field="k",
+                    value=", ".join(str(k) for k in sorted(k_sets[anchor])),
+                    expected="the K set " + ", ".join(str(k) for k in sorted(every_k)),
                 )
+            )
     return problems
 
 
@@ -822,9 +838,20 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
     excluded = _concat_excluded(
         [health_excluded, objective_excluded, global_excluded, unplaced_runs(runs)]
     )
-    usable = runs.join(excluded.select(_ROW_KEY), on=list(_ROW_KEY), how="anti")
-    if settings.objective not in usable.columns:
-        usable = usable.with_columns(pl.lit(None, pl.Float64).alias(settings.objective))
+    # Every measured (anchor, K) stays a cell, even when all its runs are excluded: it is then
+    # rejected for too few runs instead of silently vanishing from the grid.
+    placed = runs.filter(pl.col("anchor").is_not_null() & pl.col("k").is_not_null())
+    if settings.objective not in placed.columns:
+        placed = placed.with_columns(pl.lit(None, pl.Float64).alias(settings.objective))
+    usable = placed.join(
+        excluded.select(*_ROW_KEY, pl.lit(True).alias("_excluded")),
+        on=list(_ROW_KEY),
+        how="left",
+    ).with_columns(
+        pl.when(pl.col("_excluded").is_null()).then(pl.col(column))
+        for column in dict.fromkeys([settings.objective, settings.acceptance])
+        if column in placed.columns
+    )
 
     cells = cell_statistics(usable, settings)
     reasons = []
@@ -866,7 +893,12 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
     if anchors and max_batch_size is not None and all(k is not None for k in picks):
         schedule = tuple(build_schedule(anchors, picks, max_batch_size))
         problems += [
-            Problem(Severity.ERROR, "invalid-schedule", violation, value=str(list(schedule)))
+            Problem(
+                Severity.ERROR,
+                "invalid-schedule",
+                violation,
+                value=json.dumps([list(r) for r in schedule]),
+            )
             for violation in validate_schedule([list(r) for r in schedule])
         ]
     elif anchors:

@@ -45,7 +45,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from lib.keys import MISSING, k_at_batch_size, lookup
+from lib.keys import MISSING, k_at_batch_size, lookup, parse_json_string
 from lib.problems import Problem, Severity, show_value
 
 DEFAULT_BATCH_SIZE_VAR = "max_concurrency"
@@ -71,6 +71,14 @@ DERIVED_COLUMNS = (
 )
 
 Progress = Callable[[Sequence[Path]], Iterable[Path]]
+
+#: Top-level record fields clashing with a derived column: renamed, or dropped (None) where the
+#: derived column already holds the value.
+_TOP_LEVEL_NAMES: dict[str, str | None] = {
+    name: None if name == "run_number" else "record." + name for name in DERIVED_COLUMNS
+}
+_NUMBER_TYPES = frozenset({int, float, type(None)})
+_TEXT_TYPES = frozenset({str, bool})
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,28 +164,45 @@ def _read_json(path: Path, relative: str, log: _ProblemLog) -> Any:
 
 def _flatten(
     record: dict[str, Any],
-    prefix: str,
     numbers: dict[str, float | None],
     others: dict[str, Any],
 ) -> None:
     """Numeric (and null) fields into ``numbers``, other scalars into ``others``; lists (per
-    request latencies, per-position rates, schedules) are not metrics and are skipped."""
+    request latencies, per-position rates, schedules) are not metrics and are skipped.
+
+    Runs once per field of every record, so it dispatches on exact types (a JSON parser makes
+    nothing else; ``bool`` is not ``int`` here) and leaves ints as they are: the Float64 frame
+    converts them exactly as ``float()`` would."""
     for key, value in record.items():
-        name = prefix + key
-        if not prefix and name in DERIVED_COLUMNS:
-            if name == "run_number":
+        kind = type(value)
+        if key in _TOP_LEVEL_NAMES:
+            renamed = _TOP_LEVEL_NAMES[key]
+            if renamed is None:
                 continue
-            name = "record." + name
-        if isinstance(value, bool):
-            others[name] = value
-        elif isinstance(value, int | float):
-            numbers[name] = float(value)
-        elif value is None:
-            numbers[name] = None
-        elif isinstance(value, dict):
-            _flatten(value, name + ".", numbers, others)
-        elif isinstance(value, str):
-            others[name] = value
+            key = renamed
+        if kind in _NUMBER_TYPES:
+            numbers[key] = value
+        elif kind in _TEXT_TYPES:
+            others[key] = value
+        elif kind is dict:
+            _flatten_nested(value, key + ".", numbers, others)
+
+
+def _flatten_nested(
+    record: dict[str, Any],
+    prefix: str,
+    numbers: dict[str, float | None],
+    others: dict[str, Any],
+) -> None:
+    """:func:`_flatten` below the top level, where no field clashes with a derived column."""
+    for key, value in record.items():
+        kind = type(value)
+        if kind in _NUMBER_TYPES:
+            numbers[prefix + key] = value
+        elif kind in _TEXT_TYPES:
+            others[prefix + key] = value
+        elif kind is dict:
+            _flatten_nested(value, prefix + key + ".", numbers, others)
 
 
 def _as_whole_number(value: Any) -> int | None:
@@ -188,6 +213,26 @@ def _as_whole_number(value: Any) -> int | None:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     return None
+
+
+def _speculative_config(record: dict[str, Any]) -> Any:
+    """The record's ``speculative_config`` (parsed if a JSON string), or :data:`MISSING`.
+
+    A params file may set the config's fields as literal dotted keys instead
+    (``"speculative_config.num_speculative_tokens": 7``, like vLLM's
+    ``--speculative-config.num_speculative_tokens``); those are gathered into one dict, so the
+    run still counts as speculative and its global K is still checked.
+    """
+    config = lookup(record, "speculative_config")
+    if config is not MISSING:
+        return config
+    prefixes = ("speculative_config.", "speculative-config.")
+    gathered = {
+        key.split(".", 1)[1]: parse_json_string(value)
+        for key, value in record.items()
+        if key.startswith(prefixes)
+    }
+    return gathered or MISSING
 
 
 class _Reader:
@@ -235,7 +280,7 @@ class _Reader:
         self, record: dict[str, Any], anchor: int | None, source: str
     ) -> tuple[int | None, bool]:
         """(K, speculation) for the record; K=0 for a server without speculative_config."""
-        speculative_config = lookup(record, "speculative_config")
+        speculative_config = _speculative_config(record)
         speculation = speculative_config is not MISSING and speculative_config is not None
         if isinstance(speculative_config, dict):
             key = orjson.dumps(speculative_config, option=orjson.OPT_SORT_KEYS)
@@ -302,8 +347,10 @@ class _Reader:
             )
             return
         number = _as_whole_number(record.get("run_number"))
-        anchor = self._anchor(record, source)
-        k, speculation = self._k(record, anchor, source)
+        # Problems inside a summary.json name the record, so the user finds the run among many.
+        where = f"{source}[{position}]" if source.endswith("/" + SUMMARY_FILE) else source
+        anchor = self._anchor(record, where)
+        k, speculation = self._k(record, anchor, where)
         self.derived.append(
             {
                 "source": source,
@@ -314,12 +361,12 @@ class _Reader:
                 "speculation": speculation,
                 "anchor": anchor,
                 "k": k,
-                "global_k": self._global_k(record, source) if speculation else None,
+                "global_k": self._global_k(record, where) if speculation else None,
             }
         )
         numbers: dict[str, float | None] = {}
         others: dict[str, Any] = {}
-        _flatten(record, "", numbers, others)
+        _flatten(record, numbers, others)
         self.numbers.append(numbers)
         self.others.append(others)
 
@@ -354,21 +401,23 @@ class _Reader:
 def _data_files(root: Path) -> list[tuple[Path, str, str]]:
     """(path, kind, run number) of every file that holds runs, in a stable order.
 
-    kind is ``summary``, ``run`` (only where the folder has no summary.json), ``failure`` or
-    ``warmup``.
+    kind is ``summary``; ``run`` for run=N.json where the folder has no summary.json;
+    ``backup`` for run=N.json beside a summary.json (read only if that summary is unreadable,
+    so a damaged summary loses no data); ``failure``; or ``warmup``. Within a folder the
+    summary comes first, so the loader knows whether the backups are needed.
     """
     found: list[tuple[Path, str, str]] = []
     for folder, subfolders, names in os.walk(root):
         subfolders.sort()
         here = Path(folder)
         has_summary = SUMMARY_FILE in names
+        if has_summary:
+            found.append((here / SUMMARY_FILE, "summary", ""))
         for name in sorted(names):
             run = _RUN_FILE.match(name)
             failure = _FAILURE_FILE.match(name)
-            if name == SUMMARY_FILE:
-                found.append((here / name, "summary", ""))
-            elif run and not has_summary:
-                found.append((here / name, "run", run.group(1)))
+            if run:
+                found.append((here / name, "backup" if has_summary else "run", run.group(1)))
             elif failure:
                 found.append((here / name, "failure", failure.group(1)))
             elif name == WARMUP_FILE:
@@ -410,6 +459,7 @@ def load_experiment(
     paths = [file_path for file_path, _, _ in files]
     input_files: list[str] = []
     failures: list[tuple[int, str]] = []
+    summaries_read: set[str] = set()
     for file_path in progress(paths) if progress else paths:
         kind, run = by_path[file_path]
         relative = file_path.relative_to(root).as_posix()
@@ -422,8 +472,20 @@ def load_experiment(
                 severity=Severity.NOTE,
             )
             continue
+        if kind == "backup":
+            if combo in summaries_read:
+                continue
+            kind = "run"
+            log.add(
+                "summary-replaced-by-runs",
+                "summary.json could not be used, so the run=N.json files beside it were read",
+                relative,
+                severity=Severity.WARNING,
+            )
         input_files.append(relative)
         data = _read_json(file_path, relative, log)
+        if kind == "summary" and isinstance(data, list):
+            summaries_read.add(combo)
         if kind == "failure":
             failures.append((reader.add_failure(data, relative, combo, int(run)), combo))
             continue

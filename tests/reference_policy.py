@@ -5,7 +5,8 @@ the key lookup rules and the policy of vLLM PR #49163), without looking at ``lib
 to cross-check the real implementation, so it favours obviously-correct loops over speed and
 uses nothing but the standard library.
 
-``reference_tune(experiment_dir, ...)`` returns::
+``reference_tune(experiment_dir, ...)`` (or ``reference_tune_records(records_by_file, ...)`` on
+records already parsed) returns::
 
     {
         "schedule": [[lo, hi, k], ...],
@@ -31,6 +32,7 @@ import json
 import math
 import os
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,15 +148,18 @@ def _maybe_parse_json(value: Any) -> Any:
     return value
 
 
-def lookup(record: dict[str, Any], key: str) -> tuple[bool, Any]:
+def lookup(record: dict[str, Any], key: str, *, parse_value: bool = True) -> tuple[bool, Any]:
     """Return (found, value) for ``key`` in ``record``.
 
     The literal key first; then a dotted path through nested dicts, trying the part as written
     and its all-'_' and all-'-' spellings. A string met at any step is parsed as JSON when it
-    parses (so a JSON-encoded ``speculative_config`` can be walked into).
+    parses (so a JSON-encoded ``speculative_config`` can be walked into); the value found is
+    parsed too unless ``parse_value`` is false (a measured metric written as a string is not a
+    measurement, only parameters such as K and the anchor may be JSON strings).
     """
+    parse = _maybe_parse_json if parse_value else _unchanged
     if key in record:
-        return True, _maybe_parse_json(record[key])
+        return True, parse(record[key])
     current: Any = record
     for part in key.split("."):
         current = _maybe_parse_json(current)
@@ -167,7 +172,11 @@ def lookup(record: dict[str, Any], key: str) -> tuple[bool, Any]:
                 break
         else:
             return False, None
-    return True, _maybe_parse_json(current)
+    return True, parse(current)
+
+
+def _unchanged(value: Any) -> Any:
+    return value
 
 
 def _is_number(value: Any) -> bool:
@@ -186,9 +195,14 @@ def _as_int(value: Any) -> int | None:
 
 
 def _has_speculative_config(record: dict[str, Any]) -> bool:
-    """False for a server without speculation (no ``speculative_config``, or a null one)."""
+    """False for a server without speculation (no ``speculative_config``, or a null one).
+
+    Literal dotted keys such as ``"speculative_config.num_speculative_tokens"`` (a params file
+    with dotted keys, section 1) are a speculative_config too.
+    """
     found, value = lookup(record, SPECULATIVE_CONFIG_VAR)
-    return found and value is not None
+    dotted = any(key.replace("-", "_").startswith(SPECULATIVE_CONFIG_VAR + ".") for key in record)
+    return (found and value is not None) or dotted
 
 
 def _k_from_value(value: Any, anchor: int) -> tuple[int | None, str | None]:
@@ -288,8 +302,46 @@ def _check_settings(
         raise ReferenceRejected(problems)
 
 
-def reference_tune(
-    experiment_dir: str | Path,
+def reference_tune(experiment_dir: str | Path, **flags: Any) -> dict[str, Any]:
+    """Pick the schedule the seed's policy picks for the sweep in ``experiment_dir``; ``flags``
+    are the seed's settings by name (see :func:`_policy` for the names and defaults)."""
+    return _policy(lambda: _read_experiment(Path(experiment_dir)), **flags)
+
+
+def reference_tune_records(records_by_file: dict[str, list[Any]], **flags: Any) -> dict[str, Any]:
+    """The same policy on records parsed beforehand: file label -> the records it holds (a
+    summary.json's list). Lets bench/ time the policy without the file reading."""
+    return _policy(lambda: _label_records(records_by_file), **flags)
+
+
+def _read_experiment(root: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    if not root.is_dir():
+        raise ReferenceRejected([f"{root}: not a directory"])
+    records, problems = _collect_records(root)
+    if not records and not problems:
+        problems.append(f"{root}: no summary.json or run=N.json files found")
+    return records, problems
+
+
+def _label_records(
+    records_by_file: dict[str, list[Any]],
+) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    records: list[tuple[str, dict[str, Any]]] = []
+    problems: list[str] = []
+    for file, content in records_by_file.items():
+        for index, record in enumerate(content):
+            label = f"{file}[{index}]"
+            if isinstance(record, dict):
+                records.append((label, record))
+            else:
+                problems.append(f"{label}: a run record must be a JSON object")
+    if not records and not problems:
+        problems.append("no run records given")
+    return records, problems
+
+
+def _policy(
+    read: Callable[[], tuple[list[tuple[str, dict[str, Any]]], list[str]]],
     *,
     batch_size_var: str = "max_concurrency",
     k_var: str = DEFAULT_K_VAR,
@@ -305,7 +357,7 @@ def reference_tune(
     max_batch_size: int | None = None,
     allow_mixed_global_k: bool = False,
 ) -> dict[str, Any]:
-    """Pick the schedule the seed's policy picks for the sweep in ``experiment_dir``."""
+    """The policy on the records ``read`` returns (with the problems met reading them)."""
     _check_settings(
         objective_direction,
         min_runs,
@@ -315,14 +367,9 @@ def reference_tune(
         relative_tolerance,
     )
     maximize = objective_direction == "maximize"
-    root = Path(experiment_dir)
-    if not root.is_dir():
-        raise ReferenceRejected([f"{root}: not a directory"])
 
     # Phase 1: files and records ------------------------------------------------------------
-    records, problems = _collect_records(root)
-    if not records and not problems:
-        problems.append(f"{root}: no summary.json or run=N.json files found")
+    records, problems = read()
 
     # (anchor, K) -> list of (objective, acceptance or None)
     groups: dict[tuple[int, int], list[tuple[float, float | None]]] = {}
@@ -386,7 +433,7 @@ def reference_tune(
                 )
 
         # Objective.
-        found, objective_value = lookup(record, objective_var)
+        found, objective_value = lookup(record, objective_var, parse_value=False)
         objective: float | None = None
         if not found or objective_value is None:
             record_problems.append(f"{label}: objective {objective_var} is missing")
@@ -413,7 +460,7 @@ def reference_tune(
         # Acceptance (optional; absent or null means the run has none).
         acceptance: float | None = None
         if acceptance_var is not None:
-            found, acceptance_value = lookup(record, acceptance_var)
+            found, acceptance_value = lookup(record, acceptance_var, parse_value=False)
             if found and acceptance_value is not None:
                 if _is_number(acceptance_value) and math.isfinite(acceptance_value):
                     acceptance = float(acceptance_value)

@@ -1,0 +1,190 @@
+"""Synthetic sweeps written in the layout of `vllm bench sweep serve`, for tests.
+
+A sweep is a folder of combo folders ``SERVE--<serve>-BENCH--<bench>/`` holding ``run=N.json``
+files and a ``summary.json`` (the list of the same records); optionally ``warmup.json`` and
+``run=N.failure.json``. Records carry what the sweep adds (``run_number``, the serve and bench
+params) and the fields of a ``vllm bench serve --save-result`` record the tuner reads.
+
+Typical use::
+
+    write_grid(tmp_path, {(1, 0): [100, 101, 99], (1, 3): [150, 151, 149]})
+
+K can be recorded four ways (``spec``):
+
+- ``"schedule"``: the seed's design, a fixed global ``num_speculative_tokens`` and the effective
+  K as a one-range schedule ``[[1, MAX_NUM_SEQS, K]]``;
+- ``"static"``: ``num_speculative_tokens`` is K itself (no schedule);
+- ``"none"``: a server without speculation, no ``speculative_config`` at all (K=0 only);
+- a dict: used verbatim as the ``speculative_config``.
+
+and the ``speculative_config`` can be spelled three ways (``keys``): ``"nested"`` (a dict),
+``"dotted"`` (literal keys ``"speculative_config.<field>"``, as a params file with dotted keys
+leaves them) or ``"json-string"`` (the whole config as one JSON string).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+MAX_NUM_SEQS = 256
+DEFAULT_GLOBAL_K = 7
+NUM_PROMPTS = 100
+
+
+def speculative_config(
+    k: int, spec: str | Mapping[str, Any] = "schedule", global_k: int | None = DEFAULT_GLOBAL_K
+) -> dict[str, Any] | None:
+    """The ``speculative_config`` a run with effective K was served with (None: no speculation).
+
+    ``global_k=None`` leaves ``num_speculative_tokens`` out of a ``"schedule"`` config.
+    """
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    if spec == "none":
+        assert k == 0, "only K=0 can be a server without speculation"
+        return None
+    config: dict[str, Any] = {"method": "eagle3", "model": "drafter"}
+    if spec == "static":
+        config["num_speculative_tokens"] = k
+    elif spec == "schedule":
+        if global_k is not None:
+            config["num_speculative_tokens"] = global_k
+        config["num_speculative_tokens_per_batch_size"] = [[1, MAX_NUM_SEQS, k]]
+    else:
+        raise ValueError(f"unknown spec style {spec!r}")
+    return config
+
+
+def record(
+    anchor: int | None,
+    k: int,
+    *,
+    run_number: int = 0,
+    spec: str | Mapping[str, Any] = "schedule",
+    keys: str = "nested",
+    global_k: int | None = DEFAULT_GLOBAL_K,
+    **fields: Any,
+) -> dict[str, Any]:
+    """One run record at batch size ``anchor`` (``max_concurrency``) and K.
+
+    Healthy by default (``completed == num_prompts``, ``failed == 0``) with made-up metrics;
+    ``fields`` override or add any field (``output_throughput=123.0``, ``failed=2``, ...).
+    A field given as ``None`` is kept as a JSON null.
+    """
+    result: dict[str, Any] = {
+        "backend": "vllm",
+        "model_id": "test/model",
+        "num_prompts": NUM_PROMPTS,
+        "request_rate": "inf",
+        "completed": NUM_PROMPTS,
+        "failed": 0,
+        "duration": 10.0,
+        "output_throughput": 1000.0,
+        "request_goodput": None,
+        "median_tpot_ms": 10.0,
+        "mean_tpot_ms": 10.5,
+        "run_number": run_number,
+        "max_concurrency": anchor,
+    }
+    if k > 0:
+        result["spec_decode_acceptance_length"] = 1.0 + 0.5 * k
+        result["spec_decode_per_position_acceptance_rates"] = [0.8**i for i in range(1, k + 1)]
+    config = speculative_config(k, spec, global_k)
+    if config is not None:
+        if keys == "nested":
+            result["speculative_config"] = config
+        elif keys == "json-string":
+            result["speculative_config"] = json.dumps(config)
+        elif keys == "dotted":
+            for name, value in config.items():
+                result[f"speculative_config.{name}"] = value
+        else:
+            raise ValueError(f"unknown key style {keys!r}")
+    result.update(fields)
+    return result
+
+
+def combo_name(anchor: int | None, k: int, spec: str | Mapping[str, Any] = "schedule") -> str:
+    serve = "no-spec" if spec == "none" else f"k{k}"
+    return f"SERVE--{serve}-BENCH--c{anchor}"
+
+
+def write_json(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return path
+
+
+def write_combo(
+    folder: Path,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    summary: bool = True,
+    run_files: bool = True,
+    warmup: Mapping[str, Any] | None = None,
+    failures: Mapping[int, Any] | None = None,
+) -> Path:
+    """Write one combo folder: ``run=N.json`` per record (N = its ``run_number``) and/or a
+    ``summary.json`` of all of them, an optional ``warmup.json`` and ``run=N.failure.json``
+    files (``failures`` maps N to the file's content)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if run_files:
+        for position, run in enumerate(records):
+            write_json(folder / f"run={run.get('run_number', position)}.json", run)
+    if summary:
+        write_json(folder / "summary.json", list(records))
+    if warmup is not None:
+        write_json(folder / "warmup.json", warmup)
+    for number, content in (failures or {}).items():
+        write_json(folder / f"run={number}.failure.json", content)
+    return folder
+
+
+def write_grid(
+    root: Path,
+    cells: Mapping[tuple[int, int], Iterable[float]],
+    *,
+    objective: str = "output_throughput",
+    spec: str = "schedule",
+    keys: str = "nested",
+    global_k: int | None = DEFAULT_GLOBAL_K,
+    summary: bool = True,
+    run_files: bool = True,
+    **fields: Any,
+) -> Path:
+    """A whole sweep: one combo per (anchor, K) with one run per objective value.
+
+    ``spec="none"`` applies to K=0 only (K>0 cells use ``"schedule"``); ``fields`` go into
+    every record. Returns ``root``.
+    """
+    for (anchor, k), values in cells.items():
+        cell_spec = spec if k == 0 or spec != "none" else "schedule"
+        records = [
+            record(
+                anchor,
+                k,
+                run_number=number,
+                spec=cell_spec,
+                keys=keys,
+                global_k=global_k,
+                **{**fields, objective: value},
+            )
+            for number, value in enumerate(values)
+        ]
+        write_combo(
+            root / combo_name(anchor, k, cell_spec),
+            records,
+            summary=summary,
+            run_files=run_files,
+        )
+    return root
+
+
+def grid(
+    anchors: Iterable[int], values: Mapping[int, Sequence[float]]
+) -> dict[tuple[int, int], Sequence[float]]:
+    """The same runs per K at every anchor: ``grid([1, 64], {0: [...], 3: [...]})``."""
+    return {(anchor, k): runs for anchor in anchors for k, runs in values.items()}

@@ -1,0 +1,120 @@
+"""Key lookup in run records (vllm-formats.md section 3) and K at an anchor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lib.keys import MISSING, k_at_batch_size, lookup, parse_json_string
+
+K_VAR = "speculative_config.num_speculative_tokens_per_batch_size"
+
+
+def test_parse_json_string() -> None:
+    assert parse_json_string("3") == 3
+    assert parse_json_string('{"a": 1}') == {"a": 1}
+    assert parse_json_string("abc") == "abc"
+    assert parse_json_string(4) == 4
+
+
+def test_literal_key_with_dots_wins_over_the_nested_path() -> None:
+    record = {
+        "speculative_config.num_speculative_tokens": 5,
+        "speculative_config": {"num_speculative_tokens": 7},
+    }
+    assert lookup(record, "speculative_config.num_speculative_tokens") == 5
+
+
+def test_dotted_path_walks_nested_dicts() -> None:
+    record = {"speculative_config": {"num_speculative_tokens": 7}}
+    assert lookup(record, "speculative_config.num_speculative_tokens") == 7
+
+
+def test_absent_key_is_missing_and_null_is_found() -> None:
+    assert lookup({"a": {"b": 1}}, "a.c") is MISSING
+    assert lookup({"a": 1}, "a.b") is MISSING
+    assert lookup({"a": None}, "a") is None
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"speculative-config": {"num-speculative-tokens": 4}},
+        {"speculative_config": {"num-speculative-tokens": 4}},
+        {"speculative-config": {"num_speculative_tokens": 4}},
+    ],
+    ids=["all-dashes", "dash-leaf", "dash-root"],
+)
+def test_dash_and_underscore_spellings_per_part(record: dict[str, object]) -> None:
+    assert lookup(record, "speculative_config.num_speculative_tokens") == 4
+
+
+def test_dash_spelling_of_a_literal_key() -> None:
+    assert lookup({"max-concurrency": 8}, "max_concurrency") == 8
+
+
+def test_json_string_value_is_parsed() -> None:
+    assert lookup({"max_concurrency": "16"}, "max_concurrency") == 16
+    schedule = [[1, 256, 3]]
+    assert lookup({"speculative_config": {"k": json.dumps(schedule)}}, "speculative_config.k") == (
+        schedule
+    )
+
+
+def test_json_string_intermediate_dict_is_walked_into() -> None:
+    config = {"num_speculative_tokens": 7, "num_speculative_tokens_per_batch_size": [[1, 64, 2]]}
+    record = {"speculative_config": json.dumps(config)}
+    assert lookup(record, "speculative_config.num_speculative_tokens") == 7
+    assert lookup(record, K_VAR) == [[1, 64, 2]]
+
+
+def test_non_json_string_is_kept_as_is() -> None:
+    assert lookup({"label": "fast run"}, "label") == "fast run"
+
+
+def test_static_k() -> None:
+    assert k_at_batch_size(3, 64) == 3
+    assert k_at_batch_size(0, 1) == 0
+    assert k_at_batch_size(3.0, 64) == 3
+
+
+@pytest.mark.parametrize("value", [True, False, -1, 2.5, "3", None, {"1-16": 3}, []])
+def test_values_that_are_not_a_k(value: object) -> None:
+    # bool is an int subclass in Python but never a K; a string must have been parsed already
+    assert k_at_batch_size(value, 8) is None
+
+
+SCHEDULE = [[1, 7, 5], [16, 63, 3], [64, 128, 0]]
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "expected"),
+    [
+        (1, 5),  # first range
+        (7, 5),  # end of the first range
+        (8, 5),  # gap 8..15 inherits the previous range's K
+        (16, 3),
+        (100, 0),
+        (500, 0),  # past the last range: the last K
+    ],
+)
+def test_schedule_resolved_at_the_anchor(batch_size: int, expected: int) -> None:
+    assert k_at_batch_size(SCHEDULE, batch_size) == expected
+
+
+def test_schedule_in_any_order_is_sorted_by_start() -> None:
+    assert k_at_batch_size(list(reversed(SCHEDULE)), 20) == 3
+
+
+def test_schedule_starting_above_the_anchor_gives_no_k() -> None:
+    assert k_at_batch_size([[8, 64, 3]], 4) is None
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [[[1, 64]], [[1, 64, "3"]], [[True, 64, 3]], [[1, 64, -1]], [3]],
+    ids=["two-items", "string-k", "bool-start", "negative-k", "not-a-range"],
+)
+def test_malformed_schedules_give_no_k(schedule: list[object]) -> None:
+    assert k_at_batch_size(schedule, 8) is None
