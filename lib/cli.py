@@ -14,8 +14,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from lib import cli_tools
+from lib.analysis import Options, analyse
+from lib.confidence import DEFAULT_CONFIDENCE, DEFAULT_SEED, POLICIES
 from lib.problems import Severity
-from lib.schedule import Settings, TuningResult, tune
+from lib.schedule import Settings, TuningResult
 from lib.sweeps import DEFAULT_BATCH_SIZE_VAR, DEFAULT_K_VAR, load_experiment
 
 OUTPUT_FILE = "speculative_k_schedule.json"
@@ -36,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "Example: tune-spec-k results/20261129_101500 --objective-var median_tpot_ms "
-            "--objective-direction minimize"
+            "--objective-direction minimize. The rest of the loop (docs/loop.md): "
+            "tune-spec-k plan | check | diff | export --help."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -118,6 +122,39 @@ def build_parser() -> argparse.ArgumentParser:
         "between candidates, as in sweeps of static-K servers; the schedule is exported "
         "with the largest",
     )
+    parser.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default="seed",
+        help="(not in the seed) how to pick K per anchor: the seed's conservative score, or "
+        "'confident': the smallest K whose probability of being within the relative tolerance "
+        "of the best reaches --confidence (anchors where none does are unresolved and get a "
+        "provisional K); noisy cells are weighed instead of rejected",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=float,
+        default=DEFAULT_CONFIDENCE,
+        help="(not in the seed) P(eps-good) an anchor's pick needs to count as resolved",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        help="(not in the seed) seed of the Monte-Carlo behind P(eps-good); same seed, same output",
+    )
+    parser.add_argument(
+        "--interpolated-schedule",
+        action="store_true",
+        help="(not in the seed) emit the schedule with switch points interpolated between "
+        "anchors instead of switching at the upper anchor",
+    )
+    parser.add_argument(
+        "--plan-json",
+        default=None,
+        metavar="PATH",
+        help="(not in the seed) also write the measurement plan (reruns, new anchors) as JSON",
+    )
     return parser
 
 
@@ -134,6 +171,15 @@ def settings_from(arguments: argparse.Namespace) -> Settings:
         relative_tolerance=arguments.relative_tolerance,
         max_batch_size=arguments.max_batch_size,
         allow_mixed_global_k=arguments.allow_mixed_global_k,
+    )
+
+
+def options_from(arguments: argparse.Namespace) -> Options:
+    return Options(
+        policy=arguments.policy,
+        confidence=arguments.confidence,
+        seed=arguments.seed,
+        interpolated_schedule=arguments.interpolated_schedule,
     )
 
 
@@ -158,9 +204,14 @@ def decision_lines(result: TuningResult) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; a closed stdout (``tune-spec-k DIR | head -1``) ends quietly."""
+    """Entry point; a closed stdout (``tune-spec-k DIR | head -1``) ends quietly. A first
+    argument naming a subcommand (``plan``, ``check``, ``diff``, ``export``) runs it
+    (:mod:`lib.cli_tools`); a folder with such a name is given as ``./plan``."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _run(argv)
+        if arguments and arguments[0] in cli_tools.SUBCOMMANDS:
+            return cli_tools.main(arguments)
+        return _run(arguments)
     except BrokenPipeError:
         # Python would complain again when flushing the dead pipe at exit: point it elsewhere.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -173,7 +224,8 @@ def _run(argv: Sequence[str] | None) -> int:
     sweep = load_experiment(
         arguments.experiment_dir, batch_size_var=arguments.batch_size_var, k_var=arguments.k_var
     )
-    result = tune(sweep, settings)
+    analysis = analyse(sweep, settings, options_from(arguments))
+    result = analysis.result
     for problem in result.problems:
         if problem.severity is not Severity.ERROR:
             print(problem.describe(), file=sys.stderr)
@@ -188,16 +240,29 @@ def _run(argv: Sequence[str] | None) -> int:
             print("  " + problem.describe(), file=sys.stderr)
         return EXIT_BAD_INPUT
     output = Path(arguments.output_json or Path(arguments.experiment_dir) / OUTPUT_FILE)
-    try:
-        output.write_text(result.to_json_text(), encoding="utf-8")
-    except OSError as error:
-        print(f"tune-spec-k: cannot write {output}: {error.strerror or error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    plan = analysis.plan
+    writes = [(output, result.to_json_text())]
+    if arguments.plan_json is not None and plan is not None:
+        writes.insert(0, (Path(arguments.plan_json), plan.to_json_text()))
+    for path, text in writes:
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as error:
+            print(f"tune-spec-k: cannot write {path}: {error.strerror or error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     print(json.dumps([list(r) for r in result.schedule or ()]))
     for line in decision_lines(result):
         print(line)
+    if analysis.report is not None:
+        for line in analysis.report.status_lines(result):
+            print(line)
+    for line in analysis.switch_points.text_lines() if analysis.switch_points else []:
+        print(line)
+    for line in plan.text_lines() if plan is not None else []:
+        print(line)
     print("--speculative-config " + shlex.quote(json.dumps(result.speculative_config())))
-    print(f"Wrote {output}")
+    for path, _ in writes:
+        print(f"Wrote {path}")
     return EXIT_OK
 
 

@@ -60,7 +60,8 @@ def lookup(record: Mapping[str, Any], key: str) -> Any:
     node: Any = record
     for part_spellings in _path_spellings(key):
         node = parse_json_string(node)
-        if not isinstance(node, Mapping):
+        # The exact-type test first: the ABC check is slow, and records are plain dicts.
+        if type(node) is not dict and not isinstance(node, Mapping):
             return MISSING
         for spelling in part_spellings:
             if spelling in node:
@@ -88,17 +89,21 @@ def k_at_batch_size(value: Any, batch_size: int) -> int | None:
     if isinstance(value, float):
         return int(value) if value.is_integer() and value >= 0 else None
     if isinstance(value, list) and value:
-        ranges: list[tuple[int, int]] = []
+        # The last range in (lo, K) order with lo <= batch_size, in one pass: the loader calls
+        # this for every record.
+        chosen: tuple[int, int] | None = None
         for entry in value:
             if not (isinstance(entry, list | tuple) and len(entry) == 3):
                 return None
             start, k = entry[0], entry[2]
-            if not all(isinstance(x, int) and not isinstance(x, bool) for x in (start, k)):
+            if not (
+                isinstance(start, int)
+                and not isinstance(start, bool)
+                and isinstance(k, int)
+                and not isinstance(k, bool)
+            ):
                 return None
-            ranges.append((start, k))
-        chosen = None
-        for start, k in sorted(ranges):
-            if start <= batch_size:
-                chosen = k
-        return chosen if chosen is None or chosen >= 0 else None
+            if start <= batch_size and (chosen is None or (start, k) > chosen):
+                chosen = (start, k)
+        return chosen[1] if chosen is not None and chosen[1] >= 0 else None
     return None

@@ -19,8 +19,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import polars as pl
@@ -496,11 +496,12 @@ def anchor_grid_gate(cells: pl.DataFrame) -> list[Problem]:
     Checked on every cell measured, kept or not."""
     problems = []
     anchors = sorted(cells["anchor"].unique().to_list())
+    # One aggregation, not a frame per anchor: this gate runs on every slider move in the app.
+    per_anchor = cells.group_by("anchor", maintain_order=True).agg(
+        pl.col("k"), pl.col("files").explode().drop_nulls().unique(maintain_order=True)
+    )
     # Grid problems concern whole anchors: name their files so the user can find them.
-    files_at = {
-        anchor: tuple(dict.fromkeys(itertools.chain.from_iterable(group["files"].to_list())))
-        for (anchor,), group in cells.group_by("anchor", maintain_order=True)
-    }
+    files_at = {anchor: tuple(files) for anchor, _, files in per_anchor.iter_rows()}
     if anchors and anchors[0] != 1:
         problems.append(
             Problem(
@@ -514,10 +515,7 @@ def anchor_grid_gate(cells: pl.DataFrame) -> list[Problem]:
                 extra={"anchors": anchors},
             )
         )
-    k_sets = {
-        anchor: set(group["k"].to_list())
-        for (anchor,), group in cells.group_by("anchor", maintain_order=True)
-    }
+    k_sets = {anchor: set(ks) for anchor, ks, _ in per_anchor.iter_rows()}
     every_k = set().union(*k_sets.values()) if k_sets else set()
     for anchor in anchors:
         missing = sorted(every_k - k_sets[anchor])
@@ -579,18 +577,21 @@ DECISION_SCHEMA = {
 }
 
 
-def decide(cells: pl.DataFrame, maximize: bool) -> pl.DataFrame:
+def decide(
+    cells: pl.DataFrame, maximize: bool, score: Literal["conservative", "median"] = "conservative"
+) -> pl.DataFrame:
     """One row per anchor (:data:`DECISION_SCHEMA`) from cells with ``selected`` / ``tied``.
 
-    ``vs_best_percent``: the selected K's conservative score against the best one's, in percent
-    of improvement (0 when the best itself was selected, negative when a smaller tied K won).
-    ``vs_k0_percent``: the selected K's conservative score against K=0's, positive = better
-    (for a minimised objective, ``k0 / selected - 1``); null without a kept K=0 cell or when
-    K=0 scored 0. ``complete`` is false when any cell at the anchor was rejected, so the pick
-    was made among fewer K than were measured. An anchor with no kept cell has a null K.
+    ``vs_best_percent``: ``(ratio - 1) * 100`` of the selected cell, i.e. its score against the
+    best one's (0 when the best itself was selected, negative when a smaller tied K won).
+    ``vs_k0_percent``: the selected K's ``score`` column (the seed ranks by the conservative
+    score; the confident rule by the median) against K=0's, positive = better (for a minimised
+    objective, ``k0 / selected - 1``); null without a kept K=0 cell or when K=0 scored 0.
+    ``complete`` is false when any cell at the anchor was rejected, so the pick was made among
+    fewer K than were measured. An anchor with no kept cell has a null K.
     """
     k0 = cells.filter((pl.col("k") == 0) & (pl.col("status") == "kept")).select(
-        "anchor", pl.col("conservative").alias("_k0")
+        "anchor", pl.col(score).alias("_k0")
     )
     per_anchor = cells.group_by("anchor").agg(
         pl.col("k").filter(pl.col("tied")).alias("tied_k"),
@@ -603,11 +604,8 @@ def decide(cells: pl.DataFrame, maximize: bool) -> pl.DataFrame:
         pl.col("conservative").alias("selected_conservative"),
         ((pl.col("ratio") - 1) * 100).alias("vs_best_percent"),
     )
-    gain = (
-        pl.col("selected_conservative") / pl.col("_k0")
-        if maximize
-        else pl.col("_k0") / pl.col("selected_conservative")
-    )
+    selected_score = pl.col("selected_" + score)
+    gain = selected_score / pl.col("_k0") if maximize else pl.col("_k0") / selected_score
     return (
         per_anchor.join(selected, on="anchor", how="left")
         .join(k0, on="anchor", how="left")
@@ -719,6 +717,10 @@ class TuningResult:
     configured_global_k: int | None
     max_k_observed: int | None
     problems: tuple[Problem, ...]
+    #: Per-anchor ``batch_decisions[i]["confidence"]`` blocks (:mod:`lib.confidence`).
+    confidence: Mapping[int, Mapping[str, Any]] | None = None
+    #: Further top-level JSON keys (decision policy, switch points), after ``problems``.
+    additions: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -803,6 +805,10 @@ class TuningResult:
             }
             for row in self.decisions.to_dicts()
         ]
+        for decision in decisions:
+            block = (self.confidence or {}).get(decision["batch_size"])
+            if block is not None:
+                decision["confidence"] = dict(block)
         return {
             "num_speculative_tokens_per_batch_size": [list(r) for r in self.schedule or ()],
             "configured_global_num_speculative_tokens": self.configured_global_k,
@@ -812,6 +818,7 @@ class TuningResult:
             "input_summary_files": sorted(self.sweep.input_files),
             "speculative_config": self.speculative_config(),
             "problems": [problem.to_json() for problem in self.problems],
+            **self.additions,
         }
 
     def to_json_text(self) -> str:

@@ -77,8 +77,6 @@ Progress = Callable[[Sequence[Path]], Iterable[Path]]
 _TOP_LEVEL_NAMES: dict[str, str | None] = {
     name: None if name == "run_number" else "record." + name for name in DERIVED_COLUMNS
 }
-_NUMBER_TYPES = frozenset({int, float, type(None)})
-_TEXT_TYPES = frozenset({str, bool})
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,7 +170,7 @@ def _flatten(
 
     Runs once per field of every record, so it dispatches on exact types (a JSON parser makes
     nothing else; ``bool`` is not ``int`` here) and leaves ints as they are: the Float64 frame
-    converts them exactly as ``float()`` would."""
+    converts them exactly as ``float()`` would (:func:`_frame` handles ints beyond 128 bits)."""
     for key, value in record.items():
         kind = type(value)
         if key in _TOP_LEVEL_NAMES:
@@ -180,9 +178,9 @@ def _flatten(
             if renamed is None:
                 continue
             key = renamed
-        if kind in _NUMBER_TYPES:
+        if kind is float or kind is int or value is None:
             numbers[key] = value
-        elif kind in _TEXT_TYPES:
+        elif kind is str or kind is bool:
             others[key] = value
         elif kind is dict:
             _flatten_nested(value, key + ".", numbers, others)
@@ -197,9 +195,9 @@ def _flatten_nested(
     """:func:`_flatten` below the top level, where no field clashes with a derived column."""
     for key, value in record.items():
         kind = type(value)
-        if kind in _NUMBER_TYPES:
+        if kind is float or kind is int or value is None:
             numbers[prefix + key] = value
-        elif kind in _TEXT_TYPES:
+        elif kind is str or kind is bool:
             others[prefix + key] = value
         elif kind is dict:
             _flatten_nested(value, prefix + key + ".", numbers, others)
@@ -398,30 +396,31 @@ class _Reader:
         return len(self.derived) - 1
 
 
-def _data_files(root: Path) -> list[tuple[Path, str, str]]:
-    """(path, kind, run number) of every file that holds runs, in a stable order.
+def _data_files(root: Path) -> list[tuple[Path, str, str, str]]:
+    """(folder, file name, kind, run number) of every file that holds runs, in a stable order.
 
     kind is ``summary``; ``run`` for run=N.json where the folder has no summary.json;
     ``backup`` for run=N.json beside a summary.json (read only if that summary is unreadable,
     so a damaged summary loses no data); ``failure``; or ``warmup``. Within a folder the
-    summary comes first, so the loader knows whether the backups are needed.
+    summary comes first, so the loader knows whether the backups are needed. Folder and name
+    stay apart: most entries are backups never read, not worth a Path each.
     """
-    found: list[tuple[Path, str, str]] = []
+    found: list[tuple[Path, str, str, str]] = []
     for folder, subfolders, names in os.walk(root):
         subfolders.sort()
         here = Path(folder)
         has_summary = SUMMARY_FILE in names
         if has_summary:
-            found.append((here / SUMMARY_FILE, "summary", ""))
+            found.append((here, SUMMARY_FILE, "summary", ""))
         for name in sorted(names):
             run = _RUN_FILE.match(name)
             failure = _FAILURE_FILE.match(name)
             if run:
-                found.append((here / name, "backup" if has_summary else "run", run.group(1)))
+                found.append((here, name, "backup" if has_summary else "run", run.group(1)))
             elif failure:
-                found.append((here / name, "failure", failure.group(1)))
+                found.append((here, name, "failure", failure.group(1)))
             elif name == WARMUP_FILE:
-                found.append((here / name, "warmup", ""))
+                found.append((here, name, "warmup", ""))
     return found
 
 
@@ -448,22 +447,28 @@ def load_experiment(
     elif not root.is_dir():
         log.add("not-a-folder", "the experiment path is not a folder", shown_root)
     files = _data_files(root) if root.is_dir() else []
-    if root.is_dir() and not any(kind != "warmup" for _, kind, _ in files):
+    if root.is_dir() and not any(kind != "warmup" for _, _, kind, _ in files):
         log.add(
             "empty-experiment",
             "no summary.json or run=N.json files anywhere below the folder "
             "(is this the output of `vllm bench sweep serve`?)",
             shown_root,
         )
-    by_path = {file_path: (kind, run) for file_path, kind, run in files}
-    paths = [file_path for file_path, _, _ in files]
+    # The progress wrapper sees the files read unless a summary is damaged (not the backups),
+    # and advances as each is read.
+    to_read = [folder / name for folder, name, kind, _ in files if kind != "backup"]
+    ticks = iter(progress(to_read)) if progress else None
     input_files: list[str] = []
     failures: list[tuple[int, str]] = []
-    summaries_read: set[str] = set()
-    for file_path in progress(paths) if progress else paths:
-        kind, run = by_path[file_path]
+    summaries_read: set[Path] = set()
+    for folder, name, kind, run in files:
+        if kind == "backup" and folder in summaries_read:
+            continue
+        if ticks is not None and kind != "backup":
+            next(ticks, None)
+        file_path = folder / name
         relative = file_path.relative_to(root).as_posix()
-        combo = file_path.parent.relative_to(root).as_posix()
+        combo = folder.relative_to(root).as_posix()
         if kind == "warmup":
             log.add(
                 "warmup-ignored",
@@ -473,8 +478,6 @@ def load_experiment(
             )
             continue
         if kind == "backup":
-            if combo in summaries_read:
-                continue
             kind = "run"
             log.add(
                 "summary-replaced-by-runs",
@@ -485,7 +488,7 @@ def load_experiment(
         input_files.append(relative)
         data = _read_json(file_path, relative, log)
         if kind == "summary" and isinstance(data, list):
-            summaries_read.add(combo)
+            summaries_read.add(folder)
         if kind == "failure":
             failures.append((reader.add_failure(data, relative, combo, int(run)), combo))
             continue
@@ -504,6 +507,10 @@ def load_experiment(
                 value=show_value(data),
                 expected="a list of `vllm bench serve` records",
             )
+    if ticks is not None:
+        # Run the wrapper to its end: a progress bar closes when its iteration finishes.
+        for _ in ticks:
+            pass
     _place_failures(reader, failures)
     runs, non_numeric = _frame(reader)
     return Sweep(
@@ -544,20 +551,35 @@ _DERIVED_SCHEMA: dict[str, type[pl.DataType]] = {
 }
 
 
+def _as_float(value: float | None) -> float | None:
+    """An int as the nearest float; one beyond the float range as an infinity of its sign."""
+    if type(value) is not int:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def _frame(reader: _Reader) -> tuple[pl.DataFrame, dict[str, dict[int, str]]]:
-    metric_names: dict[str, None] = {}
+    # Only the keys matter (first-seen order); updating with the rows themselves is cheapest.
+    metric_names: dict[str, Any] = {}
     for numbers in reader.numbers:
-        metric_names.update(dict.fromkeys(numbers))
+        metric_names.update(numbers)
     derived = pl.from_dicts(reader.derived, schema=_DERIVED_SCHEMA)
     # JSON NaN arrives as a float NaN and is kept: the policy rejects non-finite values by name.
-    metrics = (
-        pl.from_dicts(reader.numbers, schema=dict.fromkeys(metric_names, pl.Float64))
-        if reader.numbers
-        else pl.DataFrame()
-    )
+    schema = dict.fromkeys(metric_names, pl.Float64)
+    try:
+        metrics = pl.from_dicts(reader.numbers, schema=schema) if reader.numbers else pl.DataFrame()
+    except OverflowError:
+        # Polars takes ints up to 128 bits; Python's json, the fallback parser, reads any size.
+        rows = [{name: _as_float(value) for name, value in row.items()} for row in reader.numbers]
+        metrics = pl.from_dicts(rows, schema=schema)
     non_numeric: dict[str, dict[int, str]] = {}
-    for row, others in enumerate(reader.others):
-        for name, value in others.items():
-            if name in metric_names:
-                non_numeric.setdefault(name, {})[row] = show_value(value)
+    text_names: set[str] = set().union(*reader.others)
+    if not text_names.isdisjoint(metric_names):
+        for row, others in enumerate(reader.others):
+            for name, value in others.items():
+                if name in metric_names:
+                    non_numeric.setdefault(name, {})[row] = show_value(value)
     return pl.concat([derived, metrics], how="horizontal"), non_numeric

@@ -254,19 +254,22 @@ def test_stdout_structure(good_sweep: Path, capsys: pytest.CaptureFixture[str]) 
     assert code == cli.EXIT_OK
     lines = out.splitlines()
     written = _read(good_sweep / cli.OUTPUT_FILE)
-    # The schedule, one line per anchor, the deploy line, the path.
-    assert len(lines) == 1 + len(GOOD_ANCHORS) + 2
+    # The seed's lines: the schedule, one line per anchor; then tune-spec-k's additions
+    # (confidence status per anchor, switch points, plan); then the deploy line and the path.
     assert json.loads(lines[0]) == written["num_speculative_tokens_per_batch_size"]
     assert json.loads(lines[0]) == GOOD_SCHEDULE
     for line, anchor, k in zip(lines[1:4], GOOD_ANCHORS, [2, 2, 0], strict=True):
         assert line.startswith(f"batch_size={anchor}: K={k} "), line
-    deploy = shlex.split(lines[4])
+    statuses = [line for line in lines if line.split(":")[0].startswith("batch_size=")][3:]
+    assert [line.split(":")[0] for line in statuses] == [f"batch_size={a}" for a in GOOD_ANCHORS]
+    assert all(" resolved" in line or " unresolved" in line for line in statuses)
+    deploy = shlex.split(lines[-2])
     assert deploy[0] == "--speculative-config"
     config = json.loads(deploy[1])
     assert config["num_speculative_tokens_per_batch_size"] == GOOD_SCHEDULE
     assert config["num_speculative_tokens"] == DEFAULT_GLOBAL_K
     assert config["method"] == "eagle3"  # shared by every run of the sweep
-    assert lines[5] == f"Wrote {good_sweep / cli.OUTPUT_FILE}"
+    assert lines[-1] == f"Wrote {good_sweep / cli.OUTPUT_FILE}"
 
 
 def test_anchor_lines_show_the_hand_computed_scores(
@@ -292,7 +295,9 @@ def test_json_has_the_seed_keys_in_order(
     assert list(data)[: len(SEED_KEYS)] == SEED_KEYS
     assert list(data["selection"])[: len(SEED_SELECTION_KEYS)] == SEED_SELECTION_KEYS
     for decision in data["batch_decisions"]:
-        assert list(decision) == DECISION_KEYS
+        # The seed's keys in order, then the confidence block (issue: decision confidence).
+        assert list(decision) == [*DECISION_KEYS, "confidence"]
+        assert decision["confidence"]["status"] in ("resolved", "unresolved")
         for candidate in decision["candidates"]:
             assert list(candidate) == CANDIDATE_KEYS
 

@@ -1,0 +1,232 @@
+"""Speed of the loader and the policy on a large sweep, as ratios against baselines run in the
+same process (no absolute targets: machines differ, ratios travel).
+
+    uv run python bench/bench_core.py [SWEEP_DIR] [--repeats 5] [--runs 20000]
+
+Without SWEEP_DIR a sweep of ``--runs`` runs is generated into a temporary folder by
+``bench/make_large_sweep.py`` (and removed afterwards); with it, that sweep is reused as is.
+
+Measured (median of ``--repeats`` timed repetitions after one untimed warm-up; lib and baseline
+alternate, so a slow spell of the machine hits both):
+
+- load: ``lib.sweeps.load_experiment(dir)`` against a plain loop
+  ``json.loads(path.read_bytes())`` over the very files the loader reads (every summary.json,
+  the list made beforehand). Target ratio <= 1.0.
+- policy: ``lib.schedule.tune(sweep, Settings())`` on the loaded sweep against the pure-Python
+  reference policy (``tests/reference_policy.reference_tune_records``) on records parsed
+  beforehand. Target: lib at least 10x faster (ratio <= 0.1).
+- end to end (no target): load + tune against ``reference_tune(dir)``, both reading the files.
+- parsing share (no target): an ``orjson.loads`` loop over the same files against
+  ``load_experiment``: the part of loading that is parsing alone.
+
+Both policies must give the same schedule (the bench stops with an AssertionError otherwise).
+Peak memory of loading is measured in fresh subprocesses (growth of the peak resident set,
+``VmHWM``, above what the interpreter holds after its imports). Exit status 1 when a target
+is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
+
+from make_large_sweep import DEFAULT_RUNS, DEFAULT_RUNS_PER_CELL, write_sweep  # noqa: E402
+from reference_policy import reference_tune, reference_tune_records  # noqa: E402
+
+from lib.schedule import Settings, tune  # noqa: E402
+from lib.sweeps import load_experiment  # noqa: E402
+
+# Child process for the memory figures: argv = mode, sweep dir; prints the growth of the peak
+# resident set (KiB) caused by loading, above what the shared imports left. VmHWM, not
+# ru_maxrss: Linux carries ru_maxrss over from the (large) parent across exec.
+_MEMORY_PROBE = """
+import json, resource, sys
+from pathlib import Path
+from lib.sweeps import load_experiment
+
+def peak_kib():
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+mode, root = sys.argv[1], Path(sys.argv[2])
+files = sorted(root.rglob("summary.json"))
+before = peak_kib()
+if mode == "lib":
+    kept = load_experiment(root)
+else:
+    kept = [json.loads(path.read_bytes()) for path in files]
+print(peak_kib() - before)
+"""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Medians in seconds: wall clock (the figure judged) and this process's CPU time (steadier
+    on a busy machine; it adds up Polars' threads, so it can exceed the wall time)."""
+
+    lib_wall: float
+    baseline_wall: float
+    lib_cpu: float
+    baseline_cpu: float
+
+
+def time_pair(lib: Callable[[], Any], baseline: Callable[[], Any], repeats: int) -> Timing:
+    """Both calls timed ``repeats`` times after one warm-up call each, alternating. The garbage
+    of the previous call is collected before each timed call, so neither pays for the other's."""
+    lib()
+    baseline()
+    samples: dict[str, list[tuple[float, float]]] = {"lib": [], "baseline": []}
+    for _ in range(repeats):
+        for name, call in (("lib", lib), ("baseline", baseline)):
+            gc.collect()
+            wall, cpu = time.perf_counter(), time.process_time()
+            call()
+            samples[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+
+    def median(name: str, index: int) -> float:
+        return statistics.median(sample[index] for sample in samples[name])
+
+    return Timing(median("lib", 0), median("baseline", 0), median("lib", 1), median("baseline", 1))
+
+
+def peak_memory_mib(mode: str, sweep_dir: Path) -> float:
+    probe = subprocess.run(
+        [sys.executable, "-c", _MEMORY_PROBE, mode, str(sweep_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return int(probe.stdout.strip()) / 1024
+
+
+def summary_files(sweep_dir: Path) -> list[Path]:
+    """The files the loader reads on a sweep where every combo has its summary.json."""
+    return sorted(sweep_dir.rglob("summary.json"))
+
+
+def check_same_schedule(sweep_dir: Path) -> tuple[list[list[int]], int]:
+    sweep = load_experiment(sweep_dir)
+    result = tune(sweep, Settings())
+    assert result.ok, "lib rejected the bench sweep:\n" + "\n".join(
+        problem.describe() for problem in result.errors
+    )
+    reference = reference_tune(sweep_dir)
+    schedule = [list(r) for r in result.schedule or ()]
+    assert schedule == reference["schedule"], (
+        f"lib and the reference disagree: {schedule} vs {reference['schedule']}"
+    )
+    lib_picks = dict(zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True))
+    reference_picks = {d["batch_size"]: d["selected_k"] for d in reference["decisions"]}
+    assert lib_picks == reference_picks, "lib and the reference pick different K at some anchor"
+    return schedule, sweep.runs.height
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("sweep_dir", nargs="?", type=Path, help="reuse this sweep")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    scratch = None
+    if args.sweep_dir is None:
+        scratch = Path(tempfile.mkdtemp(prefix="tune-spec-k-bench-"))
+        sweep_dir = scratch / "sweep"
+        start = time.perf_counter()
+        write_sweep(sweep_dir, args.runs, DEFAULT_RUNS_PER_CELL)
+        print(f"generated {sweep_dir} in {time.perf_counter() - start:.1f} s")
+    else:
+        sweep_dir = args.sweep_dir
+    try:
+        return run_bench(sweep_dir, args.repeats)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch)
+
+
+def run_bench(sweep_dir: Path, repeats: int) -> int:
+    schedule, num_runs = check_same_schedule(sweep_dir)
+    files = summary_files(sweep_dir)
+    print(f"{num_runs} runs in {len(files)} summary.json files; both policies give {schedule}")
+
+    def plain_loop() -> list[Any]:
+        return [json.loads(path.read_bytes()) for path in files]
+
+    def orjson_loop() -> list[Any]:
+        return [orjson.loads(path.read_bytes()) for path in files]
+
+    load = time_pair(lambda: load_experiment(sweep_dir), plain_loop, repeats)
+    parse_share = time_pair(orjson_loop, lambda: load_experiment(sweep_dir), repeats)
+
+    sweep = load_experiment(sweep_dir)
+    settings = Settings()
+    records_by_file = {
+        path.relative_to(sweep_dir).as_posix(): json.loads(path.read_bytes()) for path in files
+    }
+    policy = time_pair(
+        lambda: tune(sweep, settings), lambda: reference_tune_records(records_by_file), repeats
+    )
+    end_to_end = time_pair(
+        lambda: tune(load_experiment(sweep_dir), settings),
+        lambda: reference_tune(sweep_dir),
+        repeats,
+    )
+
+    rows = [
+        ("load: load_experiment vs json.loads loop", load, 1.0),
+        ("  parsing: orjson loop vs load_experiment", parse_share, None),
+        ("policy: tune vs reference_tune_records", policy, 0.1),
+        ("end to end: load+tune vs reference_tune", end_to_end, None),
+    ]
+    print(f"\nmedian of {repeats} repetitions; ratio = lib / baseline, lower is better\n")
+    header = (
+        f"{'what':42} {'lib ms':>8} {'base ms':>8} {'ratio':>6} {'target':>7}  verdict"
+        f"  {'cpu ratio':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    missed = 0
+    for what, timing, target in rows:
+        ratio = timing.lib_wall / timing.baseline_wall
+        verdict = "-" if target is None else ("PASS" if ratio <= target else "FAIL")
+        missed += verdict == "FAIL"
+        shown_target = "-" if target is None else f"<= {target:g}"
+        print(
+            f"{what:42} {timing.lib_wall * 1e3:8.1f} {timing.baseline_wall * 1e3:8.1f}"
+            f" {ratio:6.3f} {shown_target:>7}  {verdict:7}"
+            f"  {timing.lib_cpu / timing.baseline_cpu:9.3f}"
+        )
+    lib_mib = peak_memory_mib("lib", sweep_dir)
+    plain_mib = peak_memory_mib("plain", sweep_dir)
+    print(
+        f"\npeak RSS growth while loading: load_experiment {lib_mib:.0f} MiB,"
+        f" json.loads loop {plain_mib:.0f} MiB (ratio {lib_mib / plain_mib:.2f});"
+        f" policy speed-up {policy.baseline_wall / policy.lib_wall:.1f}x"
+    )
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

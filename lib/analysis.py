@@ -1,0 +1,103 @@
+"""The whole analysis of one sweep, exactly as the CLI writes it: the seed policy, the
+confidence report, the chosen decision rule, switch points and the measurement plan.
+
+The CLI and the app both call :func:`analyse`, so the app's download is the CLI's file by
+construction (``Analysis.result.to_json_text()``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from lib import switch
+from lib.confidence import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_SEED,
+    ConfidenceReport,
+    ConfidenceSettings,
+    Policy,
+    apply_policy,
+    assess,
+)
+from lib.plan import MeasurementPlan, measurement_plan
+from lib.problems import Problem, Severity
+from lib.schedule import Settings, TuningResult, tune
+from lib.sweeps import Sweep
+
+
+@dataclass(frozen=True)
+class Options:
+    """tune-spec-k's additions to the seed's settings (the CLI's non-seed flags)."""
+
+    policy: Policy = "seed"
+    confidence: float = DEFAULT_CONFIDENCE
+    seed: int = DEFAULT_SEED
+    interpolated_schedule: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    """``result`` is what the CLI writes; ``seed_result`` the seed policy's own answer (the
+    same as ``result`` under the default policy), for comparing the two rules. ``report``,
+    ``switch_points`` and ``plan`` are None when they could not be computed (invalid
+    confidence settings; no schedule)."""
+
+    result: TuningResult
+    seed_result: TuningResult
+    report: ConfidenceReport | None
+    switch_points: switch.SwitchAnalysis | None
+    plan: MeasurementPlan | None
+
+    def schedule_line(self) -> str:
+        """The schedule as the CLI's first stdout line prints it."""
+        return json.dumps([list(r) for r in self.result.schedule or ()])
+
+
+def analyse(sweep: Sweep, settings: Settings, options: Options | None = None) -> Analysis:
+    """Tune ``sweep`` with the seed's ``settings``, then apply ``options``.
+
+    The seed policy always runs first (its cells, gates and problems are the basis of
+    everything); the confidence report is computed for every anchor under either policy, so the
+    JSON says how sure each pick is; ``options.policy`` chooses whose picks are reported;
+    with ``options.interpolated_schedule`` the schedule switches at the interpolated
+    crossovers instead of at the upper anchor.
+    """
+    options = options or Options()
+    seed_result = tune(sweep, settings)
+    confidence_settings = ConfidenceSettings(confidence=options.confidence, seed=options.seed)
+    invalid = [
+        Problem(Severity.ERROR, "invalid-setting", reason)
+        for reason in confidence_settings.invalid()
+    ]
+    if invalid or settings.invalid():
+        # The seed's invalid settings are already among seed_result's problems; the
+        # confidence model cannot run on them (a tolerance of 1.5 has no log).
+        result = dataclasses.replace(seed_result, problems=(*seed_result.problems, *invalid))
+        return Analysis(result, seed_result, None, None, None)
+    report = assess(seed_result, confidence_settings)
+    result = apply_policy(seed_result, report, options.policy)
+    switch_points = switch.analyse(result, report) if result.ok else None
+    if switch_points is not None:
+        emitted = "interpolated" if options.interpolated_schedule else "step"
+        additions = {**result.additions, "switch_points": switch_points.to_json(emitted)}
+        result = dataclasses.replace(result, additions=additions)
+        if options.interpolated_schedule:
+            schedule_text = json.dumps([list(r) for r in switch_points.schedule])
+            invalid = [
+                Problem(Severity.ERROR, "invalid-schedule", violation, value=schedule_text)
+                for violation in switch_points.violations
+            ]
+            result = dataclasses.replace(
+                result,
+                schedule=switch_points.schedule,
+                problems=(*result.problems, *invalid),
+            )
+    return Analysis(
+        result=result,
+        seed_result=seed_result,
+        report=report,
+        switch_points=switch_points,
+        plan=measurement_plan(result, report),
+    )

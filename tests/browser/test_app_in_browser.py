@@ -1,0 +1,107 @@
+"""The dashboard in a real browser: `marimo run notebooks/tune_spec_k.py -- --sweeps ROOT`.
+
+Each test opens one experiment below the server's root with ``?sweeps=NAME``. Expected
+schedules are computed with lib for the same folder and settings (and, for the slider sweep,
+derived by hand in the comments).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lib import app_support, cli
+from lib.schedule import Settings, tune
+from lib.sweeps import load_experiment
+
+LOAD_TIMEOUT_MS = 60_000
+UPDATE_TIMEOUT_MS = 30_000
+ERROR_TOAST = "An internal error occurred"
+
+
+def _schedule(folder: Path, **settings: Any) -> str:
+    return app_support.schedule_text(tune(load_experiment(folder), Settings(**settings)))
+
+
+def _open(page: Any, server: Any, sweeps: str, schedule: str) -> None:
+    """Open the dashboard on ``?sweeps=`` and wait until ``schedule`` is shown."""
+    page.goto(f"{server.url}/?sweeps={sweeps}")
+    page.get_by_role("heading", name="Data health").wait_for(timeout=LOAD_TIMEOUT_MS)
+    _wait_for_text(page, schedule, LOAD_TIMEOUT_MS)
+
+
+def _wait_for_text(page: Any, text: str, timeout_ms: int) -> None:
+    page.get_by_text(text, exact=True).first.wait_for(timeout=timeout_ms)
+
+
+def _move(page: Any, label: str, key: str) -> None:
+    slider = page.get_by_role("slider", name=label)
+    slider.focus()
+    page.keyboard.press(key)
+
+
+def test_dashboard_renders_without_errors(page: Any, server: Any) -> None:
+    folder = server.root / "sonnet-like"
+    _open(page, server, "sonnet-like", _schedule(folder))
+    page.get_by_text("No errors:").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    for label in ("runs loaded", "runs excluded", "cells rejected", "K=0 baseline:"):
+        assert page.get_by_text(label).count() >= 1, label
+    page.locator(".vega-embed").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
+    assert page.get_by_text(ERROR_TOAST).count() == 0
+
+
+def test_sliders_change_the_schedule_and_the_download_follows(
+    page: Any, server: Any, tmp_path: Path
+) -> None:
+    folder = server.root / "sliders"
+    # Defaults (penalty 1, tolerance 0.01) at batch size 1: K=3's conservative score is
+    # 130 - 1 x 1.4826 x 10 = 115.17 < K=1's 118, and 115.17 / 118 = 0.976 < 0.99: K=1 alone.
+    default = _schedule(folder)
+    assert default == "[[1, 63, 1], [64, 64, 0]]"
+    _open(page, server, "sliders", default)
+    # Penalty 0 ranks by the median: K=3 (130) beats K=1 (118 / 130 = 0.91, not tied).
+    no_penalty = _schedule(folder, uncertainty_penalty=0.0)
+    assert no_penalty == "[[1, 63, 3], [64, 64, 0]]"
+    _move(page, "MAD penalty (robust sigmas)", "Home")
+    _wait_for_text(page, no_penalty, UPDATE_TIMEOUT_MS)
+    # Tolerance 0.3 ties K=0 with the best at batch size 1 (100 / 130 = 0.77 >= 0.7), and the
+    # smallest tied K wins: K=0 everywhere, one range.
+    wide_ties = _schedule(folder, uncertainty_penalty=0.0, relative_tolerance=0.3)
+    assert wide_ties == "[[1, 64, 0]]"
+    _move(page, "Tie tolerance (relative)", "End")
+    _wait_for_text(page, wide_ties, UPDATE_TIMEOUT_MS)
+    assert page.get_by_text(ERROR_TOAST).count() == 0
+    # The download is the file the CLI writes with the same two flags.
+    with page.expect_download(timeout=UPDATE_TIMEOUT_MS) as download:
+        page.get_by_text(f"Download {app_support.SCHEDULE_FILE}").click()
+    assert download.value.suggested_filename == app_support.SCHEDULE_FILE
+    downloaded = Path(download.value.path()).read_bytes()
+    output = tmp_path / "cli.json"
+    flags = ["--uncertainty-penalty", "0", "--relative-tolerance", "0.3"]
+    assert cli.main([str(folder), *flags, "--output-json", str(output)]) == cli.EXIT_OK
+    assert downloaded == output.read_bytes()
+
+
+def test_broken_input_shows_a_clear_callout_beside_the_analysis(page: Any, server: Any) -> None:
+    folder = server.root / "broken"
+    result = tune(load_experiment(folder), Settings())
+    assert not result.ok
+    _open(page, server, "broken", app_support.schedule_text(result))
+    callout = page.get_by_text("No schedule can be exported").first
+    callout.wait_for(timeout=UPDATE_TIMEOUT_MS)
+    # Every error the CLI would print, word for word (locators reach into marimo's shadow DOM).
+    for problem in result.errors:
+        assert page.get_by_text(problem.describe()).count() == 1, problem.describe()
+    assert {problem.rule for problem in result.errors} >= {"invalid-json"}
+    assert page.get_by_text("Export disabled").count() == 1
+    assert page.get_by_text(f"Download {app_support.SCHEDULE_FILE}").count() == 0
+    # The rest of the analysis is still shown.
+    assert page.get_by_role("heading", name="Decisions").count() == 1
+    assert page.get_by_text(ERROR_TOAST).count() == 0
+
+
+def test_query_outside_the_root_is_refused(page: Any, server: Any) -> None:
+    page.goto(f"{server.url}/?sweeps=..")
+    page.get_by_role("heading", name="Data health").wait_for(timeout=LOAD_TIMEOUT_MS)
+    page.get_by_text(f"?sweeps=.. is outside {server.root}").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    assert page.get_by_text(ERROR_TOAST).count() == 0

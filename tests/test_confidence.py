@@ -1,0 +1,509 @@
+"""lib.confidence: pooled noise, P(eps-good), outlier flags, the confident rule and the CLI
+hooks (``--policy``, ``--confidence``, ``--seed``, the per-anchor status lines and the
+``confidence`` block of every batch decision).
+
+Expected probabilities come from outside the code under test: the worked example of
+``shared/docs/decision-statistics.md`` (its published P values), and, for two K, the closed
+form ``P(eps-good) = P(t_df >= (log(1 - eps) - d) / (s * sqrt(1/n_a + 1/n_b)))`` from scipy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy import stats
+from sweep_builder import write_grid
+
+from lib import cli
+from lib.confidence import (
+    ANCHOR_SCHEMA,
+    CONFIDENCE_CELL_SCHEMA,
+    MAX_RUNS_NEEDED,
+    RUN_SCHEMA,
+    ConfidenceReport,
+    ConfidenceSettings,
+    apply_policy,
+    assess,
+    policy_differences,
+)
+from lib.problems import Severity
+from lib.schedule import Settings, TuningResult, tune
+from lib.sweeps import load_experiment
+
+REPO = Path(__file__).resolve().parents[1]
+NOISY_SAMPLE = REPO / "data" / "sample_sweeps" / "noisy"
+
+# decision-statistics.md, worked example (3 runs, maximise tok/s, tie 1 %).
+WORKED_BATCH_1 = {
+    0: [98.0, 100.0, 101.0],
+    1: [148.0, 150.0, 151.0],
+    2: [181.0, 183.0, 184.0],
+    3: [183.0, 186.0, 190.0],
+    4: [160.0, 185.0, 200.0],
+}
+WORKED_BATCH_64 = {
+    0: [4000.0, 4040.0, 4050.0],
+    1: [4330.0, 4350.0, 4360.0],
+    2: [4150.0, 4330.0, 4345.0],
+    3: [3900.0, 3950.0, 4000.0],
+    4: [3600.0, 3700.0, 3720.0],
+}
+
+
+def _cells(by_anchor: dict[int, dict[int, list[float]]]) -> dict[tuple[int, int], list[float]]:
+    return {(a, k): runs for a, ks in by_anchor.items() for k, runs in ks.items()}
+
+
+def _worked(root: Path, **options: Any) -> Path:
+    return write_grid(root, _cells({1: WORKED_BATCH_1, 64: WORKED_BATCH_64}), **options)
+
+
+def _tune(root: Path, **settings: Any) -> TuningResult:
+    return tune(load_experiment(root), Settings(**settings))
+
+
+def _report(root: Path, confidence: ConfidenceSettings | None = None, **settings: Any) -> Any:
+    result = _tune(root, **settings)
+    return result, assess(result, confidence)
+
+
+def _p(report: ConfidenceReport, anchor: int) -> dict[int, float | None]:
+    rows = report.cells.filter(pl.col("anchor") == anchor).select("k", "p_eps_good").rows()
+    return dict(rows)  # type: ignore[arg-type]
+
+
+def _anchor(report: ConfidenceReport, anchor: int) -> dict[str, Any]:
+    (row,) = report.anchors.filter(pl.col("anchor") == anchor).to_dicts()
+    return row
+
+
+# --------------------------------------------------------------------------- the worked example
+
+
+def test_worked_example_reproduces_the_published_probabilities(tmp_path: Path) -> None:
+    result, report = _report(_worked(tmp_path))
+    p1 = _p(report, 1)
+    # Published: P(eps-good) for K=2/3/4 = 0.35/0.65/0.24; K=0 and K=1 are far behind.
+    for k, published in {2: 0.35, 3: 0.65, 4: 0.24}.items():
+        assert p1[k] == pytest.approx(published, abs=0.03), (k, p1)
+    assert p1[0] == 0.0 and p1[1] == 0.0
+    batch_1 = _anchor(report, 1)
+    assert batch_1["status"] == "unresolved"
+    assert batch_1["contenders"] == [2, 3, 4]
+    # Published: batch 64 picks K=1 with P(eps-good) 0.97, under both rules.
+    assert _p(report, 64)[1] == pytest.approx(0.97, abs=0.02)
+    batch_64 = _anchor(report, 64)
+    assert (batch_64["status"], batch_64["selected_k"]) == ("resolved", 1)
+    assert result.decisions.filter(pl.col("anchor") == 64)["selected_k"].item() == 1
+
+
+def test_worked_example_flags_the_low_run_and_says_the_pick_depends_on_it(tmp_path: Path) -> None:
+    _, report = _report(_worked(tmp_path))
+    flagged = report.runs.filter(pl.col("flagged"))
+    # Residuals at batch 1 (log x - log median): the 160 run of K=4 is log(160/185) = -0.145;
+    # the median nonzero |residual| there is about 0.0149, so the cut is 6 * 0.0149 = 0.089:
+    # only that run exceeds it (K=4's 200 run is log(200/185) = 0.078). Nothing at batch 64
+    # comes close (its largest, K=2's 4150, is 0.0425 against a cut of 0.046).
+    assert flagged.select("anchor", "k", "value").rows() == [(1, 4, 160.0)]
+    assert flagged["source"].item().startswith("SERVE--k4-BENCH--c1/")
+    batch_1 = _anchor(report, 1)
+    assert batch_1["depends_on_flagged"]
+    assert any("flagged run" in reason for reason in batch_1["reasons"])
+    # Without the 160 run K=4 ([185, 200]) leads clearly: the provisional pick follows it.
+    assert batch_1["selected_k"] == 4
+
+
+def test_pooled_noise_is_the_pooled_sd_of_log_runs(tmp_path: Path) -> None:
+    _, report = _report(_worked(tmp_path))
+    logs = [np.log(runs) for runs in WORKED_BATCH_64.values()]
+    squares = sum(float(((x - x.mean()) ** 2).sum()) for x in logs)
+    df = sum(len(x) for x in logs) - len(logs)  # 15 runs - 5 cells
+    batch_64 = _anchor(report, 64)
+    assert batch_64["pooled_df"] == df == 10
+    assert batch_64["pooled_log_sd"] == pytest.approx(math.sqrt(squares / df), rel=1e-12)
+
+
+@pytest.mark.parametrize("gap_percent", [0.5, 1.5, 3.0])
+def test_two_k_probability_matches_the_closed_form(tmp_path: Path, gap_percent: float) -> None:
+    spread = [0.99, 1.0, 1.01]
+    values = {
+        0: [100.0 * f for f in spread],
+        3: [100.0 * (1 + gap_percent / 100) * f for f in spread],
+    }
+    write_grid(tmp_path, {(1, k): runs for k, runs in values.items()})
+    _, report = _report(tmp_path, ConfidenceSettings(draws=200_000))
+    logs = {k: np.log(runs) for k, runs in values.items()}
+    s = math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs.values()) / 4)
+    scale = s * math.sqrt(1 / 3 + 1 / 3)
+    margin = math.log(1 - 0.01)
+    d = float(logs[0].mean() - logs[3].mean())
+    # K=0 is eps-good when mu_0 - mu_3 >= log(1 - eps); mu_0 - mu_3 ~ d + scale * t_4.
+    expected_k0 = stats.t.sf((margin - d) / scale, df=4)
+    expected_k3 = stats.t.sf((margin + d) / scale, df=4)
+    p = _p(report, 1)
+    assert p[0] == pytest.approx(expected_k0, abs=0.005)
+    assert p[3] == pytest.approx(expected_k3, abs=0.005)
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def test_same_seed_gives_identical_frames_and_another_seed_moves_the_draws(
+    tmp_path: Path,
+) -> None:
+    result = _tune(_worked(tmp_path))
+    first = assess(result, ConfidenceSettings(seed=7))
+    again = assess(result, ConfidenceSettings(seed=7))
+    other = assess(result, ConfidenceSettings(seed=8))
+    for frame in ("runs", "cells", "anchors"):
+        assert getattr(first, frame).equals(getattr(again, frame))
+    assert not first.cells["p_eps_good"].equals(other.cells["p_eps_good"])
+    # Only Monte-Carlo error separates the seeds (about 0.005 at 10,000 draws).
+    difference = (first.cells["p_eps_good"] - other.cells["p_eps_good"]).abs().max()
+    assert isinstance(difference, float) and difference < 0.03
+
+
+def test_cli_json_is_byte_identical_for_a_seed_and_changes_with_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = _worked(tmp_path / "sweep")
+    texts = []
+    for name, seed in (("a", "11"), ("b", "11"), ("c", "12")):
+        output = tmp_path / f"{name}.json"
+        code = cli.main(
+            [str(sweep), "--policy", "confident", "--seed", seed, "--output-json", str(output)]
+        )
+        assert code == cli.EXIT_OK
+        texts.append(output.read_bytes())
+    capsys.readouterr()
+    assert texts[0] == texts[1]
+    assert texts[0] != texts[2]
+
+
+def test_an_anchor_does_not_depend_on_the_other_anchors(tmp_path: Path) -> None:
+    both = assess(_tune(_worked(tmp_path / "both")))
+    alone = assess(_tune(write_grid(tmp_path / "alone", _cells({1: WORKED_BATCH_1}))))
+    assert both.cells.filter(pl.col("anchor") == 1).equals(alone.cells)
+
+
+# --------------------------------------------------------------------------- edge cases
+
+
+def test_one_run_per_cell_is_unresolved_with_unknown_probability(tmp_path: Path) -> None:
+    write_grid(tmp_path, {(1, 0): [100.0], (1, 1): [150.0], (1, 2): [151.0], (1, 3): [120.0]})
+    result, report = _report(tmp_path, min_runs=1)
+    row = _anchor(report, 1)
+    assert row["status"] == "unresolved" and row["provisional"]
+    assert row["pooled_df"] == 0 and row["pooled_log_sd"] is None
+    assert any("no replicate runs" in reason for reason in row["reasons"])
+    assert set(_p(report, 1).values()) == {None}
+    # The best single run is K=2 (151); K=1 (150) is within 1 % of it (0.9934), and the
+    # provisional pick is the smallest K within the tolerance of the best run, as the seed's.
+    assert row["selected_k"] == 1
+    assert result.decisions["selected_k"].to_list() == [1]
+    # Contenders: the best run, anything tied with it, and the strongest challenger.
+    assert row["contenders"] == [1, 2]
+    block = apply_policy(result, report, "confident").to_json()["batch_decisions"][0]
+    assert block["confidence"]["p_eps_good"] == {"0": None, "1": None, "2": None, "3": None}
+    assert block["confidence"]["runs_needed"] == {"1": 3, "2": 3}
+
+
+def test_identical_runs_give_probabilities_of_exactly_zero_or_one(tmp_path: Path) -> None:
+    write_grid(tmp_path, {(1, 0): [100.0] * 3, (1, 2): [150.0] * 3, (1, 4): [149.0] * 3})
+    _, report = _report(tmp_path)
+    # No noise: K=2 (150) and K=4 (149, within 1 %) are eps-good for sure, K=0 never.
+    assert _p(report, 1) == {0: 0.0, 2: 1.0, 4: 1.0}
+    row = _anchor(report, 1)
+    assert row["pooled_log_sd"] == 0.0
+    assert (row["status"], row["selected_k"], row["qualifying_k"]) == ("resolved", 2, [2, 4])
+    assert not report.runs["flagged"].any()
+
+
+def test_a_k0_only_anchor_is_resolved(tmp_path: Path) -> None:
+    write_grid(tmp_path, {(1, 0): [100.0, 103.0, 98.0], (16, 0): [900.0]})
+    _, report = _report(tmp_path, min_runs=1)
+    for anchor in (1, 16):
+        row = _anchor(report, anchor)
+        assert (row["status"], row["selected_k"]) == ("resolved", 0)
+        assert _p(report, anchor) == {0: 1.0}
+
+
+def test_zero_goodput_is_infeasible_never_preferred(tmp_path: Path) -> None:
+    cells = {
+        (1, 0): [2.0, 2.1, 1.9],
+        (1, 1): [0.0, 0.0, 0.0],  # no request met the SLO
+        (1, 3): [0.0, 2.6, 2.5],  # one run met none: infeasible too
+        (8, 0): [0.0, 0.0, 0.0],
+        (8, 1): [0.0, 0.0, 0.0],
+        (8, 3): [0.0, 0.0, 0.0],
+    }
+    write_grid(tmp_path, cells, objective="request_goodput")
+    _, report = _report(tmp_path, objective="request_goodput")
+    assert _p(report, 1) == {0: 1.0, 1: 0.0, 3: 0.0}
+    assert _anchor(report, 1)["selected_k"] == 0
+    assert any("zero objective" in note for note in _anchor(report, 1)["notes"])
+    # Every K at zero: they tie at the worst and the smallest K wins.
+    assert _p(report, 8) == {0: 1.0, 1: 1.0, 3: 1.0}
+    assert _anchor(report, 8)["selected_k"] == 0
+    assert all(
+        value is None or math.isfinite(value)
+        for value in report.cells["p_eps_good"].to_list() + report.cells["geometric_mean"].to_list()
+    )
+
+
+def test_minimising_works_on_minus_log(tmp_path: Path) -> None:
+    """Latency 1/x ranks exactly as throughput x: -log(1/x) = log x."""
+    _worked(tmp_path / "max")
+    latency = {
+        (a, k): [1000.0 / v for v in runs]
+        for (a, k), runs in _cells({1: WORKED_BATCH_1, 64: WORKED_BATCH_64}).items()
+    }
+    write_grid(tmp_path / "min", latency, objective="mean_tpot_ms")
+    _, maximised = _report(tmp_path / "max")
+    _, minimised = _report(tmp_path / "min", objective="mean_tpot_ms", direction="minimize")
+    for anchor in (1, 64):
+        for k, p in _p(maximised, anchor).items():
+            assert _p(minimised, anchor)[k] == pytest.approx(p, abs=1e-3)
+    assert minimised.anchors.select("anchor", "status", "selected_k").equals(
+        maximised.anchors.select("anchor", "status", "selected_k")
+    )
+    assert minimised.runs.filter(pl.col("flagged"))["k"].to_list() == [4]
+
+
+def test_frames_follow_their_schemas(tmp_path: Path) -> None:
+    _, report = _report(_worked(tmp_path))
+    assert report.runs.schema == RUN_SCHEMA
+    assert report.cells.schema == CONFIDENCE_CELL_SCHEMA
+    assert report.anchors.schema == ANCHOR_SCHEMA
+
+
+def test_an_empty_sweep_gives_empty_frames_and_no_pick(tmp_path: Path) -> None:
+    result, report = _report(tmp_path)
+    assert report.runs.is_empty() and report.cells.is_empty() and report.anchors.is_empty()
+    assert report.cells.schema == CONFIDENCE_CELL_SCHEMA
+    confident = apply_policy(result, report, "confident")
+    assert not confident.ok and confident.schedule is None
+
+
+# --------------------------------------------------------------------------- outliers
+
+
+def test_a_clean_anchor_flags_nothing_and_a_20_percent_low_run_is_flagged(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    cells = {
+        (1, k): list(1000.0 * (1 + 0.1 * k) * np.exp(0.01 * rng.standard_normal(3)))
+        for k in range(5)
+    }
+    write_grid(tmp_path / "clean", cells)
+    assert not assess(_tune(tmp_path / "clean")).runs["flagged"].any()
+    cells[(1, 2)] = [cells[(1, 2)][0] * 0.8, *cells[(1, 2)][1:]]
+    write_grid(tmp_path / "outlier", cells)
+    _, report = _report(tmp_path / "outlier")
+    assert report.runs.filter(pl.col("flagged")).select("k", "position").rows() == [(2, 0)]
+    # K=2 is far from the best (K=4, 40 % faster), so the pick does not depend on the flag.
+    row = _anchor(report, 1)
+    assert not row["depends_on_flagged"] and row["flagged_runs"] == 1
+
+
+def test_flagged_runs_are_listed_with_their_file_in_the_json(tmp_path: Path) -> None:
+    result, report = _report(_worked(tmp_path))
+    block = apply_policy(result, report, "seed").to_json()["batch_decisions"][0]["confidence"]
+    (run,) = block["flagged_runs"]
+    assert run["file"] == "SERVE--k4-BENCH--c1/summary.json" and run["value"] == 160.0
+    # 160 against its cell's median 185: -13.5 %.
+    assert run["vs_cell_median_percent"] == pytest.approx((160 / 185 - 1) * 100, abs=1e-4)
+    assert block["depends_on_flagged_runs"] is True
+    assert set(block["p_eps_good_without_flagged"]) == {"0", "1", "2", "3", "4"}
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def test_confident_rule_takes_the_smallest_k_that_reaches_the_confidence(tmp_path: Path) -> None:
+    # K=1 and K=3 are 0.07 % apart with 0.2 % noise: both surely eps-good; K=0 far behind.
+    write_grid(
+        tmp_path,
+        {
+            (1, 0): [100.0, 100.3, 99.7],
+            (1, 1): [150.0, 150.3, 149.7],
+            (1, 3): [150.1, 150.4, 149.8],
+        },
+    )
+    result, report = _report(tmp_path)
+    assert _anchor(report, 1)["qualifying_k"] == [1, 3]
+    confident = apply_policy(result, report, "confident")
+    assert confident.decisions["selected_k"].to_list() == [1]
+    assert confident.decisions["tied_k"].to_list() == [[1, 3]]
+    assert confident.schedule == ((1, 1, 1),)
+
+
+def test_unresolved_anchor_gets_a_provisional_pick_and_a_warning(tmp_path: Path) -> None:
+    result, report = _report(_worked(tmp_path))
+    confident = apply_policy(result, report, "confident")
+    assert confident.ok
+    warnings = [p for p in confident.problems if p.rule == "unresolved-anchor"]
+    (warning,) = warnings
+    assert warning.severity is Severity.WARNING and warning.anchor == 1
+    assert "provisional K=4" in warning.message
+    assert warning.files == ("SERVE--k4-BENCH--c1/summary.json",)
+    block = confident.to_json()["batch_decisions"][0]["confidence"]
+    assert block["status"] == "unresolved" and block["provisional"] is True
+
+
+def test_higher_confidence_leaves_more_anchors_unresolved(tmp_path: Path) -> None:
+    result = _tune(_worked(tmp_path))
+    relaxed = assess(result, ConfidenceSettings(confidence=0.5))
+    strict = assess(result, ConfidenceSettings(confidence=0.99))
+    # Batch 64: K=1 at 0.97 passes 0.5, fails 0.99.
+    assert _anchor(relaxed, 64)["status"] == "resolved"
+    assert _anchor(strict, 64)["status"] == "unresolved"
+
+
+def test_confident_rule_ranks_cells_the_noise_gate_rejects() -> None:
+    if not NOISY_SAMPLE.is_dir():
+        pytest.skip(f"sample sweep {NOISY_SAMPLE} not generated")
+    result = tune(load_experiment(NOISY_SAMPLE), Settings())
+    assert not result.ok and [p.rule for p in result.errors] == ["noisy-objective"]
+    confident = apply_policy(result, assess(result), "confident")
+    assert confident.ok
+    (noisy,) = [p for p in confident.problems if p.rule == "noisy-objective"]
+    assert noisy.severity is Severity.WARNING
+    assert confident.cells.filter(pl.col("status") == "rejected").is_empty()
+
+
+def test_seed_policy_keeps_every_seed_value_and_adds_the_block(tmp_path: Path) -> None:
+    result, report = _report(_worked(tmp_path))
+    plain = result.to_json()
+    annotated = apply_policy(result, report, "seed").to_json()
+    for decision in annotated["batch_decisions"]:
+        block = decision.pop("confidence")
+        assert list(block)[:4] == ["status", "p_eps_good", "contenders", "runs_needed"]
+    policy = annotated.pop("decision_policy")
+    assert policy["policy"] == "seed" and policy["confidence"] == 0.9
+    assert annotated == plain
+
+
+def test_runs_needed_follows_the_formula(tmp_path: Path) -> None:
+    # Two K, 3 runs each, 2 % apart with about 1.2 % noise: unresolved, not noise-limited.
+    values = {0: [100.0, 101.2, 98.8], 1: [102.0, 103.3, 100.9]}
+    write_grid(tmp_path, {(1, k): runs for k, runs in values.items()})
+    _, report = _report(tmp_path)
+    logs = {k: np.log(runs) for k, runs in values.items()}
+    s = math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs.values()) / 4)
+    gap = abs(float(logs[1].mean() - logs[0].mean()))
+    expected = min(max(math.ceil(12.4 * (s / gap) ** 2), 3), MAX_RUNS_NEEDED)
+    needed = dict(report.cells.select("k", "runs_needed").rows())
+    assert needed == {0: expected, 1: expected}
+    assert 3 < expected < MAX_RUNS_NEEDED
+
+
+def test_policy_differences_show_where_the_rules_disagree(tmp_path: Path) -> None:
+    result, report = _report(_worked(tmp_path))
+    differences = policy_differences(
+        apply_policy(result, report, "seed"), apply_policy(result, report, "confident")
+    )
+    rows = {row["anchor"]: row for row in differences.to_dicts()}
+    # The seed ties K=2 with K=3 at batch 1 (its MAD penalty), the confident rule leans K=4.
+    assert (rows[1]["seed_k"], rows[1]["confident_k"], rows[1]["differs"]) == (2, 4, True)
+    assert rows[1]["seed_p_eps_good"] == pytest.approx(0.35, abs=0.03)
+    assert (rows[64]["seed_k"], rows[64]["confident_k"], rows[64]["differs"]) == (1, 1, False)
+
+
+# --------------------------------------------------------------------------- the CLI hooks
+
+
+def test_cli_prints_one_status_line_per_anchor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = _worked(tmp_path)
+    assert cli.main([str(sweep)]) == cli.EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    # The seed's lines come first, unchanged; the status lines follow the decision lines.
+    assert lines[1].startswith("batch_size=1: K=2 ")
+    assert lines[2].startswith("batch_size=64: K=1 ")
+    assert lines[3].startswith("batch_size=1: unresolved, provisional K=4")
+    assert "the reported pick K=2 has P(eps-good)=0.3" in lines[3]
+    assert lines[4].startswith("batch_size=64: resolved, K=1 P(eps-good)=0.9")
+    assert lines[-2].startswith("--speculative-config ")
+    assert lines[-1].startswith("Wrote ")
+
+
+def test_cli_confident_policy_writes_the_confident_schedule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = _worked(tmp_path)
+    output = tmp_path / "out.json"
+    assert cli.main([str(sweep), "--policy", "confident", "--output-json", str(output)]) == 0
+    out = capsys.readouterr().out
+    written = json.loads(output.read_text())
+    assert json.loads(out.splitlines()[0]) == [[1, 63, 4], [64, 64, 1]]
+    assert written["num_speculative_tokens_per_batch_size"] == [[1, 63, 4], [64, 64, 1]]
+    assert written["decision_policy"]["policy"] == "confident"
+    for decision in written["batch_decisions"]:
+        assert decision["confidence"]["status"] in ("resolved", "unresolved")
+
+
+def test_cli_confident_policy_accepts_the_noisy_sample(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    if not NOISY_SAMPLE.is_dir():
+        pytest.skip(f"sample sweep {NOISY_SAMPLE} not generated")
+    output = str(tmp_path / "out.json")
+    assert cli.main([str(NOISY_SAMPLE), "--output-json", output]) == cli.EXIT_BAD_INPUT
+    assert cli.main([str(NOISY_SAMPLE), "--policy", "confident", "--output-json", output]) == 0
+    assert "warning [noisy-objective]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.2"])
+def test_cli_rejects_a_confidence_outside_0_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    sweep = _worked(tmp_path)
+    assert cli.main([str(sweep), "--confidence", value]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"confidence {float(value)}: expected in (0, 1]" in err
+    assert not (sweep / cli.OUTPUT_FILE).exists()
+
+
+def test_cli_rejects_a_negative_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = _worked(tmp_path)
+    assert cli.main([str(sweep), "--seed", "-1"]) == cli.EXIT_BAD_INPUT
+    assert "seed -1: expected >= 0" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- real sweeps
+
+STATIC_K = "speculative_config.num_speculative_tokens"
+
+
+def test_real_three_run_sweep_is_resolved_and_both_rules_agree(real_data: Path) -> None:
+    sweep = load_experiment(real_data / "qwen3-32b-fp8-eagle3-tp2", k_var=STATIC_K)
+    result = tune(sweep, Settings(allow_mixed_global_k=True))
+    report = assess(result)
+    assert report.anchors["status"].to_list() == ["resolved"] * 6
+    confident = apply_policy(result, report, "confident")
+    assert confident.schedule == result.schedule
+    picked = report.cells.join(
+        result.decisions.select("anchor", pl.col("selected_k").alias("k")), on=["anchor", "k"]
+    )
+    assert picked["p_eps_good"].min() >= 0.9  # type: ignore[operator]
+
+
+def test_real_single_run_sweeps_are_unresolved_with_the_seed_answer(real_data: Path) -> None:
+    folders = sorted(p for p in (real_data / "qwen3-32b-h100-single-run").iterdir() if p.is_dir())
+    assert folders
+    for folder in folders:
+        result = tune(
+            load_experiment(folder, k_var=STATIC_K),
+            Settings(allow_mixed_global_k=True, min_runs=1),
+        )
+        report = assess(result)
+        assert set(report.anchors["status"]) == {"unresolved"}, folder.name
+        assert report.cells["p_eps_good"].null_count() == report.cells.height
+        assert apply_policy(result, report, "confident").schedule == result.schedule, folder.name
