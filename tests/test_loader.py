@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -279,6 +280,38 @@ def test_truncated_file_without_run_files_loses_only_that_combo(tmp_path: Path) 
     (problem,) = sweep.problems
     assert problem.rule == "invalid-json"
     assert _cells(sweep) == [(1, 0)] * 3
+
+
+def test_huge_integers_do_not_crash_the_loader(tmp_path: Path) -> None:
+    # 2**130 fits a float (about 1.36e39); 10**400 does not (the stdlib json fallback parses
+    # it as an int): it becomes inf, which the policy rejects by name instead of crashing.
+    folder = tmp_path / combo_name(1, 0)
+    folder.mkdir()
+    text = json.dumps([record(1, 0, output_throughput=1.0)])
+    text = text.replace('"output_throughput": 1.0', f'"output_throughput": {2**130}')
+    text = text.replace('"failed": 0', f'"failed": 0, "huge": {10**400}')
+    (folder / "summary.json").write_text(text, encoding="utf-8")
+    sweep = load_experiment(tmp_path)
+    assert sweep.runs["output_throughput"][0] == float(2**130)
+    assert sweep.runs["huge"][0] == float("inf")
+
+
+def test_progress_wrapper_sees_every_file_read_and_is_exhausted(tmp_path: Path) -> None:
+    write_grid(tmp_path, {(1, 0): [100.0, 101.0, 99.0], (1, 3): [150.0, 151.0, 149.0]})
+    seen: list[str] = []
+    finished: list[bool] = []
+
+    def progress(paths: Sequence[Path]) -> Iterator[Path]:
+        for path in paths:
+            seen.append(path.name)
+            yield path
+        finished.append(True)  # a progress bar closes only when its iterator ends
+
+    sweep = load_experiment(tmp_path, progress=progress)
+    # Only the two summaries are read: the run files beside them are backups.
+    assert seen == ["summary.json", "summary.json"]
+    assert finished == [True]
+    assert sweep.runs.height == 6
 
 
 def test_nan_written_by_python_json_is_read(tmp_path: Path) -> None:
