@@ -426,8 +426,10 @@ def confidence_table(result: TuningResult, report: ConfidenceReport) -> pl.DataF
 def unresolved_lines(result: TuningResult, report: ConfidenceReport) -> list[str]:
     """The CLI's status line of every unresolved anchor (its provisional K, contenders,
     reasons and flagged runs)."""
-    lines = report.status_lines(result)
     statuses = report.anchors["status"].to_list()
+    if "unresolved" not in statuses:
+        return []  # the status lines take a few ms on a large sweep: skip them
+    lines = report.status_lines(result)
     return [line for line, status in zip(lines, statuses, strict=True) if status == "unresolved"]
 
 

@@ -147,13 +147,14 @@ def _batch_size_title(result: TuningResult) -> str:
     return f"batch size ({result.sweep.batch_size_var})"
 
 
-def _json_rows(*frames: pl.DataFrame) -> str:
-    """The frames' rows as one JSON array (Polars writes a float that is not finite as null)."""
-    parts = [frame.write_json()[1:-1] for frame in frames if frame.height]
-    return "[" + ",".join(parts) + "]"
+def _json_rows(*frames: pl.DataFrame | str) -> str:
+    """The frames' rows as one JSON array (Polars writes a float that is not finite as null);
+    a string is rows already written, without the brackets."""
+    parts = [frame if isinstance(frame, str) else frame.write_json()[1:-1] for frame in frames]
+    return "[" + ",".join(part for part in parts if part) + "]"
 
 
-def _chart(template: dict[str, Any], *frames: pl.DataFrame, **properties: Any) -> Chart:
+def _chart(template: dict[str, Any], *frames: pl.DataFrame | str, **properties: Any) -> Chart:
     return Chart({**template, **properties}, _json_rows(*frames))
 
 
@@ -212,12 +213,41 @@ def _thinned_runs(sweep: Sweep, field: str, most: int) -> pl.DataFrame:
     return _thin(points, most).sort("anchor", "k", "value")
 
 
-def _run_points(result: TuningResult, field: str) -> pl.DataFrame:
+#: Runs the policy excluded, as a hashable cache key: (source, position, reason) rows.
+_Excluded = tuple[tuple[str, int, str], ...]
+
+
+def _points_key(result: TuningResult, field: str) -> tuple[Sweep, str, int, _Excluded]:
+    """What the run points of ``field`` depend on: the sweep, the runs shown per cell and the
+    runs the policy excluded."""
+    excluded = tuple(result.excluded_runs.select("source", "position", "reason").iter_rows())
+    return result.sweep, field, points_per_cell(result.cells.height), excluded
+
+
+def _run_points(result: TuningResult, field: str) -> str:
     """Every run with a finite ``field`` at a usable (anchor, K), with the reason the policy
-    excluded it (empty when used); thinned to :func:`points_per_cell` runs per cell."""
-    points = _thinned_runs(result.sweep, field, points_per_cell(result.cells.height))
-    excluded = result.excluded_runs.select("source", "position", "reason")
-    joined = points.join(excluded, on=["source", "position"], how="left", maintain_order="left")
+    excluded it (empty when used); thinned to :func:`points_per_cell` runs per cell; as JSON
+    rows for :func:`_chart`."""
+    return _run_rows_json(*_points_key(result, field))
+
+
+@functools.lru_cache(maxsize=8)
+def _run_rows_json(sweep: Sweep, field: str, most: int, excluded: _Excluded) -> str:
+    """Cached with the frame: a slider change does not even write the runs again."""
+    return _excluded_marked(sweep, field, most, excluded).write_json()[1:-1]
+
+
+@functools.lru_cache(maxsize=8)
+def _excluded_marked(sweep: Sweep, field: str, most: int, excluded: _Excluded) -> pl.DataFrame:
+    """Cached: the runs a policy excludes change with the objective or the K field, never
+    with a slider."""
+    points = _thinned_runs(sweep, field, most)
+    reasons = pl.DataFrame(
+        list(excluded),
+        schema={"source": pl.Utf8, "position": pl.Int64, "reason": pl.Utf8},
+        orient="row",
+    )
+    joined = points.join(reasons, on=["source", "position"], how="left", maintain_order="left")
     return joined.select(
         pl.lit("run").alias("layer"),
         "anchor",
@@ -254,20 +284,30 @@ def _objective_cells(result: TuningResult) -> pl.DataFrame:
     )
 
 
-def _acceptance_cells(result: TuningResult, runs: pl.DataFrame) -> pl.DataFrame:
-    """Median and MAD of the acceptance field over the runs the policy used, per (anchor, K),
-    with the objective cell's verdict so the chosen K stands out here too."""
-    verdicts = result.cells.select("anchor", "k", _verdicts(), "reason")
+@functools.lru_cache(maxsize=8)
+def _used_medians(sweep: Sweep, field: str, most: int, excluded: _Excluded) -> pl.DataFrame:
+    """Median and MAD per (anchor, K) of the run points the policy used. Cached like them:
+    only the verdicts joined to it change with a slider."""
     return (
-        runs.filter(pl.col("excluded") == "")
+        _excluded_marked(sweep, field, most, excluded)
+        .filter(pl.col("excluded") == "")
         .group_by("anchor", "k")
         .agg(
             pl.len().cast(pl.Int64).alias("num_runs"),
             robust.median("value").alias("median"),
             robust.median_abs_deviation("value").alias("mad"),
         )
-        .join(verdicts, on=["anchor", "k"], how="left")
         .sort("anchor", "k")
+    )
+
+
+def _acceptance_cells(result: TuningResult, field: str) -> pl.DataFrame:
+    """Median and MAD of the acceptance field over the runs the policy used, per (anchor, K),
+    with the objective cell's verdict so the chosen K stands out here too."""
+    verdicts = result.cells.select("anchor", "k", _verdicts(), "reason")
+    return (
+        _used_medians(*_points_key(result, field))
+        .join(verdicts, on=["anchor", "k"], how="left", maintain_order="left")
         .select(
             pl.lit("cell").alias("layer"),
             "anchor",
@@ -282,8 +322,11 @@ def _acceptance_cells(result: TuningResult, runs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _step_rows(schedule: tuple[Range, ...] | None, layer: str, line: str) -> pl.DataFrame:
-    """A step line: each range's start, then the last range's end, named ``line``."""
+def _step_rows(
+    schedule: tuple[Range, ...] | None, layer: str, line: str, labelled: bool = False
+) -> pl.DataFrame:
+    """A step line: each range's start, then the last range's end, named ``line``; the ranges
+    of a ``labelled`` line are written beside it."""
     ranges = list(schedule or ())
     starts = [(lo, k, f"[{lo}, {hi}]") for lo, hi, k in ranges]
     if ranges:
@@ -291,7 +334,18 @@ def _step_rows(schedule: tuple[Range, ...] | None, layer: str, line: str) -> pl.
         starts.append((hi, k, "end"))
     return pl.DataFrame(
         starts, schema={"batch_size": pl.Int64, "k": pl.Int64, "range": pl.Utf8}, orient="row"
-    ).select(pl.lit(layer).alias("layer"), pl.lit(line).alias("line"), pl.all())
+    ).select(
+        pl.lit(layer).alias("layer"),
+        pl.lit(line).alias("line"),
+        pl.all(),
+        pl.lit(labelled).alias("labelled"),
+    )
+
+
+def _deployed(result: TuningResult, switch_points: SwitchAnalysis) -> str:
+    """Which of the two schedules ``result`` deploys (``"step"`` when they are the same)."""
+    interpolated = result.schedule == switch_points.schedule != switch_points.step_schedule
+    return "interpolated" if interpolated else "step"
 
 
 def _decided_anchors(result: TuningResult) -> pl.DataFrame:
@@ -311,7 +365,10 @@ def _schedule_rows(
     """The step line (``layer == "step"``), the interpolated one (``"interpolated"``), one row
     per interpolated switch point (``"switch"``) and one per decided anchor (``"anchor"``)."""
     if switch_points is None:
-        return [_step_rows(result.schedule, "step", "step"), _decided_anchors(result)]
+        return [
+            _step_rows(result.schedule, "step", "step", labelled=True),
+            _decided_anchors(result),
+        ]
     switches = switch_points.switches.select(
         pl.lit("switch").alias("layer"),
         pl.col("switch_at").alias("batch_size"),
@@ -323,9 +380,12 @@ def _schedule_rows(
         pl.col("gain_percent").round(2),
         pl.col("note").fill_null(""),
     )
+    deployed = _deployed(result, switch_points)
     return [
-        _step_rows(switch_points.step_schedule, "step", "step"),
-        _step_rows(switch_points.schedule, "interpolated", "interpolated"),
+        _step_rows(switch_points.step_schedule, "step", "step", deployed == "step"),
+        _step_rows(
+            switch_points.schedule, "interpolated", "interpolated", deployed == "interpolated"
+        ),
         switches,
         _decided_anchors(result),
     ]
@@ -494,9 +554,9 @@ def _schedule_template(batch_size_title: str) -> dict[str, Any]:
     )
     labels = (
         alt.Chart()
-        .mark_text(align="left", dx=4, dy=-8, color=SCHEDULE_LINES["step"][0])
-        .encode(x=x, y=y, text=alt.Text("range:N"))
-        .transform_filter(_layer("step") & (alt.datum.range != "end"))
+        .mark_text(align="left", dx=4, dy=-8)
+        .encode(x=x, y=y, text=alt.Text("range:N"), color=alt.Color("line:N").legend(None))
+        .transform_filter(alt.datum.labelled & (alt.datum.range != "end"))
     )
     switches = (
         alt.Chart()
@@ -702,14 +762,9 @@ def schedule_chart(result: TuningResult, switch_points: SwitchAnalysis | None = 
     says which one ``result`` deploys), with a rule at each interpolated switch point."""
     subtitle = ["diamonds: measured anchors and their chosen K; each range runs to the next"]
     if switch_points is not None:
-        deployed = (
-            "interpolated"
-            if result.schedule == switch_points.schedule != switch_points.step_schedule
-            else "step"
-        )
         subtitle[:0] = [
-            f"deployed: the {deployed} schedule; the interpolated one switches where the"
-            " picks' interpolated speed-ups cross (dotted rules):",
+            f"deployed: the {_deployed(result, switch_points)} schedule; the interpolated one"
+            " switches where the picks' interpolated speed-ups cross (dotted rules):",
             f"expected {switch_points.mean_gain_percent:+.2f}% over the step one on average"
             f" over batch sizes (at most {switch_points.max_gain_percent:+.2f}%)",
         ]
@@ -828,4 +883,4 @@ def acceptance_chart(result: TuningResult) -> Chart | None:
         ],
     }
     runs = _run_points(result, field)
-    return _chart(template, _acceptance_cells(result, runs), runs, title=title)
+    return _chart(template, _acceptance_cells(result, field), runs, title=title)

@@ -364,6 +364,7 @@ def test_invalid_settings_leave_the_confidence_views_empty_not_broken(
     defs = _run(notebook, monkeypatch, "--sweeps", str(sweep), tolerance_slider=tolerance)
     assert defs["analysis"].report is None
     assert defs["confidence_chart"] is None and defs["rule_comparison"] is None
+    assert defs["rules_chart"] is None and defs["analysis"].plan is None
     assert "invalid-setting" in {problem.rule for problem in defs["result"].errors}
     cli_file = _cli_file(sweep, tmp_path, capsys, "--relative-tolerance", "1.5")
     _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)

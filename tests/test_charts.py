@@ -309,11 +309,20 @@ def test_schedule_chart_draws_the_interpolated_schedule_and_its_switch_points(
     rule = _layer_with_mark(spec, "rule")
     assert rule["encoding"]["x"]["field"] == "batch_size" and "switch" in str(rule["transform"])
     assert "deployed: the step schedule" in str(spec["title"]["subtitle"])
+    # The deployed schedule's ranges are written beside it.
+    labelled = [(row["line"], row["range"]) for row in rows if row.get("labelled")]
+    assert labelled == [("step", "[1, 63]"), ("step", "[64, 64]"), ("step", "end")]
     # With the interpolated schedule deployed, the result carries it and the subtitle says so.
     deployed = _analysis(tmp_path / "interpolated", SWITCH_RUNS, interpolated_schedule=True)
     assert deployed.result.schedule == ((1, 12, 3), (13, 64, 0))
     spec = charts.schedule_chart(deployed.result, deployed.switch_points).to_dict()
     assert "deployed: the interpolated schedule" in str(spec["title"]["subtitle"])
+    labelled = [(row["line"], row["range"]) for row in _values(spec) if row.get("labelled")]
+    assert labelled == [
+        ("interpolated", "[1, 12]"),
+        ("interpolated", "[13, 64]"),
+        ("interpolated", "end"),
+    ]
     assert [(r["batch_size"], r["k"]) for r in _values(spec) if r["layer"] == "step"] == [
         (1, 3),
         (64, 0),

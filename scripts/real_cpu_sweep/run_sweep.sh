@@ -53,6 +53,7 @@ cleanup() {
     | grep -E '^(psm_|sem\.mp-|__KMP_REGISTERED_LIB_)' \
     | while read -r name; do rm -f "/dev/shm/$name"; done || true
   rm -rf "$TMPDIR"/vllm_dist_* "$shm_before"
+  find "$TMPDIR" -maxdepth 1 -type s -delete   # ZeroMQ IPC sockets of the killed servers
 }
 trap cleanup EXIT
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lib import app_support, cli
+from lib.analysis import Options, analyse
 from lib.schedule import Settings, tune
 from lib.sweeps import load_experiment
 
@@ -21,6 +22,22 @@ ERROR_TOAST = "An internal error occurred"
 
 def _schedule(folder: Path, **settings: Any) -> str:
     return app_support.schedule_text(tune(load_experiment(folder), Settings(**settings)))
+
+
+def _deployed(folder: Path, **options: Any) -> str:
+    """The schedule the CLI deploys with these decision-rule flags."""
+    analysis = analyse(load_experiment(folder), Settings(), Options(**options))
+    return app_support.schedule_text(analysis.result)
+
+
+def _download_equals_the_cli_file(page: Any, folder: Path, tmp_path: Path, *flags: str) -> None:
+    with page.expect_download(timeout=UPDATE_TIMEOUT_MS) as download:
+        page.get_by_text(f"Download {app_support.SCHEDULE_FILE}").click()
+    assert download.value.suggested_filename == app_support.SCHEDULE_FILE
+    downloaded = Path(download.value.path()).read_bytes()
+    output = tmp_path / "cli.json"
+    assert cli.main([str(folder), *flags, "--output-json", str(output)]) == cli.EXIT_OK
+    assert downloaded == output.read_bytes()
 
 
 def _open(page: Any, server: Any, sweeps: str, schedule: str) -> None:
@@ -72,14 +89,35 @@ def test_sliders_change_the_schedule_and_the_download_follows(
     _wait_for_text(page, wide_ties, UPDATE_TIMEOUT_MS)
     assert page.get_by_text(ERROR_TOAST).count() == 0
     # The download is the file the CLI writes with the same two flags.
-    with page.expect_download(timeout=UPDATE_TIMEOUT_MS) as download:
-        page.get_by_text(f"Download {app_support.SCHEDULE_FILE}").click()
-    assert download.value.suggested_filename == app_support.SCHEDULE_FILE
-    downloaded = Path(download.value.path()).read_bytes()
-    output = tmp_path / "cli.json"
     flags = ["--uncertainty-penalty", "0", "--relative-tolerance", "0.3"]
-    assert cli.main([str(folder), *flags, "--output-json", str(output)]) == cli.EXIT_OK
-    assert downloaded == output.read_bytes()
+    _download_equals_the_cli_file(page, folder, tmp_path, *flags)
+
+
+def test_the_decision_rule_and_interpolation_change_the_schedule_and_the_download(
+    page: Any, server: Any, tmp_path: Path
+) -> None:
+    folder = server.root / "rules"
+    seed = _deployed(folder)
+    confident = _deployed(folder, policy="confident")
+    interpolated = _deployed(folder, policy="confident", interpolated_schedule=True)
+    # Batch size 1: the seed's K=2 against the confident rule's provisional K=4; the
+    # interpolated schedule then moves the switch to K=1 below batch size 64.
+    assert (seed, confident) == ("[[1, 63, 2], [64, 64, 1]]", "[[1, 63, 4], [64, 64, 1]]")
+    assert interpolated not in (seed, confident)
+    _open(page, server, "rules", seed)
+    # The rule comparison shows the other rule's schedule all along: look at the deployed one
+    # in the --speculative-config line.
+    deployed = '"num_speculative_tokens_per_batch_size": {}'
+    page.get_by_text(deployed.format(seed)).wait_for(timeout=UPDATE_TIMEOUT_MS)
+    page.get_by_role("radio", name="confident: P(eps-good)").check()
+    page.get_by_text(deployed.format(confident)).wait_for(timeout=UPDATE_TIMEOUT_MS)
+    name = "Deploy the interpolated schedule (switch between anchors)"
+    page.get_by_role("checkbox", name=name).check()
+    page.get_by_text(deployed.format(interpolated)).wait_for(timeout=UPDATE_TIMEOUT_MS)
+    assert page.get_by_text("unresolved anchor(s)").count() >= 1
+    assert page.get_by_text(ERROR_TOAST).count() == 0
+    flags = ["--policy", "confident", "--interpolated-schedule"]
+    _download_equals_the_cli_file(page, folder, tmp_path, *flags)
 
 
 def test_broken_input_shows_a_clear_callout_beside_the_analysis(page: Any, server: Any) -> None:
