@@ -188,3 +188,22 @@ def grid(
 ) -> dict[tuple[int, int], Sequence[float]]:
     """The same runs per K at every anchor: ``grid([1, 64], {0: [...], 3: [...]})``."""
     return {(anchor, k): runs for anchor in anchors for k, runs in values.items()}
+
+
+#: The worked example of shared/docs/decision-statistics.md (3 runs per cell, maximise tok/s,
+#: tie tolerance 1 %), as (anchor, K) -> runs. At batch size 1 the seed's rule picks K=2 (its
+#: MAD penalty ties K=2 with K=3 and keeps the smaller) while the confident rule finds no K with
+#: P(eps-good) >= 0.9 (published 0.35 / 0.65 / 0.24 for K=2/3/4) and flags K=4's 160 run; at
+#: batch size 64 both rules pick K=1 (P(eps-good) 0.97).
+WORKED_EXAMPLE: dict[tuple[int, int], list[float]] = {
+    (1, 0): [98.0, 100.0, 101.0],
+    (1, 1): [148.0, 150.0, 151.0],
+    (1, 2): [181.0, 183.0, 184.0],
+    (1, 3): [183.0, 186.0, 190.0],
+    (1, 4): [160.0, 185.0, 200.0],
+    (64, 0): [4000.0, 4040.0, 4050.0],
+    (64, 1): [4330.0, 4350.0, 4360.0],
+    (64, 2): [4150.0, 4330.0, 4345.0],
+    (64, 3): [3900.0, 3950.0, 4000.0],
+    (64, 4): [3600.0, 3700.0, 3720.0],
+}

@@ -23,7 +23,7 @@ from typing import Any
 import marimo as mo
 import polars as pl
 import pytest
-from sweep_builder import grid, write_grid
+from sweep_builder import WORKED_EXAMPLE, grid, write_grid
 
 from lib import app_support, cli
 from lib.analysis import Options, analyse
@@ -37,24 +37,9 @@ NOTEBOOK = REPO / "notebooks" / "tune_spec_k.py"
 BAD_INPUTS = REPO / "tests" / "bad_inputs"
 SAMPLES = sorted(path for path in SAMPLE_SWEEPS.iterdir() if path.is_dir())
 
-# The worked example of shared/docs/decision-statistics.md (3 runs, maximise tok/s, tie 1 %),
-# as tests/test_confidence.py checks it against the published numbers: at batch size 1 the
-# seed's rule picks K=2 (its MAD penalty ties K=2 with K=3 and keeps the smaller), while the
-# confident rule finds no K with P(eps-good) >= 0.9 (published 0.35 / 0.65 / 0.24 for K=2/3/4)
-# and flags K=4's 160 run; without that run K=4 leads, so the anchor is unresolved with a
-# provisional K=4. At batch size 64 both rules pick K=1 (P(eps-good) 0.97): resolved.
-WORKED = {
-    (1, 0): [98.0, 100.0, 101.0],
-    (1, 1): [148.0, 150.0, 151.0],
-    (1, 2): [181.0, 183.0, 184.0],
-    (1, 3): [183.0, 186.0, 190.0],
-    (1, 4): [160.0, 185.0, 200.0],
-    (64, 0): [4000.0, 4040.0, 4050.0],
-    (64, 1): [4330.0, 4350.0, 4360.0],
-    (64, 2): [4150.0, 4330.0, 4345.0],
-    (64, 3): [3900.0, 3950.0, 4000.0],
-    (64, 4): [3600.0, 3700.0, 3720.0],
-}
+# WORKED_EXAMPLE (decision-statistics.md): at batch size 1 the seed's rule picks K=2 while the
+# confident rule flags K=4's 160 run and, without it, K=4 leads: unresolved, provisional K=4.
+# At batch size 64 both rules pick K=1 (P(eps-good) 0.97): resolved.
 CONFIDENT = mo.ui.radio(app_support.POLICY_CHOICES, value="confident: P(eps-good)")
 INTERPOLATED = mo.ui.checkbox(value=True)
 
@@ -212,7 +197,7 @@ def test_decision_rule_controls_reach_the_analysis_and_the_export(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    sweep = write_grid(tmp_path / "worked", WORKED)
+    sweep = write_grid(tmp_path / "worked", WORKED_EXAMPLE)
     controls = {
         "policy_picker": CONFIDENT,
         "confidence_slider": mo.ui.slider(
@@ -236,7 +221,7 @@ def test_decision_rule_controls_reach_the_analysis_and_the_export(
 def test_the_confidence_views_on_the_worked_example(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    sweep = write_grid(tmp_path / "worked", WORKED)
+    sweep = write_grid(tmp_path / "worked", WORKED_EXAMPLE)
     defs = _run(notebook, monkeypatch, "--sweeps", str(sweep))
     result, report = defs["result"], defs["analysis"].report
     # The seed's rule is reported (the default): K=2 at batch size 1.
@@ -358,7 +343,7 @@ def test_invalid_settings_leave_the_confidence_views_empty_not_broken(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    sweep = write_grid(tmp_path / "worked", WORKED)
+    sweep = write_grid(tmp_path / "worked", WORKED_EXAMPLE)
     # A tolerance of 1.5 has no logarithm of 1 - tolerance: the CLI refuses it (exit 2).
     tolerance = mo.ui.slider(steps=[1.5], value=1.5)
     defs = _run(notebook, monkeypatch, "--sweeps", str(sweep), tolerance_slider=tolerance)

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 from scipy import stats
-from sweep_builder import write_grid
+from sweep_builder import WORKED_EXAMPLE, write_grid
 
 from lib import cli
 from lib.confidence import (
@@ -40,20 +40,11 @@ REPO = Path(__file__).resolve().parents[1]
 NOISY_SAMPLE = REPO / "data" / "sample_sweeps" / "noisy"
 
 # decision-statistics.md, worked example (3 runs, maximise tok/s, tie 1 %).
-WORKED_BATCH_1 = {
-    0: [98.0, 100.0, 101.0],
-    1: [148.0, 150.0, 151.0],
-    2: [181.0, 183.0, 184.0],
-    3: [183.0, 186.0, 190.0],
-    4: [160.0, 185.0, 200.0],
-}
-WORKED_BATCH_64 = {
-    0: [4000.0, 4040.0, 4050.0],
-    1: [4330.0, 4350.0, 4360.0],
-    2: [4150.0, 4330.0, 4345.0],
-    3: [3900.0, 3950.0, 4000.0],
-    4: [3600.0, 3700.0, 3720.0],
-}
+
+
+# decision-statistics.md, worked example, per anchor: K -> runs.
+WORKED_BATCH_1 = {k: runs for (anchor, k), runs in WORKED_EXAMPLE.items() if anchor == 1}
+WORKED_BATCH_64 = {k: runs for (anchor, k), runs in WORKED_EXAMPLE.items() if anchor == 64}
 
 
 def _cells(by_anchor: dict[int, dict[int, list[float]]]) -> dict[tuple[int, int], list[float]]:
@@ -61,7 +52,7 @@ def _cells(by_anchor: dict[int, dict[int, list[float]]]) -> dict[tuple[int, int]
 
 
 def _worked(root: Path, **options: Any) -> Path:
-    return write_grid(root, _cells({1: WORKED_BATCH_1, 64: WORKED_BATCH_64}), **options)
+    return write_grid(root, WORKED_EXAMPLE, **options)
 
 
 def _tune(root: Path, **settings: Any) -> TuningResult:

@@ -9,27 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sweep_builder import write_grid
+from sweep_builder import WORKED_EXAMPLE, write_grid
 
 from lib import cli
 from lib.confidence import MAX_RUNS_NEEDED, apply_policy, assess
 from lib.plan import NEW_ANCHOR_SCHEMA, RERUN_SCHEMA, MeasurementPlan, measurement_plan
 from lib.schedule import Settings, tune
 from lib.sweeps import load_experiment
-
-# decision-statistics.md, worked example (see test_confidence.py).
-WORKED = {
-    (1, 0): [98.0, 100.0, 101.0],
-    (1, 1): [148.0, 150.0, 151.0],
-    (1, 2): [181.0, 183.0, 184.0],
-    (1, 3): [183.0, 186.0, 190.0],
-    (1, 4): [160.0, 185.0, 200.0],
-    (64, 0): [4000.0, 4040.0, 4050.0],
-    (64, 1): [4330.0, 4350.0, 4360.0],
-    (64, 2): [4150.0, 4330.0, 4345.0],
-    (64, 3): [3900.0, 3950.0, 4000.0],
-    (64, 4): [3600.0, 3700.0, 3720.0],
-}
 
 
 def _plan(root: Path, policy: str = "seed", **settings: Any) -> MeasurementPlan:
@@ -39,7 +25,7 @@ def _plan(root: Path, policy: str = "seed", **settings: Any) -> MeasurementPlan:
 
 
 def test_worked_example_reruns_the_contenders_and_the_flagged_run(tmp_path: Path) -> None:
-    plan = _plan(write_grid(tmp_path, WORKED))
+    plan = _plan(write_grid(tmp_path, WORKED_EXAMPLE))
     assert plan.reruns.schema == RERUN_SCHEMA
     # Published: re-measure K=4, rerun K=2 and K=3 (batch 64 is resolved: nothing there).
     assert plan.reruns["batch_size"].to_list() == [1, 1, 1]
@@ -54,7 +40,7 @@ def test_worked_example_reruns_the_contenders_and_the_flagged_run(tmp_path: Path
 
 
 def test_new_anchor_at_the_geometric_midpoint_where_picks_disagree(tmp_path: Path) -> None:
-    plan = _plan(write_grid(tmp_path, WORKED))
+    plan = _plan(write_grid(tmp_path, WORKED_EXAMPLE))
     assert plan.new_anchors.schema == NEW_ANCHOR_SCHEMA
     (row,) = plan.new_anchors.to_dicts()
     # The seed picks K=2 at 1 and K=1 at 64; sqrt(1 * 64) = 8.
@@ -63,7 +49,7 @@ def test_new_anchor_at_the_geometric_midpoint_where_picks_disagree(tmp_path: Pat
     assert row["ks"] == [0, 1, 2, 3, 4] and row["runs_per_k"] == 3
     # At 1, K=1 (mean log of 148/150/151) loses to K=2 (181/183/184) by exp(difference) - 1;
     # at 64 K=2 loses less to K=1, so the disagreement is the larger, batch 1's.
-    mean = {cell: sum(map(math.log, WORKED[cell])) / 3 for cell in WORKED}
+    mean = {cell: sum(map(math.log, WORKED_EXAMPLE[cell])) / 3 for cell in WORKED_EXAMPLE}
     expected = math.expm1(mean[(1, 2)] - mean[(1, 1)]) * 100
     assert row["disagreement_percent"] == pytest.approx(expected)
     assert "at 1 K=1 is" in row["reason"]
@@ -110,7 +96,7 @@ def test_single_runs_ask_for_replicates_of_the_best_and_its_challenger(tmp_path:
 
 
 def test_json_and_text_present_the_same_plan(tmp_path: Path) -> None:
-    plan = _plan(write_grid(tmp_path, WORKED))
+    plan = _plan(write_grid(tmp_path, WORKED_EXAMPLE))
     data = json.loads(plan.to_json_text())
     assert plan.to_json_text() == plan.to_json_text()
     # 3 reruns of 7 runs, and one new anchor measuring 5 K 3 times.
@@ -123,7 +109,7 @@ def test_json_and_text_present_the_same_plan(tmp_path: Path) -> None:
 
 
 def test_plan_follows_the_policy_picks(tmp_path: Path) -> None:
-    plan = _plan(write_grid(tmp_path, WORKED), policy="confident")
+    plan = _plan(write_grid(tmp_path, WORKED_EXAMPLE), policy="confident")
     # The confident rule leans to K=4 at batch 1 (see test_confidence.py).
     assert plan.new_anchors.select("lower_k", "upper_k").rows() == [(4, 1)]
 
@@ -131,7 +117,7 @@ def test_plan_follows_the_policy_picks(tmp_path: Path) -> None:
 def test_cli_writes_the_plan_json_and_prints_the_plan(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sweep = write_grid(tmp_path / "sweep", WORKED)
+    sweep = write_grid(tmp_path / "sweep", WORKED_EXAMPLE)
     plan_file = tmp_path / "plan.json"
     assert cli.main([str(sweep), "--plan-json", str(plan_file)]) == cli.EXIT_OK
     lines = capsys.readouterr().out.splitlines()
@@ -145,14 +131,14 @@ def test_cli_writes_the_plan_json_and_prints_the_plan(
 def test_cli_reports_an_unwritable_plan_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sweep = write_grid(tmp_path / "sweep", WORKED)
+    sweep = write_grid(tmp_path / "sweep", WORKED_EXAMPLE)
     missing = tmp_path / "no" / "such" / "plan.json"
     assert cli.main([str(sweep), "--plan-json", str(missing)]) == cli.EXIT_BAD_INPUT
     assert f"cannot write {missing}" in capsys.readouterr().err
 
 
 def test_cli_plan_bytes_repeat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    sweep = write_grid(tmp_path / "sweep", WORKED)
+    sweep = write_grid(tmp_path / "sweep", WORKED_EXAMPLE)
     texts = []
     for name in ("a", "b"):
         plan_file = tmp_path / f"{name}.json"

@@ -558,3 +558,35 @@ def test_a_folder_named_like_a_subcommand_is_tuned_as_dot_slash(
     # Without ./ it is the subcommand, which wants a design.
     assert main(["plan"]) == 2
     assert "required" in capsys.readouterr().err
+
+
+def test_follow_up_of_the_real_cpu_sample_reuses_its_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real sample, tuned with the confident rule: every anchor is unresolved, and the
+    follow-up plan runs exactly the first sweep's server configs at the cells the measurement
+    plan lists (data/sample_sweeps/real-cpu-tiny-ngram/README.md)."""
+    sample = REPO / "data" / "sample_sweeps" / "real-cpu-tiny-ngram"
+    if not (sample / "sweep_plan.json").is_file():
+        pytest.skip(f"{sample} has not been committed yet")
+    result, plan_json = tmp_path / "result.json", tmp_path / "plan.json"
+    flags = ["--policy", "confident", "--output-json", str(result), "--plan-json", str(plan_json)]
+    assert main([str(sample), *flags]) == 0
+    capsys.readouterr()
+    out = tmp_path / "followup"
+    design = ["--design", str(sample / "sweep_plan.json")]
+    assert main(["plan", "-o", str(out), *design, "--follow-up", str(plan_json), str(result)]) == 0
+    first_serve = json.loads((sample / "serve_params.json").read_text())
+    planned: set[tuple[int, int]] = set()
+    for step in json.loads((out / "sweep_plan.json").read_text())["steps"]:
+        serve = json.loads((out / step["folder"] / "serve_params.json").read_text())
+        bench = json.loads((out / step["folder"] / "bench_params.json").read_text())
+        for name, combo in serve.items():
+            assert combo == first_serve[name]
+            k = combo["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
+            planned |= {(b["max_concurrency"], k) for b in bench.values()}
+    wanted = json.loads(plan_json.read_text())
+    asked = {(r["batch_size"], r["k"]) for r in wanted["reruns"] if r["more_runs"]}
+    asked |= {(a["batch_size"], k) for a in wanted["new_anchors"] for k in a["ks"]}
+    assert planned == asked
+    assert {a["batch_size"] for a in wanted["new_anchors"]} <= {b for b, _ in planned}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sweep_builder import write_grid
+from sweep_builder import WORKED_EXAMPLE, write_grid
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "tune_spec_k.py"
@@ -42,21 +42,8 @@ SLIDER_SWEEP = {
     (64, 3): [500.0, 500.0, 500.0],
 }
 
-# A sweep where the two decision rules disagree: the worked example of
-# shared/docs/decision-statistics.md (tests/test_app.py says why: at batch size 1 the seed's
-# rule picks K=2, the confident rule a provisional K=4).
-RULES_SWEEP = {
-    (1, 0): [98.0, 100.0, 101.0],
-    (1, 1): [148.0, 150.0, 151.0],
-    (1, 2): [181.0, 183.0, 184.0],
-    (1, 3): [183.0, 186.0, 190.0],
-    (1, 4): [160.0, 185.0, 200.0],
-    (64, 0): [4000.0, 4040.0, 4050.0],
-    (64, 1): [4330.0, 4350.0, 4360.0],
-    (64, 2): [4150.0, 4330.0, 4345.0],
-    (64, 3): [3900.0, 3950.0, 4000.0],
-    (64, 4): [3600.0, 3700.0, 3720.0],
-}
+# The "rules" experiment is the worked example (sweep_builder.WORKED_EXAMPLE), where the two
+# decision rules disagree at batch size 1.
 
 
 @dataclass(frozen=True)
@@ -105,7 +92,7 @@ def _sweeps_root(root: Path) -> Path:
     and a copy of the sample whose summary.json was cut short."""
     shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", root / "sonnet-like")
     write_grid(root / "sliders", SLIDER_SWEEP)
-    write_grid(root / "rules", RULES_SWEEP)
+    write_grid(root / "rules", WORKED_EXAMPLE)
     shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", root / "broken")
     summary = root / "broken" / "SERVE--k3-BENCH--c64" / "summary.json"
     summary.write_bytes(summary.read_bytes()[:300])
