@@ -160,6 +160,11 @@ def _read_json(path: Path, relative: str, log: _ProblemLog) -> Any:
     return MISSING
 
 
+_NUMERIC = frozenset({float, int, type(None)})
+_TEXT = frozenset({str, bool})
+_RENAMED = frozenset(name for name, renamed in _TOP_LEVEL_NAMES.items() if renamed is not None)
+
+
 def _flatten(
     record: dict[str, Any],
     numbers: dict[str, float | None],
@@ -168,22 +173,25 @@ def _flatten(
     """Numeric (and null) fields into ``numbers``, other scalars into ``others``; lists (per
     request latencies, per-position rates, schedules) are not metrics and are skipped.
 
-    Runs once per field of every record, so it dispatches on exact types (a JSON parser makes
-    nothing else; ``bool`` is not ``int`` here) and leaves ints as they are: the Float64 frame
-    converts them exactly as ``float()`` would (:func:`_frame` handles ints beyond 128 bits)."""
+    Runs on every record, so the common case is three dict comprehensions over exact types (a
+    JSON parser makes nothing else; ``bool`` is not ``int`` here); ints stay ints: the Float64
+    frame converts them exactly as ``float()`` would (:func:`_frame` handles ints beyond 128
+    bits). The rare record with a field named like a derived column takes the slow path."""
+    if _RENAMED.isdisjoint(record):
+        numbers.update({k: v for k, v in record.items() if type(v) in _NUMERIC})
+        numbers.pop("run_number", None)  # the derived column holds it
+        others.update({k: v for k, v in record.items() if type(v) in _TEXT})
+        for key, value in record.items():
+            if type(value) is dict:
+                _flatten_nested(value, key + ".", numbers, others)
+        return
     for key, value in record.items():
-        kind = type(value)
         if key in _TOP_LEVEL_NAMES:
             renamed = _TOP_LEVEL_NAMES[key]
             if renamed is None:
                 continue
             key = renamed
-        if kind is float or kind is int or value is None:
-            numbers[key] = value
-        elif kind is str or kind is bool:
-            others[key] = value
-        elif kind is dict:
-            _flatten_nested(value, key + ".", numbers, others)
+        _flatten_nested({key: value}, "", numbers, others)
 
 
 def _flatten_nested(
@@ -195,9 +203,9 @@ def _flatten_nested(
     """:func:`_flatten` below the top level, where no field clashes with a derived column."""
     for key, value in record.items():
         kind = type(value)
-        if kind is float or kind is int or value is None:
+        if kind in _NUMERIC:
             numbers[prefix + key] = value
-        elif kind is str or kind is bool:
+        elif kind in _TEXT:
             others[prefix + key] = value
         elif kind is dict:
             _flatten_nested(value, prefix + key + ".", numbers, others)
