@@ -33,10 +33,6 @@ EXIT_FINDING = 1
 EXIT_BAD_INPUT = 2
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad flags with exit 2 and the usage, as the tuning command does."""
-
-
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.replace(" ", "").split(",") if part]
@@ -87,7 +83,7 @@ _DESIGN_DEFAULTS: dict[str, Any] = {
 
 
 def plan_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = argparse.ArgumentParser(
         prog="tune-spec-k plan",
         description=(
             "Write serve_params.json, bench_params.json, run.sh and command.txt for `vllm bench"
@@ -331,7 +327,7 @@ def _add_objective_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def check_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = argparse.ArgumentParser(
         prog="tune-spec-k check",
         description=(
             "Judge a deployed schedule from a validation sweep (tune-spec-k plan --validate):"
@@ -409,7 +405,7 @@ def _write(path: str, text: str) -> bool:
 
 
 def diff_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = argparse.ArgumentParser(
         prog="tune-spec-k diff",
         description=(
             "Compare two tunings (experiment folders, tuned here, or result JSONs): schedules"
@@ -498,7 +494,7 @@ def run_diff(argv: Sequence[str]) -> int:
 
 
 def export_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = argparse.ArgumentParser(
         prog="tune-spec-k export",
         description=(
             "Convert a schedule for another engine: --format trtllm writes TensorRT-LLM's"

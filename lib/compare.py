@@ -29,11 +29,12 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from lib.analysis import Analysis, Options, analyse
 from lib.charts import Chart
-from lib.confidence import ConfidenceSettings, Policy, apply_policy, assess
+from lib.confidence import ConfidenceReport, ConfidenceSettings, Policy
 from lib.problems import Problem
 from lib.robust import NORMAL_MAD_SCALE
-from lib.schedule import Settings, k_for_batch_size, tune, validate_schedule
+from lib.schedule import Settings, TuningResult, k_for_batch_size, validate_schedule
 from lib.sweeps import DEFAULT_BATCH_SIZE_VAR, DEFAULT_K_VAR, load_experiment
 
 #: Larger than any real K: the schedule lookup must not clamp while comparing.
@@ -154,8 +155,8 @@ class DiffReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "a": {"source": self.a.label, "schedule": [list(r) for r in self.a.schedule]},
-            "b": {"source": self.b.label, "schedule": [list(r) for r in self.b.schedule]},
+            "a": _side_json(self.a),
+            "b": _side_json(self.b),
             "objective": self.a.objective,
             "objective_direction": self.a.direction,
             "same_schedule": self.same_schedule,
@@ -207,6 +208,14 @@ class DiffReport:
         return lines
 
 
+def _side_json(side: Side) -> dict[str, Any]:
+    return {
+        "source": side.label,
+        "schedule": [list(r) for r in side.schedule],
+        "num_speculative_tokens": side.global_k,
+    }
+
+
 # --------------------------------------------------------------------------- reading a side
 
 
@@ -222,14 +231,20 @@ def read_side(path: str | Path, settings: DiffSettings) -> Side:
 
 def _side_from_folder(folder: Path, settings: DiffSettings) -> Side:
     sweep = load_experiment(folder, batch_size_var=settings.batch_size_var, k_var=settings.k_var)
-    result = tune(sweep, settings.tuning)
-    report = assess(result, ConfidenceSettings(confidence=settings.confidence, seed=settings.seed))
-    result = apply_policy(result, report, settings.policy)
-    if not result.ok or result.schedule is None:
+    options = Options(policy=settings.policy, confidence=settings.confidence, seed=settings.seed)
+    analysis = analyse(sweep, settings.tuning, options)
+    result = analysis.result
+    if not result.ok or result.schedule is None or analysis.report is None:
         raise CompareError(
             f"{folder}: cannot be tuned with these settings:\n"
             + "\n".join("  " + p.describe() for p in _errors(result.problems))
         )
+    return side_from_result(str(folder), result, analysis.report)
+
+
+def side_from_result(label: str, result: TuningResult, report: ConfidenceReport) -> Side:
+    """A side from a tuning already done (the app's current experiment), with P(eps-good)
+    from its confidence report."""
     p = {(c["anchor"], c["k"]): c["p_eps_good"] for c in report.cells.to_dicts()}
     cells = {
         (row["anchor"], row["k"]): Cell(
@@ -242,10 +257,10 @@ def _side_from_folder(folder: Path, settings: DiffSettings) -> Side:
         if row["num_runs"] > 0
     }
     return Side(
-        label=str(folder),
-        schedule=tuple(result.schedule),
-        objective=settings.tuning.objective,
-        direction=settings.tuning.direction,
+        label=label,
+        schedule=tuple(result.schedule or ()),
+        objective=result.settings.objective,
+        direction=result.settings.direction,
         cells=cells,
         global_k=result.deploy_global_k,
     )
@@ -544,3 +559,23 @@ def comparison_chart(report: DiffReport) -> Chart:
     template.pop("data", None)
     rows = _step_rows(report.a, "A") + _step_rows(report.b, "B")
     return Chart(template, json.dumps(rows))
+
+
+#: The comparison picker's "nothing to compare with" choice.
+NO_COMPARISON = "(none)"
+
+
+def compare_with(
+    label: str, analysis: Analysis, other: str | Path | None, settings: DiffSettings
+) -> tuple[DiffReport | None, str | None]:
+    """The app's comparison of the shown experiment (already analysed) with ``other``: the
+    report, or why there is none (None, None when nothing was picked)."""
+    if other is None:
+        return None, None
+    if not analysis.result.ok or analysis.report is None:
+        return None, "No comparison: this experiment has no schedule (see the errors above)."
+    try:
+        mine = side_from_result(label, analysis.result, analysis.report)
+        return compare(mine, read_side(other, settings), settings), None
+    except CompareError as error:
+        return None, str(error)

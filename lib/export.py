@@ -33,6 +33,8 @@ Schedule = list[list[int]]
 #: TensorRT-LLM's name for the maximum draft length (vLLM's ``num_speculative_tokens``).
 TRTLLM_MAX_DRAFT_LEN = "max_draft_len"
 TRTLLM_SCHEDULE = "draft_len_schedule"
+#: The file name the app offers the TensorRT-LLM export under.
+TRTLLM_FILE = "trtllm_draft_len_schedule.json"
 
 
 class ExportError(ValueError):

@@ -349,7 +349,6 @@ class SweepPlan:
     design: SweepDesign
     steps: tuple[SweepStep, ...]
     notes: tuple[str, ...] = ()
-    source_files: tuple[str, ...] = ()
 
     def step_folder(self, step: SweepStep) -> str:
         """Where a step's params files go, relative to the plan folder."""
@@ -442,7 +441,6 @@ class SweepPlan:
                     for step in self.steps
                 ],
                 "notes": list(self.notes),
-                "source_files": list(self.source_files),
             }
         )
         return texts

@@ -54,6 +54,7 @@ from lib.sweeps import DEFAULT_BATCH_SIZE_VAR, GLOBAL_K_VAR, Sweep, load_experim
 DYNAMIC = "dynamic"
 NO_SPECULATION = "no speculation"
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+DRAFTS_FIELD = "spec_decode_num_drafts"
 #: The cost of the Dynamic SD engine reported in vLLM issue #49548 (TPOT, at K=0).
 REPORTED_OVERHEAD = "vLLM issue #49548 measured +6.6% TPOT at concurrency 2 and +21.6% at 189"
 
@@ -320,7 +321,7 @@ def check_deployment(
         return dataclasses.replace(empty, schedule=dynamic, problems=tuple(problems))
     if dynamic is None:
         dynamic = _schedule_from_runs(configs, arms)
-    arm_frame, verdicts, found = _judge(sweep, runs, settings)
+    arm_frame, verdicts, found = _judge(sweep, runs, settings, dynamic)
     return CheckReport(settings, dynamic, arm_frame, verdicts, tuple(problems + found))
 
 
@@ -388,7 +389,10 @@ def _p_eps_good(
 
 
 def _judge(
-    sweep: Sweep, runs: pl.DataFrame, settings: CheckSettings
+    sweep: Sweep,
+    runs: pl.DataFrame,
+    settings: CheckSettings,
+    schedule: tuple[tuple[int, int, int], ...] | None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, list[Problem]]:
     codes = _arm_codes(runs)
     every = list(codes)
@@ -400,11 +404,7 @@ def _judge(
         or (p.rule.endswith("-objective") and p.rule != "noisy-objective")
     ]
     problems += [
-        dataclasses.replace(
-            p, severity=Severity.WARNING, k=None, message=p.message + f" ({_arm_name(p, codes)})"
-        )
-        for p in found
-        if p.rule in ("too-few-runs", "noisy-objective")
+        _arm_warning(p, codes) for p in found if p.rule in ("too-few-runs", "noisy-objective")
     ]
     kind_of = dict(runs.select("arm", "kind").unique().iter_rows())
     k_at = {
@@ -434,16 +434,75 @@ def _judge(
     )
     p_static = _p_eps_good(sweep, runs, [DYNAMIC, *statics], codes, settings)[0] if statics else {}
     p_k0 = _p_eps_good(sweep, runs, [DYNAMIC, k0_arm], codes, settings)[0] if k0_arm else {}
+    drafting = _dynamic_drafting(runs)
     verdicts = []
     for anchor in sorted(arm_frame["anchor"].unique().to_list()):
         at = {row["arm"]: row for row in arm_frame.filter(pl.col("anchor") == anchor).to_dicts()}
-        verdicts.append(_verdict(anchor, at, statics, k0_arm, p_static, p_k0, p_all, settings))
+        row = _verdict(anchor, at, statics, k0_arm, p_static, p_k0, p_all, settings)
+        row["reasons"] += _smaller_batch_notes(anchor, row, schedule, drafting.get(anchor))
+        verdicts.append(row)
     return arm_frame, pl.DataFrame(verdicts, schema=VERDICT_SCHEMA), problems
 
 
-def _arm_name(problem: Problem, codes: dict[str, int]) -> str:
+def _dynamic_drafting(runs: pl.DataFrame) -> dict[int, tuple[int, int]]:
+    """Per anchor, (dynamic runs that drafted tokens, dynamic runs)."""
+    dynamic = runs.filter(pl.col("arm") == DYNAMIC)
+    drafted = (
+        (pl.col(DRAFTS_FIELD).fill_null(0) > 0)
+        if DRAFTS_FIELD in dynamic.columns
+        else pl.lit(False)
+    )
+    counts = dynamic.group_by("anchor").agg(drafted.sum().alias("drafted"), pl.len().alias("runs"))
+    return {a: (int(d), int(n)) for a, d, n in counts.iter_rows()}
+
+
+def _smaller_batch_notes(
+    anchor: int,
+    row: dict[str, Any],
+    schedule: tuple[tuple[int, int, int], ...] | None,
+    drafting: tuple[int, int] | None,
+) -> list[str]:
+    """A run at concurrency C spends its ramp-up and drain at smaller batch sizes, where the
+    schedule may run another K: say so where that makes the dynamic arm differ from a server
+    running the anchor's K throughout."""
+    if schedule is None or row["dynamic_k"] is None:
+        return []
+    below = sorted({k_for_batch_size(schedule, b, 1 << 30) for b in range(1, anchor + 1)})
+    if below == [row["dynamic_k"]]:
+        return []
+    notes = [
+        f"the schedule runs K={row['dynamic_k']} at {anchor} requests but K in {below} below it:"
+        " ramp-up and drain run at smaller batch sizes, so the dynamic server is not a"
+        f" K={row['dynamic_k']} server throughout (its gains and overhead include this)"
+    ]
+    if row["dynamic_k"] == 0 and drafting is not None and drafting[0]:
+        notes.append(
+            f"the dynamic server drafted tokens in {drafting[0]} of {drafting[1]} run(s) here"
+            f" ({DRAFTS_FIELD} > 0) although its K at {anchor} is 0"
+        )
+    return notes
+
+
+def _arm_warning(problem: Problem, codes: dict[str, int]) -> Problem:
+    """A cell problem of the policy as a warning about an arm: too few runs leave the arm out
+    at that anchor; a noisy arm is weighed through the anchor's pooled noise, not rejected."""
     names = {code: arm for arm, code in codes.items()}
-    return names.get(problem.k, "?") if problem.k is not None else "?"
+    arm = names.get(problem.k, "?") if problem.k is not None else "?"
+    if problem.rule == "noisy-objective":
+        return dataclasses.replace(
+            problem,
+            severity=Severity.WARNING,
+            k=None,
+            message=f"{arm}: the runs disagree; the check weighs this noise through the"
+            " anchor's pooled estimate",
+            expected=None,
+        )
+    return dataclasses.replace(
+        problem,
+        severity=Severity.WARNING,
+        k=None,
+        message=f"{arm}: {problem.message}, so it is left out at this batch size",
+    )
 
 
 def _is_k0(arm: str, runs: pl.DataFrame) -> bool:
@@ -520,9 +579,14 @@ def _verdict(
         row.update(same_k_arm=same, overhead_percent=overhead)
         if dynamic["k"] == 0 and same == NO_SPECULATION and overhead is not None:
             reasons.append(
-                f"the schedule runs K=0 here: the Dynamic SD engine costs {overhead:+.2f}% of"
+                f"the schedule runs K=0 here: the Dynamic SD engine costs {overhead:.2f}% of"
                 f" {settings.objective} against a server without speculation"
                 f" ({REPORTED_OVERHEAD})"
+                if overhead >= 0
+                else f"the schedule runs K=0 here and measured {-overhead:.2f}% better than a"
+                " server without speculation: at K=0 throughout it could not be, so either"
+                " it speculated at the smaller batch sizes of ramp-up and drain, or this is"
+                " noise or drift between the two servers' runs"
             )
     confident = settings.confidence
     if any(p is not None and p <= 1 - confident for p in comparisons):

@@ -10,7 +10,7 @@ with app.setup:
 
     import marimo as mo
 
-    from lib import app_support, charts
+    from lib import app_support, charts, compare, export
     from lib.analysis import Options, analyse
     from lib.problems import Severity
     from lib.schedule import Settings
@@ -506,6 +506,37 @@ def _(cli_arguments, options, result, schedule_file):
 
 
 @app.cell
+def _(result):
+    # Eager bytes, like the vLLM file: a static HTML export carries it too.
+    trtllm_file = (
+        export.trtllm_file([list(r) for r in result.schedule], result.deploy_global_k)
+        if result.ok and result.schedule
+        else None
+    )
+    return (trtllm_file,)
+
+
+@app.cell
+def _(trtllm_file):
+    mo.vstack(
+        [
+            mo.md(
+                "**For TensorRT-LLM** (`draft_len_schedule`: each batch-size upper bound and"
+                " its K; the same file as `tune-spec-k export --format trtllm`):\n\n"
+                f"```json\n{trtllm_file.decode()}```"
+            ),
+            mo.download(
+                trtllm_file,
+                filename=export.TRTLLM_FILE,
+                mimetype="application/json",
+                label=f"Download {export.TRTLLM_FILE}",
+            ),
+        ]
+    ) if trtllm_file is not None else mo.md("")
+    return
+
+
+@app.cell
 def _(analysis, result):
     confidence_chart = (
         charts.confidence_chart(result, analysis.report) if analysis.report is not None else None
@@ -729,6 +760,71 @@ def _(acceptance_chart, confidence_chart, objective_chart, rules_chart, schedule
         for _suffix, _mimetype in (("png", "image/png"), ("svg", "image/svg+xml"))
     ]
     mo.vstack([mo.md("**Chart images**"), mo.hstack(_images, justify="start", wrap=True)])
+    return
+
+
+@app.cell
+def _(experiments):
+    compare_picker = mo.ui.dropdown(
+        options={compare.NO_COMPARISON: None, **experiments},
+        value=compare.NO_COMPARISON,
+        label="Compare with",
+    )
+    return (compare_picker,)
+
+
+@app.cell
+def _(
+    analysis,
+    batch_size_var_input,
+    compare_picker,
+    experiment_picker,
+    k_var_picker,
+    options,
+    settings,
+):
+    # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`.
+    comparison, comparison_error = compare.compare_with(
+        str(experiment_picker.value),
+        analysis,
+        compare_picker.value,
+        compare.DiffSettings(
+            tuning=settings,
+            policy=options.policy,
+            confidence=options.confidence,
+            seed=options.seed,
+            batch_size_var=batch_size_var_input.value,
+            k_var=k_var_picker.value,
+        ),
+    )
+    return comparison, comparison_error
+
+
+@app.cell
+def _(compare_picker, comparison, comparison_error):
+    _intro = mo.md(
+        "## Compare with another experiment\n\n"
+        "After a hardware or vLLM change: the other experiment (B) is tuned with the same"
+        " settings and rule as this one (A). Per batch size, the K each schedule runs, the"
+        " objective at each pick with B against A and its interval, and for a changed K what"
+        " the other K loses in each sweep, as `tune-spec-k diff A B` prints them."
+    )
+    if comparison is not None:
+        _view = mo.vstack(
+            [
+                mo.callout(
+                    mo.md(f"**{comparison.text_lines()[-1]}**"),
+                    kind="warn" if comparison.material else "success",
+                ),
+                compare.comparison_chart(comparison),
+                mo.ui.table(compare.comparison_table(comparison), selection=None, pagination=False),
+            ]
+        )
+    elif comparison_error is not None:
+        _view = mo.callout(comparison_error, kind="warn")
+    else:
+        _view = mo.md("Pick an experiment to compare with.")
+    mo.vstack([_intro, compare_picker, _view])
     return
 
 

@@ -147,6 +147,8 @@ def test_json_output_is_deterministic(tmp_path: Path) -> None:
     assert data["materially_different"] is True
     assert data["a"]["schedule"] == [[1, 63, 7], [64, 256, 0]]
     assert data["b"]["schedule"] == [[1, 256, 0]]
+    # Both samples were swept with num_speculative_tokens 7 (data/sample_sweeps/README.md).
+    assert data["a"]["num_speculative_tokens"] == data["b"]["num_speculative_tokens"] == 7
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,9 @@ def test_a_schedule_as_good_as_every_alternative_passes(
     assert rows[64]["k0_arm"] == "no speculation"
     assert rows[64]["overhead_percent"] == pytest.approx((1 - 3520 / 3524) * 100)
     assert rows[64]["p_vs_k0"] >= 0.9
+    # A run at 64 requests ramps up and drains through 1-63, where the schedule runs K=7.
+    assert any("K in [0, 7] below it" in reason for reason in rows[64]["reasons"])
+    assert not any("below it" in reason for reason in rows[1]["reasons"])
 
 
 def test_dynamic_sd_overhead_at_k0_is_flagged_as_a_loss(
@@ -240,3 +243,50 @@ def test_json_report_is_written_and_deterministic(tmp_path: Path) -> None:
         "static K=7",
         "no speculation",
     }
+
+
+REAL_VALIDATION = (
+    Path(__file__).resolve().parents[1] / "data" / "validation_sweeps" / "real-cpu-tiny-ngram"
+)
+
+
+def test_the_real_cpu_validation_sweep_is_judged(capsys: pytest.CaptureFixture[str]) -> None:
+    """The real vLLM validation sweep (scripts/real_cpu_sweep/run_validation.sh): the records
+    vLLM wrote for a dynamic, a static and a plain server fall into the right arms."""
+    schedule_file = REAL_VALIDATION / "tuned_schedule.json"
+    if not schedule_file.is_file():
+        pytest.skip(f"{REAL_VALIDATION} has not been committed yet")
+    schedule = json.loads(schedule_file.read_text())["num_speculative_tokens_per_batch_size"]
+    assert schedule == [[1, 1, 2], [2, 3, 5], [4, 7, 3], [8, 8, 0]]
+    report = check_deployment(REAL_VALIDATION, CheckSettings(min_runs=2), schedule)
+    assert report.errors == []
+    assert set(report.arms["arm"]) == {"dynamic", "static K=3", "no speculation"}
+    rows = {row["anchor"]: row for row in report.verdicts.to_dicts()}
+    # The K the schedule runs at 1, 2, 4, 8: 2, 5, 3, 0.
+    assert {a: r["dynamic_k"] for a, r in rows.items()} == {1: 2, 2: 5, 4: 3, 8: 0}
+    # Where the schedule runs K=3 (batch 4) the static K=3 server measures its overhead; where
+    # it runs K=0 (batch 8), the plain server does.
+    assert rows[4]["same_k_arm"] == "static K=3"
+    assert rows[8]["same_k_arm"] == "no speculation"
+    assert all(r["best_static"] == "static K=3" for r in rows.values())
+    assert all(r["k0_arm"] == "no speculation" for r in rows.values())
+    # SERVE--dynamic-BENCH--c8/run=1.json has spec_decode_* counters: it drafted while draining.
+    assert any("drafted tokens in 1 of 2 run(s)" in reason for reason in rows[8]["reasons"])
+    status = main(
+        ["check", str(REAL_VALIDATION), "--min-runs", "2", "--schedule", str(schedule_file)]
+    )
+    assert status == (1 if report.losses else 0)
+    assert capsys.readouterr().out.count("batch_size=") == 4
+
+
+def test_an_arm_with_too_few_runs_is_left_out_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    values = {**GOOD, (64, "no-spec"): [3524.0, 3530.0]}
+    root = write_validation(tmp_path / "v", values)
+    report = check_deployment(root, CheckSettings())
+    row = report.verdicts.to_dicts()[1]
+    assert row["k0_arm"] is None
+    assert any("no K=0 server measured here" in reason for reason in row["reasons"])
+    assert main(["check", str(root)]) == 0
+    assert "no speculation: only 2 usable run(s), so it is left out" in capsys.readouterr().err

@@ -16,17 +16,8 @@ work=$(realpath -m "${2:?usage: run_sweep.sh VENV_DIR WORK_DIR}")
 shift 2
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 port=${PORT:-8765}
-case "$work/" in
-  "$repo"/*) echo "refusing WORK_DIR $work: it is inside the repository" >&2; exit 2 ;;
-esac
-mkdir -p "$work"/{hf,cache,inductor,tmp}
-
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_CPU_KVCACHE_SPACE=1
-export HF_HOME="$work/hf" VLLM_CACHE_ROOT="$work/cache" TORCHINDUCTOR_CACHE_DIR="$work/inductor"
-export TMPDIR="$work/tmp"
-# Speculative decoding on CPU is much slower without Intel OpenMP preloaded.
-export LD_PRELOAD="$venv/lib/libiomp5.so"
-export PATH="$venv/bin:$PATH"
+# shellcheck source=common.sh
+. "$repo/scripts/real_cpu_sweep/common.sh"
 
 model="$work/tiny-llama"
 if [ ! -f "$model/model.safetensors" ]; then
@@ -45,24 +36,13 @@ fi
   --results-dir "$work/results" --experiment-name real-cpu-tiny-ngram \
   -o "$work/plan")
 
-shm_before=$(mktemp "$work/shm-before.XXXXXX")
-ls -1 /dev/shm > "$shm_before"
-cleanup() {
-  # Only what appeared during this run and matches what vLLM's processes leak.
-  comm -13 <(sort "$shm_before") <(ls -1 /dev/shm | sort) \
-    | grep -E '^(psm_|sem\.mp-|__KMP_REGISTERED_LIB_)' \
-    | while read -r name; do rm -f "/dev/shm/$name"; done || true
-  rm -rf "$TMPDIR"/vllm_dist_* "$shm_before"
-  find "$TMPDIR" -maxdepth 1 -type s -delete   # ZeroMQ IPC sockets of the killed servers
-}
-trap cleanup EXIT
-
 start=$(date +%s)
 (cd "$work" && bash "$work/plan/run.sh" "$@")
 echo "sweep took $(( $(date +%s) - start )) s"
 
 experiment="$work/results/real-cpu-tiny-ngram"
 cp "$work/plan/serve_params.json" "$work/plan/bench_params.json" "$work/plan/command.txt" \
+  "$work/plan/sweep_plan.json" \
   "$experiment/" 2>/dev/null || true
 if [ -n "${COPY_TO:-}" ] && [ -d "$experiment" ]; then
   mkdir -p "$COPY_TO" && cp -r "$experiment/." "$COPY_TO/"

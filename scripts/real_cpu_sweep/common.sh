@@ -1,0 +1,25 @@
+# Sourced by run_sweep.sh and run_validation.sh: the environment of every vLLM command and the
+# clean-up of what killed servers leave behind. Expects $venv, $work and $repo to be set.
+case "$work/" in
+  "$repo"/*) echo "refusing WORK_DIR $work: it is inside the repository" >&2; exit 2 ;;
+esac
+mkdir -p "$work"/{hf,cache,inductor,tmp}
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_CPU_KVCACHE_SPACE=1
+export HF_HOME="$work/hf" VLLM_CACHE_ROOT="$work/cache" TORCHINDUCTOR_CACHE_DIR="$work/inductor"
+export TMPDIR="$work/tmp"
+# Speculative decoding on CPU is much slower without Intel OpenMP preloaded.
+export LD_PRELOAD="$venv/lib/libiomp5.so"
+export PATH="$venv/bin:$PATH"
+
+shm_before=$(mktemp "$work/shm-before.XXXXXX")
+ls -1 /dev/shm > "$shm_before"
+cleanup() {
+  # Only what appeared during this run and matches what vLLM's processes leak.
+  comm -13 <(sort "$shm_before") <(ls -1 /dev/shm | sort) \
+    | grep -E '^(psm_|sem\.mp-|__KMP_REGISTERED_LIB_)' \
+    | while read -r name; do rm -f "/dev/shm/$name"; done || true
+  rm -rf "$TMPDIR"/vllm_dist_* "$shm_before"
+  find "$TMPDIR" -maxdepth 1 -type s -delete   # ZeroMQ IPC sockets of the killed servers
+}
+trap cleanup EXIT
