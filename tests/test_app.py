@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import importlib.util
 import json
 import math
 import os
@@ -23,6 +22,7 @@ from typing import Any
 import marimo as mo
 import polars as pl
 import pytest
+from notebook_runner import NOTEBOOK, load_notebook, run_notebook
 from sweep_builder import WORKED_EXAMPLE, grid, write_grid
 
 from lib import app_support, cli
@@ -33,7 +33,6 @@ from lib.sweeps import DEFAULT_K_VAR, GLOBAL_K_VAR, load_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_SWEEPS = REPO / "data" / "sample_sweeps"
-NOTEBOOK = REPO / "notebooks" / "tune_spec_k.py"
 BAD_INPUTS = REPO / "tests" / "bad_inputs"
 SAMPLES = sorted(path for path in SAMPLE_SWEEPS.iterdir() if path.is_dir())
 
@@ -46,20 +45,7 @@ INTERPOLATED = mo.ui.checkbox(value=True)
 
 @pytest.fixture(scope="module")
 def notebook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tune_spec_k_notebook", NOTEBOOK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _run(
-    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str, **controls: Any
-) -> dict[str, Any]:
-    """Run every cell with ``sys.argv`` as ``python notebooks/tune_spec_k.py ARGV`` sets it."""
-    monkeypatch.setattr(sys, "argv", [str(NOTEBOOK), *argv])
-    _, defs = notebook.app.run(defs=controls)
-    return dict(defs)
+    return load_notebook()
 
 
 def _cli_file(
@@ -117,7 +103,7 @@ def test_without_arguments_it_opens_the_bundled_samples(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(REPO.parent)  # the samples are found from the notebook, not the cwd
-    defs = _run(notebook, monkeypatch)
+    defs = run_notebook(notebook, monkeypatch)
     assert defs["root"] == SAMPLE_SWEEPS.resolve()
     assert list(defs["experiments"]) == [path.name for path in SAMPLES]
     first = SAMPLES[0]
@@ -137,7 +123,7 @@ def test_each_sample_shows_what_lib_and_the_cli_give(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)  # a relative --sweeps is taken from the working directory
-    defs = _run(notebook, monkeypatch, "--sweeps", os.path.relpath(sample, tmp_path))
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", os.path.relpath(sample, tmp_path))
     assert list(defs["experiments"]) == [sample.name]
     expected = _analysed(sample.resolve())
     _assert_same_result(defs["result"], expected)
@@ -169,7 +155,7 @@ def test_slider_settings_reach_the_policy_and_the_export(
             ["spec_decode_acceptance_length"], value="spec_decode_acceptance_length"
         ),
     }
-    defs = _run(notebook, monkeypatch, "--sweeps", str(sample), **controls)
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample), **controls)
     settings = Settings(
         objective="median_tpot_ms",
         direction="minimize",  # the direction chooser follows the objective
@@ -205,7 +191,7 @@ def test_decision_rule_controls_reach_the_analysis_and_the_export(
         ),
         "interpolated_checkbox": INTERPOLATED,
     }
-    defs = _run(notebook, monkeypatch, "--sweeps", str(sweep), **controls)
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sweep), **controls)
     options = Options(policy="confident", confidence=0.8, interpolated_schedule=True)
     assert defs["options"] == options
     _assert_same_result(defs["result"], _analysed(sweep, Settings(), options))
@@ -222,7 +208,7 @@ def test_the_confidence_views_on_the_worked_example(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     sweep = write_grid(tmp_path / "worked", WORKED_EXAMPLE)
-    defs = _run(notebook, monkeypatch, "--sweeps", str(sweep))
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sweep))
     result, report = defs["result"], defs["analysis"].report
     # The seed's rule is reported (the default): K=2 at batch size 1.
     assert result.schedule == ((1, 63, 2), (64, 64, 1))
@@ -274,10 +260,10 @@ def test_noisy_sample_is_refused_by_the_seed_rule_and_weighed_by_the_confident_o
     sample = SAMPLE_SWEEPS / "noisy"
     if not sample.is_dir():
         pytest.skip(f"sample sweep {sample} is missing")
-    seed = _run(notebook, monkeypatch, "--sweeps", str(sample))
+    seed = run_notebook(notebook, monkeypatch, "--sweeps", str(sample))
     assert {problem.rule for problem in seed["result"].errors} == {"noisy-objective"}
     assert seed["schedule_file"] is None
-    defs = _run(notebook, monkeypatch, "--sweeps", str(sample), policy_picker=CONFIDENT)
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample), policy_picker=CONFIDENT)
     result = defs["result"]
     _assert_same_result(result, _analysed(sample, Settings(), Options(policy="confident")))
     assert result.ok and result.schedule is not None
@@ -302,7 +288,7 @@ def test_switch_points_are_drawn_on_the_schedule_chart(
     sample = SAMPLE_SWEEPS / "sonnet-like"
     if not sample.is_dir():
         pytest.skip(f"sample sweep {sample} is missing")
-    defs = _run(notebook, monkeypatch, "--sweeps", str(sample))
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample))
     step = defs["result"].schedule
     # sonnet-like picks K=7 at batch size 1 and K=0 from 64 on: one switch between 1 and 64.
     assert step is not None and [k for _, _, k in step] == [7, 0]
@@ -330,7 +316,9 @@ def test_switch_points_are_drawn_on_the_schedule_chart(
     assert line == [(1, 7), (switch_at, 0), (256, 0)]
     assert "deployed: the step schedule" in str(defs["schedule_chart"].to_dict()["title"])
     # Deploying the interpolated schedule exports it, as the CLI's --interpolated-schedule.
-    defs = _run(notebook, monkeypatch, "--sweeps", str(sample), interpolated_checkbox=INTERPOLATED)
+    defs = run_notebook(
+        notebook, monkeypatch, "--sweeps", str(sample), interpolated_checkbox=INTERPOLATED
+    )
     assert [list(r) for r in defs["result"].schedule] == interpolated
     assert "deployed: the interpolated schedule" in str(defs["schedule_chart"].to_dict()["title"])
     cli_file = _cli_file(sample, tmp_path, capsys, "--interpolated-schedule")
@@ -346,7 +334,7 @@ def test_invalid_settings_leave_the_confidence_views_empty_not_broken(
     sweep = write_grid(tmp_path / "worked", WORKED_EXAMPLE)
     # A tolerance of 1.5 has no logarithm of 1 - tolerance: the CLI refuses it (exit 2).
     tolerance = mo.ui.slider(steps=[1.5], value=1.5)
-    defs = _run(notebook, monkeypatch, "--sweeps", str(sweep), tolerance_slider=tolerance)
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sweep), tolerance_slider=tolerance)
     assert defs["analysis"].report is None
     assert defs["confidence_chart"] is None and defs["rule_comparison"] is None
     assert defs["rules_chart"] is None and defs["analysis"].plan is None
@@ -388,7 +376,7 @@ def test_settings_that_leave_nothing_usable_are_shown_not_raised(
     if not sample.is_dir():
         pytest.skip(f"sample sweep {sample} is missing")
     controls, loading, settings = UNUSABLE_SETTINGS[case]
-    defs = _run(notebook, monkeypatch, "--sweeps", str(sample), **controls)
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample), **controls)
     expected = _analysed(sample, Settings(**settings), **loading)
     assert not expected.ok
     _assert_same_result(defs["result"], expected)
@@ -406,7 +394,7 @@ def test_real_static_k_sweep_with_the_matching_controls(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     folder = real_data / "qwen3-32b-fp8-eagle3-tp2"
-    defs = _run(notebook, monkeypatch, "--sweeps", str(folder))
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(folder))
     experiment = Path(defs["experiment_picker"].value)
     assert experiment == folder / "qwen3_32b_fp8_tp2_complete"
     # As recorded (global K varies, no schedule field), the seed's defaults refuse it...
@@ -414,7 +402,7 @@ def test_real_static_k_sweep_with_the_matching_controls(
     assert {"missing-k", "mixed-global-k"} <= {problem.rule for problem in shown.errors}
     _assert_exports_the_cli_file(defs, _cli_file(experiment, tmp_path, capsys), tmp_path, capsys)
     # ...and with K read from num_speculative_tokens it gives the CLI's file.
-    defs = _run(
+    defs = run_notebook(
         notebook,
         monkeypatch,
         "--sweeps",
@@ -450,7 +438,7 @@ def test_real_single_run_experiments_from_a_folder_of_experiments(
     flags = ["--k-var", GLOBAL_K_VAR, "--allow-mixed-global-k", "--min-runs", "1"]
     for name in names:
         picker = mo.ui.dropdown({name: folder / name}, value=name)
-        defs = _run(
+        defs = run_notebook(
             notebook, monkeypatch, "--sweeps", str(folder), experiment_picker=picker, **controls
         )
         assert list(defs["experiments"]) == names
@@ -478,7 +466,7 @@ def test_bad_input_is_shown_not_raised_and_agrees_with_the_cli(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    defs = _run(notebook, monkeypatch, "--sweeps", str(folder))
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(folder))
     cli_file = _cli_file(folder, tmp_path, capsys)
     if "result" not in defs:
         # No run file at all: the picker cell stops with a callout, and the CLI fails too.
@@ -511,7 +499,7 @@ def test_sliders_never_reload_the_sweep() -> None:
 def test_missing_root_stops_with_a_callout(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    defs = _run(notebook, monkeypatch, "--sweeps", str(tmp_path / "absent"))
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(tmp_path / "absent"))
     assert "experiments" not in defs and "sweep" not in defs
 
 
@@ -519,7 +507,7 @@ def test_no_experiment_stops_with_a_callout(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     (tmp_path / "notes").mkdir()
-    defs = _run(notebook, monkeypatch, "--sweeps", str(tmp_path))
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(tmp_path))
     assert defs["experiments"] == {}
     assert "experiment_picker" not in defs and "sweep" not in defs
 

@@ -3,39 +3,25 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import marimo as mo
 import pytest
+from notebook_runner import load_notebook, run_notebook
 
 from lib import cli
 from lib.compare import DiffReport, DiffSettings, compare, read_side
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_SWEEPS = REPO / "data" / "sample_sweeps"
-NOTEBOOK = REPO / "notebooks" / "tune_spec_k.py"
 
 
 @pytest.fixture(scope="module")
 def notebook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tune_spec_k_loop_notebook", NOTEBOOK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run(
-    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str, **controls: Any
-) -> dict[str, Any]:
-    monkeypatch.setattr(sys, "argv", [str(NOTEBOOK), *argv])
-    _, defs = notebook.app.run(defs=controls)
-    return dict(defs)
+    return load_notebook()
 
 
 def picker(name: str) -> Any:
@@ -49,7 +35,7 @@ def test_trtllm_download_is_the_cli_export(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     sample = SAMPLE_SWEEPS / "sonnet-like"
-    defs = run(notebook, monkeypatch, "--sweeps", str(sample))
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample))
     result, exported = tmp_path / "result.json", tmp_path / "trtllm.json"
     assert cli.main([str(sample), "--output-json", str(result)]) == 0
     assert cli.main(["export", str(result), "--format", "trtllm", "-o", str(exported)]) == 0
@@ -65,7 +51,7 @@ def test_trtllm_download_is_the_cli_export(
 def test_no_trtllm_download_without_a_schedule(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    defs = run(notebook, monkeypatch, "--sweeps", str(SAMPLE_SWEEPS / "noisy"))
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(SAMPLE_SWEEPS / "noisy"))
     assert not defs["result"].ok
     assert defs["trtllm_file"] is None
 
@@ -73,7 +59,7 @@ def test_no_trtllm_download_without_a_schedule(
 def test_nothing_is_compared_until_an_experiment_is_picked(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    defs = run(notebook, monkeypatch, "--sweeps", str(SAMPLE_SWEEPS))
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(SAMPLE_SWEEPS))
     assert defs["compare_picker"].value is None
     assert defs["comparison"] is None
     assert defs["comparison_error"] is None
@@ -83,7 +69,7 @@ def test_comparison_is_what_diff_gives(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sweeps = SAMPLE_SWEEPS / "sonnet-like"
-    defs = run(
+    defs = run_notebook(
         notebook, monkeypatch, "--sweeps", str(sweeps), compare_picker=picker("random-control")
     )
     shown: DiffReport = defs["comparison"]
@@ -101,7 +87,7 @@ def test_comparison_is_what_diff_gives(
 def test_an_experiment_that_cannot_be_tuned_is_explained(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    defs = run(
+    defs = run_notebook(
         notebook,
         monkeypatch,
         "--sweeps",

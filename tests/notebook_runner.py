@@ -1,0 +1,32 @@
+"""Running the app's notebook in-process, the way `python notebooks/tune_spec_k.py` does."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "tune_spec_k.py"
+
+
+def load_notebook() -> ModuleType:
+    """The notebook as a module; importing it runs no cell."""
+    spec = importlib.util.spec_from_file_location("tune_spec_k_notebook", NOTEBOOK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_notebook(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str, **controls: Any
+) -> dict[str, Any]:
+    """Run every cell with ``sys.argv`` as ``python notebooks/tune_spec_k.py ARGV`` sets it,
+    with ``controls`` overriding the named UI elements; returns the defs."""
+    monkeypatch.setattr(sys, "argv", [str(NOTEBOOK), *argv])
+    _, defs = notebook.app.run(defs=controls)
+    return dict(defs)
