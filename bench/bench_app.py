@@ -20,7 +20,7 @@ the seed's (the default) or, with ``--policy confident``, the confident rule;
   the confidence report, the rule, switch points and the measurement plan);
 - schedule file: ``result.to_json_text().encode()``, the download's bytes (eager, so that a
   static HTML export carries them);
-- other rule: ``lib.app_support.compare_rules`` (the rule not in use, on the same report);
+- other rule: ``lib.app.support.compare_rules`` (the rule not in use, on the same report);
 - tables and text: the data-health, decision, confidence, flagged-run, rule, switch and plan
   tables, the unresolved anchors' lines, the schedule, the ``--speculative-config`` line and
   the equivalent CLI command (``lib.app_support``);
@@ -53,11 +53,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from make_large_sweep import DEFAULT_RUNS, DEFAULT_RUNS_PER_CELL, write_sweep  # noqa: E402
 
-from lib import app_support, charts  # noqa: E402
-from lib.analysis import Analysis, Options, analyse  # noqa: E402
-from lib.confidence import POLICIES  # noqa: E402
-from lib.schedule import Settings  # noqa: E402
-from lib.sweeps import DEFAULT_BATCH_SIZE_VAR, DEFAULT_K_VAR, Sweep, load_experiment  # noqa: E402
+from lib.analysis import Analysis, analyse  # noqa: E402
+from lib.app import support as app_support  # noqa: E402
+from lib.present import charts, tables, text  # noqa: E402
+from lib.settings import POLICIES, Fields, Options, Settings  # noqa: E402
+from lib.sweeps import Sweep, load_experiment  # noqa: E402
 
 TARGET_MS = 100.0
 #: Each repetition moves one slider to its next stop, as the app's sliders offer them.
@@ -80,39 +80,33 @@ def tables_and_text(
 ) -> list[Any]:
     result, report, plan = analysis.result, analysis.report, analysis.plan
     assert report is not None and plan is not None and analysis.switch_points is not None
-    arguments = app_support.cli_arguments(
-        result.sweep.root,
-        result.settings,
-        options,
-        batch_size_var=DEFAULT_BATCH_SIZE_VAR,
-        k_var=DEFAULT_K_VAR,
-    )
-    confidence = app_support.confidence_table(result, report)
-    flagged = app_support.flagged_runs_table(report)
+    arguments = app_support.cli_arguments(result.sweep.root, Fields(), result.settings, options)
+    confidence = tables.confidence_table(result, report)
+    flagged = tables.flagged_runs_table(report)
     rules = comparison.table()
     return [
-        app_support.problem_list_html(result.errors),
+        text.problem_list_html(result.errors),
         app_support.health_counts(result),
         app_support.baseline_text(result),
         app_support.global_k_text(result),
-        app_support.excluded_runs_table(result),
-        app_support.rejected_cells_table(result),
-        app_support.k_sets_table(result),
-        app_support.decision_table(result),
+        tables.excluded_runs_table(result),
+        tables.rejected_cells_table(result),
+        tables.k_sets_table(result),
+        tables.decision_table(result),
         app_support.schedule_text(result),
-        app_support.speculative_config_argument(result),
+        text.speculative_config_line(result),
         app_support.rule_text(options),
         app_support.cli_command(arguments),
-        app_support.html_list(app_support.unresolved_lines(result, report)),
+        text.html_list(app_support.unresolved_lines(result, report)),
         app_support.highlight_rows(confidence, "status", "unresolved"),
         app_support.highlight_rows(flagged, "the pick depends on it"),
         app_support.highlight_rows(rules, "differs"),
         comparison.summary(),
-        app_support.switch_table(analysis.switch_points),
-        app_support.text_block_html(analysis.switch_points.text_lines()),
-        app_support.rerun_table(plan),
-        app_support.new_anchor_table(plan),
-        app_support.text_block_html(plan.text_lines()),
+        tables.switch_table(analysis.switch_points),
+        text.text_block_html(text.switch_point_lines(analysis.switch_points)),
+        tables.rerun_table(plan),
+        tables.new_anchor_table(plan),
+        text.text_block_html(text.measurement_plan_lines(plan)),
     ]
 
 

@@ -49,7 +49,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 from make_large_sweep import DEFAULT_RUNS, DEFAULT_RUNS_PER_CELL, write_sweep  # noqa: E402
 from reference_policy import reference_tune, reference_tune_records  # noqa: E402
 
-from lib.schedule import Settings, tune  # noqa: E402
+from lib.schedule import tune  # noqa: E402
+from lib.settings import Settings  # noqa: E402
 from lib.sweeps import load_experiment  # noqa: E402
 
 # Child process for the memory figures: argv = mode, sweep dir; prints the growth of the peak

@@ -50,9 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lib.confidence import ConfidenceSettings, apply_policy, assess  # noqa: E402
-from lib.schedule import Range, Settings, TuningResult, tune  # noqa: E402
-from lib.sweeps import DEFAULT_K_VAR, Sweep  # noqa: E402
-from lib.switch import analyse  # noqa: E402
+from lib.schedule import Schedule, TuningResult, tune  # noqa: E402
+from lib.settings import DEFAULT_K_VAR, Settings  # noqa: E402
+from lib.sweeps import Sweep  # noqa: E402
+from lib.switch_points import find_switch_points  # noqa: E402
 
 ANCHORS = (1, 4, 16, 64, 256)
 K_VALUES = (0, 1, 2, 3, 4)
@@ -178,7 +179,7 @@ def _score(model: Model, picks: dict[int, int]) -> tuple[float, int]:
     return float(np.mean(regrets)), wrong
 
 
-def schedule_regret(model: Model, schedule: tuple[Range, ...]) -> float:
+def schedule_regret(model: Model, schedule: Schedule) -> float:
     """Mean regret (%) of a deployed schedule over every integer batch size 1..256 (vLLM's
     lookup: the K of the range holding the batch size), against the best K at each size."""
     sizes = np.arange(1, ANCHORS[-1] + 1)
@@ -202,8 +203,9 @@ def run_trial(task: tuple[int, float, int, int, int]) -> dict[str, Any]:
     assert relaxed.ok and confident.ok, [p.describe() for p in confident.errors]
     relaxed_regret, relaxed_wrong = _score(model, _picks(relaxed))
     confident_regret, confident_wrong = _score(model, _picks(confident))
-    switches = analyse(confident, report)
-    assert switches is not None and confident.schedule is not None and not switches.violations
+    switches = find_switch_points(confident, report)
+    assert switches is not None and confident.schedule is not None
+    assert not switches.schedule.violations()
     status = dict(zip(report.anchors["anchor"], report.anchors["status"], strict=True))
     picks = _picks(confident)
     wrong_unflagged = 0

@@ -8,33 +8,20 @@ construction (``Analysis.result.to_json_text()``).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 
-from lib import switch
-from lib.confidence import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_SEED,
-    ConfidenceReport,
-    ConfidenceSettings,
-    Policy,
-    apply_policy,
-    assess,
-)
-from lib.plan import MeasurementPlan, measurement_plan
+from lib.confidence import ConfidenceReport, ConfidenceSettings, apply_policy, assess
+from lib.measurement_plan import MeasurementPlan, measurement_plan
 from lib.problems import Problem, Severity
-from lib.schedule import Settings, TuningResult, tune
+from lib.schedule import TuningResult, schedule_problems, tune
+from lib.settings import Options, Settings
 from lib.sweeps import Sweep
+from lib.switch_points import SwitchPoints, find_switch_points
 
+__all__ = ["Analysis", "analyse", "metrics_needed"]
 
-@dataclass(frozen=True)
-class Options:
-    """tune-spec-k's additions to the seed's settings (the CLI's non-seed flags)."""
-
-    policy: Policy = "seed"
-    confidence: float = DEFAULT_CONFIDENCE
-    seed: int = DEFAULT_SEED
-    interpolated_schedule: bool = False
+#: Record fields the health gate reads besides the objective and the acceptance field.
+HEALTH_FIELDS = ("failed", "completed", "num_prompts")
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,12 +34,19 @@ class Analysis:
     result: TuningResult
     seed_result: TuningResult
     report: ConfidenceReport | None
-    switch_points: switch.SwitchAnalysis | None
+    switch_points: SwitchPoints | None
     plan: MeasurementPlan | None
 
-    def schedule_line(self) -> str:
-        """The schedule as the CLI's first stdout line prints it."""
-        return json.dumps([list(r) for r in self.result.schedule or ()])
+
+def metrics_needed(settings: Settings) -> tuple[str, ...]:
+    """The record fields :func:`analyse` reads with ``settings``: the objective, the acceptance
+    field if any, and the health fields. A loader may skip every other field.
+
+    >>> metrics_needed(Settings(acceptance="spec_decode_acceptance_length"))
+    ('output_throughput', 'spec_decode_acceptance_length', 'failed', 'completed', 'num_prompts')
+    """
+    chosen = (settings.objective, settings.acceptance, *HEALTH_FIELDS)
+    return tuple(dict.fromkeys(name for name in chosen if name is not None))
 
 
 def analyse(sweep: Sweep, settings: Settings, options: Options | None = None) -> Analysis:
@@ -78,21 +72,16 @@ def analyse(sweep: Sweep, settings: Settings, options: Options | None = None) ->
         return Analysis(result, seed_result, None, None, None)
     report = assess(seed_result, confidence_settings)
     result = apply_policy(seed_result, report, options.policy)
-    switch_points = switch.analyse(result, report) if result.ok else None
+    switch_points = find_switch_points(result, report) if result.ok else None
     if switch_points is not None:
         emitted = "interpolated" if options.interpolated_schedule else "step"
         additions = {**result.additions, "switch_points": switch_points.to_json(emitted)}
         result = dataclasses.replace(result, additions=additions)
         if options.interpolated_schedule:
-            schedule_text = json.dumps([list(r) for r in switch_points.schedule])
-            invalid = [
-                Problem(Severity.ERROR, "invalid-schedule", violation, value=schedule_text)
-                for violation in switch_points.violations
-            ]
             result = dataclasses.replace(
                 result,
                 schedule=switch_points.schedule,
-                problems=(*result.problems, *invalid),
+                problems=(*result.problems, *schedule_problems(switch_points.schedule)),
             )
     return Analysis(
         result=result,

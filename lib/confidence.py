@@ -1,5 +1,5 @@
 """How sure each pick is: pooled noise per anchor, P(eps-good) per K, outlier runs, and the
-``confident`` selection rule (``shared/docs/decision-statistics.md``, methods 1-4).
+``confident`` selection rule (``docs/confidence.md``, "The model").
 
 Data flow (each step a Polars frame with a documented schema):
 
@@ -40,31 +40,20 @@ import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
+from lib.flags import flag_name
 from lib.problems import Problem, Severity
-from lib.schedule import (
-    TuningResult,
-    acceptance_gate,
-    build_schedule,
-    decide,
-    min_runs_gate,
-    validate_schedule,
-)
+from lib.schedule import TuningResult, acceptance_gate, decide, decided_schedule, min_runs_gate
+from lib.settings import DEFAULT_CONFIDENCE, DEFAULT_SEED, Options, Policy
 from lib.sweeps import Sweep
 
-Policy = Literal["seed", "confident"]
-POLICIES: tuple[Policy, ...] = ("seed", "confident")
-
-#: Fixed default Monte-Carlo seed: the same sweep and settings give byte-identical output.
-DEFAULT_SEED = 49163
 #: Posterior draws per anchor: the Monte-Carlo error of a P near 0.9 is about 0.003.
 DEFAULT_DRAWS = 10_000
-DEFAULT_CONFIDENCE = 0.9
 #: A K with at least this P(eps-good) could still be the right pick: worth re-measuring.
 CONTENDER_PROBABILITY = 0.05
 #: A run is flagged when its residual exceeds this many times the anchor's median |residual|.
@@ -146,9 +135,11 @@ class ConfidenceSettings:
         """Human-readable reasons why these settings cannot be used (empty when fine)."""
         reasons = []
         if not 0 < self.confidence <= 1:
-            reasons.append(f"confidence {self.confidence}: expected in (0, 1]")
+            reasons.append(
+                f"{flag_name(Options, 'confidence')} {self.confidence}: expected in (0, 1]"
+            )
         if self.seed < 0:
-            reasons.append(f"seed {self.seed}: expected >= 0")
+            reasons.append(f"{flag_name(Options, 'seed')} {self.seed}: expected >= 0")
         if self.draws < 100:
             reasons.append(f"draws {self.draws}: expected >= 100")
         return reasons
@@ -181,7 +172,9 @@ class ConfidenceReport:
                     "position": run["position"],
                     "run_number": run["run_number"],
                     "value": run["value"],
-                    "vs_cell_median_percent": _rounded(_percent(run["residual"], self.maximize)),
+                    "vs_cell_median_percent": _rounded(
+                        log_change_percent(run["residual"], self.maximize)
+                    ),
                 }
             )
         blocks = {}
@@ -223,46 +216,6 @@ class ConfidenceReport:
             "max_runs_needed": MAX_RUNS_NEEDED,
         }
 
-    def status_lines(self, result: TuningResult | None = None) -> list[str]:
-        """One line per anchor: resolved or not, the rule's K and its P(eps-good), the
-        contenders, flagged runs; with ``result``, also its pick where it differs."""
-        picks = {}
-        if result is not None:
-            picks = dict(
-                zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True)
-            )
-        p_of = {(c["anchor"], c["k"]): c["p_eps_good"] for c in self.cells.to_dicts()}
-        p_clean = {
-            (c["anchor"], c["k"]): c["p_eps_good_without_flagged"] for c in self.cells.to_dicts()
-        }
-        flagged: dict[int, list[str]] = {}
-        for run in self.runs.filter(pl.col("flagged")).to_dicts():
-            flagged.setdefault(run["anchor"], []).append(
-                f"K={run['k']} run {run['run_number']} in {run['source']}"
-                f" ({_percent(run['residual'], self.maximize):+.1f}% vs its cell's median)"
-            )
-        lines = []
-        for row in self.anchors.to_dicts():
-            anchor, k = row["anchor"], row["selected_k"]
-            head = f"batch_size={anchor}: {row['status']}"
-            head += f", provisional K={k}" if row["provisional"] else f", K={k}"
-            head += f" P(eps-good)={_show_p(p_of.get((anchor, k)))}"
-            if p_clean.get((anchor, k)) is not None:
-                head += f" ({_show_p(p_clean[(anchor, k)])} without the flagged runs)"
-            parts = [head]
-            if row["status"] == "unresolved":
-                parts.append("contenders=" + str(list(row["contenders"])))
-                parts += list(row["reasons"])
-            parts += list(row["notes"])
-            if anchor in flagged:
-                parts.append("flagged: " + ", ".join(flagged[anchor]))
-            picked = picks.get(anchor)
-            if picked is not None and picked != k:
-                shown = _show_p(p_of.get((anchor, picked)))
-                parts.append(f"the reported pick K={picked} has P(eps-good)={shown}")
-            lines.append("; ".join(parts))
-        return lines
-
 
 # --------------------------------------------------------------------------- runs
 
@@ -278,13 +231,6 @@ def eligible_cells(result: TuningResult) -> pl.DataFrame:
     acceptance, _ = acceptance_gate(cells, result.settings)
     keep = too_few.is_null() & acceptance.is_null() & (cells["num_runs"] > 0)
     return cells.filter(keep).select("anchor", "k")
-
-
-def usable_runs(result: TuningResult) -> pl.DataFrame:
-    """:data:`RUN_SCHEMA` rows for every run of an eligible cell that no gate excluded."""
-    return _scored(
-        result.sweep, result.settings.objective, result.settings.maximize, *_run_filters(result)
-    ).runs
 
 
 def _run_filters(
@@ -700,24 +646,10 @@ def apply_policy(result: TuningResult, report: ConfidenceReport, policy: Policy)
     # The confident rule ranks medians (no MAD penalty), so K=0 is compared by median too.
     decisions = decide(cells, result.settings.maximize, score="median")
     problems = _confident_problems(result, report)
-    anchors = decisions["anchor"].to_list()
-    chosen = decisions["selected_k"].to_list()
-    schedule = None
-    if anchors and result.max_batch_size is not None and None not in chosen:
-        schedule = tuple(build_schedule(anchors, chosen, result.max_batch_size))
-        problems += [
-            Problem(Severity.ERROR, "invalid-schedule", violation, value=str(list(schedule)))
-            for violation in validate_schedule([list(r) for r in schedule])
-        ]
-    elif anchors:
-        problems.append(
-            Problem(
-                Severity.ERROR,
-                "undecided-anchor",
-                "no K could be chosen: no cell at the anchor has enough usable runs",
-                value=", ".join(str(a) for a, k in zip(anchors, chosen, strict=True) if k is None),
-            )
-        )
+    schedule, found = decided_schedule(
+        decisions, result.max_batch_size, "no cell at the anchor has enough usable runs"
+    )
+    problems += found
     return dataclasses.replace(
         result,
         cells=cells,
@@ -804,7 +736,7 @@ def policy_differences(seed: TuningResult, confident: TuningResult) -> pl.DataFr
 # --------------------------------------------------------------------------- helpers
 
 
-def _percent(log_residual: float | None, maximize: bool) -> float | None:
+def log_change_percent(log_residual: float | None, maximize: bool) -> float | None:
     """A log-scale residual as a percent change of the objective itself."""
     if log_residual is None or not math.isfinite(log_residual):
         return None
@@ -815,7 +747,3 @@ def _rounded(value: float | None, digits: int = 4) -> float | None:
     """Derived floats for the JSON, rounded so that the last bit of a platform's log or sum
     cannot change the bytes; None where not finite."""
     return round(value, digits) if value is not None and math.isfinite(value) else None
-
-
-def _show_p(p: float | None) -> str:
-    return "unknown" if p is None else f"{p:.2f}"

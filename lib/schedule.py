@@ -8,7 +8,9 @@ Data flow (each step a Polars frame with a documented schema):
    conservative score and acceptance statistics.
 3. cells -> :func:`min_runs_gate`, :func:`noise_gate`, :func:`acceptance_gate` reject cells,
    :func:`anchor_grid_gate` checks the grid, :func:`tie_rule` picks one K per anchor.
-4. decisions (one row per anchor) -> :func:`build_schedule` -> :func:`validate_schedule`.
+4. decisions (one row per anchor) -> :func:`decided_schedule`: the seed's merge
+   (:func:`merge_picks`) into a :class:`Schedule`, checked by vLLM's rules
+   (:func:`validate_schedule`).
 
 Nothing here stops at the first problem: :func:`tune` returns every cell with its verdict and
 every problem found, and the CLI refuses to write when any problem is an error.
@@ -19,17 +21,19 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import polars as pl
 
 from lib import robust
+from lib.flags import flag_name
 from lib.problems import Problem, Severity, errors, show_value
-from lib.sweeps import DEFAULT_K_VAR, GLOBAL_K_VAR, Sweep
+from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Direction, Settings
+from lib.sweeps import Sweep
 
-Direction = Literal["maximize", "minimize"]
+#: One inclusive ``[lo, hi, K]`` range of a schedule.
 Range = tuple[int, int, int]
 
 #: Objectives the app offers first, with the direction that means "better".
@@ -45,51 +49,6 @@ KNOWN_OBJECTIVES: dict[str, Direction] = {
 }
 
 _ROW_KEY = ("source", "position")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The seed's settings, by the seed's flag names, with the seed's defaults."""
-
-    objective: str = "output_throughput"
-    direction: Direction = "maximize"
-    acceptance: str | None = None
-    min_runs: int = 3
-    uncertainty_penalty: float = 1.0
-    max_objective_relative_mad: float = 0.1
-    max_acceptance_relative_mad: float = 0.1
-    strict_acceptance_stability: bool = False
-    relative_tolerance: float = 0.01
-    max_batch_size: int | None = None
-    allow_mixed_global_k: bool = False
-
-    @property
-    def maximize(self) -> bool:
-        return self.direction == "maximize"
-
-    def invalid(self) -> list[str]:
-        """Human-readable reasons why these settings cannot be used (empty when fine), each
-        naming the setting by its command-line flag, the name users know it by."""
-        reasons = []
-        if self.direction not in ("maximize", "minimize"):
-            reasons.append(f"--objective-direction {self.direction!r}: expected maximize/minimize")
-        if self.min_runs < 1:
-            reasons.append(f"--min-runs {self.min_runs}: expected >= 1")
-        # Finite too: the settings are written to the output JSON, which has no inf or NaN.
-        for name in (
-            "uncertainty_penalty",
-            "max_objective_relative_mad",
-            "max_acceptance_relative_mad",
-        ):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                flag = "--" + name.replace("_", "-")
-                reasons.append(f"{flag} {value}: expected a finite number >= 0")
-        if not 0 <= self.relative_tolerance < 1:
-            reasons.append(f"--relative-tolerance {self.relative_tolerance}: expected in [0, 1)")
-        if self.max_batch_size is not None and self.max_batch_size < 1:
-            reasons.append(f"--max-batch-size {self.max_batch_size}: expected >= 1")
-        return reasons
 
 
 # --------------------------------------------------------------------------- run gates
@@ -280,7 +239,8 @@ def global_k_gate(
                     " no candidate ran with"
                     if allow_mixed
                     else "; a sweep that varies K statically can be compared with"
-                    " --allow-mixed-global-k (the deployed engine will use the largest)"
+                    f" {flag_name(Settings, 'allow_mixed_global_k')} (the deployed engine will use"
+                    " the largest)"
                 ),
                 files=tuple(f for files in by_value.values() for f in files),
                 field=GLOBAL_K_VAR,
@@ -405,7 +365,7 @@ def min_runs_gate(cells: pl.DataFrame, min_runs: int) -> tuple[pl.Series, list[P
             f"only {row['num_runs']} usable run(s)",
             field="num_runs",
             value=str(row["num_runs"]),
-            expected=f">= {min_runs} (--min-runs)",
+            expected=f">= {min_runs} ({flag_name(Settings, 'min_runs')})",
         )
         for row in cells.filter(mask).to_dicts()
     ]
@@ -428,7 +388,7 @@ def noise_gate(cells: pl.DataFrame, settings: Settings) -> tuple[pl.Series, list
             "the runs disagree too much to rank this cell",
             field=settings.objective + " relative MAD",
             value=f"{row['relative_mad']:.4f}",
-            expected=f"<= {threshold} (--max-objective-relative-mad)",
+            expected=f"<= {threshold} ({flag_name(Settings, 'max_objective_relative_mad')})",
         )
         for row in cells.filter(mask).to_dicts()
     ]
@@ -481,7 +441,7 @@ def acceptance_gate(cells: pl.DataFrame, settings: Settings) -> tuple[pl.Series,
                     field=field + " relative MAD",
                     value=f"{row['acceptance_relative_mad']:.4f}",
                     expected=f"<= {settings.max_acceptance_relative_mad}"
-                    " (--max-acceptance-relative-mad)",
+                    f" ({flag_name(Settings, 'max_acceptance_relative_mad')})",
                 )
             )
             if strict:
@@ -622,32 +582,39 @@ def decide(
 # --------------------------------------------------------------------------- schedules
 
 
-def build_schedule(anchors: Sequence[int], ks: Sequence[int], max_batch_size: int) -> list[Range]:
-    """Step schedule from per-anchor picks: anchor i covers ``[anchor_i, anchor_{i+1} - 1]``
-    and the last anchor covers up to ``max_batch_size``; neighbouring ranges with the same K
-    merge. No monotonicity is assumed: K may go down and up again.
+def merge_picks(anchors: Sequence[int], ks: Sequence[int], max_batch_size: int) -> list[Range]:
+    """The seed's schedule merge: anchor i covers ``[anchor_i, anchor_{i+1} - 1]`` and the
+    last anchor covers up to ``max_batch_size``; neighbouring ranges with the same K merge. No
+    monotonicity is assumed: K may go down and up again.
 
-    >>> build_schedule([1, 64, 128, 256], [7, 0, 0, 0], 256)
+    >>> merge_picks([1, 64, 128, 256], [7, 0, 0, 0], 256)
     [(1, 63, 7), (64, 256, 0)]
+    >>> merge_picks([1, 8, 32], [2, 0, 2], 64)
+    [(1, 7, 2), (8, 31, 0), (32, 64, 2)]
     """
     pairs = sorted(zip(anchors, ks, strict=True))
-    schedule: list[Range] = []
+    merged: list[Range] = []
     for index, (anchor, k) in enumerate(pairs):
         upper = pairs[index + 1][0] - 1 if index + 1 < len(pairs) else max_batch_size
-        if schedule and schedule[-1][2] == k:
-            schedule[-1] = (schedule[-1][0], upper, k)
+        if merged and merged[-1][2] == k:
+            merged[-1] = (merged[-1][0], upper, k)
         else:
-            schedule.append((anchor, upper, k))
-    return schedule
+            merged.append((anchor, upper, k))
+    return merged
 
 
-def validate_schedule(schedule: Sequence[Sequence[Any]]) -> list[str]:
+def validate_schedule(schedule: Any) -> list[str]:
     """vLLM's own checks on ``num_speculative_tokens_per_batch_size`` at engine start
     (``vllm/v1/spec_decode/dynamic/utils.py``), as a list of violations (empty = valid).
 
     A non-empty list; each entry a list of 3 integers ``[lo, hi, K]`` with ``lo > 0``,
     ``hi > 0``, ``lo <= hi``, ``K >= 0``; sorted by ``lo``, no two ranges may overlap; the first
     range must start at 1. Gaps are allowed (they inherit the previous K at run time).
+
+    >>> validate_schedule([[1, 63, 7], [64, 256, 0]])
+    []
+    >>> validate_schedule([[2, 8, 3], [5, 9, 1]])
+    ['ranges [2, 8, 3] and [5, 9, 1] overlap', 'the first range starts at 2, not 1']
     """
     if not isinstance(schedule, list | tuple) or not schedule:
         return ["the schedule must be a non-empty list of [lo, hi, K] ranges"]
@@ -678,20 +645,180 @@ def validate_schedule(schedule: Sequence[Sequence[Any]]) -> list[str]:
     return violations
 
 
-def k_for_batch_size(schedule: Sequence[Sequence[int]], batch_size: int, global_k: int) -> int:
-    """The K vLLM runs at ``batch_size`` under ``schedule`` with startup maximum ``global_k``.
+@dataclass(frozen=True, order=True)
+class Schedule:
+    """vLLM's ``num_speculative_tokens_per_batch_size``: inclusive ``[lo, hi, K]`` ranges, in
+    the order given. Built from per-anchor picks (:meth:`from_picks`), read from a user's JSON
+    (:meth:`parse`, :meth:`from_trtllm`), checked against vLLM's rules (:meth:`violations`),
+    looked up (:meth:`k_at`) and written (:meth:`to_json`, :meth:`json_text`,
+    :meth:`to_trtllm`) in one place.
 
-    vLLM's lookup: the K of the last range whose ``lo <= batch_size``, so a batch size in a gap
-    inherits the previous range's K and one past the last range inherits the last K; the result
-    is clamped to ``global_k``. A batch size below the first range (invalid schedules only)
-    uses the first range's K.
+    TensorRT-LLM's ``draft_len_schedule`` says the same with ``{batch_size_upper_bound: K}``: a
+    batch size uses the K of the smallest bound at or above it. To it, each range's bound is
+    one below the next range's start (a gap goes to the range before it, as in vLLM) and the
+    last bound is the last ``hi``; neighbours with equal K merge. Back, the bounds give
+    ``[[1, b1, K1], [b1 + 1, b2, K2], ...]`` without gaps. So vLLM runs the round trip exactly
+    as the original at every batch size up to the last ``hi``.
+
+    >>> schedule = Schedule.from_picks([1, 64, 128, 256], [7, 0, 0, 0], 256)
+    >>> schedule.json_text()
+    '[[1, 63, 7], [64, 256, 0]]'
+    >>> schedule.k_at(63), schedule.k_at(64), schedule.k_at(1000), schedule.k_at(1, global_k=3)
+    (7, 0, 0, 3)
+    >>> schedule.to_trtllm()
+    {63: 7, 256: 0}
+    >>> Schedule.from_trtllm({"63": 7, "256": 0}) == (schedule, [])
+    True
     """
-    ordered = sorted((int(lo), int(hi), int(k)) for lo, hi, k in schedule)
-    chosen = ordered[0][2]
-    for lo, _, k in ordered:
-        if lo <= batch_size:
-            chosen = k
-    return min(chosen, global_k)
+
+    ranges: tuple[Range, ...]
+
+    @classmethod
+    def from_picks(cls, anchors: Sequence[int], ks: Sequence[int], max_batch_size: int) -> Schedule:
+        """The step schedule of per-anchor picks (:func:`merge_picks`)."""
+        return cls(tuple(merge_picks(anchors, ks, max_batch_size)))
+
+    @classmethod
+    def parse(cls, raw: Any) -> tuple[Schedule | None, list[str]]:
+        """A schedule from a user's JSON value, or None and vLLM's violated rules."""
+        violations = validate_schedule(raw)
+        if violations:
+            return None, violations
+        return cls(tuple((int(lo), int(hi), int(k)) for lo, hi, k in raw)), []
+
+    @classmethod
+    def from_trtllm(cls, draft_len_schedule: Any) -> tuple[Schedule | None, list[str]]:
+        """A schedule from TensorRT-LLM's ``{batch_size_upper_bound: K}``, or None and what is
+        wrong with it. Bounds may be ints or their JSON spelling (``"63"``); K whole and >= 0.
+        """
+        if not isinstance(draft_len_schedule, Mapping) or not draft_len_schedule:
+            return None, [
+                f"{TRTLLM_SCHEDULE} must be a non-empty object of batch_size_upper_bound: K"
+                f" (got {json.dumps(draft_len_schedule, default=str)})"
+            ]
+        bounds: dict[int, int] = {}
+        for raw_bound, k in draft_len_schedule.items():
+            bound = trtllm_bound(raw_bound)
+            if bound is None or bound < 1:
+                return None, [
+                    f"{TRTLLM_SCHEDULE} key {raw_bound!r} is not a batch size (expected a"
+                    " whole number >= 1)"
+                ]
+            if not _whole(k) or k < 0:
+                return None, [
+                    f"{TRTLLM_SCHEDULE}[{raw_bound!r}] = {json.dumps(k)} is not a draft length"
+                    " (expected a whole number >= 0)"
+                ]
+            if bound in bounds:
+                return None, [f"{TRTLLM_SCHEDULE} repeats the bound {bound}"]
+            bounds[bound] = k
+        ranges = []
+        start = 1
+        for bound in sorted(bounds):
+            ranges.append((start, bound, bounds[bound]))
+            start = bound + 1
+        return cls(tuple(ranges)), []
+
+    def __iter__(self) -> Iterator[Range]:
+        return iter(self.ranges)
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+    @property
+    def largest_k(self) -> int:
+        """The largest K of any range (0 for an empty schedule)."""
+        return max((k for _, _, k in self.ranges), default=0)
+
+    def violations(self) -> list[str]:
+        """vLLM's rules this schedule breaks (:func:`validate_schedule`)."""
+        return validate_schedule(self.to_json())
+
+    def k_at(self, batch_size: int, global_k: int | None = None) -> int:
+        """The K vLLM runs at ``batch_size``: the K of the last range whose ``lo <=
+        batch_size``, so a batch size in a gap inherits the previous range's K and one past the
+        last range the last K; clamped to the startup maximum ``global_k`` when given. A batch
+        size below the first range (invalid schedules only) uses the first range's K."""
+        ordered = sorted(self.ranges)
+        chosen = ordered[0][2]
+        for lo, _, k in ordered:
+            if lo <= batch_size:
+                chosen = k
+        return chosen if global_k is None else min(chosen, global_k)
+
+    def to_json(self) -> list[list[int]]:
+        """The ``[[lo, hi, K], ...]`` list vLLM reads."""
+        return [list(r) for r in self.ranges]
+
+    def json_text(self) -> str:
+        """The schedule as one line of JSON, as the CLI prints it first."""
+        return json.dumps(self.to_json())
+
+    def to_trtllm(self) -> dict[int, int]:
+        """TensorRT-LLM's ``{batch_size_upper_bound: K}`` (see the class); the schedule must be
+        valid."""
+        violations = self.violations()
+        if violations:
+            raise ValueError("not a valid vLLM schedule: " + "; ".join(violations))
+        ordered = sorted(self.ranges)
+        bounds: dict[int, int] = {}
+        for index, (_, hi, k) in enumerate(ordered):
+            bound = ordered[index + 1][0] - 1 if index + 1 < len(ordered) else hi
+            if bounds and list(bounds.values())[-1] == k:
+                # Equal neighbours: the earlier bound would only repeat the same K.
+                del bounds[list(bounds)[-1]]
+            bounds[bound] = k
+        return bounds
+
+
+#: A result without a schedule: vLLM rejects it; written as ``[]``.
+NO_SCHEDULE = Schedule(())
+#: TensorRT-LLM's field for its schedule.
+TRTLLM_SCHEDULE = "draft_len_schedule"
+
+
+def trtllm_bound(raw: Any) -> int | None:
+    """A ``draft_len_schedule`` key as a batch size: an int, or the digits JSON keys are."""
+    if _whole(raw):
+        return int(raw)
+    if isinstance(raw, str) and raw.strip().isdigit():
+        return int(raw)
+    return None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def schedule_problems(schedule: Schedule) -> list[Problem]:
+    """One ``invalid-schedule`` error per vLLM rule ``schedule`` breaks, naming it as JSON."""
+    return [
+        Problem(Severity.ERROR, "invalid-schedule", violation, value=schedule.json_text())
+        for violation in schedule.violations()
+    ]
+
+
+def decided_schedule(
+    decisions: pl.DataFrame, max_batch_size: int | None, undecided: str
+) -> tuple[Schedule | None, list[Problem]]:
+    """The step schedule of the per-anchor picks in ``decisions``, checked against vLLM's
+    rules; None with an ``undecided-anchor`` error (``undecided`` says why) when some anchor
+    has no K, and None without problems when there are no anchors at all."""
+    anchors = decisions["anchor"].to_list()
+    picks = decisions["selected_k"].to_list()
+    if anchors and max_batch_size is not None and None not in picks:
+        schedule = Schedule.from_picks(anchors, picks, max_batch_size)
+        return schedule, schedule_problems(schedule)
+    if not anchors:
+        return None, []
+    missing = [a for a, k in zip(anchors, picks, strict=True) if k is None]
+    problem = Problem(
+        Severity.ERROR,
+        "undecided-anchor",
+        "no K could be chosen: " + undecided,
+        value=", ".join(str(a) for a in missing),
+    )
+    return None, [problem]
 
 
 # --------------------------------------------------------------------------- the whole policy
@@ -712,7 +839,7 @@ class TuningResult:
     cells: pl.DataFrame
     decisions: pl.DataFrame
     excluded_runs: pl.DataFrame
-    schedule: tuple[Range, ...] | None
+    schedule: Schedule | None
     max_batch_size: int | None
     configured_global_k: int | None
     max_k_observed: int | None
@@ -737,7 +864,7 @@ class TuningResult:
         the largest K in the schedule when the sweep stated none (at least 1, vLLM's minimum)."""
         if self.configured_global_k is not None:
             return self.configured_global_k
-        largest = max((k for _, _, k in self.schedule or ()), default=0)
+        largest = (self.schedule or NO_SCHEDULE).largest_k
         return max(largest, self.max_k_observed or 0, 1)
 
     def speculative_config(self) -> dict[str, Any]:
@@ -756,7 +883,7 @@ class TuningResult:
         shared.pop("num_speculative_tokens_per_batch_size", None)
         shared.setdefault("method", "<method>")
         shared["num_speculative_tokens"] = self.deploy_global_k
-        shared["num_speculative_tokens_per_batch_size"] = [list(r) for r in self.schedule or ()]
+        shared["num_speculative_tokens_per_batch_size"] = (self.schedule or NO_SCHEDULE).to_json()
         return shared
 
     def to_json(self) -> dict[str, Any]:
@@ -810,7 +937,7 @@ class TuningResult:
             if block is not None:
                 decision["confidence"] = dict(block)
         return {
-            "num_speculative_tokens_per_batch_size": [list(r) for r in self.schedule or ()],
+            "num_speculative_tokens_per_batch_size": (self.schedule or NO_SCHEDULE).to_json(),
             "configured_global_num_speculative_tokens": self.configured_global_k,
             "max_num_speculative_tokens_observed": self.max_k_observed,
             "selection": selection,
@@ -890,34 +1017,15 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
                 "max-batch-size",
                 "the maximum batch size must equal the largest anchor (the seed's rule: the"
                 " schedule would extrapolate beyond what was measured)",
-                field="--max-batch-size",
+                field=flag_name(Settings, "max_batch_size"),
                 value=str(settings.max_batch_size),
                 expected=str(max(anchors)),
             )
         )
-    schedule: tuple[Range, ...] | None = None
-    picks = decisions["selected_k"].to_list()
-    if anchors and max_batch_size is not None and all(k is not None for k in picks):
-        schedule = tuple(build_schedule(anchors, picks, max_batch_size))
-        problems += [
-            Problem(
-                Severity.ERROR,
-                "invalid-schedule",
-                violation,
-                value=json.dumps([list(r) for r in schedule]),
-            )
-            for violation in validate_schedule([list(r) for r in schedule])
-        ]
-    elif anchors:
-        missing = [a for a, k in zip(anchors, picks, strict=True) if k is None]
-        problems.append(
-            Problem(
-                Severity.ERROR,
-                "undecided-anchor",
-                "no K could be chosen: every cell at the anchor was rejected",
-                value=", ".join(str(a) for a in missing),
-            )
-        )
+    schedule, found = decided_schedule(
+        decisions, max_batch_size, "every cell at the anchor was rejected"
+    )
+    problems += found
     k_values = runs["k"].drop_nulls()
     return TuningResult(
         sweep=sweep,

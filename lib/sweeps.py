@@ -1,6 +1,6 @@
 """Loading a `vllm bench sweep serve` experiment folder into one Polars row per run.
 
-Layout read (see ``shared/docs/vllm-formats.md``)::
+Layout read (see ``docs/formats.md``)::
 
     EXPERIMENT/[any/depth/]SERVE--<serve>-BENCH--<bench>/
         summary.json            JSON list of run records: the data, where present
@@ -45,12 +45,11 @@ from typing import Any
 import orjson
 import polars as pl
 
+from lib.flags import flag_name
 from lib.keys import MISSING, k_at_batch_size, lookup, parse_json_string
 from lib.problems import Problem, Severity, show_value
+from lib.settings import DEFAULT_BATCH_SIZE_VAR, DEFAULT_K_VAR, GLOBAL_K_VAR, Fields, Settings
 
-DEFAULT_BATCH_SIZE_VAR = "max_concurrency"
-DEFAULT_K_VAR = "speculative_config.num_speculative_tokens_per_batch_size"
-GLOBAL_K_VAR = "speculative_config.num_speculative_tokens"
 SUMMARY_FILE = "summary.json"
 WARMUP_FILE = "warmup.json"
 
@@ -261,7 +260,8 @@ class _Reader:
                 "the run has no batch-size field, so it cannot be placed at an anchor",
                 source,
                 field=self.batch_size_var,
-                expected="a whole number >= 1 (choose the field with --batch-size-var)",
+                expected="a whole number >= 1 (choose the field with"
+                f" {flag_name(Fields, 'batch_size_var')})",
             )
             return None
         anchor = _as_whole_number(raw)
@@ -299,14 +299,16 @@ class _Reader:
             if self.k_var == DEFAULT_K_VAR and lookup(record, GLOBAL_K_VAR) is not MISSING:
                 hint = (
                     "; this sweep seems to vary K statically: try "
-                    f"--k-var {GLOBAL_K_VAR} --allow-mixed-global-k"
+                    f"{flag_name(Fields, 'k_var')} {GLOBAL_K_VAR}"
+                    f" {flag_name(Settings, 'allow_mixed_global_k')}"
                 )
             self.log.add(
                 "missing-k",
                 "the run has a speculative_config but no K field" + hint,
                 source,
                 field=self.k_var,
-                expected="a whole number or a [[lo, hi, K], ...] schedule (choose with --k-var)",
+                expected="a whole number or a [[lo, hi, K], ...] schedule (choose with"
+                f" {flag_name(Fields, 'k_var')})",
             )
             return None, speculation
         if anchor is None:

@@ -10,11 +10,13 @@ with app.setup:
 
     import marimo as mo
 
-    from lib import app_support, charts, compare, export
-    from lib.analysis import Options, analyse
+    from lib.analysis import analyse
+    from lib.app import support as app_support
+    from lib.loop import export
+    from lib.present import charts, tables, text
     from lib.problems import Severity
-    from lib.schedule import Settings
-    from lib.sweeps import DEFAULT_BATCH_SIZE_VAR, load_experiment
+    from lib.settings import DEFAULT_BATCH_SIZE_VAR, Fields, Options, Settings
+    from lib.sweeps import load_experiment
 
 
 @app.cell
@@ -124,11 +126,17 @@ def _():
 
 
 @app.cell
-def _(batch_size_var_input, experiment_picker, k_var_picker):
+def _(batch_size_var_input, k_var_picker):
+    fields = Fields(batch_size_var=batch_size_var_input.value, k_var=k_var_picker.value)
+    return (fields,)
+
+
+@app.cell
+def _(experiment_picker, fields):
     sweep = load_experiment(
         experiment_picker.value,
-        batch_size_var=batch_size_var_input.value,
-        k_var=k_var_picker.value,
+        batch_size_var=fields.batch_size_var,
+        k_var=fields.k_var,
         progress=functools.partial(
             mo.status.progress_bar, title="Reading sweep files", remove_on_exit=True
         ),
@@ -390,7 +398,7 @@ def _(result):
                     " would refuse to write and exit 2 with these lines; the analysis below"
                     " shows everything that could still be computed."
                 ),
-                mo.Html(app_support.problem_list_html(_errors)),
+                mo.Html(text.problem_list_html(_errors)),
             ]
         ),
         kind="danger",
@@ -437,20 +445,20 @@ def _(result):
 
 @app.cell
 def _(result):
-    _excluded = app_support.excluded_runs_table(result)
-    _rejected = app_support.rejected_cells_table(result)
+    _excluded = tables.excluded_runs_table(result)
+    _rejected = tables.rejected_cells_table(result)
     _notes = app_support.problems_of(result, Severity.WARNING) + app_support.problems_of(
         result, Severity.NOTE
     )
     mo.vstack(
         [
             mo.md("**K measured and kept per batch size**"),
-            mo.ui.table(app_support.k_sets_table(result), selection=None, pagination=False),
+            mo.ui.table(tables.k_sets_table(result), selection=None, pagination=False),
             mo.md("**Runs excluded, by reason**"),
             mo.ui.table(_excluded, selection=None) if _excluded.height else mo.md("None."),
             mo.md("**Cells rejected (too few runs, noise gate, acceptance)**"),
             mo.ui.table(_rejected, selection=None) if _rejected.height else mo.md("None."),
-            mo.callout(mo.Html(app_support.problem_list_html(_notes)), kind="warn")
+            mo.callout(mo.Html(text.problem_list_html(_notes)), kind="warn")
             if _notes
             else mo.md(""),
         ]
@@ -459,14 +467,8 @@ def _(result):
 
 
 @app.cell
-def _(batch_size_var_input, experiment_picker, k_var_picker, options, settings):
-    cli_arguments = app_support.cli_arguments(
-        experiment_picker.value,
-        settings,
-        options,
-        batch_size_var=batch_size_var_input.value,
-        k_var=k_var_picker.value,
-    )
+def _(experiment_picker, fields, options, settings):
+    cli_arguments = app_support.cli_arguments(experiment_picker.value, fields, settings, options)
     return (cli_arguments,)
 
 
@@ -492,9 +494,9 @@ def _(cli_arguments, options, result, schedule_file):
                 "**Schedule** (`num_speculative_tokens_per_batch_size`):\n\n"
                 f"```json\n{app_support.schedule_text(result)}\n```\n\n"
                 "**For `vllm serve`:**\n\n"
-                f"```bash\n{app_support.speculative_config_argument(result)}\n```"
+                f"```bash\n{text.speculative_config_line(result)}\n```"
             ),
-            mo.ui.table(app_support.decision_table(result), selection=None, pagination=False),
+            mo.ui.table(tables.decision_table(result), selection=None, pagination=False),
             _download,
             mo.md(
                 "**The same on the command line:**\n\n"
@@ -509,7 +511,7 @@ def _(cli_arguments, options, result, schedule_file):
 def _(result):
     # Eager bytes, like the vLLM file: a static HTML export carries it too.
     trtllm_file = (
-        export.trtllm_file([list(r) for r in result.schedule], result.deploy_global_k)
+        export.trtllm_text(result.schedule, result.deploy_global_k).encode()
         if result.ok and result.schedule
         else None
     )
@@ -560,8 +562,8 @@ def _(analysis, confidence_chart, result):
         )
     else:
         _unresolved = app_support.unresolved_lines(result, _report)
-        _table = app_support.confidence_table(result, _report)
-        _flagged = app_support.flagged_runs_table(_report)
+        _table = tables.confidence_table(result, _report)
+        _flagged = tables.flagged_runs_table(_report)
         _view = mo.vstack(
             [
                 mo.callout(
@@ -572,7 +574,7 @@ def _(analysis, confidence_chart, result):
                                 " provisional; the measurement plan below says what would"
                                 " settle them."
                             ),
-                            mo.Html(app_support.html_list(_unresolved)),
+                            mo.Html(text.html_list(_unresolved)),
                         ]
                     ),
                     kind="warn",
@@ -661,10 +663,8 @@ def _(analysis):
     else:
         _view = mo.vstack(
             [
-                mo.Html(app_support.text_block_html(_switch_points.text_lines())),
-                mo.ui.table(
-                    app_support.switch_table(_switch_points), selection=None, pagination=False
-                )
+                mo.Html(text.text_block_html(text.switch_point_lines(_switch_points))),
+                mo.ui.table(tables.switch_table(_switch_points), selection=None, pagination=False)
                 if _switch_points.switches.height
                 else mo.md(""),
             ]
@@ -680,11 +680,11 @@ def _(analysis):
     if _plan is None:
         _view = mo.md("No measurement plan: the settings are invalid.")
     else:
-        _reruns = app_support.rerun_table(_plan)
-        _new_anchors = app_support.new_anchor_table(_plan)
+        _reruns = tables.rerun_table(_plan)
+        _new_anchors = tables.new_anchor_table(_plan)
         _view = mo.vstack(
             [
-                mo.Html(app_support.text_block_html(_plan.text_lines())),
+                mo.Html(text.text_block_html(text.measurement_plan_lines(_plan))),
                 mo.md("**Reruns at unresolved anchors**"),
                 mo.ui.table(_reruns, selection=None) if _reruns.height else mo.md("None."),
                 mo.md("**New anchors where neighbouring picks disagree**"),
@@ -766,36 +766,21 @@ def _(acceptance_chart, confidence_chart, objective_chart, rules_chart, schedule
 @app.cell
 def _(experiments):
     compare_picker = mo.ui.dropdown(
-        options={compare.NO_COMPARISON: None, **experiments},
-        value=compare.NO_COMPARISON,
+        options={app_support.NO_COMPARISON: None, **experiments},
+        value=app_support.NO_COMPARISON,
         label="Compare with",
     )
     return (compare_picker,)
 
 
 @app.cell
-def _(
-    analysis,
-    batch_size_var_input,
-    compare_picker,
-    experiment_picker,
-    k_var_picker,
-    options,
-    settings,
-):
+def _(analysis, compare_picker, experiment_picker, fields, options, settings):
     # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`.
-    comparison, comparison_error = compare.compare_with(
+    comparison, comparison_error = app_support.compare_with(
         str(experiment_picker.value),
         analysis,
         compare_picker.value,
-        compare.DiffSettings(
-            tuning=settings,
-            policy=options.policy,
-            confidence=options.confidence,
-            seed=options.seed,
-            batch_size_var=batch_size_var_input.value,
-            k_var=k_var_picker.value,
-        ),
+        app_support.diff_settings(settings, options, fields),
     )
     return comparison, comparison_error
 
@@ -813,11 +798,11 @@ def _(compare_picker, comparison, comparison_error):
         _view = mo.vstack(
             [
                 mo.callout(
-                    mo.md(f"**{comparison.text_lines()[-1]}**"),
+                    mo.md(f"**{text.diff_lines(comparison)[-1]}**"),
                     kind="warn" if comparison.material else "success",
                 ),
-                compare.comparison_chart(comparison),
-                mo.ui.table(compare.comparison_table(comparison), selection=None, pagination=False),
+                charts.comparison_chart(comparison),
+                mo.ui.table(tables.comparison_table(comparison), selection=None, pagination=False),
             ]
         )
     elif comparison_error is not None:

@@ -62,9 +62,10 @@ def main() -> int:
             outputs, defs = notebook.app.run(defs={"experiment_picker": picker, **controls})
             folder = arguments.out / experiment.name / name
             folder.mkdir(parents=True)
-            for index, output in enumerate(outputs):
-                if output is None:
-                    continue
+            # Numbered among the cells that show something: a cell without output (a control's
+            # definition, a computation) may be added or removed without renaming the rest.
+            shown_outputs = [output for output in outputs if output is not None]
+            for index, output in enumerate(shown_outputs):
                 text = getattr(output, "text", None)
                 shown = text if isinstance(text, str) else repr(output)
                 (folder / f"cell-{index:03d}.html").write_text(_normalised(shown))

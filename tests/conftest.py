@@ -5,10 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-#: Real measured sweeps live beside the repository (never copied into it), see its README.md.
-REAL_DATA = REPO.parent / "shared" / "data" / "real"
+from paths import REAL_DATA
 
 
 @pytest.fixture

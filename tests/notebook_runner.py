@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "tune_spec_k.py"
+from paths import NOTEBOOK
 
 
 def load_notebook() -> ModuleType:

@@ -207,3 +207,56 @@ WORKED_EXAMPLE: dict[tuple[int, int], list[float]] = {
     (64, 3): [3900.0, 3950.0, 4000.0],
     (64, 4): [3600.0, 3700.0, 3720.0],
 }
+
+
+# --------------------------------------------------------------------------- validation sweeps
+
+#: A validation sweep (``tune-spec-k plan --validate``): the schedule under test as a dynamic
+#: server next to static-K servers and a server without speculation.
+SCHEDULE = [[1, 63, 7], [64, 256, 0]]
+DYNAMIC: dict[str, Any] = {
+    "method": "eagle3",
+    "model": "drafter",
+    "num_speculative_tokens": 7,
+    "num_speculative_tokens_per_batch_size": SCHEDULE,
+}
+
+
+def arm_spec(arm: str) -> tuple[str | dict[str, Any], int]:
+    """(sweep_builder spec, K) of an arm name: dynamic, static-k<K>, no-spec."""
+    if arm == "dynamic":
+        return DYNAMIC, 0
+    if arm == "no-spec":
+        return "none", 0
+    return "static", int(arm.removeprefix("static-k"))
+
+
+def write_validation(root: Path, values: dict[tuple[int, str], list[float]]) -> Path:
+    """One combo per (anchor, arm), one run per value, named as `plan --validate` names them."""
+    for (anchor, arm), runs in values.items():
+        spec, k = arm_spec(arm)
+        records = [
+            record(anchor, k, run_number=n, spec=spec, output_throughput=value)
+            for n, value in enumerate(runs)
+        ]
+        write_combo(root / f"SERVE--{arm}-BENCH--c{anchor}", records)
+    return root
+
+
+def spread(center: float, relative: float = 0.005) -> list[float]:
+    """Three runs within +-relative of center."""
+    return [center * (1 - relative), center, center * (1 + relative)]
+
+
+#: At batch size 1 the schedule runs K=7 and at 64 it runs K=0: it is as good as every
+#: alternative.
+GOOD_VALIDATION = {
+    (1, "dynamic"): spread(318.0),
+    (1, "static-k3"): spread(298.0),
+    (1, "static-k7"): spread(318.0),
+    (1, "no-spec"): spread(206.0),
+    (64, "dynamic"): spread(3520.0),
+    (64, "static-k3"): spread(3075.0),
+    (64, "static-k7"): spread(3035.0),
+    (64, "no-spec"): spread(3524.0),
+}

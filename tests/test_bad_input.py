@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from paths import BAD_INPUTS, REPO
 
-from lib import cli
+from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from lib.cli.main import main
 from lib.problems import Problem, Severity
-from lib.schedule import Settings, tune
-from lib.sweeps import GLOBAL_K_VAR, load_experiment
+from lib.schedule import tune
+from lib.settings import GLOBAL_K_VAR, RESULT_FILE, Settings
+from lib.sweeps import load_experiment
 
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = Path(__file__).resolve().parent / "bad_inputs"
+CORPUS = BAD_INPUTS
 #: A file "path" standing for the experiment folder itself, as given on the command line.
 ROOT = "<experiment folder>"
 
@@ -318,7 +320,7 @@ def _assert_refused(stdout: str, stderr: str, experiment: Path, before: list[str
     assert "Traceback" not in stderr
     assert stdout == ""
     assert "no schedule written" in stderr
-    assert not (experiment / cli.OUTPUT_FILE).exists()
+    assert not (experiment / RESULT_FILE).exists()
     assert _listing(experiment) == before
 
 
@@ -328,7 +330,7 @@ def test_cli_refuses_and_names_every_problem(
 ) -> None:
     experiment = copy_case(case.folder)
     before = _listing(experiment)
-    assert cli.main([str(experiment), *case.arguments]) == cli.EXIT_BAD_INPUT
+    assert main([str(experiment), *case.arguments]) == EXIT_BAD_INPUT
     captured = capsys.readouterr()
     _assert_refused(captured.out, captured.err, experiment, before)
     for expected in case.expected:
@@ -356,7 +358,7 @@ def test_the_unbroken_sweep_is_healthy(tmp_path: Path, capsys: pytest.CaptureFix
     (null-goodput is the unbroken sweep; only its --objective-var is wrong.)"""
     output = tmp_path / "schedule.json"
     experiment = CORPUS / "null-goodput"
-    assert cli.main([str(experiment), "--output-json", str(output)]) == cli.EXIT_OK
+    assert main([str(experiment), "--output-json", str(output)]) == EXIT_OK
     captured = capsys.readouterr()
     assert captured.err == ""
     # Anchor 1: K=3 median 150 beats K=0 median 100; anchor 4: K=0 median 400 beats K=3 300
@@ -366,7 +368,7 @@ def test_the_unbroken_sweep_is_healthy(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     experiment = tmp_path / "no such sweep"
-    assert cli.main([str(experiment)]) == cli.EXIT_BAD_INPUT
+    assert main([str(experiment)]) == EXIT_BAD_INPUT
     captured = capsys.readouterr()
     _assert_reported(
         captured.err, Expected("missing-folder", ROOT, message="does not exist"), experiment
@@ -381,7 +383,7 @@ def test_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 def test_a_file_instead_of_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     experiment = tmp_path / "summary.json"
     experiment.write_text("[]", encoding="utf-8")
-    assert cli.main([str(experiment)]) == cli.EXIT_BAD_INPUT
+    assert main([str(experiment)]) == EXIT_BAD_INPUT
     captured = capsys.readouterr()
     _assert_reported(
         captured.err, Expected("not-a-folder", ROOT, message="not a folder"), experiment
@@ -407,7 +409,7 @@ UNREADABLE_MESSAGE = "cannot read the file"
 def test_unreadable_file(copy_case: CopyCase, capsys: pytest.CaptureFixture[str]) -> None:
     experiment, relative = _with_dangling_summary(copy_case)
     before = _listing(experiment)
-    assert cli.main([str(experiment)]) == cli.EXIT_BAD_INPUT
+    assert main([str(experiment)]) == EXIT_BAD_INPUT
     captured = capsys.readouterr()
     _assert_refused(captured.out, captured.err, experiment, before)
     expected = Expected("unreadable-file", relative, message=UNREADABLE_MESSAGE)
@@ -444,7 +446,7 @@ def test_real_process_prints_no_traceback(
     before = _listing(experiment)
     command = [sys.executable, "-m", "lib.cli"] if launcher == "module" else _console_script()
     completed = _run([*command, str(experiment), *case.arguments])
-    assert completed.returncode == cli.EXIT_BAD_INPUT, completed.stderr
+    assert completed.returncode == EXIT_BAD_INPUT, completed.stderr
     _assert_refused(completed.stdout, completed.stderr, experiment, before)
     for expected in case.expected:
         _assert_reported(completed.stderr, expected, experiment)
@@ -453,11 +455,11 @@ def test_real_process_prints_no_traceback(
 def test_real_process_with_an_unreadable_file(copy_case: CopyCase) -> None:
     experiment, relative = _with_dangling_summary(copy_case)
     completed = _run([sys.executable, "-m", "lib.cli", str(experiment)])
-    assert completed.returncode == cli.EXIT_BAD_INPUT
+    assert completed.returncode == EXIT_BAD_INPUT
     assert "Traceback" not in completed.stderr
     _assert_reported(
         completed.stderr,
         Expected("unreadable-file", relative, message=UNREADABLE_MESSAGE),
         experiment,
     )
-    assert not (experiment / cli.OUTPUT_FILE).exists()
+    assert not (experiment / RESULT_FILE).exists()

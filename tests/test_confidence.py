@@ -17,10 +17,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from paths import REPO
 from scipy import stats
 from sweep_builder import WORKED_EXAMPLE, write_grid
 
-from lib import cli
+from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from lib.cli.main import main
 from lib.confidence import (
     ANCHOR_SCHEMA,
     CONFIDENCE_CELL_SCHEMA,
@@ -33,10 +35,10 @@ from lib.confidence import (
     policy_differences,
 )
 from lib.problems import Severity
-from lib.schedule import Settings, TuningResult, tune
+from lib.schedule import Schedule, TuningResult, tune
+from lib.settings import RESULT_FILE, Settings
 from lib.sweeps import load_experiment
 
-REPO = Path(__file__).resolve().parents[1]
 NOISY_SAMPLE = REPO / "data" / "sample_sweeps" / "noisy"
 
 # decision-statistics.md, worked example (3 runs, maximise tok/s, tie 1 %).
@@ -167,10 +169,10 @@ def test_cli_json_is_byte_identical_for_a_seed_and_changes_with_it(
     texts = []
     for name, seed in (("a", "11"), ("b", "11"), ("c", "12")):
         output = tmp_path / f"{name}.json"
-        code = cli.main(
+        code = main(
             [str(sweep), "--policy", "confident", "--seed", seed, "--output-json", str(output)]
         )
-        assert code == cli.EXIT_OK
+        assert code == EXIT_OK
         texts.append(output.read_bytes())
     capsys.readouterr()
     assert texts[0] == texts[1]
@@ -331,7 +333,7 @@ def test_confident_rule_takes_the_smallest_k_that_reaches_the_confidence(tmp_pat
     confident = apply_policy(result, report, "confident")
     assert confident.decisions["selected_k"].to_list() == [1]
     assert confident.decisions["tied_k"].to_list() == [[1, 3]]
-    assert confident.schedule == ((1, 1, 1),)
+    assert confident.schedule == Schedule(((1, 1, 1),))
 
 
 def test_unresolved_anchor_gets_a_provisional_pick_and_a_warning(tmp_path: Path) -> None:
@@ -413,7 +415,7 @@ def test_cli_prints_one_status_line_per_anchor(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sweep = _worked(tmp_path)
-    assert cli.main([str(sweep)]) == cli.EXIT_OK
+    assert main([str(sweep)]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
     # The seed's lines come first, unchanged; the status lines follow the decision lines.
     assert lines[1].startswith("batch_size=1: K=2 ")
@@ -430,7 +432,7 @@ def test_cli_confident_policy_writes_the_confident_schedule(
 ) -> None:
     sweep = _worked(tmp_path)
     output = tmp_path / "out.json"
-    assert cli.main([str(sweep), "--policy", "confident", "--output-json", str(output)]) == 0
+    assert main([str(sweep), "--policy", "confident", "--output-json", str(output)]) == 0
     out = capsys.readouterr().out
     written = json.loads(output.read_text())
     assert json.loads(out.splitlines()[0]) == [[1, 63, 4], [64, 64, 1]]
@@ -446,8 +448,8 @@ def test_cli_confident_policy_accepts_the_noisy_sample(
     if not NOISY_SAMPLE.is_dir():
         pytest.skip(f"sample sweep {NOISY_SAMPLE} not generated")
     output = str(tmp_path / "out.json")
-    assert cli.main([str(NOISY_SAMPLE), "--output-json", output]) == cli.EXIT_BAD_INPUT
-    assert cli.main([str(NOISY_SAMPLE), "--policy", "confident", "--output-json", output]) == 0
+    assert main([str(NOISY_SAMPLE), "--output-json", output]) == EXIT_BAD_INPUT
+    assert main([str(NOISY_SAMPLE), "--policy", "confident", "--output-json", output]) == 0
     assert "warning [noisy-objective]" in capsys.readouterr().err
 
 
@@ -456,15 +458,15 @@ def test_cli_rejects_a_confidence_outside_0_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
     sweep = _worked(tmp_path)
-    assert cli.main([str(sweep), "--confidence", value]) == cli.EXIT_BAD_INPUT
+    assert main([str(sweep), "--confidence", value]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert f"confidence {float(value)}: expected in (0, 1]" in err
-    assert not (sweep / cli.OUTPUT_FILE).exists()
+    assert not (sweep / RESULT_FILE).exists()
 
 
 def test_cli_rejects_a_negative_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sweep = _worked(tmp_path)
-    assert cli.main([str(sweep), "--seed", "-1"]) == cli.EXIT_BAD_INPUT
+    assert main([str(sweep), "--seed", "-1"]) == EXIT_BAD_INPUT
     assert "seed -1: expected >= 0" in capsys.readouterr().err
 
 

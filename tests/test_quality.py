@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 BIN = Path(sys.executable).parent
 
 

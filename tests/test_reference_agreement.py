@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import SAMPLE_SWEEPS
 from reference_policy import ReferenceRejected, reference_tune
 from sweep_builder import combo_name, grid, record, write_combo, write_grid
 
-from lib.schedule import Settings, TuningResult, tune
-from lib.sweeps import DEFAULT_K_VAR, GLOBAL_K_VAR, load_experiment
-
-SAMPLE_SWEEPS = Path(__file__).resolve().parents[1] / "data" / "sample_sweeps"
+from lib.schedule import TuningResult, tune
+from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Settings
+from lib.sweeps import load_experiment
 
 #: Reference flag names that lib's Settings spells differently.
 _SETTING_NAMES = {

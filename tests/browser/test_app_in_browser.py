@@ -10,9 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lib import app_support, cli
-from lib.analysis import Options, analyse
-from lib.schedule import Settings, tune
+from lib.analysis import analyse
+from lib.app import support as app_support
+from lib.cli.common import EXIT_OK
+from lib.cli.main import main
+from lib.schedule import tune
+from lib.settings import Options, Settings
 from lib.sweeps import load_experiment
 
 LOAD_TIMEOUT_MS = 60_000
@@ -36,7 +39,7 @@ def _download_equals_the_cli_file(page: Any, folder: Path, tmp_path: Path, *flag
     assert download.value.suggested_filename == app_support.SCHEDULE_FILE
     downloaded = Path(download.value.path()).read_bytes()
     output = tmp_path / "cli.json"
-    assert cli.main([str(folder), *flags, "--output-json", str(output)]) == cli.EXIT_OK
+    assert main([str(folder), *flags, "--output-json", str(output)]) == EXIT_OK
     assert downloaded == output.read_bytes()
 
 

@@ -1,0 +1,390 @@
+"""What the notebook (``notebooks/tune_spec_k.py``) needs besides the policy: where its input
+is, which controls to offer, and the analysis as tables and text.
+
+The app calls :func:`lib.sweeps.load_experiment` and :func:`lib.analysis.analyse` as the CLI
+does, and downloads ``analysis.result.to_json_text()``, the text the CLI writes; everything
+here only prepares their input or presents what they return, so the app and the CLI cannot
+disagree. :func:`cli_arguments` gives the command line that reproduces the app's file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from lib.analysis import Analysis
+from lib.confidence import ConfidenceReport, apply_policy
+from lib.flags import to_arguments
+from lib.loop.diff import DiffReport, DiffSettings, compare, read_side, side_from_result
+from lib.present import tables, text
+from lib.problems import Problem, Severity
+from lib.schedule import KNOWN_OBJECTIVES, NO_SCHEDULE, TuningResult
+from lib.settings import (
+    DEFAULT_K_VAR,
+    GLOBAL_K_VAR,
+    RESULT_FILE,
+    Direction,
+    Fields,
+    Options,
+    Policy,
+    Settings,
+)
+from lib.sweeps import Sweep
+
+#: File name the CLI writes by default, used for the app's download too.
+SCHEDULE_FILE = RESULT_FILE
+
+#: How K is recorded in a sweep: the seed's design (a fixed global maximum, the effective K set
+#: by a one-range ``num_speculative_tokens_per_batch_size``), or one static-K server per K.
+K_VAR_CHOICES: dict[str, str] = {
+    "a one-range schedule (seed)": DEFAULT_K_VAR,
+    "num_speculative_tokens": GLOBAL_K_VAR,
+}
+
+#: Acceptance fields offered first, most useful first.
+PREFERRED_ACCEPTANCE = ("spec_decode_acceptance_length", "spec_decode_acceptance_rate")
+
+NO_ACCEPTANCE = "(none)"
+
+#: The decision rules (``--policy``), as the app's toggle names them; the seed's first.
+POLICY_CHOICES: dict[str, Policy] = {
+    "the seed's: conservative score": "seed",
+    "confident: P(eps-good)": "confident",
+}
+
+#: Background of the rows a table highlights (unresolved anchors, rules that differ).
+HIGHLIGHT = {"backgroundColor": "#fde2e1"}
+
+_DATA_FILE = re.compile(r"^(summary|run=\d+|run=\d+\.failure)\.json$")
+
+
+@dataclass(frozen=True)
+class AppArguments:
+    """What the notebook was started with (``-- --sweeps DIR`` after the notebook path)."""
+
+    sweeps: str | None
+
+
+def parse_app_arguments(argv: Sequence[str]) -> AppArguments:
+    """``--sweeps DIR`` from ``sys.argv[1:]``; anything else is left to marimo.
+
+    One parser for every way the notebook runs: ``marimo run/edit/export ... -- --sweeps DIR``
+    and ``python notebooks/tune_spec_k.py --sweeps DIR`` all put the flag in ``sys.argv``.
+    """
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--sweeps", default=None)
+    known, _ = parser.parse_known_args(list(argv))
+    return AppArguments(sweeps=known.sweeps)
+
+
+def resolve_root(sweeps: str | None, notebook_dir: Path, cwd: Path) -> Path:
+    """The folder the app may read: ``--sweeps`` resolved from the working directory, or the
+    bundled ``data/sample_sweeps/`` beside the notebook's folder."""
+    if sweeps is None:
+        return (notebook_dir.parent / "data" / "sample_sweeps").resolve()
+    return (cwd / Path(sweeps).expanduser()).resolve()
+
+
+def folder_below_root(root: Path, requested: str | Sequence[str] | None) -> tuple[Path, str | None]:
+    """The folder a ``?sweeps=`` query (or the folder browser) asks for, if it is an existing
+    folder at or below ``root``; else ``root`` and the reason the request was refused.
+
+    Whoever opens the page sets the query, so it may only narrow what the command line allowed:
+    a relative path is taken from ``root``, and ``..`` or symbolic links that lead outside are
+    refused after resolving. A query given twice uses its first value.
+    """
+    if requested is not None and not isinstance(requested, str):
+        requested = next(iter(requested), None)
+    if not requested:
+        return root, None
+    candidate = (root / requested).resolve()
+    if not candidate.is_relative_to(root.resolve()):
+        return root, f"?sweeps={requested} is outside {root}: showing {root} instead"
+    if not candidate.is_dir():
+        return root, f"?sweeps={requested} is not a folder below {root}: showing {root} instead"
+    return candidate, None
+
+
+def _has_data_files(folder: Path, *, any_depth: bool) -> bool:
+    if not any_depth:
+        try:
+            return any(_DATA_FILE.match(entry.name) for entry in os.scandir(folder))
+        except OSError:
+            return False
+    return any(_DATA_FILE.match(name) for _, _, names in os.walk(folder) for name in names)
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        return sorted(entry for entry in folder.iterdir() if entry.is_dir())
+    except OSError:
+        return []
+
+
+def find_experiments(folder: Path) -> dict[str, Path]:
+    """The experiments to choose from in ``folder``, by name.
+
+    ``folder`` is one experiment when run files lie in it or in its immediate subfolders (the
+    ``SERVE--...-BENCH--...`` combo folders); otherwise each immediate subfolder with run files
+    at any depth is an experiment (vLLM writes ``<output-dir>/<experiment-name>/``).
+    """
+    subfolders = _subfolders(folder)
+    if _has_data_files(folder, any_depth=False) or any(
+        _has_data_files(sub, any_depth=False) for sub in subfolders
+    ):
+        return {folder.name: folder}
+    return {sub.name: sub for sub in subfolders if _has_data_files(sub, any_depth=True)}
+
+
+# --------------------------------------------------------------------------- controls
+
+
+def default_direction(field: str) -> Direction:
+    """The direction that means "better" for a field: known objectives as listed in
+    :data:`lib.schedule.KNOWN_OBJECTIVES`, latencies (``*_ms``) minimised, the rest maximised."""
+    if field in KNOWN_OBJECTIVES:
+        return KNOWN_OBJECTIVES[field]
+    return "minimize" if field.endswith("_ms") else "maximize"
+
+
+def objective_options(sweep: Sweep) -> list[str]:
+    """The known objectives first (even when absent, so choosing one explains why it cannot be
+    used), then every other numeric field of the sweep, sorted."""
+    known = list(KNOWN_OBJECTIVES)
+    return known + sorted(set(sweep.metrics) - set(known))
+
+
+def acceptance_options(sweep: Sweep) -> list[str]:
+    """:data:`NO_ACCEPTANCE` (the seed's default), the usual acceptance fields present in the
+    sweep, then the other ``spec_decode_*`` fields."""
+    metrics = set(sweep.metrics)
+    preferred = [name for name in PREFERRED_ACCEPTANCE if name in metrics]
+    others = sorted(
+        name for name in metrics if name.startswith("spec_decode_") and name not in preferred
+    )
+    return [NO_ACCEPTANCE, *preferred, *others]
+
+
+def acceptance_field(choice: str) -> str | None:
+    """The ``acceptance`` setting for a dropdown choice."""
+    return None if choice == NO_ACCEPTANCE else choice
+
+
+def slider_steps(stop: float, step: float, start: float = 0.0) -> list[float]:
+    """Slider stops ``start, start + step, ..., stop`` rounded to the step's decimals, so a
+    slider value is the same float a user types on the CLI (``0.3``, not
+    ``0.30000000000000004``) and the exported JSON matches the CLI's byte for byte."""
+    return [round(start + index * step, 10) for index in range(round((stop - start) / step) + 1)]
+
+
+# --------------------------------------------------------------------------- data health
+
+
+@dataclass(frozen=True)
+class HealthCounts:
+    """Headline numbers about what was read and what the policy could use."""
+
+    files_read: int
+    runs_loaded: int
+    runs_excluded: int
+    cells: int
+    cells_rejected: int
+    anchors: int
+    errors: int
+    warnings: int
+
+
+def health_counts(result: TuningResult) -> HealthCounts:
+    severities = [problem.severity for problem in result.problems]
+    return HealthCounts(
+        files_read=len(result.sweep.input_files),
+        runs_loaded=result.sweep.runs.height,
+        runs_excluded=result.excluded_runs.height,
+        cells=result.cells.height,
+        cells_rejected=result.cells.filter(pl.col("status") == "rejected").height,
+        anchors=result.decisions.height,
+        errors=severities.count(Severity.ERROR),
+        warnings=severities.count(Severity.WARNING),
+    )
+
+
+def global_k_text(result: TuningResult) -> str:
+    """The engine's startup maximum (``num_speculative_tokens``): configured, observed, used."""
+    configured = result.configured_global_k
+    observed = result.max_k_observed
+    stated = (
+        f"configured num_speculative_tokens = {configured}"
+        if configured is not None
+        else "no single configured num_speculative_tokens"
+    )
+    return (
+        f"{stated}; largest K measured = {observed if observed is not None else 'none'};"
+        f" the exported config starts the engine with {result.deploy_global_k}"
+    )
+
+
+def baseline_text(result: TuningResult) -> str:
+    """What the K=0 baseline is: the schedule-enabled engine at K=0 (the seed's honest
+    baseline), a server without speculation, both, or missing."""
+    k0 = result.sweep.runs.filter(pl.col("k") == 0)
+    on_engine = k0.filter(pl.col("speculation").fill_null(False)).height
+    plain_notes = [p for p in result.problems if p.rule == "k0-without-speculation"]
+    parts = []
+    if on_engine:
+        parts.append(
+            f"{on_engine} K=0 run(s) on the speculative engine with K set to 0 (the seed's"
+            " baseline: same engine configuration as the candidates)"
+        )
+    parts += [note.message for note in plain_notes]
+    if not parts:
+        return "no K=0 runs: the 'vs K=0' figures are not available"
+    return "; ".join(parts)
+
+
+def problems_of(result: TuningResult, severity: Severity) -> list[Problem]:
+    return [problem for problem in result.problems if problem.severity is severity]
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def schedule_text(result: TuningResult) -> str:
+    """The schedule as the CLI's first stdout line prints it (``[]`` when undecided)."""
+    return (result.schedule or NO_SCHEDULE).json_text()
+
+
+# --------------------------------------------------------------------------- confidence
+
+
+def rule_text(options: Options) -> str:
+    """Markdown: which decision rule and which schedule the app reports and exports."""
+    rule = next(name for name, policy in POLICY_CHOICES.items() if policy == options.policy)
+    schedule = (
+        "interpolated (switches between anchors)"
+        if options.interpolated_schedule
+        else "step (switches at the anchors)"
+    )
+    return f"**Decision rule:** {rule}, confidence {options.confidence:g}; **schedule:** {schedule}"
+
+
+def highlight_rows(
+    frame: pl.DataFrame, column: str, value: Any = True
+) -> Callable[[str, str, Any], dict[str, str]]:
+    """A ``style_cell`` for ``mo.ui.table(frame)`` that highlights the rows whose ``column``
+    holds ``value`` (marimo names rows by their position)."""
+    marked = {str(index) for index, cell in enumerate(frame[column].to_list()) if cell == value}
+
+    def style(row: str, _column: str, _value: Any) -> dict[str, str]:
+        return HIGHLIGHT if row in marked else {}
+
+    return style
+
+
+def unresolved_lines(result: TuningResult, report: ConfidenceReport) -> list[str]:
+    """The CLI's status line of every unresolved anchor (its provisional K, contenders,
+    reasons and flagged runs)."""
+    statuses = report.anchors["status"].to_list()
+    if "unresolved" not in statuses:
+        return []  # the status lines take a few ms on a large sweep: skip them
+    lines = text.confidence_lines(report, result)
+    return [line for line, status in zip(lines, statuses, strict=True) if status == "unresolved"]
+
+
+@dataclass(frozen=True, eq=False)
+class RuleComparison:
+    """Both decision rules on the same confidence report, each with its step schedule."""
+
+    seed: TuningResult
+    confident: TuningResult
+
+    def table(self) -> pl.DataFrame:
+        """Per anchor: each rule's K and its P(eps-good), and whether they differ."""
+        return tables.rule_table(self.seed, self.confident)
+
+    def summary(self) -> str:
+        """Markdown: both schedules, and whether each could be written."""
+        lines = []
+        for name, result in (("seed's rule", self.seed), ("confident rule", self.confident)):
+            written = "" if result.ok else " (not written: errors)"
+            lines.append(f"- **{name}**: `{schedule_text(result)}`{written}")
+        return "\n".join(lines)
+
+
+def compare_rules(analysis: Analysis, options: Options) -> RuleComparison | None:
+    """The seed's and the confident rule's results for the analysed sweep (None without a
+    confidence report). Both keep the step schedule, so the rules compare like for like; the
+    analysis' own result is reused where it is one of them."""
+    report = analysis.report
+    if report is None:
+        return None
+    confident = (
+        analysis.result
+        if options.policy == "confident" and not options.interpolated_schedule
+        else apply_policy(analysis.seed_result, report, "confident")
+    )
+    return RuleComparison(seed=analysis.seed_result, confident=confident)
+
+
+# --------------------------------------------------------------------------- export
+
+
+def cli_arguments(
+    experiment: str | os.PathLike[str], fields: Fields, settings: Settings, options: Options
+) -> list[str]:
+    """The ``tune-spec-k`` arguments that analyse ``experiment`` exactly as the app does."""
+    return [
+        os.fspath(experiment),
+        *to_arguments(fields),
+        *to_arguments(settings),
+        *to_arguments(options),
+    ]
+
+
+def cli_command(arguments: Sequence[str]) -> str:
+    """The arguments as a shell command line to reproduce the app's result."""
+    return shlex.join(["tune-spec-k", *arguments])
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def diff_settings(settings: Settings, options: Options, fields: Fields) -> DiffSettings:
+    """How the app tunes the experiment it compares with: as ``tune-spec-k diff`` tunes a
+    folder, with the sidebar's settings and rule (the step schedule: ``diff`` compares picks)."""
+    return DiffSettings(
+        tuning=settings,
+        options=dataclasses.replace(options, interpolated_schedule=False),
+        fields=fields,
+    )
+
+
+#: The comparison picker's "nothing to compare with" choice.
+NO_COMPARISON = "(none)"
+
+
+def compare_with(
+    label: str, analysis: Analysis, other: str | Path | None, settings: DiffSettings
+) -> tuple[DiffReport | None, str | None]:
+    """The app's comparison of the shown experiment (already analysed) with ``other``, as
+    ``tune-spec-k diff`` makes it: the report, or why there is none (None, None when nothing
+    was picked)."""
+    if other is None:
+        return None, None
+    if not analysis.result.ok or analysis.report is None:
+        return None, "No comparison: this experiment has no schedule (see the errors above)."
+    mine = side_from_result(label, analysis.result, analysis.report)
+    theirs, problems = read_side(other, settings)
+    if theirs is not None:
+        report, problems = compare(mine, theirs, settings)
+        if report is not None:
+            return report, None
+    return None, "\n".join(problem.describe() for problem in problems)

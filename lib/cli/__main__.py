@@ -1,0 +1,5 @@
+"""``python -m lib.cli``: the same as ``tune-spec-k``."""
+
+from lib.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""``tune-spec-k check VALIDATION_DIR``: is the deployed schedule at least as good as static K
+and as no speculation (:mod:`lib.loop.check`)? Exit status: 0 no loss, 1 a loss (with
+``--strict``: an inconclusive anchor too), 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from lib.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FINDING,
+    EXIT_OK,
+    PROGRAM,
+    add_output_json,
+    print_problems,
+    write_and_print,
+)
+from lib.flags import add_flags, from_arguments
+from lib.loop.check import CheckSettings, check_deployment
+from lib.loop.export import read_schedule
+from lib.present.text import check_lines
+from lib.settings import Fields, Options, Settings
+
+__all__ = ["CheckArgs", "main"]
+
+_COMMAND = f"{PROGRAM} check"
+#: The tuning settings the check uses; the rest do not apply to arms.
+SETTINGS_USED = ("objective", "direction", "min_runs", "relative_tolerance")
+OPTIONS_USED = ("confidence", "seed")
+
+
+@dataclass(frozen=True)
+class CheckArgs:
+    """What ``tune-spec-k check`` was asked to judge, and how."""
+
+    experiment_dir: str
+    schedule_file: str | None
+    strict: bool
+    output_json: str | None
+    fields: Fields
+    settings: Settings
+    options: Options
+
+    description: ClassVar[str] = (
+        "Judge a deployed schedule from a validation sweep (tune-spec-k plan --validate): per"
+        " anchor, is the dynamic server at least as good as the best static K and as K=0"
+        " (within the relative tolerance, with the confidence analysis)?\n\nExit status: 0 no"
+        " loss, 1 a loss at some anchor (or, with --strict, an inconclusive anchor), 2 bad"
+        " input."
+    )
+    example: ClassVar[str] = (
+        f"example: {_COMMAND} results/validation --schedule"
+        " results/tuning/speculative_k_schedule.json"
+    )
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("experiment_dir", metavar="VALIDATION_DIR", help="the validation sweep")
+        parser.add_argument(
+            "--schedule",
+            dest="schedule_file",
+            metavar="JSON",
+            help="the schedule under test: a result JSON, a speculative_config, a [[lo, hi, K]]"
+            " list or a TensorRT-LLM draft_len_schedule (default: the sweep's one multi-range"
+            " schedule)",
+        )
+        add_flags(parser, Settings, only=SETTINGS_USED)
+        add_flags(parser, Fields, only=("batch_size_var",))
+        add_flags(parser, Options, only=OPTIONS_USED)
+        parser.add_argument(
+            "--strict", action="store_true", help="exit 1 for inconclusive anchors too"
+        )
+        add_output_json(parser, "also write the report as JSON")
+
+    @classmethod
+    def from_cli_args(cls, arguments: argparse.Namespace) -> CheckArgs:
+        return cls(
+            experiment_dir=arguments.experiment_dir,
+            schedule_file=arguments.schedule_file,
+            strict=arguments.strict,
+            output_json=arguments.output_json,
+            fields=from_arguments(Fields, arguments),
+            settings=from_arguments(Settings, arguments),
+            options=from_arguments(Options, arguments),
+        )
+
+
+def main(args: CheckArgs) -> int:
+    """Check, print the verdicts; exit 1 on a loss (or, strict, an inconclusive anchor)."""
+    schedule = None
+    if args.schedule_file:
+        found, problems = read_schedule(args.schedule_file)
+        if found is None:
+            print_problems(problems, lambda count: f"{_COMMAND}: cannot read the schedule")
+            return EXIT_BAD_INPUT
+        schedule = found.schedule
+    settings = CheckSettings(args.settings, args.options, args.fields)
+    report = check_deployment(args.experiment_dir, settings, schedule)
+    if print_problems(
+        report.problems,
+        lambda count: f"{_COMMAND}: cannot judge {args.experiment_dir}: {count} problem(s)",
+    ):
+        return EXIT_BAD_INPUT
+    files = [(Path(args.output_json), report.to_json_text())] if args.output_json else []
+    if write_and_print(_COMMAND, files, check_lines(report)) != EXIT_OK:
+        return EXIT_BAD_INPUT
+    inconclusive = "inconclusive" in report.verdicts["verdict"].to_list()
+    return EXIT_FINDING if report.losses or (args.strict and inconclusive) else EXIT_OK

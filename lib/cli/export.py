@@ -1,0 +1,67 @@
+"""``tune-spec-k export JSON``: a schedule for TensorRT-LLM or vLLM, from any file holding one
+(:mod:`lib.loop.export`). Exit status: 0 written, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from lib.cli.common import EXIT_BAD_INPUT, PROGRAM, print_problems, write_and_print
+from lib.flags import add_flags, from_arguments
+from lib.loop.export import ExportSettings, config_text, export_config, read_schedule
+
+__all__ = ["ExportArgs", "main"]
+
+_COMMAND = f"{PROGRAM} export"
+
+
+@dataclass(frozen=True)
+class ExportArgs:
+    """The schedule file ``tune-spec-k export`` converts, how, and where it writes."""
+
+    source: str
+    output: str | None
+    settings: ExportSettings
+
+    description: ClassVar[str] = (
+        "Convert a schedule for another engine: --format trtllm writes TensorRT-LLM's"
+        " max_draft_len and draft_len_schedule ({batch_size_upper_bound: K}); --format vllm"
+        " writes vLLM's speculative_config fields (num_speculative_tokens and"
+        " num_speculative_tokens_per_batch_size) from either kind of input.\n\nExit status: 0"
+        " written, 2 bad input."
+    )
+    example: ClassVar[str] = (
+        f"example: {_COMMAND} results/tuning/speculative_k_schedule.json --format trtllm"
+        " -o trtllm.json"
+    )
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "source",
+            metavar="JSON",
+            help="a result JSON, a speculative_config, a [[lo, hi, K]] list, or a TensorRT-LLM"
+            " draft_len_schedule (bare or with max_draft_len)",
+        )
+        add_flags(parser, ExportSettings)
+        parser.add_argument("-o", "--output", help="write the JSON here too")
+
+    @classmethod
+    def from_cli_args(cls, arguments: argparse.Namespace) -> ExportArgs:
+        return cls(arguments.source, arguments.output, from_arguments(ExportSettings, arguments))
+
+
+def main(args: ExportArgs) -> int:
+    """Print the exported config on one line (and write it indented with ``-o``)."""
+    found, problems = read_schedule(args.source)
+    config = None
+    if found is not None:
+        config, problems = export_config(found, args.settings)
+    if config is None:
+        print_problems(problems, lambda count: f"{_COMMAND}: nothing written: {count} problem(s)")
+        return EXIT_BAD_INPUT
+    files = [(Path(args.output), config_text(config))] if args.output else []
+    return write_and_print(_COMMAND, files, [json.dumps(config)])

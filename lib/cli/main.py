@@ -1,0 +1,117 @@
+"""The ``tune-spec-k`` entry point: tuning, and a registry of subcommands for the loop.
+
+``tune-spec-k EXPERIMENT_DIR [flags]`` tunes (:mod:`lib.cli.tune`, the seed's drop-in CLI);
+``tune-spec-k COMMAND ...`` runs one of :data:`SUBCOMMANDS`. Each command is a module with an
+``Args`` dataclass that adds its flags to a parser (``add_cli_args``), builds itself from the
+parsed namespace (``from_cli_args``), and a ``main(args)`` returning the exit status; the
+settings' flags come from the settings dataclasses (:mod:`lib.flags`). A subcommand's module is
+imported only when it runs, so ``tune-spec-k --help`` loads neither Polars nor Altair.
+
+A folder literally named like a subcommand is tuned as ``tune-spec-k ./plan``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lib.cli import tune
+from lib.cli.common import EXIT_OK, PROGRAM
+
+__all__ = ["SUBCOMMANDS", "Subcommand", "build_parser", "main"]
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """A ``tune-spec-k COMMAND``: its name, one line for ``tune-spec-k --help``, and the module
+    holding its ``Args`` class (``args_class``) and ``main``."""
+
+    name: str
+    summary: str
+    module: str
+    args_class: str
+
+    def load(self) -> tuple[Any, Any]:
+        """(the Args class, main) of the command, importing its module."""
+        module = importlib.import_module(self.module)
+        return getattr(module, self.args_class), module.main
+
+
+SUBCOMMANDS = (
+    Subcommand(
+        "plan",
+        "write the params files and the command of a sweep to run (tuning, follow-up, validation)",
+        "lib.cli.plan",
+        "PlanArgs",
+    ),
+    Subcommand(
+        "check",
+        "judge a deployed schedule against static K and no speculation (exit 1 on a loss)",
+        "lib.cli.check",
+        "CheckArgs",
+    ),
+    Subcommand(
+        "diff",
+        "compare two tunings, folders or result JSONs (exit 1 when materially different)",
+        "lib.cli.diff",
+        "DiffArgs",
+    ),
+    Subcommand(
+        "export",
+        "convert a schedule for TensorRT-LLM (draft_len_schedule) or vLLM",
+        "lib.cli.export",
+        "ExportArgs",
+    ),
+)
+
+
+def _parser(args_class: Any, prog: str, epilog: str | None = None) -> argparse.ArgumentParser:
+    """A command's parser: its description wrapped by paragraph, its epilog as written."""
+    paragraphs = args_class.description.split("\n\n")
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="\n\n".join(textwrap.fill(paragraph, 88) for paragraph in paragraphs),
+        epilog=epilog if epilog is not None else getattr(args_class, "example", None),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    args_class.add_cli_args(parser)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``tune-spec-k EXPERIMENT_DIR``; its help lists the subcommands too."""
+    width = max(len(command.name) for command in SUBCOMMANDS)
+    lines = [f"  {c.name:<{width}}  {c.summary}" for c in SUBCOMMANDS]
+    epilog = (
+        f"subcommands ({PROGRAM} COMMAND --help for each; the loop is in docs/loop.md):\n"
+        + "\n".join(lines)
+        + "\n\n"
+        + tune.TuneArgs.example
+    )
+    return _parser(tune.TuneArgs, PROGRAM, epilog)
+
+
+def _run(argv: list[str]) -> int:
+    for command in SUBCOMMANDS:
+        if argv and argv[0] == command.name:
+            args_class, run = command.load()
+            parser = _parser(args_class, f"{PROGRAM} {command.name}")
+            return int(run(args_class.from_cli_args(parser.parse_args(argv[1:]))))
+    return tune.main(tune.TuneArgs.from_cli_args(build_parser().parse_args(argv)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; a closed stdout (``tune-spec-k DIR | head -1``) ends quietly."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(arguments)
+    except BrokenPipeError:
+        # Python would complain again when flushing the dead pipe at exit: point it elsewhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK

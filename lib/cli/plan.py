@@ -1,0 +1,178 @@
+"""``tune-spec-k plan``: write the params files, run script and command of a sweep to run
+(:mod:`lib.loop.plan`). Exit status: 0 written, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK, PROGRAM, print_problems
+from lib.files import read_json
+from lib.flags import add_flags, flag_name, given, int_list
+from lib.keys import MISSING
+from lib.loop import plan as planning
+from lib.loop.plan import SweepDesign, SweepPlan, write_plan
+from lib.present.text import sweep_plan_lines
+from lib.problems import Problem, Severity
+
+__all__ = ["PlanArgs", "main"]
+
+_COMMAND = f"{PROGRAM} plan"
+
+
+@dataclass(frozen=True)
+class PlanArgs:
+    """What ``tune-spec-k plan`` was asked to write."""
+
+    output_dir: str
+    design_file: str | None
+    #: The design flags given on the command line (they override ``design_file``).
+    design: Mapping[str, Any]
+    follow_up: tuple[str, ...] | None
+    validate: str | None
+    static_ks: tuple[int, ...] | None
+    results_dir: str | None
+    experiment_name: str | None
+
+    description: ClassVar[str] = (
+        "Write serve_params.json, bench_params.json, run.sh and command.txt for `vllm bench"
+        " sweep serve`: the seed's K x anchor matrix (one global num_speculative_tokens = the"
+        " largest K, K set by one-range schedules [[1, MAX, K]], K=0 included, anchors from 1 to"
+        " the deployment maximum); with --follow-up, only the cells an earlier result left"
+        " unresolved; with --validate, the tuned schedule next to static-K servers and a server"
+        " without speculation.\n\nExit status: 0 written, 2 bad input."
+    )
+    example: ClassVar[str] = (
+        f"example: {_COMMAND} --model meta-llama/Llama-3.1-8B-Instruct --method eagle3"
+        " --draft-model yuhuili/EAGLE3-LLaMA3.1-Instruct-8B --ks 0,1,3,7 --anchors"
+        " 1,64,128,256 --input-len 128 --output-len 128 -o plan"
+    )
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "-o",
+            "--output-dir",
+            default="sweep-plan",
+            help="where to write the plan (default: sweep-plan)",
+        )
+        parser.add_argument(
+            "--design",
+            dest="design_file",
+            metavar="SWEEP_PLAN_JSON",
+            help="read the design (every flag below) from an earlier plan's sweep_plan.json;"
+            " flags given here override it",
+        )
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument(
+            "--follow-up",
+            nargs="+",
+            metavar="JSON",
+            help="plan only what an earlier tuning left open: a measurement plan (tune-spec-k"
+            " DIR --plan-json PATH) and/or the result JSON (speculative_k_schedule.json)",
+        )
+        mode.add_argument(
+            "--validate",
+            metavar="RESULT_JSON",
+            help="plan the check of a tuned schedule: the result JSON's schedule as a dynamic"
+            " server next to static-K servers and a server without speculation",
+        )
+        parser.add_argument(
+            "--static-ks",
+            type=int_list,
+            help="with --validate: the static K servers (default: every K > 0 of"
+            f" {flag_name(SweepDesign, 'ks')} and of the schedule)",
+        )
+        add_flags(parser.add_argument_group("design"), SweepDesign)
+        parser.add_argument(
+            "--results-dir",
+            help="`-o` of the sweep (default: results; a follow-up defaults to the folder of the"
+            " result JSON, which is the first experiment's, so the runs merge)",
+        )
+        parser.add_argument(
+            "--experiment-name",
+            help="`-e` of the sweep (default: tuning, followup or validation)",
+        )
+
+    @classmethod
+    def from_cli_args(cls, arguments: argparse.Namespace) -> PlanArgs:
+        return cls(
+            output_dir=arguments.output_dir,
+            design_file=arguments.design_file,
+            design=given(SweepDesign, arguments),
+            follow_up=tuple(arguments.follow_up) if arguments.follow_up else None,
+            validate=arguments.validate,
+            static_ks=arguments.static_ks,
+            results_dir=arguments.results_dir,
+            experiment_name=arguments.experiment_name,
+        )
+
+
+def main(args: PlanArgs) -> int:
+    """Plan, write every file of the plan, print the summary, the commands and the files."""
+    plan, problems = _plan(args)
+    if plan is None:
+        print_problems(problems, lambda count: f"{_COMMAND}: nothing written: {count} problem(s)")
+        return EXIT_BAD_INPUT
+    written, problems = write_plan(plan, args.output_dir)
+    if print_problems(problems, lambda count: f"{_COMMAND}: could not write the plan"):
+        return EXIT_BAD_INPUT
+    lines = sweep_plan_lines(plan, args.output_dir) + [f"Wrote {path}" for path in written]
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def _plan(args: PlanArgs) -> tuple[SweepPlan | None, list[Problem]]:
+    """The plan the flags ask for (tuning, follow-up or validation), or None and why not."""
+    stored = None
+    if args.design_file:
+        data, problems = read_json(args.design_file)
+        if data is MISSING:
+            return None, problems
+        stored = data.get("design") if isinstance(data, dict) else None
+        if not isinstance(stored, dict):
+            problem = Problem(
+                Severity.ERROR,
+                "invalid-design",
+                "no 'design' object",
+                files=(args.design_file,),
+                expected="the sweep_plan.json of an earlier plan",
+            )
+            return None, [problem]
+    design, problems = planning.design_from(stored, args.design, args.design_file)
+    if design is None:
+        return None, problems
+    if args.follow_up:
+        needs, problems = planning.follow_up_needs(args.follow_up)
+        if needs is None:
+            return None, problems
+        beside = needs.result_file or args.follow_up[-1]
+        return planning.follow_up_plan(
+            design,
+            needs,
+            args.results_dir or str(Path(beside).parent),
+            args.experiment_name or "followup",
+        )
+    if args.validate:
+        return planning.validation_plan(
+            design,
+            args.validate,
+            args.results_dir or "results",
+            args.experiment_name or "validation",
+            args.static_ks,
+        )
+    if args.static_ks is not None:
+        problem = Problem(
+            Severity.ERROR,
+            "invalid-flag",
+            "only with --validate",
+            field="--static-ks",
+            value=",".join(str(k) for k in args.static_ks),
+        )
+        return None, [problem]
+    return planning.tuning_plan(
+        design, args.results_dir or "results", args.experiment_name or "tuning"
+    )

@@ -1,0 +1,122 @@
+"""``tune-spec-k EXPERIMENT_DIR``: a drop-in replacement for the seed's
+``vllm bench sweep tune_speculative_k`` (vLLM PR #49163): same flags, defaults, output file,
+JSON keys and stdout lines; where the seed would stop at its first error, this lists every
+problem and exits 2.
+
+Stdout: the schedule as JSON on one line, a line per anchor (the seed's), then tune-spec-k's
+additions (confidence per anchor, switch points, the measurement plan), the
+``--speculative-config`` to paste, and ``Wrote PATH`` last.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import ClassVar
+
+from lib.cli.common import (
+    EXIT_BAD_INPUT,
+    PROGRAM,
+    add_output_json,
+    print_problems,
+    write_and_print,
+)
+from lib.flags import add_flags, from_arguments
+from lib.settings import RESULT_FILE, Fields, Options, Settings
+
+__all__ = ["TuneArgs", "main"]
+
+
+@dataclass(frozen=True)
+class TuneArgs:
+    """Everything ``tune-spec-k EXPERIMENT_DIR`` was asked to do."""
+
+    experiment_dir: str
+    output_json: str | None
+    plan_json: str | None
+    fields: Fields
+    settings: Settings
+    options: Options
+
+    description: ClassVar[str] = (
+        "Choose vLLM's Dynamic speculative-decoding schedule"
+        " (speculative_config.num_speculative_tokens_per_batch_size) from the results of"
+        " `vllm bench sweep serve`: repeated runs per (batch-size anchor, K). Per anchor, every"
+        " K is scored by a conservative objective (median moved against the objective by"
+        " PENALTY x 1.4826 x MAD); the smallest K within the relative tolerance of the best"
+        " wins.\n\nExit status: 0 written, 2 bad input (every problem is listed)."
+    )
+    example: ClassVar[str] = (
+        f"example: {PROGRAM} results/20261129_101500 --objective-var median_tpot_ms"
+        " --objective-direction minimize"
+    )
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "experiment_dir",
+            metavar="EXPERIMENT_DIR",
+            help="folder written by `vllm bench sweep serve` (summary.json files at any depth)",
+        )
+        add_output_json(
+            parser, f"where to write the result (default: EXPERIMENT_DIR/{RESULT_FILE})"
+        )
+        add_flags(parser, Fields)
+        add_flags(parser, Settings)
+        add_flags(parser, Options)
+        parser.add_argument(
+            "--plan-json",
+            default=None,
+            metavar="PATH",
+            help="(not in the seed) also write the measurement plan (reruns, new anchors) as JSON",
+        )
+
+    @classmethod
+    def from_cli_args(cls, arguments: argparse.Namespace) -> TuneArgs:
+        return cls(
+            experiment_dir=arguments.experiment_dir,
+            output_json=arguments.output_json,
+            plan_json=arguments.plan_json,
+            fields=from_arguments(Fields, arguments),
+            settings=from_arguments(Settings, arguments),
+            options=from_arguments(Options, arguments),
+        )
+
+
+def main(args: TuneArgs) -> int:
+    """Tune, write the result (and the plan), print what the seed prints and more."""
+    from pathlib import Path
+
+    from lib.analysis import analyse
+    from lib.present import text
+    from lib.sweeps import load_experiment
+
+    sweep = load_experiment(
+        args.experiment_dir,
+        batch_size_var=args.fields.batch_size_var,
+        k_var=args.fields.k_var,
+    )
+    analysis = analyse(sweep, args.settings, args.options)
+    result = analysis.result
+    failed = print_problems(
+        result.problems,
+        lambda count: (
+            f"{PROGRAM}: no schedule written: {count} problem(s) in {args.experiment_dir}"
+        ),
+    )
+    if failed or not result.ok or result.schedule is None:
+        return EXIT_BAD_INPUT
+    output = Path(args.output_json or Path(args.experiment_dir) / RESULT_FILE)
+    plan = analysis.plan
+    writes = [(output, result.to_json_text())]
+    if args.plan_json is not None and plan is not None:
+        writes.insert(0, (Path(args.plan_json), plan.to_json_text()))
+    lines = [result.schedule.json_text(), *text.decision_lines(result)]
+    if analysis.report is not None:
+        lines += text.confidence_lines(analysis.report, result)
+    if analysis.switch_points is not None:
+        lines += text.switch_point_lines(analysis.switch_points)
+    if plan is not None:
+        lines += text.measurement_plan_lines(plan)
+    lines.append(text.speculative_config_line(result))
+    return write_and_print(PROGRAM, writes, lines)

@@ -1,0 +1,243 @@
+"""Command-line flags of the settings dataclasses: every flag is spelled once, on its field.
+
+A settings dataclass declares each of its flags in the field's metadata with :func:`flag` (the
+flag's name and help text); everything else is read from the field itself:
+
+- the default: what a parse gives when the flag is absent, and the ``(default: ...)`` of the
+  help, printed once;
+- the type: ``int``, ``float`` and ``str`` values, ``bool`` for a switch, ``X | None`` for a
+  value that may be left out, a ``Literal`` for a choice, ``tuple[int, ...]`` for a
+  comma-separated list (or a repeatable flag with ``repeat=True``).
+
+So the parser (:func:`add_flags`), the way back (:func:`given`, :func:`from_arguments`), the
+command line that reproduces a value (:func:`to_arguments`) and the name an error message gives
+a setting (:func:`flag_name`) cannot disagree. The module imports only the standard library:
+``tune-spec-k --help`` must not wait for Polars.
+
+>>> from dataclasses import dataclass, field
+>>> @dataclass(frozen=True)
+... class Example:
+...     runs: int = field(default=3, metadata=flag("--runs", "runs per cell"))
+...     strict: bool = field(default=False, metadata=flag("--strict", "fail on warnings"))
+>>> parser = argparse.ArgumentParser(prog="example")
+>>> add_flags(parser, Example)
+>>> from_arguments(Example, parser.parse_args(["--runs", "5"]))
+Example(runs=5, strict=False)
+>>> to_arguments(Example(runs=5, strict=True))
+['--runs=5', '--strict']
+>>> flag_name(Example, "runs")
+'--runs'
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+__all__ = [
+    "Flag",
+    "add_flags",
+    "flag",
+    "flag_name",
+    "from_arguments",
+    "given",
+    "int_list",
+    "to_arguments",
+]
+
+_KEY = "flag"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one settings field appears on the command line.
+
+    ``in_seed`` is False for flags the seed (vLLM PR #49163) does not have: their help says so.
+    ``parse`` turns one command-line value into a field value where the type cannot say how.
+    ``repeat``: the flag may be given several times, each adding one value to a tuple.
+    ``echo``: whether :func:`to_arguments` writes the flag ``"always"``, or only when its value
+    differs from the default (``"changed"``; flags with a ``None`` or ``False`` default are
+    written only when set anyway).
+    """
+
+    name: str
+    help: str
+    in_seed: bool = True
+    metavar: str | None = None
+    parse: Callable[[str], Any] | None = None
+    repeat: bool = False
+    echo: Literal["always", "changed"] = "always"
+
+
+def flag(
+    name: str,
+    help: str,
+    *,
+    in_seed: bool = True,
+    metavar: str | None = None,
+    parse: Callable[[str], Any] | None = None,
+    repeat: bool = False,
+    echo: Literal["always", "changed"] = "always",
+) -> dict[str, Flag]:
+    """The metadata of a field that is a command-line flag: ``field(default=...,
+    metadata=flag("--name", "help"))``."""
+    return {_KEY: Flag(name, help, in_seed, metavar, parse, repeat, echo)}
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """A comma-separated list of whole numbers, as ``--ks 0,1,3,7`` takes it.
+
+    >>> int_list("0, 1,3")
+    (0, 1, 3)
+    """
+    try:
+        values = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected comma-separated whole numbers, e.g. 0,1,3,7"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected at least one number")
+    return values
+
+
+def _flagged(cls: type) -> list[dataclasses.Field[Any]]:
+    return [field for field in dataclasses.fields(cls) if _KEY in field.metadata]
+
+
+def _spec(field: dataclasses.Field[Any]) -> Flag:
+    spec = field.metadata[_KEY]
+    assert isinstance(spec, Flag)
+    return spec
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _default(field: dataclasses.Field[Any]) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None if field.default is dataclasses.MISSING else field.default
+
+
+def _shape(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """(the value type, the choices) of a field type: ``X | None`` is X, a ``Literal`` gives
+    its values as choices and the type of the first, ``tuple[X, ...]`` is ``tuple``."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    if typing.get_origin(hint) is Literal:
+        choices = typing.get_args(hint)
+        return type(choices[0]), choices
+    origin = typing.get_origin(hint)
+    return (origin if origin is not None else hint), ()
+
+
+def _item_type(hint: Any) -> Any:
+    """The type of one value of a repeatable flag: X of ``tuple[X, ...]``."""
+    return typing.get_args(hint)[0]
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+def flag_name(cls: type, name: str) -> str:
+    """The flag of field ``name`` of ``cls``: what error messages call the setting."""
+    return _spec(next(field for field in dataclasses.fields(cls) if field.name == name)).name
+
+
+def add_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    *,
+    only: Collection[str] | None = None,
+) -> None:
+    """Add the flags of ``cls``'s fields (those named in ``only``, when given) to ``parser``.
+
+    An absent flag leaves no attribute in the parsed namespace, so :func:`given` tells what the
+    user typed apart from the defaults; the help states each default once.
+    """
+    hints = _hints(cls)
+    for field in _flagged(cls):
+        if only is not None and field.name not in only:
+            continue
+        spec = _spec(field)
+        kind, choices = _shape(hints[field.name])
+        default = _default(field)
+        text = ("(not in the seed) " if not spec.in_seed else "") + spec.help
+        if default not in (None, False, (), {}):
+            text += f" (default: {_shown(default)})"
+        options: dict[str, Any] = {
+            "dest": field.name,
+            "default": argparse.SUPPRESS,
+            "help": text.replace("%", "%%"),
+        }
+        if kind is bool:
+            options["action"] = "store_true"
+        else:
+            if spec.repeat:
+                options["action"] = "append"
+                options["type"] = spec.parse or _item_type(hints[field.name])
+            else:
+                options["type"] = spec.parse or (int_list if kind is tuple else kind)
+            if choices:
+                options["choices"] = choices
+            else:
+                options["metavar"] = spec.metavar or spec.name.lstrip("-").replace("-", "_").upper()
+        parser.add_argument(spec.name, **options)
+
+
+def given(cls: type, arguments: argparse.Namespace) -> dict[str, Any]:
+    """The values of ``cls``'s fields whose flags were given, converted to the field types."""
+    hints = _hints(cls)
+    values: dict[str, Any] = {}
+    for field in _flagged(cls):
+        if not hasattr(arguments, field.name):
+            continue
+        value = getattr(arguments, field.name)
+        kind, _ = _shape(hints[field.name])
+        if kind is tuple and isinstance(value, list):
+            value = tuple(value)
+        elif kind is Mapping and isinstance(value, list):
+            value = dict(value)
+        values[field.name] = value
+    return values
+
+
+def from_arguments(cls: type[T], arguments: argparse.Namespace, **fixed: Any) -> T:
+    """An instance of ``cls`` from a parsed namespace: given flags, the defaults for the rest,
+    and ``fixed`` for fields that are not flags."""
+    return cls(**given(cls, arguments), **fixed)
+
+
+def to_arguments(settings: Any, *, only: Collection[str] | None = None) -> list[str]:
+    """The flags that give ``settings`` back, as ``--name=value`` (a switch bare): first every
+    flag echoed always, then the others that are set, each group in field order."""
+    always: list[str] = []
+    changed: list[str] = []
+    for field in _flagged(type(settings)):
+        if only is not None and field.name not in only:
+            continue
+        spec = _spec(field)
+        value = getattr(settings, field.name)
+        default = _default(field)
+        if value is True:
+            changed.append(spec.name)
+        elif value is None or value is False:
+            continue
+        elif spec.echo == "always" and default not in (None, False):
+            always.append(f"{spec.name}={_shown(value)}")
+        elif value != default:
+            changed.append(f"{spec.name}={_shown(value)}")
+    return always + changed

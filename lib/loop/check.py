@@ -1,0 +1,584 @@
+"""``tune-spec-k check``: is the deployed schedule at least as good as the alternatives?
+
+Input: a sweep in which the tuned schedule was served as a dynamic config next to static-K
+servers and, ideally, a server without speculation (``tune-spec-k plan --validate`` writes
+it). Each run is put in an *arm* by its ``speculative_config``:
+
+============== =========================================================================
+arm            the run's server
+============== =========================================================================
+``dynamic``    the schedule under test (``--schedule``), or else the one multi-range schedule
+``static K=k`` ``num_speculative_tokens: k`` without a schedule
+``K=k (1-range)`` a one-range schedule ``[[1, hi, k]]``: the seed's sweep design
+``no speculation`` no ``speculative_config``: K=0 without the Dynamic SD engine
+============== =========================================================================
+
+Per anchor, with the confidence machinery of :mod:`lib.confidence` (the arms play the part of
+K: pooled log-scale noise, seeded Monte-Carlo), three probabilities that the dynamic arm is
+within the relative tolerance of the best:
+
+- among the static arms with K > 0 (``vs_best_static``),
+- against the K=0 baseline (``vs_k0``): the server without speculation where there is one,
+  else the one-range K=0 arm,
+- among every arm (``overall``).
+
+Verdict per anchor: **ok** when both comparisons reach the confidence; **loss** when either
+is at most ``1 - confidence`` (the dynamic server is confidently worse by more than the
+tolerance); **inconclusive** otherwise. A missing comparison is stated, not guessed.
+
+Dynamic SD has a cost of its own: vLLM issue #49548 measured +6.6 % TPOT at concurrency 2 and
++21.6 % at 189 for a schedule-enabled engine at K=0 against a plain server. Where the schedule
+runs K=k and a static K=k (or, for K=0, a server without speculation) was measured, the report
+gives that overhead directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from lib.confidence import ConfidenceSettings, assess
+from lib.keys import MISSING, lookup, parse_json_string
+from lib.problems import Problem, Severity, errors
+from lib.schedule import NO_SCHEDULE, Schedule, tune
+from lib.settings import GLOBAL_K_VAR, Fields, Options, Settings
+from lib.sweeps import Sweep, load_experiment
+
+__all__ = ["ARM_SCHEMA", "VERDICT_SCHEMA", "CheckReport", "CheckSettings", "check_deployment"]
+
+DYNAMIC = "dynamic"
+NO_SPECULATION = "no speculation"
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+DRAFTS_FIELD = "spec_decode_num_drafts"
+#: The cost of the Dynamic SD engine reported in vLLM issue #49548 (TPOT, at K=0).
+REPORTED_OVERHEAD = "vLLM issue #49548 measured +6.6% TPOT at concurrency 2 and +21.6% at 189"
+
+#: One row per (anchor, arm) with enough runs.
+ARM_SCHEMA = pl.Schema(
+    {
+        "anchor": pl.Int64(),
+        "arm": pl.Utf8(),
+        "kind": pl.Utf8(),  # dynamic / static / one-range / plain
+        "k": pl.Int64(),  # the K the arm runs at this anchor
+        "num_runs": pl.Int64(),
+        "median": pl.Float64(),
+        "relative_mad": pl.Float64(),
+        "p_eps_good": pl.Float64(),  # among every arm at the anchor; null without noise estimate
+    }
+)
+
+#: One row per anchor: the verdict and its numbers.
+VERDICT_SCHEMA = pl.Schema(
+    {
+        "anchor": pl.Int64(),
+        "verdict": pl.Utf8(),  # ok / loss / inconclusive
+        "dynamic_k": pl.Int64(),
+        "dynamic_median": pl.Float64(),
+        "best_static": pl.Utf8(),
+        "vs_best_static_percent": pl.Float64(),  # + means the dynamic arm is better
+        "p_vs_best_static": pl.Float64(),
+        "k0_arm": pl.Utf8(),
+        "vs_k0_percent": pl.Float64(),
+        "p_vs_k0": pl.Float64(),
+        "p_overall": pl.Float64(),
+        "same_k_arm": pl.Utf8(),  # the static arm running the dynamic arm's K here
+        # How much worse the dynamic arm is than that arm (see _overhead); + means worse.
+        "overhead_percent": pl.Float64(),
+        "reasons": pl.List(pl.Utf8),
+    }
+)
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """How the arms are compared: the tuning settings the check uses (objective, direction,
+    minimum runs, relative tolerance), the confidence and seed, and the batch-size field."""
+
+    tuning: Settings = field(default_factory=Settings)
+    options: Options = field(default_factory=Options)
+    fields: Fields = field(default_factory=Fields)
+
+    @property
+    def maximize(self) -> bool:
+        return self.tuning.maximize
+
+    @property
+    def confidence(self) -> float:
+        return self.options.confidence
+
+    def confidence_settings(self) -> ConfidenceSettings:
+        return ConfidenceSettings(confidence=self.options.confidence, seed=self.options.seed)
+
+    def invalid(self) -> list[str]:
+        return self.tuning.invalid() + self.confidence_settings().invalid()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "objective": self.tuning.objective,
+            "direction": self.tuning.direction,
+            "relative_tolerance": self.tuning.relative_tolerance,
+            "confidence": self.options.confidence,
+            "min_runs": self.tuning.min_runs,
+            "seed": self.options.seed,
+            "batch_size_var": self.fields.batch_size_var,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class CheckReport:
+    settings: CheckSettings
+    schedule: Schedule | None
+    arms: pl.DataFrame
+    verdicts: pl.DataFrame
+    problems: tuple[Problem, ...]
+
+    @property
+    def errors(self) -> list[Problem]:
+        return errors(list(self.problems))
+
+    @property
+    def losses(self) -> list[int]:
+        return self.verdicts.filter(pl.col("verdict") == "loss")["anchor"].to_list()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schedule": (self.schedule or NO_SCHEDULE).to_json(),
+            "settings": self.settings.to_json(),
+            "anchors": [_finite_row(row) for row in self.verdicts.to_dicts()],
+            "arms": [_finite_row(row) for row in self.arms.to_dicts()],
+            "problems": [p.to_json() for p in self.problems],
+            "reported_dynamic_sd_overhead": REPORTED_OVERHEAD,
+        }
+
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+
+
+def _finite_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: (None if isinstance(value, float) and not math.isfinite(value) else value)
+        for key, value in row.items()
+    }
+
+
+# --------------------------------------------------------------------------- arms
+
+
+def _normalized(raw: Any) -> Schedule | None:
+    """A valid schedule with its ranges sorted (so equal schedules compare equal), or None."""
+    schedule, _ = Schedule.parse(raw) if isinstance(raw, list) else (None, [])
+    return None if schedule is None else Schedule(tuple(sorted(schedule)))
+
+
+def _configs_by_row(sweep: Sweep) -> list[Any]:
+    """Each run's ``speculative_config`` (MISSING where absent), read back from its file: the
+    loader keeps numbers only, and the arm depends on the schedule list."""
+    cache: dict[str, Any] = {}
+    configs = []
+    for source, position in sweep.runs.select("source", "position").iter_rows():
+        if source not in cache:
+            try:
+                cache[source] = orjson.loads((sweep.root / source).read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                cache[source] = MISSING
+        data = cache[source]
+        record = data[position] if isinstance(data, list) and position < len(data) else data
+        config = lookup(record, "speculative_config") if isinstance(record, dict) else MISSING
+        configs.append(parse_json_string(config))
+    return configs
+
+
+def _arm_of(
+    config: Any, anchor: int | None, dynamic: Schedule | None
+) -> tuple[str, str, int | None]:
+    """(arm, kind, K at the anchor) of one run."""
+    if config is MISSING or config is None:
+        return NO_SPECULATION, "plain", 0
+    if not isinstance(config, dict):
+        return "unreadable", "unknown", None
+    global_k = config.get("num_speculative_tokens")
+    schedule = _normalized(parse_json_string(config.get(SCHEDULE_KEY)))
+    if schedule is not None:
+        k = schedule.k_at(anchor or 1, global_k if isinstance(global_k, int) else None)
+        if schedule == dynamic or (dynamic is None and len({r[2] for r in schedule}) > 1):
+            return DYNAMIC, "dynamic", k
+        if len(schedule) == 1:
+            return f"K={k} (1-range)", "one-range", k
+        return "other schedule " + schedule.json_text(), "other", k
+    if isinstance(global_k, int) and not isinstance(global_k, bool):
+        return f"static K={global_k}", "static", global_k
+    return "unreadable", "unknown", None
+
+
+# --------------------------------------------------------------------------- the check
+
+
+def check_deployment(
+    path: str | Path,
+    settings: CheckSettings,
+    schedule: Schedule | None = None,
+) -> CheckReport:
+    """Read a validation sweep and judge the dynamic arm at every anchor; never raises for bad
+    input (problems are in the report; errors mean no verdict can be trusted)."""
+    problems: list[Problem] = [
+        Problem(Severity.ERROR, "invalid-setting", reason) for reason in settings.invalid()
+    ]
+    dynamic = _normalized(schedule.to_json()) if schedule is not None else None
+    if schedule is not None and dynamic is None:
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "invalid-schedule",
+                "the schedule under test is not a valid vLLM schedule",
+                value=schedule.json_text(),
+                expected="[[lo, hi, K], ...] starting at 1, sorted, no overlap",
+            )
+        )
+    sweep = load_experiment(path, batch_size_var=settings.fields.batch_size_var, k_var=GLOBAL_K_VAR)
+    # The loader judges K by the global field; arms are judged here, so its K findings go.
+    problems += [p for p in sweep.problems if p.rule not in ("missing-k", "invalid-k")]
+    empty = CheckReport(settings, dynamic, pl.DataFrame(schema=ARM_SCHEMA), _no_verdicts(), ())
+    if any(p.severity is Severity.ERROR for p in problems) or sweep.runs.is_empty():
+        return dataclasses.replace(empty, problems=tuple(problems))
+    configs = _configs_by_row(sweep)
+    if dynamic is None:
+        served = {
+            _normalized(parse_json_string(c.get(SCHEDULE_KEY)))
+            for c in configs
+            if isinstance(c, dict)
+        }
+        multi = sorted(s for s in served if s is not None and len({r[2] for r in s}) > 1)
+        if len(multi) > 1:
+            problems.append(
+                Problem(
+                    Severity.ERROR,
+                    "ambiguous-dynamic-arm",
+                    "the sweep served several multi-range schedules: say which is under test",
+                    value="; ".join(s.json_text() for s in multi),
+                    expected="--schedule RESULT_JSON",
+                )
+            )
+            return dataclasses.replace(empty, problems=tuple(problems))
+        dynamic = multi[0] if multi else None
+    arms = [
+        _arm_of(config, anchor, dynamic)
+        for config, anchor in zip(configs, sweep.runs["anchor"].to_list(), strict=True)
+    ]
+    runs = sweep.runs.with_columns(
+        pl.Series("arm", [a for a, _, _ in arms], dtype=pl.Utf8),
+        pl.Series("kind", [kind for _, kind, _ in arms], dtype=pl.Utf8),
+        pl.Series("arm_k", [k for _, _, k in arms], dtype=pl.Int64),
+    )
+    if DYNAMIC not in runs["arm"].to_list():
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "no-dynamic-arm",
+                "no run served the schedule under test"
+                + ("" if schedule is not None else " (no multi-range schedule in the sweep)"),
+                value=None if dynamic is None else dynamic.json_text(),
+                expected="a serve combo with the tuned speculative_config (tune-spec-k plan"
+                " --validate RESULT_JSON writes one)",
+            )
+        )
+        return dataclasses.replace(empty, schedule=dynamic, problems=tuple(problems))
+    if dynamic is None:
+        dynamic = _schedule_from_runs(configs, arms)
+    arm_frame, verdicts, found = _judge(sweep, runs, settings, dynamic)
+    return CheckReport(settings, dynamic, arm_frame, verdicts, tuple(problems + found))
+
+
+def _schedule_from_runs(
+    configs: list[Any], arms: list[tuple[str, str, int | None]]
+) -> Schedule | None:
+    for config, (arm, _, _) in zip(configs, arms, strict=True):
+        if arm == DYNAMIC and isinstance(config, dict):
+            return _normalized(parse_json_string(config.get(SCHEDULE_KEY)))
+    return None
+
+
+def _no_verdicts() -> pl.DataFrame:
+    return pl.DataFrame(schema=VERDICT_SCHEMA)
+
+
+def _arm_codes(runs: pl.DataFrame) -> dict[str, int]:
+    """Arms as the small integers the policy ranks (standing in for K); order only fixes
+    which code each arm gets, not any result."""
+    order = {"plain": 0, "one-range": 1, "static": 2, "other": 3, "dynamic": 4, "unknown": 5}
+    arms = runs.select("arm", "kind", "arm_k").unique().to_dicts()
+    arms.sort(
+        key=lambda a: (order[a["kind"]], a["arm_k"] if a["arm_k"] is not None else -1, a["arm"])
+    )
+    codes: dict[str, int] = {}
+    for arm in arms:
+        codes.setdefault(arm["arm"], len(codes))
+    return codes
+
+
+def _p_eps_good(
+    sweep: Sweep,
+    runs: pl.DataFrame,
+    arms: Sequence[str],
+    codes: dict[str, int],
+    settings: CheckSettings,
+) -> tuple[dict[tuple[int, str], float | None], pl.DataFrame, list[Problem]]:
+    """P(eps-good) per (anchor, arm) among ``arms`` (via :func:`lib.confidence.assess`), the
+    cells of the tuning (median, relative MAD) and the problems the policy's gates found."""
+    chosen = runs.filter(pl.col("arm").is_in(list(arms)))
+    chosen = chosen.with_columns(
+        pl.col("arm").replace_strict(codes, return_dtype=pl.Int64).alias("k"),
+        pl.lit(None, pl.Int64).alias("global_k"),
+    ).drop("arm", "kind", "arm_k")
+    subset = dataclasses.replace(sweep, runs=chosen, k_var="arm")
+    result = tune(
+        subset,
+        settings.tuning,
+    )
+    report = assess(result, settings.confidence_settings())
+    names = {code: arm for arm, code in codes.items()}
+    p = {
+        (row["anchor"], names[row["k"]]): row["p_eps_good"]
+        for row in report.cells.select("anchor", "k", "p_eps_good").to_dicts()
+    }
+    cells = result.cells.with_columns(
+        pl.col("k").replace_strict(names, return_dtype=pl.Utf8).alias("arm")
+    )
+    return p, cells, list(result.problems)
+
+
+def _judge(
+    sweep: Sweep,
+    runs: pl.DataFrame,
+    settings: CheckSettings,
+    schedule: Schedule | None,
+) -> tuple[pl.DataFrame, pl.DataFrame, list[Problem]]:
+    codes = _arm_codes(runs)
+    every = list(codes)
+    p_all, cells, found = _p_eps_good(sweep, runs, every, codes, settings)
+    problems = [
+        p
+        for p in found
+        if p.rule in ("failed-run", "failed-requests", "incomplete-run")
+        or (p.rule.endswith("-objective") and p.rule != "noisy-objective")
+    ]
+    problems += [
+        _arm_warning(p, codes) for p in found if p.rule in ("too-few-runs", "noisy-objective")
+    ]
+    kind_of = dict(runs.select("arm", "kind").unique().iter_rows())
+    k_at = {
+        (anchor, arm): k
+        for anchor, arm, k in runs.select("anchor", "arm", "arm_k").unique().iter_rows()
+    }
+    eligible = cells.filter(pl.col("num_runs") >= settings.tuning.min_runs)
+    arm_rows = [
+        {
+            "anchor": row["anchor"],
+            "arm": row["arm"],
+            "kind": kind_of[row["arm"]],
+            "k": k_at.get((row["anchor"], row["arm"])),
+            "num_runs": row["num_runs"],
+            "median": row["median"],
+            "relative_mad": row["relative_mad"],
+            "p_eps_good": p_all.get((row["anchor"], row["arm"])),
+        }
+        for row in eligible.sort("anchor", "arm").to_dicts()
+    ]
+    arm_frame = pl.DataFrame(arm_rows, schema=ARM_SCHEMA)
+    statics = [a for a in every if kind_of[a] in ("static", "one-range") and not _is_k0(a, runs)]
+    k0_arm = (
+        NO_SPECULATION
+        if NO_SPECULATION in codes
+        else next((a for a in every if kind_of[a] == "one-range" and _is_k0(a, runs)), None)
+    )
+    p_static = _p_eps_good(sweep, runs, [DYNAMIC, *statics], codes, settings)[0] if statics else {}
+    p_k0 = _p_eps_good(sweep, runs, [DYNAMIC, k0_arm], codes, settings)[0] if k0_arm else {}
+    drafting = _dynamic_drafting(runs)
+    verdicts = []
+    for anchor in sorted(arm_frame["anchor"].unique().to_list()):
+        at = {row["arm"]: row for row in arm_frame.filter(pl.col("anchor") == anchor).to_dicts()}
+        row = _verdict(anchor, at, statics, k0_arm, p_static, p_k0, p_all, settings)
+        row["reasons"] += _smaller_batch_notes(anchor, row, schedule, drafting.get(anchor))
+        verdicts.append(row)
+    return arm_frame, pl.DataFrame(verdicts, schema=VERDICT_SCHEMA), problems
+
+
+def _dynamic_drafting(runs: pl.DataFrame) -> dict[int, tuple[int, int]]:
+    """Per anchor, (dynamic runs that drafted tokens, dynamic runs)."""
+    dynamic = runs.filter(pl.col("arm") == DYNAMIC)
+    drafted = (
+        (pl.col(DRAFTS_FIELD).fill_null(0) > 0)
+        if DRAFTS_FIELD in dynamic.columns
+        else pl.lit(False)
+    )
+    counts = dynamic.group_by("anchor").agg(drafted.sum().alias("drafted"), pl.len().alias("runs"))
+    return {a: (int(d), int(n)) for a, d, n in counts.iter_rows()}
+
+
+def _smaller_batch_notes(
+    anchor: int,
+    row: dict[str, Any],
+    schedule: Schedule | None,
+    drafting: tuple[int, int] | None,
+) -> list[str]:
+    """A run at concurrency C spends its ramp-up and drain at smaller batch sizes, where the
+    schedule may run another K: say so where that makes the dynamic arm differ from a server
+    running the anchor's K throughout."""
+    if schedule is None or row["dynamic_k"] is None:
+        return []
+    below = sorted({schedule.k_at(b) for b in range(1, anchor + 1)})
+    if below == [row["dynamic_k"]]:
+        return []
+    notes = [
+        f"the schedule runs K={row['dynamic_k']} at {anchor} requests but K in {below} below it:"
+        " ramp-up and drain run at smaller batch sizes, so the dynamic server is not a"
+        f" K={row['dynamic_k']} server throughout (its gains and overhead include this)"
+    ]
+    if row["dynamic_k"] == 0 and drafting is not None and drafting[0]:
+        notes.append(
+            f"the dynamic server drafted tokens in {drafting[0]} of {drafting[1]} run(s) here"
+            f" ({DRAFTS_FIELD} > 0) although its K at {anchor} is 0"
+        )
+    return notes
+
+
+def _arm_warning(problem: Problem, codes: dict[str, int]) -> Problem:
+    """A cell problem of the policy as a warning about an arm: too few runs leave the arm out
+    at that anchor; a noisy arm is weighed through the anchor's pooled noise, not rejected."""
+    names = {code: arm for arm, code in codes.items()}
+    arm = names.get(problem.k, "?") if problem.k is not None else "?"
+    if problem.rule == "noisy-objective":
+        return dataclasses.replace(
+            problem,
+            severity=Severity.WARNING,
+            k=None,
+            message=f"{arm}: the runs disagree; the check weighs this noise through the"
+            " anchor's pooled estimate",
+            expected=None,
+        )
+    return dataclasses.replace(
+        problem,
+        severity=Severity.WARNING,
+        k=None,
+        message=f"{arm}: {problem.message}, so it is left out at this batch size",
+    )
+
+
+def _is_k0(arm: str, runs: pl.DataFrame) -> bool:
+    ks = runs.filter(pl.col("arm") == arm)["arm_k"].unique().to_list()
+    return ks == [0]
+
+
+def _gain(dynamic: float, other: float, maximize: bool) -> float | None:
+    """Percent by which the dynamic arm is better (negative: worse)."""
+    if other <= 0 or dynamic <= 0:
+        return None
+    return ((dynamic / other) if maximize else (other / dynamic)) * 100 - 100
+
+
+def _overhead(dynamic: float, same_k: float, maximize: bool) -> float | None:
+    """Percent by which the objective moved the wrong way from the same-K server to the dynamic
+    one: ``1 - dynamic / same_k`` when maximising, ``dynamic / same_k - 1`` when minimising (so a
+    TPOT overhead reads as vLLM issue #49548 reports it)."""
+    if dynamic <= 0 or same_k <= 0:
+        return None
+    return ((1 - dynamic / same_k) if maximize else (dynamic / same_k - 1)) * 100
+
+
+def _verdict(
+    anchor: int,
+    at: dict[str, dict[str, Any]],
+    statics: list[str],
+    k0_arm: str | None,
+    p_static: dict[tuple[int, str], float | None],
+    p_k0: dict[tuple[int, str], float | None],
+    p_all: dict[tuple[int, str], float | None],
+    settings: CheckSettings,
+) -> dict[str, Any]:
+    reasons: list[str] = []
+    dynamic = at.get(DYNAMIC)
+    row: dict[str, Any] = dict.fromkeys(VERDICT_SCHEMA)
+    row.update(anchor=anchor, reasons=reasons)
+    if dynamic is None:
+        reasons.append(
+            f"the dynamic arm has fewer than {settings.tuning.min_runs} usable runs here"
+        )
+        row["verdict"] = "inconclusive"
+        return row
+    row.update(dynamic_k=dynamic["k"], dynamic_median=dynamic["median"])
+    present = [a for a in statics if a in at]
+    sign = 1 if settings.maximize else -1
+    comparisons: list[float | None] = []
+    if present:
+        best = max(present, key=lambda a: (sign * at[a]["median"], -(at[a]["k"] or 0)))
+        row.update(
+            best_static=best,
+            vs_best_static_percent=_gain(dynamic["median"], at[best]["median"], settings.maximize),
+            p_vs_best_static=p_static.get((anchor, DYNAMIC)),
+        )
+        comparisons.append(row["p_vs_best_static"])
+    else:
+        reasons.append("no static K > 0 server measured here: the comparison is missing")
+    if k0_arm is not None and k0_arm in at:
+        row.update(
+            k0_arm=k0_arm,
+            vs_k0_percent=_gain(dynamic["median"], at[k0_arm]["median"], settings.maximize),
+            p_vs_k0=p_k0.get((anchor, DYNAMIC)),
+        )
+        comparisons.append(row["p_vs_k0"])
+        if k0_arm != NO_SPECULATION:
+            reasons.append(
+                "K=0 here is the schedule-enabled engine, not a server without speculation: the"
+                " Dynamic SD engine's own cost is not measured"
+            )
+    else:
+        reasons.append("no K=0 server measured here: the comparison is missing")
+    row["p_overall"] = p_all.get((anchor, DYNAMIC))
+    same = _same_k_arm(dynamic["k"], at)
+    if same is not None:
+        overhead = _overhead(dynamic["median"], at[same]["median"], settings.maximize)
+        row.update(same_k_arm=same, overhead_percent=overhead)
+        if dynamic["k"] == 0 and same == NO_SPECULATION and overhead is not None:
+            reasons.append(
+                f"the schedule runs K=0 here: the Dynamic SD engine costs {overhead:.2f}% of"
+                f" {settings.tuning.objective} against a server without speculation"
+                f" ({REPORTED_OVERHEAD})"
+                if overhead >= 0
+                else f"the schedule runs K=0 here and measured {-overhead:.2f}% better than a"
+                " server without speculation: at K=0 throughout it could not be, so either"
+                " it speculated at the smaller batch sizes of ramp-up and drain, or this is"
+                " noise or drift between the two servers' runs"
+            )
+    confident = settings.confidence
+    if any(p is not None and p <= 1 - confident for p in comparisons):
+        row["verdict"] = "loss"
+    elif comparisons and all(p is not None and p >= confident for p in comparisons):
+        row["verdict"] = "ok"
+    else:
+        row["verdict"] = "inconclusive"
+        if any(p is None for p in comparisons):
+            reasons.append("no replicate runs: the noise cannot be estimated")
+        elif comparisons:
+            reasons.append(
+                f"P(at least as good) between {1 - confident:.2f} and {confident:g}: more runs"
+                " would settle it"
+            )
+    return row
+
+
+def _same_k_arm(k: int | None, at: dict[str, dict[str, Any]]) -> str | None:
+    if k is None:
+        return None
+    if k == 0:
+        return NO_SPECULATION if NO_SPECULATION in at else None
+    for arm in (f"static K={k}", f"K={k} (1-range)"):
+        if arm in at:
+            return arm
+    return None

@@ -1,0 +1,1015 @@
+"""``tune-spec-k plan``: the params files and the command for `vllm bench sweep serve`.
+
+Three kinds of plan, each one or more *steps* (one ``vllm bench sweep serve`` invocation each):
+
+- **tuning** (the seed's design): K x anchor matrix. Every serve combo keeps the global
+  ``speculative_config.num_speculative_tokens`` at the largest K (it sizes buffers and CUDA
+  graphs, so every candidate runs on the same engine) and sets K with a one-range schedule
+  ``[[1, max_batch_size, K]]``, K=0 included the same way. Bench combos set ``max_concurrency``
+  to each anchor, from 1 to the deployment maximum.
+- **follow-up**: after a tuning result with unresolved anchors (the measurement plan of
+  :mod:`lib.measurement_plan`, or the ``confidence`` blocks of a result JSON), only the cells
+  that need more runs and the suggested new anchors, with the same engine settings, so its
+  results merge with the first sweep's (the tuner reads ``summary.json`` at any depth: write
+  them inside the first experiment folder).
+- **validation**: the tuned schedule served as a dynamic config next to the alternatives a
+  user would otherwise deploy: static-K servers (``num_speculative_tokens: K``, no schedule)
+  and a server without speculation (K=0); ``tune-spec-k check`` reads the result.
+
+Params files are dicts of named combos (``vllm bench sweep serve`` also reads lists of dicts);
+nested dicts such as ``speculative_config`` stay nested: the sweep passes them to the command
+as JSON and copies them into every record as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lib.confidence import MAX_RUNS_NEEDED, MIN_RUNS_NEEDED
+from lib.files import read_json, write_files
+from lib.flags import flag, flag_name
+from lib.keys import parse_json_string
+from lib.problems import Problem, Severity
+
+__all__ = [
+    "DESIGN_FILE",
+    "FollowUpNeeds",
+    "SweepDesign",
+    "SweepPlan",
+    "SweepStep",
+    "default_anchors",
+    "design_from",
+    "follow_up_needs",
+    "follow_up_plan",
+    "spec_option",
+    "tuning_plan",
+    "validation_plan",
+    "write_plan",
+]
+
+SERVE_PARAMS = "serve_params.json"
+BENCH_PARAMS = "bench_params.json"
+RUN_SCRIPT = "run.sh"
+COMMAND_FILE = "command.txt"
+DESIGN_FILE = "sweep_plan.json"
+
+#: Per dataset, the bench flags for input and output length (None: the dataset has none).
+DATASET_LENGTH_FLAGS: dict[str, tuple[str | None, str | None]] = {
+    "random": ("--random-input-len", "--random-output-len"),
+    "sonnet": ("--sonnet-input-len", "--sonnet-output-len"),
+    "sharegpt": (None, "--sharegpt-output-len"),
+    "custom": (None, "--custom-output-len"),
+    "hf": (None, "--hf-output-len"),
+}
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+#: Prompts per bench combo when not given: enough waves at every concurrency to reach a steady
+#: state (8 per slot), and never so few that one slow request dominates (32).
+PROMPTS_PER_SLOT = 8
+MIN_PROMPTS = 32
+
+
+def spec_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--spec-option``, the value parsed as JSON when it is.
+
+    >>> spec_option("prompt_lookup_max=4")
+    ('prompt_lookup_max', 4)
+    """
+    key, separator, raw = text.partition("=")
+    if not separator or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE, e.g. prompt_lookup_max=4")
+    return key, parse_json_string(raw)
+
+
+@dataclass(frozen=True)
+class SweepDesign:
+    """Everything that fixes the engine and the workload of a sweep. ``speculative_options``
+    are further ``speculative_config`` keys (e.g. ``prompt_lookup_max`` for n-gram). Empty
+    ``anchors`` mean powers of two up to ``max_batch_size`` (:meth:`with_default_anchors`)."""
+
+    model: str | None = field(
+        default=None, metadata=flag("--model", "the target model, as `vllm serve` takes it")
+    )
+    method: str | None = field(
+        default=None,
+        metadata=flag(
+            "--method", "speculative_config.method: ngram, eagle, eagle3, draft_model, mtp, ..."
+        ),
+    )
+    draft_model: str | None = field(
+        default=None,
+        metadata=flag("--draft-model", "speculative_config.model (the drafter), if any"),
+    )
+    speculative_options: Mapping[str, Any] = field(
+        default_factory=dict,
+        metadata=flag(
+            "--spec-option",
+            "a further speculative_config key (VALUE parsed as JSON when it is), repeatable,"
+            " e.g. prompt_lookup_max=4",
+            metavar="KEY=VALUE",
+            parse=spec_option,
+            repeat=True,
+        ),
+    )
+    ks: tuple[int, ...] = field(
+        default=(0, 1, 3, 7), metadata=flag("--ks", "K to measure, 0 included")
+    )
+    global_k: int | None = field(
+        default=None,
+        metadata=flag(
+            "--global-k", "num_speculative_tokens of every server (default: the largest K)"
+        ),
+    )
+    anchors: tuple[int, ...] = field(
+        default=(),
+        metadata=flag(
+            "--anchors",
+            "max_concurrency values, from 1 to the deployment maximum (default: powers of two"
+            " up to --max-batch-size)",
+        ),
+    )
+    max_batch_size: int | None = field(
+        default=None,
+        metadata=flag(
+            "--max-batch-size",
+            "the deployment maximum (--max-num-seqs; the schedule's upper end); must equal the"
+            " largest anchor",
+        ),
+    )
+    input_len: int | None = field(
+        default=None, metadata=flag("--input-len", "prompt tokens (random / sonnet datasets)")
+    )
+    output_len: int | None = field(
+        default=None, metadata=flag("--output-len", "output tokens per request")
+    )
+    dataset: str = field(
+        default="random",
+        metadata=flag(
+            "--dataset", "`vllm bench serve --dataset-name`: random, sonnet, sharegpt, ..."
+        ),
+    )
+    dataset_path: str | None = field(
+        default=None, metadata=flag("--dataset-path", "`--dataset-path` for file-based datasets")
+    )
+    num_prompts: int | None = field(
+        default=None,
+        metadata=flag(
+            "--num-prompts",
+            f"prompts per run (default: max({MIN_PROMPTS}, {PROMPTS_PER_SLOT} x concurrency))",
+        ),
+    )
+    goodput: tuple[str, ...] = field(
+        default=(),
+        metadata=flag(
+            "--goodput",
+            "a goodput SLO for `vllm bench serve --goodput`, repeatable (e.g. tpot:50)",
+            metavar="METRIC:MS",
+            repeat=True,
+        ),
+    )
+    num_runs: int = field(default=3, metadata=flag("--num-runs", "runs per (anchor, K)"))
+    warmup_num_prompts: int = field(
+        default=0, metadata=flag("--warmup-num-prompts", "an unmeasured warm-up run per combo")
+    )
+    host: str = field(default="127.0.0.1", metadata=flag("--host", "server host"))
+    port: int = field(default=8000, metadata=flag("--port", "server port"))
+    serve_args: str = field(
+        default="",
+        metadata=flag(
+            "--serve-args",
+            "further `vllm serve` arguments shared by every server, as one string",
+        ),
+    )
+    bench_args: str = field(
+        default="",
+        metadata=flag("--bench-args", "further `vllm bench serve` arguments, as one string"),
+    )
+
+    @property
+    def deploy_max(self) -> int:
+        """The deployment maximum batch size: the schedule's upper end and ``--max-num-seqs``."""
+        return self.max_batch_size if self.max_batch_size is not None else max(self.anchors)
+
+    @property
+    def target_model(self) -> str:
+        """The model to serve; only a complete design (:meth:`incomplete`) is planned."""
+        if self.model is None:
+            raise ValueError("an incomplete design cannot be planned: no model")
+        return self.model
+
+    @property
+    def startup_k(self) -> int:
+        """``num_speculative_tokens`` of every schedule-enabled server: the largest K."""
+        return self.global_k if self.global_k is not None else max(self.ks)
+
+    def with_default_anchors(self) -> SweepDesign:
+        """The design with its anchors filled in when none were given: powers of two up to
+        ``max_batch_size`` (:func:`default_anchors`)."""
+        if self.anchors or self.max_batch_size is None:
+            return self
+        return dataclasses.replace(self, anchors=default_anchors(self.max_batch_size))
+
+    def incomplete(self) -> list[Problem]:
+        """What every plan needs and the design lacks: the model, the method, the anchors."""
+        missing = [name for name in ("model", "method") if not getattr(self, name)]
+        if not self.anchors and self.max_batch_size is None:
+            missing.append("anchors")
+        return [
+            Problem(
+                Severity.ERROR,
+                "incomplete-design",
+                "every plan needs it",
+                field=_flag(name),
+                expected="a value (or an earlier plan's sweep_plan.json)"
+                if name != "anchors"
+                else f"anchors, or {_flag('max_batch_size')} to derive them (or an earlier"
+                " plan's sweep_plan.json)",
+            )
+            for name in missing
+        ]
+
+    def invalid(self) -> list[Problem]:
+        """Why this design cannot be planned (empty when fine), each naming its flag."""
+        problems = self.incomplete()
+
+        def bad(name: str, value: Any, expected: str) -> None:
+            problems.append(_design_problem(name, expected, value))
+
+        if not self.ks or any(k < 0 for k in self.ks):
+            bad("ks", list(self.ks), "whole numbers >= 0")
+        elif 0 not in self.ks:
+            bad("ks", list(self.ks), "K=0 among them (the baseline)")
+        elif max(self.ks) < 1:
+            bad("ks", list(self.ks), "at least one K >= 1")
+        if len(set(self.ks)) != len(self.ks):
+            bad("ks", list(self.ks), "no repeated K")
+        if any(a < 1 for a in self.anchors):
+            bad("anchors", list(self.anchors), "batch sizes >= 1")
+        elif self.anchors and min(self.anchors) != 1:
+            bad(
+                "anchors",
+                list(self.anchors),
+                "the first anchor to be 1 (the schedule must start at batch size 1)",
+            )
+        if len(set(self.anchors)) != len(self.anchors):
+            bad("anchors", list(self.anchors), "no repeated anchor")
+        if (
+            self.anchors
+            and self.max_batch_size is not None
+            and self.max_batch_size != max(self.anchors)
+        ):
+            bad(
+                "max_batch_size",
+                self.max_batch_size,
+                f"the largest anchor, {max(self.anchors)} (the tuner will not extrapolate past it)",
+            )
+        if self.ks and self.global_k is not None and self.global_k < max(self.ks):
+            bad(
+                "global_k",
+                self.global_k,
+                f">= the largest K, {max(self.ks)} (vLLM clamps K to it)",
+            )
+        for name in ("input_len", "output_len", "num_prompts"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                bad(name, value, ">= 1")
+        if self.num_runs < 1:
+            bad("num_runs", self.num_runs, ">= 1")
+        if self.warmup_num_prompts < 0:
+            bad("warmup_num_prompts", self.warmup_num_prompts, ">= 0")
+        if self.dataset != "random" and not self.dataset_path:
+            bad("dataset", self.dataset, f"{_flag('dataset_path')} with it")
+        if self.input_len is not None and DATASET_LENGTH_FLAGS.get(self.dataset, ("",))[0] is None:
+            bad(
+                "input_len",
+                self.input_len,
+                f"none: the {self.dataset} dataset has its own prompts",
+            )
+        for slo in self.goodput:
+            metric, _, value = slo.partition(":")
+            if metric not in GOODPUT_METRICS or not _positive_number(value):
+                bad(
+                    "goodput",
+                    slo,
+                    f"METRIC:MILLISECONDS with METRIC one of {', '.join(GOODPUT_METRICS)}",
+                )
+        for name in ("serve_args", "bench_args"):
+            text = getattr(self, name)
+            try:
+                shlex.split(text)
+            except ValueError as error:
+                bad(name, repr(text), f"arguments a shell can split ({error})")
+        reserved = {"num_speculative_tokens", "num_speculative_tokens_per_batch_size", "method"}
+        clash = sorted(reserved & set(self.speculative_options))
+        if clash:
+            bad(
+                "speculative_options",
+                ", ".join(clash),
+                f"none of these: the plan sets them itself (use {_flag('ks')},"
+                f" {_flag('global_k')}, {_flag('method')})",
+            )
+        return problems
+
+    def to_json(self) -> dict[str, Any]:
+        """The design as ``sweep_plan.json`` stores it, field by field (``--design`` reads it
+        back)."""
+        stored: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(self)))
+        return stored
+
+
+def _flag(name: str) -> str:
+    return flag_name(SweepDesign, name)
+
+
+def _design_problem(name: str, expected: str, value: Any = None) -> Problem:
+    return Problem(
+        Severity.ERROR,
+        "invalid-design",
+        "the design cannot be planned",
+        field=_flag(name),
+        value=None if value is None else str(value),
+        expected=expected,
+    )
+
+
+def _mismatch(message: str) -> Problem:
+    return Problem(Severity.ERROR, "follow-up-mismatch", message)
+
+
+def design_from(
+    stored: Mapping[str, Any] | None, given: Mapping[str, Any], source: str | None = None
+) -> tuple[SweepDesign | None, list[Problem]]:
+    """The design of a plan: the defaults, overridden by ``stored`` (the ``design`` object of an
+    earlier plan's ``sweep_plan.json``, read from ``source``), overridden by the flags
+    ``given``; anchors filled in from ``max_batch_size`` when none are given."""
+    names = {f.name for f in dataclasses.fields(SweepDesign)}
+    values: dict[str, Any] = {}
+    if stored is not None:
+        unknown = sorted(set(stored) - names)
+        if unknown:
+            problem = Problem(
+                Severity.ERROR,
+                "invalid-design",
+                "unknown design keys",
+                files=(source or "",),
+                value=str(unknown),
+                expected="the keys of sweep_plan.json's 'design'",
+            )
+            return None, [problem]
+        for name, value in stored.items():
+            values[name] = tuple(value) if isinstance(value, list) else value
+    values.update(given)
+    return SweepDesign(**values).with_default_anchors(), []
+
+
+def _positive_number(text: str) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def default_anchors(max_batch_size: int) -> tuple[int, ...]:
+    """Powers of two from 1 up to the deployment maximum, which is always included."""
+    anchors = []
+    anchor = 1
+    while anchor < max_batch_size:
+        anchors.append(anchor)
+        anchor *= 2
+    anchors.append(max_batch_size)
+    return tuple(anchors)
+
+
+# --------------------------------------------------------------------------- combos
+
+
+def speculative_config(design: SweepDesign, **fields: Any) -> dict[str, Any]:
+    """The design's ``speculative_config`` (method, draft model, options) plus ``fields``."""
+    config: dict[str, Any] = {"method": design.method}
+    if design.draft_model:
+        config["model"] = design.draft_model
+    config.update(design.speculative_options)
+    config.update(fields)
+    return config
+
+
+def k_combo_name(k: int) -> str:
+    return f"k{k}"
+
+
+def anchor_combo_name(anchor: int) -> str:
+    return f"c{anchor}"
+
+
+def tuning_serve_params(design: SweepDesign, ks: Sequence[int]) -> dict[str, Any]:
+    """One serve combo per K: the global maximum fixed, K set by a one-range schedule."""
+    return {
+        k_combo_name(k): {
+            "speculative_config": speculative_config(
+                design,
+                num_speculative_tokens=design.startup_k,
+                num_speculative_tokens_per_batch_size=[[1, design.deploy_max, k]],
+            )
+        }
+        for k in sorted(ks)
+    }
+
+
+def prompts_for(design: SweepDesign, anchor: int) -> int:
+    if design.num_prompts is not None:
+        return design.num_prompts
+    return max(MIN_PROMPTS, PROMPTS_PER_SLOT * anchor)
+
+
+def bench_params(design: SweepDesign, anchors: Sequence[int]) -> dict[str, Any]:
+    """One bench combo per anchor: ``max_concurrency`` (the anchor the tuner reads) and the
+    number of prompts."""
+    return {
+        anchor_combo_name(anchor): {
+            "max_concurrency": anchor,
+            "num_prompts": prompts_for(design, anchor),
+        }
+        for anchor in sorted(anchors)
+    }
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def serve_command(design: SweepDesign) -> str:
+    """``vllm serve`` with what every combo shares; the combos add ``--speculative-config``."""
+    parts = [
+        "vllm",
+        "serve",
+        design.target_model,
+        "--host",
+        design.host,
+        "--port",
+        str(design.port),
+        "--max-num-seqs",
+        str(design.deploy_max),
+    ]
+    return _join(parts, design.serve_args)
+
+
+def bench_command(design: SweepDesign) -> str:
+    """``vllm bench serve`` with the workload; the combos add concurrency and prompt count."""
+    parts = [
+        "vllm",
+        "bench",
+        "serve",
+        "--model",
+        design.target_model,
+        "--host",
+        design.host,
+        "--port",
+        str(design.port),
+        "--dataset-name",
+        design.dataset,
+    ]
+    if design.dataset_path:
+        parts += ["--dataset-path", design.dataset_path]
+    input_flag, output_flag = DATASET_LENGTH_FLAGS.get(
+        design.dataset, ("--input-len", "--output-len")
+    )
+    if design.input_len is not None and input_flag is not None:
+        parts += [input_flag, str(design.input_len)]
+    if design.output_len is not None and output_flag is not None:
+        parts += [output_flag, str(design.output_len)]
+    # Fixed-length, greedy, seeded: every K decodes the same tokens for the same prompts.
+    parts += ["--ignore-eos", "--temperature", "0", "--seed", "0"]
+    if design.goodput:
+        parts += ["--goodput", *design.goodput]
+    return _join(parts, design.bench_args)
+
+
+def _join(parts: list[str], extra: str) -> str:
+    text = shlex.join(parts)
+    return f"{text} {extra.strip()}" if extra.strip() else text
+
+
+# --------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True)
+class SweepStep:
+    """One ``vllm bench sweep serve`` invocation: its params, runs and output folder."""
+
+    name: str
+    serve_params: dict[str, Any]
+    bench_params: dict[str, Any]
+    num_runs: int
+    results_dir: str
+    experiment_name: str
+    #: What each (anchor, K) cell is measured for, for the plan's summary.
+    purpose: str
+
+    @property
+    def runs(self) -> int:
+        return len(self.serve_params) * len(self.bench_params) * self.num_runs
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A plan: its kind, design, steps and notes. :meth:`files` gives every file to write."""
+
+    kind: str
+    design: SweepDesign
+    steps: tuple[SweepStep, ...]
+    notes: tuple[str, ...] = ()
+
+    def step_folder(self, step: SweepStep) -> str:
+        """Where a step's params files go, relative to the plan folder."""
+        return "" if len(self.steps) == 1 else step.name
+
+    def sweep_command(self, step: SweepStep, plan_dir: str) -> str:
+        """The exact ``vllm bench sweep serve`` command for ``step``, its params files under
+        ``plan_dir`` (as written: relative paths stay relative to where the plan was made)."""
+        folder = Path(plan_dir) / self.step_folder(step)
+        parts = [
+            "vllm",
+            "bench",
+            "sweep",
+            "serve",
+            "--serve-cmd",
+            serve_command(self.design),
+            "--bench-cmd",
+            bench_command(self.design),
+            "--serve-params",
+            (folder / SERVE_PARAMS).as_posix(),
+            "--bench-params",
+            (folder / BENCH_PARAMS).as_posix(),
+            "--num-runs",
+            str(step.num_runs),
+        ]
+        if self.design.warmup_num_prompts:
+            parts += ["--warmup-num-prompts", str(self.design.warmup_num_prompts)]
+        parts += ["-o", step.results_dir, "-e", step.experiment_name]
+        return shlex.join(parts)
+
+    def commands(self, plan_dir: str) -> list[str]:
+        return [self.sweep_command(step, plan_dir) for step in self.steps]
+
+    def run_script(self) -> str:
+        """A bash script running every step; extra arguments (``--dry-run``,
+        ``--continue-on-error``, ``--resume``) go to each sweep. Params are found beside the
+        script; results go below the folder it is run from."""
+        lines = [
+            "#!/usr/bin/env bash",
+            f"# Written by `tune-spec-k plan` ({self.kind} plan): {self.summary_line()}",
+            "# Run it from the folder the results folder is relative to; extra arguments",
+            "# (--dry-run, --continue-on-error, --resume) are passed to every sweep.",
+            "set -euo pipefail",
+            'plan_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
+        ]
+        for step in self.steps:
+            # The params lie beside the script wherever it is run from.
+            command = self.sweep_command(step, "PLAN_DIR").replace("PLAN_DIR/", '"${plan_dir}"/')
+            folder = self.step_folder(step)
+            params = '"${plan_dir}"/' + (f"{shlex.quote(folder)}/" if folder else "")
+            results = shlex.quote(f"{step.results_dir}/{step.experiment_name}")
+            lines += [
+                "",
+                f"# {step.name}: {step.purpose}",
+                command + ' "$@"',
+                "# Keep the params with the results (not with --dry-run: there are none).",
+                f"if [ -d {results} ]; then cp {params}{SERVE_PARAMS} {params}{BENCH_PARAMS}"
+                f" {results}/; fi",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def summary_line(self) -> str:
+        runs = sum(step.runs for step in self.steps)
+        servers = sum(len(step.serve_params) for step in self.steps)
+        return f"{len(self.steps)} sweep(s), {servers} server start(s), {runs} benchmark runs"
+
+    def files(self, plan_dir: str) -> dict[str, str]:
+        """Relative path -> text of every file of the plan (params, run.sh, command.txt and the
+        design, which ``--design`` reads back for a follow-up or validation plan)."""
+        texts: dict[str, str] = {}
+        for step in self.steps:
+            folder = self.step_folder(step)
+            prefix = f"{folder}/" if folder else ""
+            texts[prefix + SERVE_PARAMS] = _json_text(step.serve_params)
+            texts[prefix + BENCH_PARAMS] = _json_text(step.bench_params)
+        texts[RUN_SCRIPT] = self.run_script()
+        texts[COMMAND_FILE] = "\n\n".join(self.commands(plan_dir)) + "\n"
+        texts[DESIGN_FILE] = _json_text(
+            {
+                "kind": self.kind,
+                "design": self.design.to_json(),
+                "steps": [
+                    {
+                        "name": step.name,
+                        "folder": self.step_folder(step),
+                        "num_runs": step.num_runs,
+                        "results": f"{step.results_dir}/{step.experiment_name}",
+                        "purpose": step.purpose,
+                    }
+                    for step in self.steps
+                ],
+                "notes": list(self.notes),
+            }
+        )
+        return texts
+
+
+def _json_text(data: Any) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def tuning_plan(
+    design: SweepDesign, results_dir: str, experiment_name: str
+) -> tuple[SweepPlan | None, list[Problem]]:
+    """The seed's K x anchor matrix in one sweep (None and the problems of a bad design)."""
+    problems = design.invalid()
+    if problems:
+        return None, problems
+    step = SweepStep(
+        name="tuning",
+        serve_params=tuning_serve_params(design, design.ks),
+        bench_params=bench_params(design, design.anchors),
+        num_runs=design.num_runs,
+        results_dir=results_dir,
+        experiment_name=experiment_name,
+        purpose=f"every K in {sorted(design.ks)} at every anchor in {sorted(design.anchors)}",
+    )
+    notes = [
+        f"every server starts with num_speculative_tokens={design.startup_k} and runs K through"
+        f" the one-range schedule [[1, {design.deploy_max}, K]] (the seed's design: one engine"
+        " configuration for every candidate, K=0 included)",
+        f"tune with: tune-spec-k {results_dir}/{experiment_name}",
+    ]
+    return SweepPlan("tuning", design, (step,), tuple(notes)), []
+
+
+# --------------------------------------------------------------------------- follow-up
+
+
+@dataclass(frozen=True)
+class FollowUpNeeds:
+    """Runs still needed per (anchor, K), where they came from, and notes. ``result_file`` is
+    the tuning result read, if any: the follow-up's results belong beside it."""
+
+    more_runs: dict[tuple[int, int], int]
+    new_anchors: tuple[int, ...]
+    global_k: int | None
+    ks: tuple[int, ...]
+    notes: tuple[str, ...]
+    result_file: str | None = None
+
+
+def _refused(path: str | Path, message: str, field: str | None = None) -> list[Problem]:
+    return [Problem(Severity.ERROR, "invalid-plan-input", message, files=(str(path),), field=field)]
+
+
+def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, list[Problem]]:
+    """What a follow-up sweep must measure, from a measurement plan (``tune-spec-k DIR
+    --plan-json PATH``: reruns and new anchors) and/or a result JSON (``speculative_k_schedule
+    .json``: its per-anchor ``confidence`` blocks give the reruns of unresolved anchors; its
+    global K and candidate K are checked against the design). With both, the plan's numbers
+    are used and the result only supplies the global K. None and the problems of a file that
+    is neither, or is damaged."""
+    plan_data: dict[str, Any] | None = None
+    result_data: dict[str, Any] | None = None
+    result_file: str | None = None
+    for path in files:
+        data, problems = read_json(path)
+        if problems:
+            return None, problems
+        if isinstance(data, dict) and "reruns" in data and "new_anchors" in data:
+            problems = _plan_problems(data, path)
+            if problems:
+                return None, problems
+            plan_data = data
+        elif isinstance(data, dict) and "batch_decisions" in data:
+            if not _list_of_objects(data.get("batch_decisions")):
+                return None, _refused(path, "not a list of objects", "batch_decisions")
+            result_data, result_file = data, str(path)
+        else:
+            return None, _refused(
+                path,
+                "neither a measurement plan (keys 'reruns', 'new_anchors': write one with"
+                " `tune-spec-k DIR --plan-json PATH`) nor a tuning result (key"
+                " 'batch_decisions')",
+            )
+    more: dict[tuple[int, int], int] = {}
+    notes: list[str] = []
+    new_anchors: list[int] = []
+    ks: set[int] = set()
+    global_k = None
+    if result_data is not None:
+        global_k = _whole_or_none(result_data.get("configured_global_num_speculative_tokens"))
+        for decision in result_data["batch_decisions"]:
+            for candidate in decision.get("candidates", []):
+                if _whole_or_none(candidate.get("k")) is not None:
+                    ks.add(int(candidate["k"]))
+    if plan_data is not None:
+        for row in plan_data["reruns"]:
+            if row["more_runs"] > 0:
+                more[(row["batch_size"], row["k"])] = row["more_runs"]
+            if row.get("noise_limited"):
+                notes.append(
+                    f"batch size {row['batch_size']}, K={row['k']} is noise-limited: past"
+                    f" {MAX_RUNS_NEEDED} runs its rivals are a tie; more runs will not settle it"
+                )
+        for row in plan_data["new_anchors"]:
+            new_anchors.append(row["batch_size"])
+            for k in row["ks"]:
+                key = (row["batch_size"], k)
+                more[key] = max(more.get(key, 0), row["runs_per_k"])
+    elif result_data is not None and result_file is not None:
+        if not any(isinstance(d.get("confidence"), dict) for d in result_data["batch_decisions"]):
+            return None, _refused(
+                result_file,
+                "the result has no per-anchor 'confidence' blocks (written by tune-spec-k since"
+                " the confidence analysis); pass its measurement plan (`tune-spec-k DIR"
+                " --plan-json PATH`) instead",
+            )
+        more = _reruns_from_blocks(result_data)
+        notes.append(
+            "new anchors are only in the measurement plan: pass the file of `tune-spec-k DIR"
+            " --plan-json PATH` too to measure them"
+        )
+    needs = FollowUpNeeds(
+        more,
+        tuple(sorted(set(new_anchors))),
+        global_k,
+        tuple(sorted(ks)),
+        tuple(notes),
+        result_file,
+    )
+    return needs, []
+
+
+def _plan_problems(data: dict[str, Any], path: str | Path) -> list[Problem]:
+    """What is wrong with a measurement plan's rows (it may be hand-edited); empty when fine."""
+    for key, fields in (
+        ("reruns", ("batch_size", "k", "more_runs")),
+        ("new_anchors", ("batch_size", "ks", "runs_per_k")),
+    ):
+        rows = data[key]
+        if not isinstance(rows, list):
+            return _refused(path, "not a list", key)
+        for index, row in enumerate(rows):
+            if not isinstance(row, dict):
+                return _refused(path, "not an object", f"{key}[{index}]")
+            for name in fields:
+                value = row.get(name)
+                if name == "ks":
+                    good = isinstance(value, list) and all(
+                        _whole_or_none(v) is not None and v >= 0 for v in value
+                    )
+                else:
+                    number = _whole_or_none(value)
+                    good = number is not None and number >= (1 if name == "batch_size" else 0)
+                if not good:
+                    expected = "a list of K" if name == "ks" else "a whole number"
+                    return [
+                        Problem(
+                            Severity.ERROR,
+                            "invalid-plan-input",
+                            "not usable",
+                            files=(str(path),),
+                            field=f"{key}[{index}].{name}",
+                            value=json.dumps(value),
+                            expected=expected,
+                        )
+                    ]
+    return []
+
+
+def _reruns_from_blocks(result: dict[str, Any]) -> dict[tuple[int, int], int]:
+    """Reruns from a result's confidence blocks, by :mod:`lib.measurement_plan`'s rule: each
+    contender of an unresolved anchor up to the runs its noise calls for, at least one more,
+    at most MAX_RUNS_NEEDED in all."""
+    more: dict[tuple[int, int], int] = {}
+    for decision in result["batch_decisions"]:
+        block = decision.get("confidence")
+        if not isinstance(block, dict) or block.get("status") != "unresolved":
+            continue
+        anchor = decision["batch_size"]
+        runs_of = {c["k"]: c.get("num_runs", 0) for c in decision.get("candidates", [])}
+        needed = block.get("runs_needed", {})
+        for k in block.get("contenders", []):
+            runs = runs_of.get(k, 0)
+            wanted = needed.get(str(k)) or MIN_RUNS_NEEDED
+            target = min(max(wanted, runs + 1), max(MAX_RUNS_NEEDED, runs))
+            if target > runs:
+                more[(anchor, k)] = target - runs
+    return more
+
+
+def _list_of_objects(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+def _whole_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def follow_up_plan(
+    design: SweepDesign, needs: FollowUpNeeds, results_dir: str, experiment_name: str
+) -> tuple[SweepPlan | None, list[Problem]]:
+    """Only the cells that need more runs, grouped so that each sweep's serve x bench product
+    holds no cell that was not asked for: per K the anchors it needs and the most runs any of
+    them needs; K with the same anchors and runs share a sweep (one server start each)."""
+    problems = design.invalid()
+    if needs.global_k is not None and needs.global_k != design.startup_k:
+        problems.append(
+            _mismatch(
+                f"the first sweep ran with num_speculative_tokens={needs.global_k} but this"
+                f" design gives {design.startup_k}: the follow-up must use the same engine to"
+                f" merge (set {_flag('global_k')} {needs.global_k})"
+            )
+        )
+    unknown = sorted({k for _, k in needs.more_runs} - set(design.ks) - set(needs.ks))
+    if unknown and needs.ks:
+        problems.append(
+            _mismatch(f"the plan asks for K={unknown}, which the first sweep did not measure")
+        )
+    too_big = sorted({k for _, k in needs.more_runs if k > design.startup_k})
+    if too_big:
+        problems.append(
+            _mismatch(
+                f"the plan asks for K={too_big}, above the design's global K {design.startup_k}"
+            )
+        )
+    if problems:
+        return None, problems
+    if not needs.more_runs:
+        plan = SweepPlan(
+            "follow-up",
+            design,
+            (),
+            (*needs.notes, "nothing to measure: every anchor is resolved"),
+        )
+        return plan, []
+    per_k: dict[int, dict[int, int]] = {}
+    for (anchor, k), runs in sorted(needs.more_runs.items()):
+        per_k.setdefault(k, {})[anchor] = runs
+    groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
+    for k, runs_at in sorted(per_k.items()):
+        groups.setdefault((tuple(sorted(runs_at)), max(runs_at.values())), []).append(k)
+    steps = []
+    for index, ((anchors, runs), ks) in enumerate(
+        sorted(groups.items(), key=lambda item: (item[1][0], item[0])), start=1
+    ):
+        new = [a for a in anchors if a in needs.new_anchors]
+        purpose = f"K={ks} at batch sizes {list(anchors)}, {runs} more run(s)"
+        if new:
+            purpose += f" (new anchor(s) {new})"
+        steps.append(
+            SweepStep(
+                name=f"{experiment_name}-{index}",
+                serve_params=tuning_serve_params(design, ks),
+                bench_params=bench_params(design, anchors),
+                num_runs=runs,
+                results_dir=results_dir,
+                experiment_name=f"{experiment_name}-{index}",
+                purpose=purpose,
+            )
+        )
+    asked = sum(needs.more_runs.values())
+    planned = sum(step.runs for step in steps)
+    notes = list(needs.notes)
+    if planned > asked:
+        notes.append(
+            f"{planned - asked} run(s) more than asked for: a sweep runs each cell as often as"
+            " its most demanding cell (cheaper than another server start)"
+        )
+    notes.append(
+        f"write the results inside the first experiment folder (here: {results_dir}) and"
+        " tune that folder again: tune-spec-k reads summary.json at any depth, so the runs"
+        " of both sweeps are pooled per (anchor, K)"
+    )
+    if needs.new_anchors:
+        notes.append(
+            f"the new anchor(s) {list(needs.new_anchors)} are measured for every K, as the"
+            " seed requires the same K at every anchor"
+        )
+    return SweepPlan("follow-up", design, tuple(steps), tuple(notes)), []
+
+
+# --------------------------------------------------------------------------- validation
+
+DYNAMIC_COMBO = "dynamic"
+NO_SPECULATION_COMBO = "no-spec"
+
+
+def static_combo_name(k: int) -> str:
+    return f"static-k{k}"
+
+
+def validation_plan(
+    design: SweepDesign,
+    result_file: str | Path,
+    results_dir: str,
+    experiment_name: str,
+    static_ks: Sequence[int] | None = None,
+) -> tuple[SweepPlan | None, list[Problem]]:
+    """The tuned schedule (``result_file``: a tune-spec-k result JSON) as a dynamic server,
+    next to static-K servers and a server without speculation, at the result's anchors."""
+    problems = design.incomplete()
+    if problems:
+        return None, problems
+    result, problems = read_json(result_file)
+    if problems:
+        return None, problems
+    if not isinstance(result, dict):
+        return None, _refused(result_file, "expected a tune-spec-k result object")
+    config = result.get("speculative_config")
+    schedule = result.get("num_speculative_tokens_per_batch_size")
+    if not isinstance(config, dict) or not isinstance(schedule, list) or not schedule:
+        return None, _refused(
+            result_file,
+            "the tuning result has no 'speculative_config' with a schedule (expected the JSON"
+            " written by tune-spec-k)",
+        )
+    anchors = sorted(
+        {d["batch_size"] for d in result.get("batch_decisions", []) if isinstance(d, dict)}
+    )
+    if not anchors:
+        return None, _refused(
+            result_file, "the tuning result has no 'batch_decisions': no anchors to validate at"
+        )
+    dynamic = dict(config)
+    if dynamic.get("method") in (None, "<method>"):
+        dynamic["method"] = design.method
+    for key, name in (("method", "method"), ("model", "draft_model")):
+        tuned, designed = dynamic.get(key), getattr(design, name)
+        if designed is not None and tuned is not None and tuned != designed:
+            return None, _refused(
+                result_file,
+                f"the result was tuned with speculative_config.{key} {tuned!r}, the design has"
+                f" {_flag(name)} {designed!r}: validate the configuration that was tuned",
+            )
+    dynamic["num_speculative_tokens_per_batch_size"] = schedule
+    shared = {
+        key: value
+        for key, value in dynamic.items()
+        if key not in ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")
+    }
+    scheduled_ks = sorted({int(k) for _, _, k in schedule if k > 0})
+    chosen = (
+        sorted(set(static_ks))
+        if static_ks is not None
+        else sorted({k for k in design.ks if k > 0} | set(scheduled_ks))
+    )
+    if any(k < 1 for k in chosen):
+        problem = Problem(
+            Severity.ERROR,
+            "invalid-static-ks",
+            "a static server needs K >= 1 (K=0 is the no-spec server)",
+            value=str(chosen),
+            expected="K >= 1",
+        )
+        return None, [problem]
+    serve: dict[str, Any] = {DYNAMIC_COMBO: {"speculative_config": dynamic}}
+    for k in chosen:
+        serve[static_combo_name(k)] = {
+            "speculative_config": {**shared, "num_speculative_tokens": k}
+        }
+    serve[NO_SPECULATION_COMBO] = {}
+    validation_design = _with_anchors(design, anchors)
+    step = SweepStep(
+        name="validation",
+        serve_params=serve,
+        bench_params=bench_params(validation_design, anchors),
+        num_runs=design.num_runs,
+        results_dir=results_dir,
+        experiment_name=experiment_name,
+        purpose=f"the schedule {json.dumps(schedule)} against static K={chosen} and no speculation",
+    )
+    notes = [
+        "static-K servers run num_speculative_tokens=K without a schedule, and K=0 is a server"
+        " without speculation: the deployments the schedule replaces, so the check also shows"
+        " the Dynamic SD engine's own cost (vLLM issue #49548 measured +6.6% TPOT at"
+        " concurrency 2 and +21.6% at 189)",
+        f"check with: tune-spec-k check {results_dir}/{experiment_name} --schedule TUNING_JSON",
+    ]
+    return SweepPlan("validation", validation_design, (step,), tuple(notes)), []
+
+
+def _with_anchors(design: SweepDesign, anchors: Sequence[int]) -> SweepDesign:
+    return dataclasses.replace(design, anchors=tuple(anchors), max_batch_size=max(anchors))
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_plan(plan: SweepPlan, plan_dir: str | Path) -> tuple[list[Path], list[Problem]]:
+    """Write every file of the plan under ``plan_dir`` (folders made as needed, ``run.sh``
+    executable); returns the paths, or the problem of the first that could not be written."""
+    root = Path(plan_dir)
+    files = [(root / relative, text) for relative, text in plan.files(str(plan_dir)).items()]
+    problems = write_files(files, make_folders=True, executable={root / RUN_SCRIPT})
+    return ([] if problems else [path for path, _ in files]), problems

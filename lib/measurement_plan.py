@@ -1,0 +1,205 @@
+"""What to measure next: reruns that would resolve the unresolved anchors, and new anchors where
+neighbouring picks disagree (``docs/confidence.md``, "The measurement plan").
+
+- **Reruns.** At an unresolved anchor every contender (P(eps-good) >= 0.05) is rerun up to the
+  runs the noise calls for, ``12.4 * (s / delta)^2`` per contender (80 % power to separate a
+  gap ``delta`` at relative noise ``s``), at least one more run and at most 10 in all. A
+  contender already at 10 runs is **noise-limited**: it and its rivals are a tie, and the
+  smaller K is the sensible choice. A flagged run at an unresolved anchor is re-measured too.
+- **New anchors.** Where two neighbouring anchors pick different K and one of the two picks is
+  worse than the other by more than the tie tolerance at either anchor, where to switch matters:
+  the plan suggests a new anchor at the geometric midpoint ``sqrt(lower * upper)`` (rounded),
+  measured for every K of the sweep (the seed requires the same K set at every anchor).
+
+:func:`measurement_plan` returns the two frames; :meth:`MeasurementPlan.to_json` writes them
+(``--plan-json``); :mod:`lib.present.text` prints them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from lib.confidence import MAX_RUNS_NEEDED, MIN_RUNS_NEEDED, ConfidenceReport
+from lib.schedule import TuningResult
+
+__all__ = ["NEW_ANCHOR_SCHEMA", "RERUN_SCHEMA", "MeasurementPlan", "measurement_plan"]
+
+#: One row per (anchor, K) to rerun.
+RERUN_SCHEMA = pl.Schema(
+    {
+        "batch_size": pl.Int64,
+        "k": pl.Int64,
+        "runs": pl.Int64,  # usable runs so far
+        "target_runs": pl.Int64,
+        "more_runs": pl.Int64,
+        "noise_limited": pl.Boolean,
+        "reason": pl.Utf8,
+    }
+)
+
+#: One row per suggested new anchor.
+NEW_ANCHOR_SCHEMA = pl.Schema(
+    {
+        "batch_size": pl.Int64(),
+        "lower_anchor": pl.Int64(),
+        "upper_anchor": pl.Int64(),
+        "lower_k": pl.Int64(),
+        "upper_k": pl.Int64(),
+        "disagreement_percent": pl.Float64(),  # how much the worse pick loses at the worse anchor
+        "ks": pl.List(pl.Int64),  # every K to measure there
+        "runs_per_k": pl.Int64(),
+        "reason": pl.Utf8(),
+    }
+)
+
+
+@dataclass(frozen=True, eq=False)
+class MeasurementPlan:
+    """Reruns and new anchors; both frames empty when there is nothing to measure."""
+
+    confidence: float
+    tolerance: float
+    reruns: pl.DataFrame
+    new_anchors: pl.DataFrame
+
+    @property
+    def empty(self) -> bool:
+        return self.reruns.is_empty() and self.new_anchors.is_empty()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "confidence": self.confidence,
+            "tie_tolerance": self.tolerance,
+            "total_more_runs": int(self.reruns["more_runs"].sum())
+            + sum(
+                len(ks) * runs for ks, runs in self.new_anchors.select("ks", "runs_per_k").rows()
+            ),
+            "reruns": self.reruns.to_dicts(),
+            "new_anchors": [
+                {**row, "disagreement_percent": round(row["disagreement_percent"], 4)}
+                for row in self.new_anchors.to_dicts()
+            ],
+        }
+
+    def to_json_text(self) -> str:
+        """The plan file's exact text: same input and settings give the same bytes."""
+        return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+
+
+def measurement_plan(result: TuningResult, report: ConfidenceReport) -> MeasurementPlan:
+    """The plan for ``result``'s picks (either policy) from ``report``'s confidence."""
+    return MeasurementPlan(
+        confidence=report.settings.confidence,
+        tolerance=report.tolerance,
+        reruns=_reruns(report),
+        new_anchors=_new_anchors(result, report),
+    )
+
+
+def _reruns(report: ConfidenceReport) -> pl.DataFrame:
+    unresolved = report.anchors.filter(pl.col("status") == "unresolved")
+    p_of = {(c["anchor"], c["k"]): c for c in report.cells.to_dicts()}
+    flagged: dict[tuple[int, int], list[str]] = {}
+    for run in report.runs.filter(pl.col("flagged")).to_dicts():
+        flagged.setdefault((run["anchor"], run["k"]), []).append(
+            f"run {run['run_number']} in {run['source']}"
+        )
+    rows = []
+    for anchor_row in unresolved.to_dicts():
+        anchor = anchor_row["anchor"]
+        noise_known = anchor_row["pooled_log_sd"] is not None
+        ks = sorted(set(anchor_row["contenders"]) | {k for (a, k) in flagged if a == anchor})
+        for k in ks:
+            cell = p_of[(anchor, k)]
+            runs = cell["num_runs"]
+            reasons = []
+            target = runs
+            limited = False
+            if k in anchor_row["contenders"]:
+                needed = cell["runs_needed"] or MIN_RUNS_NEEDED
+                target = min(max(needed, runs + 1), max(MAX_RUNS_NEEDED, runs))
+                # Already at the cap and still unresolved: more runs are not worth it either.
+                limited = bool(cell["noise_limited"]) or target == runs
+                if not noise_known:
+                    reasons.append(
+                        f"no replicate runs yet: {MIN_RUNS_NEEDED} runs estimate the noise"
+                    )
+                else:
+                    reasons.append(f"contender, P(eps-good)={cell['p_eps_good']:.2f}")
+                if limited:
+                    reasons.append(
+                        f"noise-limited: past {MAX_RUNS_NEEDED} runs the gap to its rival is"
+                        " within the noise, so treat them as tied and keep the smaller K"
+                    )
+            if (anchor, k) in flagged:
+                target = max(target, runs + len(flagged[(anchor, k)]))
+                reasons.append("re-measure the flagged " + ", ".join(flagged[(anchor, k)]))
+            rows.append(
+                {
+                    "batch_size": anchor,
+                    "k": k,
+                    "runs": runs,
+                    "target_runs": target,
+                    "more_runs": target - runs,
+                    "noise_limited": limited,
+                    "reason": "; ".join(reasons),
+                }
+            )
+    return pl.DataFrame(rows, schema=RERUN_SCHEMA)
+
+
+def _new_anchors(result: TuningResult, report: ConfidenceReport) -> pl.DataFrame:
+    scores = {
+        (row["anchor"], row["k"]): row["mean_score"]
+        for row in report.cells.select("anchor", "k", "mean_score").to_dicts()
+    }
+    picks = [
+        (a, k)
+        for a, k in zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True)
+        if k is not None
+    ]
+    every_k = sorted(set(result.cells["k"].to_list()))
+    typical = result.cells["num_runs"].median()
+    runs_per_k = max(MIN_RUNS_NEEDED, round(typical) if isinstance(typical, float) else 0)
+    tolerance = -math.log1p(-report.tolerance)
+    rows = []
+    for (lower, lower_k), (upper, upper_k) in itertools.pairwise(picks):
+        middle = round(math.sqrt(lower * upper))
+        if lower_k == upper_k or not lower < middle < upper:
+            continue
+        needed = [(lower, lower_k), (lower, upper_k), (upper, lower_k), (upper, upper_k)]
+        if not all(math.isfinite(scores.get(cell, math.nan)) for cell in needed):
+            continue
+        loss_below = scores[(lower, lower_k)] - scores[(lower, upper_k)]
+        loss_above = scores[(upper, upper_k)] - scores[(upper, lower_k)]
+        loss = max(loss_below, loss_above)
+        if loss <= tolerance:
+            continue
+        where, worse, better = (
+            (upper, lower_k, upper_k) if loss_above >= loss_below else (lower, upper_k, lower_k)
+        )
+        percent = math.expm1(loss) * 100
+        rows.append(
+            {
+                "batch_size": middle,
+                "lower_anchor": lower,
+                "upper_anchor": upper,
+                "lower_k": lower_k,
+                "upper_k": upper_k,
+                "disagreement_percent": percent,
+                "ks": every_k,
+                "runs_per_k": runs_per_k,
+                "reason": (
+                    f"K={lower_k} at {lower} and K={upper_k} at {upper}: at {where} K={worse} is"
+                    f" {percent:.1f}% worse than K={better}, beyond the {report.tolerance * 100:g}%"
+                    f" tolerance, so where to switch matters; {middle} is the geometric midpoint"
+                ),
+            }
+        )
+    return pl.DataFrame(rows, schema=NEW_ANCHOR_SCHEMA)

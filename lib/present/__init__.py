@@ -1,0 +1,4 @@
+"""Presentation: results as lines of text (:mod:`lib.present.text`), display tables
+(:mod:`lib.present.tables`) and charts (:mod:`lib.present.charts`, the only module that imports
+Altair). Nothing here decides anything; it shows what the lower layers computed.
+"""

@@ -1,0 +1,293 @@
+"""Every result as lines of text, the way the CLI prints them (and the app shows them).
+
+One function per result: :func:`decision_lines` (the seed's line per anchor),
+:func:`confidence_lines`, :func:`switch_point_lines`, :func:`measurement_plan_lines`,
+:func:`sweep_plan_lines`, :func:`check_lines`, :func:`diff_lines`, and the two lines a user
+pastes: :func:`speculative_config_line`. The HTML helpers at the end wrap such lines for the
+app, escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import shlex
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from lib.confidence import ConfidenceReport, log_change_percent
+from lib.measurement_plan import MeasurementPlan
+from lib.problems import Problem
+from lib.schedule import NO_SCHEDULE, TuningResult
+from lib.switch_points import SwitchPoints
+
+if TYPE_CHECKING:
+    # Only their types: tuning prints its lines without loading the loop's modules.
+    from lib.loop.check import CheckReport
+    from lib.loop.diff import DiffReport
+    from lib.loop.plan import SweepPlan
+
+__all__ = [
+    "check_lines",
+    "confidence_lines",
+    "decision_lines",
+    "diff_lines",
+    "html_list",
+    "measurement_plan_lines",
+    "problem_list_html",
+    "speculative_config_line",
+    "sweep_plan_lines",
+    "switch_point_lines",
+    "text_block_html",
+]
+
+
+def _p(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.2f}"
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f}%"
+
+
+# --------------------------------------------------------------------------- tuning
+
+
+def decision_lines(result: TuningResult) -> list[str]:
+    """One line per anchor, as the seed prints them: the pick, its scores, and how it
+    compares with the best and with K=0."""
+    lines = []
+    tied = dict(zip(result.decisions["anchor"], result.decisions["tied_k"], strict=True))
+    for row in result.decisions.to_dicts():
+        if row["selected_k"] is None:
+            lines.append(f"batch_size={row['anchor']}: no K (every cell rejected)")
+            continue
+        vs_k0 = row["vs_k0_percent"]
+        lines.append(
+            f"batch_size={row['anchor']}: K={row['selected_k']}"
+            f" median={row['selected_median']:.2f}"
+            f" conservative={row['selected_conservative']:.2f}"
+            f" vs_best={row['vs_best_percent']:+.2f}%"
+            f" vs_k0={'n/a' if vs_k0 is None else f'{vs_k0:+.2f}%'}"
+            f" tied={list(tied[row['anchor']])}"
+        )
+    return lines
+
+
+def speculative_config_line(result: TuningResult) -> str:
+    """The ``--speculative-config '...'`` argument to paste into ``vllm serve``."""
+    return "--speculative-config " + shlex.quote(json.dumps(result.speculative_config()))
+
+
+def confidence_lines(report: ConfidenceReport, result: TuningResult | None = None) -> list[str]:
+    """One line per anchor: resolved or not, the rule's K and its P(eps-good), the
+    contenders, flagged runs; with ``result``, also its pick where it differs."""
+    picks = {}
+    if result is not None:
+        picks = dict(zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True))
+    p_of = {(c["anchor"], c["k"]): c["p_eps_good"] for c in report.cells.to_dicts()}
+    p_clean = {
+        (c["anchor"], c["k"]): c["p_eps_good_without_flagged"] for c in report.cells.to_dicts()
+    }
+    flagged: dict[int, list[str]] = {}
+    for run in report.runs.filter(pl.col("flagged")).to_dicts():
+        change = log_change_percent(run["residual"], report.maximize)
+        flagged.setdefault(run["anchor"], []).append(
+            f"K={run['k']} run {run['run_number']} in {run['source']}"
+            f" ({change:+.1f}% vs its cell's median)"
+        )
+    lines = []
+    for row in report.anchors.to_dicts():
+        anchor, k = row["anchor"], row["selected_k"]
+        head = f"batch_size={anchor}: {row['status']}"
+        head += f", provisional K={k}" if row["provisional"] else f", K={k}"
+        head += f" P(eps-good)={_p(p_of.get((anchor, k)))}"
+        if p_clean.get((anchor, k)) is not None:
+            head += f" ({_p(p_clean[(anchor, k)])} without the flagged runs)"
+        parts = [head]
+        if row["status"] == "unresolved":
+            parts.append("contenders=" + str(list(row["contenders"])))
+            parts += list(row["reasons"])
+        parts += list(row["notes"])
+        if anchor in flagged:
+            parts.append("flagged: " + ", ".join(flagged[anchor]))
+        picked = picks.get(anchor)
+        if picked is not None and picked != k:
+            parts.append(
+                f"the reported pick K={picked} has P(eps-good)={_p(p_of.get((anchor, picked)))}"
+            )
+        lines.append("; ".join(parts))
+    return lines
+
+
+def switch_point_lines(switch_points: SwitchPoints) -> list[str]:
+    """The switch points between anchors and the interpolated schedule's expected gain."""
+    if switch_points.switches.is_empty():
+        return ["switch points: none (the same K at every anchor)"]
+    lines = ["switch points (each K's log speed-up interpolated linearly in log batch size):"]
+    for row in switch_points.switches.to_dicts():
+        crossing = (
+            f"curves cross at {row['crossover']:.1f}"
+            if row["crossover"] is not None
+            else "curves do not cross between the anchors"
+        )
+        line = (
+            f"  K={row['from_k']} -> K={row['to_k']} between {row['lower_anchor']} and"
+            f" {row['upper_anchor']}: {crossing}; switch at {row['switch_at']}"
+            f" (step schedule: {row['step_switch_at']})"
+        )
+        if row["changed_batch_sizes"]:
+            line += (
+                f", {row['gain_percent']:+.2f}% expected on the"
+                f" {row['changed_batch_sizes']} batch size(s) that change"
+            )
+        if row["note"]:
+            line += f"; {row['note']}"
+        lines.append(line)
+    lines.append(
+        f"  interpolated schedule {switch_points.schedule.json_text()}: expected"
+        f" {switch_points.mean_gain_percent:+.2f}% over the step schedule on average over batch"
+        f" sizes (at most {switch_points.max_gain_percent:+.2f}%)"
+    )
+    return lines
+
+
+def measurement_plan_lines(plan: MeasurementPlan) -> list[str]:
+    """The measurement plan for a person, grouped by anchor."""
+    if plan.empty:
+        return [
+            "measurement plan: nothing to measure (every anchor is resolved and"
+            " neighbouring picks agree within the tie tolerance)"
+        ]
+    lines = [
+        f"measurement plan (confidence {plan.confidence:g}, tie tolerance"
+        f" {plan.tolerance * 100:g}%):"
+    ]
+    for (anchor,), group in plan.reruns.group_by("batch_size", maintain_order=True):
+        lines.append(f"  batch_size={anchor}:")
+        for row in group.to_dicts():
+            if row["more_runs"]:
+                lines.append(
+                    f"    K={row['k']}: {row['more_runs']} more run(s)"
+                    f" ({row['runs']} -> {row['target_runs']}): {row['reason']}"
+                )
+            else:
+                lines.append(f"    K={row['k']}: no more runs: {row['reason']}")
+    for row in plan.new_anchors.to_dicts():
+        lines.append(
+            f"  new anchor batch_size={row['batch_size']}: measure K={list(row['ks'])},"
+            f" {row['runs_per_k']} run(s) each: {row['reason']}"
+        )
+    return lines
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def sweep_plan_lines(plan: SweepPlan, plan_dir: str) -> list[str]:
+    """What a sweep plan runs: a summary, a line per sweep, the notes, then each command."""
+    lines = [f"{plan.kind} plan: {plan.summary_line()}"]
+    for step in plan.steps:
+        ks = ", ".join(step.serve_params)
+        anchors = ", ".join(str(v["max_concurrency"]) for v in step.bench_params.values())
+        lines.append(
+            f"  {step.name}: servers [{ks}] x concurrency [{anchors}] x {step.num_runs}"
+            f" run(s) -> {step.results_dir}/{step.experiment_name}: {step.purpose}"
+        )
+    lines += [f"  note: {note}" for note in plan.notes]
+    return lines + plan.commands(plan_dir)
+
+
+def check_lines(report: CheckReport) -> list[str]:
+    """The check's verdict per anchor, its numbers and reasons, and a closing line on a loss."""
+    from lib.loop.check import REPORTED_OVERHEAD
+
+    lines = [f"schedule under test: {(report.schedule or NO_SCHEDULE).json_text()}"]
+    for row in report.verdicts.to_dicts():
+        parts = [
+            f"batch_size={row['anchor']}: {row['verdict'].upper()}",
+            f"dynamic K={row['dynamic_k']} median={row['dynamic_median']:.2f}",
+        ]
+        if row["best_static"] is not None:
+            parts.append(
+                f"vs best static ({row['best_static']}) {_percent(row['vs_best_static_percent'])}"
+                f" P(at least as good)={_p(row['p_vs_best_static'])}"
+            )
+        if row["k0_arm"] is not None:
+            parts.append(
+                f"vs {row['k0_arm']} {_percent(row['vs_k0_percent'])}"
+                f" P(at least as good)={_p(row['p_vs_k0'])}"
+            )
+        if row["same_k_arm"] is not None:
+            parts.append(
+                f"Dynamic SD overhead vs {row['same_k_arm']}: {_percent(row['overhead_percent'])}"
+            )
+        lines.append("; ".join(parts))
+        lines += [f"  {reason}" for reason in row["reasons"]]
+    losses = report.losses
+    if losses:
+        lines.append(
+            f"LOSS at batch size(s) {losses}: the dynamic schedule is confidently worse than"
+            f" an alternative by more than {report.settings.tuning.relative_tolerance:.0%}"
+            f" ({REPORTED_OVERHEAD}, for a schedule-enabled engine at K=0)"
+        )
+    return lines
+
+
+def diff_lines(report: DiffReport) -> list[str]:
+    """Both schedules, a line per batch size with its reasons, and the verdict."""
+    settings = report.settings
+    lines = [
+        f"A: {report.a.schedule.json_text()}  ({report.a.label})",
+        f"B: {report.b.schedule.json_text()}  ({report.b.label})",
+        f"objective: {report.a.objective} ({report.a.direction})",
+    ]
+    for row in report.rows.to_dicts():
+        head = f"batch_size={row['batch_size']}: K {row['k_a']} -> {row['k_b']}"
+        if row["objective_change_percent"] is not None:
+            head += (
+                f"; {report.a.objective} {row['objective_a']:.2f} -> {row['objective_b']:.2f}"
+                f" ({row['objective_change_percent']:+.2f}%"
+            )
+            if row["change_low_percent"] is not None:
+                head += (
+                    f", {settings.confidence:.0%} interval"
+                    f" [{row['change_low_percent']:+.2f}%, {row['change_high_percent']:+.2f}%]"
+                )
+            head += ")"
+        head += "; MATERIAL" if row["material"] else "; same"
+        lines.append(head)
+        lines += [f"  {reason}" for reason in row["reasons"]]
+    verdict = "materially different" if report.material else "no material difference"
+    lines.append(
+        f"{verdict} (thresholds: K loss {settings.max_k_loss:.1%}, objective change"
+        f" {settings.max_objective_change:.1%}, confidence {settings.confidence:g})"
+    )
+    return lines
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+def html_list(lines: Sequence[str]) -> str:
+    """Lines as an HTML list, escaped: field and file names such as ``mean_tpot_ms`` must not
+    turn into Markdown emphasis.
+
+    >>> html_list(["a < b", "c"])
+    '<ul><li>a &lt; b</li><li>c</li></ul>'
+    """
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return f"<ul>{items}</ul>"
+
+
+def text_block_html(lines: Sequence[str]) -> str:
+    """Lines as preformatted text that wraps (the CLI's indented output, escaped)."""
+    text = html.escape("\n".join(lines))
+    return f'<pre style="white-space: pre-wrap; font-size: 0.85em">{text}</pre>'
+
+
+def problem_list_html(problems: Sequence[Problem]) -> str:
+    """Problems as an HTML list of the CLI's one-line descriptions."""
+    return html_list([problem.describe() for problem in problems])

@@ -1,0 +1,217 @@
+"""Every setting of a tuning, with its command-line flag, default and check.
+
+- :class:`Fields`: which record fields hold the batch-size anchor and K (the loader's input).
+- :class:`Settings`: the seed's settings (vLLM PR #49163), by the seed's flag names and
+  defaults; they decide which runs and cells count and how K is ranked.
+- :class:`Options`: tune-spec-k's additions: the decision rule, the confidence a pick needs,
+  the seed of its Monte-Carlo, and whether the schedule switches between anchors.
+
+Each field names its flag once (:mod:`lib.flags`): the CLI's parsers, the app's "same on the
+command line" text and the error messages below read the names from there. This module
+imports only the standard library, so ``tune-spec-k --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lib.flags import flag, flag_name
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE_VAR",
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_K_VAR",
+    "DEFAULT_SEED",
+    "GLOBAL_K_VAR",
+    "POLICIES",
+    "RESULT_FILE",
+    "Direction",
+    "Fields",
+    "Options",
+    "Policy",
+    "Settings",
+]
+
+Direction = Literal["maximize", "minimize"]
+Policy = Literal["seed", "confident"]
+POLICIES: tuple[Policy, ...] = ("seed", "confident")
+
+DEFAULT_BATCH_SIZE_VAR = "max_concurrency"
+DEFAULT_K_VAR = "speculative_config.num_speculative_tokens_per_batch_size"
+#: The engine's startup maximum K: it sizes buffers and CUDA graphs.
+GLOBAL_K_VAR = "speculative_config.num_speculative_tokens"
+#: Fixed default Monte-Carlo seed: the same sweep and settings give byte-identical output.
+DEFAULT_SEED = 49163
+DEFAULT_CONFIDENCE = 0.9
+#: The seed's output file, written into the experiment folder unless told otherwise.
+RESULT_FILE = "speculative_k_schedule.json"
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Where a record keeps its batch-size anchor and its K (dotted paths walk nested dicts)."""
+
+    batch_size_var: str = field(
+        default=DEFAULT_BATCH_SIZE_VAR,
+        metadata=flag("--batch-size-var", "record field holding the batch-size anchor"),
+    )
+    k_var: str = field(
+        default=DEFAULT_K_VAR,
+        metadata=flag(
+            "--k-var",
+            "record field holding K: a number (static K) or a [[lo, hi, K], ...] schedule"
+            " resolved at the anchor; dotted paths walk nested dicts",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The seed's settings, by the seed's flag names, with the seed's defaults."""
+
+    objective: str = field(
+        default="output_throughput",
+        metadata=flag("--objective-var", "record field to optimise"),
+    )
+    direction: Direction = field(
+        default="maximize",
+        metadata=flag("--objective-direction", "whether a larger or a smaller objective is better"),
+    )
+    acceptance: str | None = field(
+        default=None,
+        metadata=flag(
+            "--acceptance-var",
+            "acceptance field to check for stability, e.g. spec_decode_acceptance_length",
+        ),
+    )
+    min_runs: int = field(default=3, metadata=flag("--min-runs", "runs needed per (anchor, K)"))
+    uncertainty_penalty: float = field(
+        default=1.0,
+        metadata=flag(
+            "--uncertainty-penalty",
+            "robust sigmas (1.4826 x MAD) subtracted from the median before ranking",
+        ),
+    )
+    max_objective_relative_mad: float = field(
+        default=0.1,
+        metadata=flag(
+            "--max-objective-relative-mad",
+            "reject an (anchor, K) whose objective MAD / median exceeds this",
+        ),
+    )
+    max_acceptance_relative_mad: float = field(
+        default=0.1,
+        metadata=flag(
+            "--max-acceptance-relative-mad",
+            "acceptance MAD / median above this is a warning (an error with"
+            " --strict-acceptance-stability)",
+        ),
+    )
+    strict_acceptance_stability: bool = field(
+        default=False,
+        metadata=flag(
+            "--strict-acceptance-stability",
+            "treat unstable acceptance as an error instead of a warning",
+        ),
+    )
+    relative_tolerance: float = field(
+        default=0.01,
+        metadata=flag(
+            "--relative-tolerance",
+            "K within this fraction of the best conservative score tie; the smallest wins",
+        ),
+    )
+    max_batch_size: int | None = field(
+        default=None,
+        metadata=flag(
+            "--max-batch-size",
+            "upper end of the last range; must equal the largest anchor (default: it)",
+        ),
+    )
+    allow_mixed_global_k: bool = field(
+        default=False,
+        metadata=flag(
+            "--allow-mixed-global-k",
+            "accept a sweep whose global num_speculative_tokens differs between candidates,"
+            " as in sweeps of static-K servers; the schedule is exported with the largest",
+            in_seed=False,
+        ),
+    )
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == "maximize"
+
+    def invalid(self) -> list[str]:
+        """Human-readable reasons why these settings cannot be used (empty when fine), each
+        naming the setting by its command-line flag, the name users know it by."""
+        reasons = []
+        if self.direction not in ("maximize", "minimize"):
+            reasons.append(f"{_flag('direction')} {self.direction!r}: expected maximize/minimize")
+        if self.min_runs < 1:
+            reasons.append(f"{_flag('min_runs')} {self.min_runs}: expected >= 1")
+        # Finite too: the settings are written to the output JSON, which has no inf or NaN.
+        for name in (
+            "uncertainty_penalty",
+            "max_objective_relative_mad",
+            "max_acceptance_relative_mad",
+        ):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                reasons.append(f"{_flag(name)} {value}: expected a finite number >= 0")
+        if not 0 <= self.relative_tolerance < 1:
+            reasons.append(
+                f"{_flag('relative_tolerance')} {self.relative_tolerance}: expected in [0, 1)"
+            )
+        if self.max_batch_size is not None and self.max_batch_size < 1:
+            reasons.append(f"{_flag('max_batch_size')} {self.max_batch_size}: expected >= 1")
+        return reasons
+
+
+def _flag(name: str) -> str:
+    return flag_name(Settings, name)
+
+
+@dataclass(frozen=True)
+class Options:
+    """tune-spec-k's additions to the seed's settings: how each anchor's K is decided."""
+
+    policy: Policy = field(
+        default="seed",
+        metadata=flag(
+            "--policy",
+            "how to pick K per anchor: the seed's conservative score, or 'confident': the"
+            " smallest K whose probability of being within the relative tolerance of the best"
+            " reaches --confidence (anchors where none does are unresolved and get a"
+            " provisional K); noisy cells are weighed instead of rejected",
+            in_seed=False,
+        ),
+    )
+    confidence: float = field(
+        default=DEFAULT_CONFIDENCE,
+        metadata=flag(
+            "--confidence",
+            "P(eps-good) an anchor's pick needs to count as resolved",
+            in_seed=False,
+        ),
+    )
+    seed: int = field(
+        default=DEFAULT_SEED,
+        metadata=flag(
+            "--seed",
+            "seed of the Monte-Carlo behind P(eps-good); same seed, same output",
+            in_seed=False,
+            echo="changed",
+        ),
+    )
+    interpolated_schedule: bool = field(
+        default=False,
+        metadata=flag(
+            "--interpolated-schedule",
+            "emit the schedule with switch points interpolated between anchors instead of"
+            " switching at the upper anchor",
+            in_seed=False,
+        ),
+    )

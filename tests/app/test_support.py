@@ -1,0 +1,131 @@
+"""lib/app/support.py: where the app's input is, which controls it offers, the command line
+that reproduces its file, and the comparison it shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweep_builder import grid, write_grid
+
+from lib.app import support as app_support
+from lib.cli.main import build_parser
+from lib.cli.tune import TuneArgs
+from lib.schedule import tune
+from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Fields, Options, Settings
+from lib.sweeps import load_experiment
+
+
+def test_arguments_are_read_from_anywhere_in_argv() -> None:
+    argv = ["--sweeps", "results/x", "--port", "2718", "-q"]
+    assert app_support.parse_app_arguments(argv).sweeps == "results/x"
+    assert app_support.parse_app_arguments(["--port", "1"]).sweeps is None
+    # No abbreviations: marimo's own flags must never be mistaken for ours.
+    assert app_support.parse_app_arguments(["--sw", "x"]).sweeps is None
+
+
+def test_root_is_resolved_from_the_working_directory(tmp_path: Path) -> None:
+    notebooks = tmp_path / "repo" / "notebooks"
+    default = app_support.resolve_root(None, notebooks, cwd=tmp_path / "elsewhere")
+    assert default == tmp_path / "repo" / "data" / "sample_sweeps"
+    relative = app_support.resolve_root("../runs", notebooks, cwd=tmp_path / "work")
+    assert relative == tmp_path / "runs"
+    assert app_support.resolve_root(str(tmp_path / "abs"), notebooks, cwd=notebooks) == (
+        tmp_path / "abs"
+    )
+
+
+def test_query_folder_must_lie_below_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (tmp_path / "secret").mkdir()
+    (root / "link").symlink_to(tmp_path / "secret")
+    below = app_support.folder_below_root
+    assert below(root, None) == (root, None)
+    assert below(root, "a/b") == ((root / "a" / "b").resolve(), None)
+    assert below(root, ["a", "a/b"]) == ((root / "a").resolve(), None)
+    assert below(root, str(root / "a")) == ((root / "a").resolve(), None)
+    for outside in ("..", "../secret", str(tmp_path / "secret"), "link", "a/../../secret"):
+        folder, refusal = below(root, outside)
+        assert folder == root and refusal is not None and "outside" in refusal, outside
+    folder, refusal = below(root, "missing")
+    assert folder == root and refusal is not None and "not a folder" in refusal
+
+
+def test_experiments_in_a_folder(tmp_path: Path) -> None:
+    one = write_grid(tmp_path / "one", grid([1], {0: [1.0]}))
+    # vLLM's newer layout: <output-dir>/<experiment-name>/SERVE--...
+    write_grid(tmp_path / "many" / "20261129_101500", grid([1], {0: [1.0]}))
+    write_grid(tmp_path / "many" / "baseline" / "deeper", grid([1], {0: [1.0]}))
+    (tmp_path / "many" / "empty").mkdir()
+    assert app_support.find_experiments(one) == {"one": one}
+    assert app_support.find_experiments(tmp_path / "many") == {
+        "20261129_101500": tmp_path / "many" / "20261129_101500",
+        "baseline": tmp_path / "many" / "baseline",
+    }
+    assert app_support.find_experiments(tmp_path / "many" / "empty") == {}
+    assert app_support.find_experiments(tmp_path / "absent") == {}
+
+
+def test_slider_steps_are_the_numbers_a_user_types() -> None:
+    steps = app_support.slider_steps(0.3, 0.005)
+    assert len(steps) == 61 and steps[0] == 0.0 and steps[-1] == 0.3
+    assert 0.01 in steps and 0.07 in steps  # 14 * 0.005 is 0.07000000000000001 unrounded
+    assert [repr(step) for step in app_support.slider_steps(0.3, 0.1)] == [
+        "0.0",
+        "0.1",
+        "0.2",
+        "0.3",
+    ]
+    confidence = app_support.slider_steps(1.0, 0.01, start=0.5)
+    assert len(confidence) == 51 and confidence[0] == 0.5 and confidence[-1] == 1.0
+    assert 0.9 in confidence and 0.57 in confidence  # 0.5 + 7 * 0.01 is 0.5700000000000001
+
+
+def test_objective_and_acceptance_choices(tmp_path: Path) -> None:
+    sweep = load_experiment(write_grid(tmp_path, grid([1], {0: [1.0], 3: [2.0]})))
+    objectives = app_support.objective_options(sweep)
+    assert objectives[:3] == ["output_throughput", "mean_tpot_ms", "median_tpot_ms"]
+    assert "duration" in objectives and len(objectives) == len(set(objectives))
+    assert app_support.default_direction("mean_tpot_ms") == "minimize"
+    assert app_support.default_direction("p99_ttft_ms") == "minimize"
+    assert app_support.default_direction("max_output_tokens_per_s") == "maximize"
+    acceptance = app_support.acceptance_options(sweep)
+    assert acceptance[:2] == [app_support.NO_ACCEPTANCE, "spec_decode_acceptance_length"]
+    assert app_support.acceptance_field(app_support.NO_ACCEPTANCE) is None
+    assert app_support.K_VAR_CHOICES["num_speculative_tokens"] == GLOBAL_K_VAR
+    assert DEFAULT_K_VAR in app_support.K_VAR_CHOICES.values()
+
+
+def test_cli_arguments_give_back_every_setting(tmp_path: Path) -> None:
+    settings = Settings(
+        objective="p99_tpot_ms",
+        direction="minimize",
+        acceptance="spec_decode_acceptance_rate",
+        min_runs=5,
+        uncertainty_penalty=0.7,
+        max_objective_relative_mad=0.07,
+        max_acceptance_relative_mad=0.3,
+        strict_acceptance_stability=True,
+        relative_tolerance=0.035,
+        max_batch_size=512,
+        allow_mixed_global_k=True,
+    )
+    options = Options(policy="confident", confidence=0.75, seed=7, interpolated_schedule=True)
+    folder = tmp_path / "my runs"
+    fields = Fields(batch_size_var="batch", k_var=GLOBAL_K_VAR)
+    arguments = app_support.cli_arguments(folder, fields, settings, options)
+    parsed = TuneArgs.from_cli_args(build_parser().parse_args(arguments))
+    assert (parsed.fields, parsed.settings, parsed.options) == (fields, settings, options)
+    assert parsed.experiment_dir == str(folder)
+    assert app_support.cli_command(arguments).startswith(f"tune-spec-k '{folder}' ")
+    default = app_support.cli_arguments(folder, Fields(), Settings(), Options())
+    parsed = TuneArgs.from_cli_args(build_parser().parse_args(default))
+    assert (parsed.fields, parsed.settings, parsed.options) == (Fields(), Settings(), Options())
+    # The decision rule is always spelled out; the Monte-Carlo seed only when not the default.
+    assert "--policy=seed" in default and not any(a.startswith("--seed") for a in default)
+    assert "--interpolated-schedule" not in default
+
+
+def test_baseline_without_k0(tmp_path: Path) -> None:
+    result = tune(load_experiment(write_grid(tmp_path, grid([1], {3: [1.0] * 3}))), Settings())
+    assert app_support.baseline_text(result).startswith("no K=0 runs")

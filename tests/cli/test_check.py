@@ -1,0 +1,111 @@
+"""lib/cli/check.py: `tune-spec-k check` prints a verdict per anchor and exits 0 (no loss),
+1 (a loss; with --strict an inconclusive anchor too) or 2 (bad input)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from paths import VALIDATION_SWEEP
+from sweep_builder import GOOD_VALIDATION, SCHEDULE, spread, write_validation
+
+from lib.cli.common import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK
+from lib.cli.main import main
+
+GOOD = GOOD_VALIDATION
+
+
+def test_no_loss_exits_0_with_a_line_per_anchor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_validation(tmp_path / "v", GOOD)
+    assert main(["check", str(root)]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"schedule under test: {json.dumps(SCHEDULE)}"
+    assert lines[1].startswith("batch_size=1: OK; dynamic K=7 median=318.00; vs best static")
+    assert any(line.startswith("batch_size=64: OK") for line in lines)
+
+
+def test_a_loss_exits_1_and_says_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values = {**GOOD, (64, "dynamic"): spread(3524.0 * 0.85)}
+    assert main(["check", str(write_validation(tmp_path / "v", values))]) == EXIT_FINDING
+    out = capsys.readouterr().out
+    assert "batch_size=64: LOSS" in out
+    assert "LOSS at batch size(s) [64]" in out
+    assert "#49548" in out
+
+
+def test_strict_makes_an_inconclusive_anchor_exit_1(tmp_path: Path) -> None:
+    values = {
+        **GOOD,
+        (64, "dynamic"): spread(3524 * 0.98, 0.08),
+        (64, "no-spec"): spread(3524.0, 0.08),
+    }
+    root = write_validation(tmp_path / "v", values)
+    assert main(["check", str(root)]) == EXIT_OK
+    assert main(["check", str(root), "--strict"]) == EXIT_FINDING
+
+
+def test_schedule_flag_reads_any_schedule_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_validation(tmp_path / "v", GOOD)
+    schedule = tmp_path / "schedule.json"
+    schedule.write_text(json.dumps({"num_speculative_tokens_per_batch_size": SCHEDULE}))
+    assert main(["check", str(root), "--schedule", str(schedule)]) == EXIT_OK
+    capsys.readouterr()
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([[1, 31, 7], [32, 256, 0]]))
+    assert main(["check", str(root), "--schedule", str(other)]) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert "no run served the schedule under test" in error
+    assert "[[1, 31, 7], [32, 256, 0]]" in error
+
+
+@pytest.mark.parametrize(
+    ("populate", "flags", "message"),
+    [
+        (False, [], "the experiment folder does not exist"),
+        (True, ["--confidence", "1.5"], "--confidence 1.5"),
+        (True, ["--schedule", "absent.json"], "cannot read the file"),
+    ],
+)
+def test_bad_input_exits_2_with_the_problem(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    populate: bool,
+    flags: list[str],
+    message: str,
+) -> None:
+    root = tmp_path / "v"
+    if populate:
+        write_validation(root, GOOD)
+    assert main(["check", str(root), *flags]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_output_json_is_written_and_deterministic(tmp_path: Path) -> None:
+    root = write_validation(tmp_path / "v", GOOD)
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["check", str(root), "--output-json", str(first)]) == EXIT_OK
+    assert main(["check", str(root), "--output-json", str(second)]) == EXIT_OK
+    assert first.read_bytes() == second.read_bytes()
+    assert [row["verdict"] for row in json.loads(first.read_text())["anchors"]] == ["ok", "ok"]
+
+
+def test_warnings_go_to_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values = {**GOOD, (64, "no-spec"): [3524.0, 3530.0]}
+    assert main(["check", str(write_validation(tmp_path / "v", values))]) == EXIT_OK
+    assert "no speculation: only 2 usable run(s), so it is left out" in capsys.readouterr().err
+
+
+def test_the_real_cpu_validation_sweep(capsys: pytest.CaptureFixture[str]) -> None:
+    schedule = VALIDATION_SWEEP / "tuned_schedule.json"
+    arguments = ["check", str(VALIDATION_SWEEP), "--min-runs", "2", "--schedule", str(schedule)]
+    # data/validation_sweeps/real-cpu-tiny-ngram/README.md: no loss, exit 0, four anchors.
+    assert main(arguments) == EXIT_OK
+    assert capsys.readouterr().out.count("batch_size=") == 4

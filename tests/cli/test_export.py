@@ -1,0 +1,75 @@
+"""lib/cli/export.py: `tune-spec-k export`, from a tuning result to TensorRT-LLM and back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from paths import SAMPLE_SWEEPS
+
+from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from lib.cli.main import main
+
+
+def test_exports_a_tuning_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = tmp_path / "speculative_k_schedule.json"
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    assert main([str(sample), "--output-json", str(result)]) == EXIT_OK
+    capsys.readouterr()
+    out = tmp_path / "trtllm.json"
+    assert main(["export", str(result), "--format", "trtllm", "-o", str(out)]) == EXIT_OK
+    printed = capsys.readouterr().out.splitlines()
+    # sonnet-like tunes to [[1, 63, 7], [64, 256, 0]] (data/sample_sweeps/README.md).
+    expected = {"max_draft_len": 7, "draft_len_schedule": {"63": 7, "256": 0}}
+    assert json.loads(printed[0]) == expected
+    assert printed[1] == f"Wrote {out}"
+    assert json.loads(out.read_text()) == expected
+    assert main(["export", str(out), "--format", "vllm"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out.splitlines()[0]) == {
+        "num_speculative_tokens": 7,
+        "num_speculative_tokens_per_batch_size": [[1, 63, 7], [64, 256, 0]],
+    }
+
+
+@pytest.mark.parametrize(
+    ("content", "flags", "message"),
+    [
+        ("{not json", [], "not valid JSON"),
+        (json.dumps({"other": 1}), [], "no schedule found"),
+        (json.dumps([[2, 8, 1]]), [], "starts at 2"),
+        (json.dumps([[1, 8, 5]]), ["--global-k", "3"], "below the schedule's largest K 5"),
+    ],
+)
+def test_bad_input_exits_2_with_the_reason(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str,
+    flags: list[str],
+    message: str,
+) -> None:
+    path = tmp_path / "in.json"
+    path.write_text(content)
+    assert main(["export", str(path), *flags]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert str(path) in captured.err or "--global-k" in captured.err
+    assert "Traceback" not in captured.err
+    assert captured.out == ""
+
+
+def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(tmp_path / "absent.json")]) == EXIT_BAD_INPUT
+    assert "cannot read the file" in capsys.readouterr().err
+
+
+def test_unwritable_output_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "schedule.json"
+    source.write_text(json.dumps([[1, 63, 7], [64, 256, 0]]))
+    out = tmp_path / "no" / "such" / "trtllm.json"
+    assert main(["export", str(source), "-o", str(out)]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert f"[unwritable-file] cannot write the file: No such file or directory in {out}" in (
+        captured.err
+    )
+    assert captured.out == ""

@@ -1,0 +1,326 @@
+"""lib/cli/plan.py: `tune-spec-k plan` writes params files that parse the way `vllm bench sweep
+serve` parses them, commands that are what the sweep runs, and refuses bad designs naming the
+flag."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from paths import SAMPLE_SWEEPS
+from vllm_sweep import (
+    LLAMA_FLAGS,
+    noisy_first_sweep,
+    parse_sweep_command,
+    vllm_apply_to_cmd,
+    vllm_read_params,
+)
+
+from lib.cli.main import main
+from lib.confidence import apply_policy, assess
+from lib.measurement_plan import measurement_plan
+from lib.schedule import TuningResult, tune
+from lib.settings import Settings
+from lib.sweeps import load_experiment
+
+
+def tuned(root: Path) -> TuningResult:
+    result = tune(load_experiment(root), Settings(max_objective_relative_mad=1.0))
+    return apply_policy(result, assess(result), "seed")
+
+
+def plan_files(tmp_path: Path, *flags: str) -> Path:
+    plan_dir = tmp_path / "plan"
+    assert main(["plan", "-o", str(plan_dir), *flags]) == 0
+    return plan_dir
+
+
+def test_params_parse_as_vllm_parses_them(tmp_path: Path) -> None:
+    plan_dir = plan_files(tmp_path, *LLAMA_FLAGS)
+    serve = vllm_read_params(plan_dir / "serve_params.json")
+    bench = vllm_read_params(plan_dir / "bench_params.json")
+    assert [item["_benchmark_name"] for item in serve] == ["k0", "k1", "k3", "k7"]
+    assert [item["_benchmark_name"] for item in bench] == ["c1", "c64", "c128", "c256"]
+    for item, k in zip(serve, (0, 1, 3, 7), strict=True):
+        # Nested, not dotted: the sweep passes it as one JSON argument and records it nested.
+        assert item["speculative_config"] == {
+            "method": "eagle3",
+            "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+            "num_speculative_tokens": 7,
+            "num_speculative_tokens_per_batch_size": [[1, 256, k]],
+        }
+    # Prompts: max(32, 8 x concurrency).
+    assert [(b["max_concurrency"], b["num_prompts"]) for b in bench] == [
+        (1, 32),
+        (64, 512),
+        (128, 1024),
+        (256, 2048),
+    ]
+
+
+def test_commands_are_what_the_sweep_runs(tmp_path: Path) -> None:
+    plan_dir = plan_files(tmp_path, *LLAMA_FLAGS)
+    flags = parse_sweep_command((plan_dir / "command.txt").read_text().strip())
+    assert flags["--num-runs"] == "3"
+    assert flags["--serve-params"] == f"{plan_dir}/serve_params.json"
+    serve = vllm_read_params(Path(flags["--serve-params"]))
+    server = vllm_apply_to_cmd(serve[2], shlex.split(flags["--serve-cmd"]))
+    assert server[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert server[server.index("--max-num-seqs") + 1] == "256"
+    config = json.loads(server[server.index("--speculative-config") + 1])
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 256, 3]]
+    bench = vllm_read_params(Path(flags["--bench-params"]))
+    client = vllm_apply_to_cmd(bench[1], shlex.split(flags["--bench-cmd"]))
+    for flag, value in (
+        ("--max-concurrency", "64"),
+        ("--num-prompts", "512"),
+        ("--random-input-len", "128"),
+        ("--random-output-len", "128"),
+        ("--dataset-name", "random"),
+        ("--goodput", "tpot:50"),
+    ):
+        assert client[client.index(flag) + 1] == value
+    assert "--ignore-eos" in client
+
+
+def test_run_script_runs_the_command_and_keeps_the_params(tmp_path: Path) -> None:
+    """run.sh with a stand-in `vllm` on PATH that records its arguments and makes the
+    experiment folder, as the sweep would: started from another folder, extra arguments passed."""
+    plan_dir = plan_files(tmp_path, *LLAMA_FLAGS)
+    script = plan_dir / "run.sh"
+    assert script.stat().st_mode & 0o111
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "vllm"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, pathlib, sys\n"
+        "args = sys.argv[1:]\n"
+        "pathlib.Path('args.json').write_text(json.dumps(args))\n"
+        "if '--dry-run' not in args:\n"
+        "    out = pathlib.Path(args[args.index('-o') + 1]) / args[args.index('-e') + 1]\n"
+        "    out.mkdir(parents=True)\n"
+    )
+    fake.chmod(0o755)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    subprocess.run(["bash", str(script), "--continue-on-error"], cwd=workdir, env=env, check=True)
+    args = json.loads((workdir / "args.json").read_text())
+    expected = parse_sweep_command((plan_dir / "command.txt").read_text().strip())
+    assert args[:3] == ["bench", "sweep", "serve"]
+    assert args[-1] == "--continue-on-error"
+    recorded = dict(zip(args[3:-1:2], args[4:-1:2], strict=True))
+    assert recorded["--serve-params"] == str(plan_dir.resolve() / "serve_params.json")
+    for flag in ("--serve-cmd", "--bench-cmd", "--num-runs", "-o", "-e"):
+        assert recorded[flag] == expected[flag]
+    experiment = workdir / "results" / "tuning"
+    for name in ("serve_params.json", "bench_params.json"):
+        assert (experiment / name).read_text() == (plan_dir / name).read_text()
+    # A dry run makes no experiment folder, and nothing is copied.
+    dry = tmp_path / "dry"
+    dry.mkdir()
+    subprocess.run(["bash", str(script), "--dry-run"], cwd=dry, env=env, check=True)
+    assert not (dry / "results").exists()
+
+
+def test_default_anchors_are_powers_of_two_up_to_the_maximum(tmp_path: Path) -> None:
+    plan_dir = plan_files(
+        tmp_path, "--model", "m", "--method", "ngram", "--ks", "0,2", "--max-batch-size", "48"
+    )
+    bench = json.loads((plan_dir / "bench_params.json").read_text())
+    assert [v["max_concurrency"] for v in bench.values()] == [1, 2, 4, 8, 16, 32, 48]
+
+
+def test_design_file_round_trips(tmp_path: Path) -> None:
+    first = plan_files(tmp_path, *LLAMA_FLAGS)
+    again = tmp_path / "again"
+    assert main(["plan", "--design", str(first / "sweep_plan.json"), "-o", str(again)]) == 0
+    for name in ("serve_params.json", "bench_params.json"):
+        assert (again / name).read_text() == (first / name).read_text()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--ks", "1,3"], "expected K=0 among them"),
+        (["--ks", "0"], "at least one K >= 1"),
+        (["--ks", "0,1,1"], "repeated K"),
+        (["--anchors", "2,8"], "expected the first anchor to be 1"),
+        (["--anchors", "1,8", "--max-batch-size", "16"], "expected the largest anchor, 8"),
+        (["--global-k", "2"], "expected >= the largest K, 3"),
+        (["--goodput", "tpot50"], "expected METRIC:MILLISECONDS"),
+        (["--dataset", "sharegpt"], "expected --dataset-path"),
+        (
+            ["--dataset", "sharegpt", "--dataset-path", "s.json", "--input-len", "9"],
+            "has its own prompts",
+        ),
+        (["--num-runs", "0"], "field '--num-runs'; value 0; expected >= 1"),
+        (["--spec-option", "num_speculative_tokens=3"], "the plan sets them itself"),
+        (["--static-ks", "1"], "only with --validate"),
+    ],
+)
+def test_bad_designs_exit_2_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    base = ["--model", "m", "--method", "ngram", "--ks", "0,1,3", "--anchors", "1,8"]
+    assert main(["plan", "-o", str(tmp_path / "p"), *base, *flags]) == 2
+    error = capsys.readouterr().err
+    assert message in error
+    assert not (tmp_path / "p").exists()
+
+
+def test_missing_model_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "-o", str(tmp_path / "p"), "--method", "ngram", "--anchors", "1"]) == 2
+    assert "[incomplete-design] every plan needs it (field '--model'" in capsys.readouterr().err
+
+
+def test_unparsable_flag_value_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["plan", "--ks", "zero,one"])
+    assert stop.value.code == 2
+    assert "expected comma-separated whole numbers" in capsys.readouterr().err
+
+
+def test_follow_up_covers_only_the_unresolved_cells_and_the_new_anchor(tmp_path: Path) -> None:
+    first = noisy_first_sweep(tmp_path / "results" / "tuning")
+    result = tuned(first)
+    plan = measurement_plan(result, assess(tune(load_experiment(first), result.settings)))
+    plan_json = tmp_path / "measurement_plan.json"
+    plan_json.write_text(plan.to_json_text())
+    result_json = first / "speculative_k_schedule.json"
+    result_json.write_text(result.to_json_text())
+    expected = {
+        (row["batch_size"], row["k"]): row["more_runs"]
+        for row in plan.reruns.to_dicts()
+        if row["more_runs"] > 0
+    }
+    for row in plan.new_anchors.to_dicts():
+        for k in row["ks"]:
+            expected[(row["batch_size"], k)] = row["runs_per_k"]
+    assert expected, "the fixture must leave something to measure"
+    assert 4 in {anchor for anchor, _ in expected}, "the midpoint anchor is planned"
+    assert 1 not in {anchor for anchor, _ in expected}, "the resolved anchor is not rerun"
+
+    out = tmp_path / "follow"
+    assert (
+        main(
+            [
+                "plan",
+                "-o",
+                str(out),
+                "--follow-up",
+                str(plan_json),
+                str(result_json),
+                *LLAMA_FLAGS[:6],
+                "--ks",
+                "0,3",
+                "--anchors",
+                "1,16",
+            ]
+        )
+        == 0
+    )
+    design = json.loads((out / "sweep_plan.json").read_text())
+    planned: dict[tuple[int, int], int] = {}
+    for step in design["steps"]:
+        folder = out / step["folder"]
+        serve = vllm_read_params(folder / "serve_params.json")
+        bench = vllm_read_params(folder / "bench_params.json")
+        for serve_item in serve:
+            config = serve_item["speculative_config"]
+            assert config["num_speculative_tokens"] == 3, "the first sweep's engine"
+            k = config["num_speculative_tokens_per_batch_size"][0][2]
+            for bench_item in bench:
+                planned[(bench_item["max_concurrency"], k)] = step["num_runs"]
+        # Results land inside the first experiment, so the loader pools both sweeps.
+        assert step["results"].startswith(str(first))
+    assert set(planned) == set(expected)
+    assert all(planned[cell] >= runs for cell, runs in expected.items())
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ({"something": 1}, "neither a measurement plan"),
+        (
+            {"reruns": [{"batch_size": 1, "k": "3", "more_runs": 2}], "new_anchors": []},
+            "field 'reruns[0].k'; value \"3\"",
+        ),
+        (
+            {"reruns": [], "new_anchors": [{"batch_size": 0, "ks": [0], "runs_per_k": 3}]},
+            "field 'new_anchors[0].batch_size'; value 0",
+        ),
+        ({"batch_decisions": [{"batch_size": 1, "candidates": []}]}, "no per-anchor 'confidence'"),
+        ({"batch_decisions": {"1": 2}}, "field 'batch_decisions'"),
+    ],
+)
+def test_follow_up_bad_input_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: object, message: str
+) -> None:
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(content))
+    flags = ["--model", "m", "--method", "ngram", "--ks", "0,3", "--anchors", "1,16"]
+    assert main(["plan", "-o", str(tmp_path / "p"), "--follow-up", str(path), *flags]) == 2
+    error = capsys.readouterr().err
+    assert message in error
+    assert str(path) in error
+
+
+def test_validation_plan_serves_the_schedule_next_to_static_and_plain_servers(
+    tmp_path: Path,
+) -> None:
+    result = tmp_path / "speculative_k_schedule.json"
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    assert main([str(sample), "--output-json", str(result)]) == 0
+    out = tmp_path / "validate"
+    assert main(["plan", "-o", str(out), "--validate", str(result), *LLAMA_FLAGS]) == 0
+    serve = {item["_benchmark_name"]: item for item in vllm_read_params(out / "serve_params.json")}
+    assert list(serve) == ["dynamic", "static-k1", "static-k3", "static-k7", "no-spec"]
+    dynamic = serve["dynamic"]["speculative_config"]
+    assert dynamic["num_speculative_tokens_per_batch_size"] == [[1, 63, 7], [64, 256, 0]]
+    assert dynamic["num_speculative_tokens"] == 7
+    assert serve["static-k3"]["speculative_config"] == {
+        "method": "eagle3",
+        "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        "num_speculative_tokens": 3,
+    }
+    # A plain server: the combo sets nothing, so the serve command has no --speculative-config.
+    assert vllm_apply_to_cmd(serve["no-spec"], ["vllm", "serve", "m"]) == ["vllm", "serve", "m"]
+    bench = vllm_read_params(out / "bench_params.json")
+    assert [b["max_concurrency"] for b in bench] == [1, 64, 128, 256]
+
+
+def test_follow_up_of_the_real_cpu_sample_reuses_its_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real sample, tuned with the confident rule: every anchor is unresolved, and the
+    follow-up plan runs exactly the first sweep's server configs at the cells the measurement
+    plan lists (data/sample_sweeps/real-cpu-tiny-ngram/README.md)."""
+    sample = SAMPLE_SWEEPS / "real-cpu-tiny-ngram"
+    if not (sample / "sweep_plan.json").is_file():
+        pytest.skip(f"{sample} has not been committed yet")
+    result, plan_json = tmp_path / "result.json", tmp_path / "plan.json"
+    flags = ["--policy", "confident", "--output-json", str(result), "--plan-json", str(plan_json)]
+    assert main([str(sample), *flags]) == 0
+    capsys.readouterr()
+    out = tmp_path / "followup"
+    design = ["--design", str(sample / "sweep_plan.json")]
+    assert main(["plan", "-o", str(out), *design, "--follow-up", str(plan_json), str(result)]) == 0
+    first_serve = json.loads((sample / "serve_params.json").read_text())
+    planned: set[tuple[int, int]] = set()
+    for step in json.loads((out / "sweep_plan.json").read_text())["steps"]:
+        serve = json.loads((out / step["folder"] / "serve_params.json").read_text())
+        bench = json.loads((out / step["folder"] / "bench_params.json").read_text())
+        for name, combo in serve.items():
+            assert combo == first_serve[name]
+            k = combo["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
+            planned |= {(b["max_concurrency"], k) for b in bench.values()}
+    wanted = json.loads(plan_json.read_text())
+    asked = {(r["batch_size"], r["k"]) for r in wanted["reruns"] if r["more_runs"]}
+    asked |= {(a["batch_size"], k) for a in wanted["new_anchors"] for k in a["ks"]}
+    assert planned == asked
+    assert {a["batch_size"] for a in wanted["new_anchors"]} <= {b for b, _ in planned}

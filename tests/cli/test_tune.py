@@ -1,0 +1,432 @@
+"""The `tune-spec-k` command line: exit codes, where it writes, what it prints, the JSON it
+writes (the seed's keys, in the seed's order, byte-identical run to run), and the published
+schedules on the sample sweeps.
+
+The good sweep is built in ``tmp_path``; nothing is ever written into the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import BAD_INPUTS, REPO
+from sweep_builder import DEFAULT_GLOBAL_K, write_grid
+
+from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from lib.cli.main import main
+from lib.settings import RESULT_FILE
+
+SAMPLE_SWEEPS = REPO / "data" / "sample_sweeps"
+BAD_SWEEP = BAD_INPUTS / "three-problems"
+SIGMA = 1.4826  # robust sigma per unit of (unscaled) MAD
+
+# Output throughput (tok/s) of 3 runs per (anchor, K). Expected schedule, by hand
+# (median; MAD = median of |x - median|; conservative = median - 1.4826 * MAD; ties within 1 %
+# of the best conservative score go to the smallest K):
+#
+# anchor 1:  K=0 [100, 102, 98]      median 100,  MAD median(0, 2, 2)   = 2  -> 97.0348
+#            K=2 [150, 153, 148]     median 150,  MAD median(0, 3, 2)   = 2  -> 147.0348
+#            K=4 [151, 160, 140]     median 151,  MAD median(0, 9, 11)  = 9  -> 137.6566
+#            best K=2; K=4 has the higher median but its spread costs it (ratio 0.936): K=2.
+# anchor 8:  K=0 [500, 505, 495]     median 500,  MAD 5                      -> 492.587
+#            K=2 [600, 606, 597]     median 600,  MAD median(0, 6, 3)   = 3  -> 595.5522
+#            K=4 [603, 604, 602]     median 603,  MAD 1                      -> 601.5174
+#            best K=4; K=2 at 595.5522 / 601.5174 = 0.99008 >= 0.99 ties and is smaller: K=2.
+# anchor 32: K=0 [2000, 2010, 1990]  median 2000, MAD 10                     -> 1985.174
+#            K=2 [1500, 1510, 1495]  median 1500, MAD median(0, 10, 5)  = 5  -> 1492.587
+#            K=4 [1200, 1190, 1212]  median 1200, MAD median(0, 10, 12) = 10 -> 1185.174
+#            best K=0.
+# Picks 2, 2, 0: anchor 1 covers [1, 7], anchor 8 [8, 31] (same K: merged), anchor 32 [32, 32].
+GOOD_RUNS = {
+    (1, 0): [100.0, 102.0, 98.0],
+    (1, 2): [150.0, 153.0, 148.0],
+    (1, 4): [151.0, 160.0, 140.0],
+    (8, 0): [500.0, 505.0, 495.0],
+    (8, 2): [600.0, 606.0, 597.0],
+    (8, 4): [603.0, 604.0, 602.0],
+    (32, 0): [2000.0, 2010.0, 1990.0],
+    (32, 2): [1500.0, 1510.0, 1495.0],
+    (32, 4): [1200.0, 1190.0, 1212.0],
+}
+GOOD_SCHEDULE = [[1, 31, 2], [32, 32, 0]]
+GOOD_ANCHORS = [1, 8, 32]
+
+SEED_KEYS = [
+    "num_speculative_tokens_per_batch_size",
+    "configured_global_num_speculative_tokens",
+    "max_num_speculative_tokens_observed",
+    "selection",
+    "batch_decisions",
+    "input_summary_files",
+]
+SEED_SELECTION_KEYS = [
+    "batch_size_metric",
+    "k_metric",
+    "objective_metric",
+    "objective_direction",
+    "acceptance_metric",
+    "min_runs",
+    "uncertainty_penalty",
+    "max_objective_relative_mad",
+    "max_acceptance_relative_mad",
+    "strict_acceptance_stability",
+    "relative_tolerance",
+    "max_batch_size",
+]
+DECISION_KEYS = [
+    "batch_size",
+    "selected_k",
+    "selected_median_objective",
+    "selected_conservative_objective",
+    "selected_vs_best_percent",
+    "selected_vs_k0_percent",
+    "candidates",
+]
+CANDIDATE_KEYS = [
+    "batch_size",
+    "k",
+    "num_runs",
+    "median_objective",
+    "mad_objective",
+    "conservative_objective",
+    "objective_relative_mad",
+    "median_acceptance",
+    "acceptance_relative_mad",
+]
+SEED_FLAGS = [
+    "--output-json",
+    "--batch-size-var",
+    "--k-var",
+    "--objective-var",
+    "--objective-direction",
+    "--acceptance-var",
+    "--min-runs",
+    "--uncertainty-penalty",
+    "--max-objective-relative-mad",
+    "--max-acceptance-relative-mad",
+    "--strict-acceptance-stability",
+    "--relative-tolerance",
+    "--max-batch-size",
+]
+
+
+@pytest.fixture
+def good_sweep(tmp_path: Path) -> Path:
+    return write_grid(tmp_path / "good sweep", GOOD_RUNS)
+
+
+def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main([str(arg) for arg in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _read(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _run_process(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lib.cli", *argv],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+# --------------------------------------------------------------------------- exit codes
+
+
+def test_good_sweep_exits_0_and_writes_beside_the_sweep(
+    good_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _main(capsys, good_sweep)
+    assert code == EXIT_OK, err
+    assert err == ""
+    written = good_sweep / RESULT_FILE
+    assert written.is_file()
+    assert out.splitlines()[-1] == f"Wrote {written}"
+
+
+def test_output_json_elsewhere(
+    good_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "elsewhere" / "my schedule.json"
+    output.parent.mkdir()
+    code, out, _ = _main(capsys, good_sweep, "--output-json", output)
+    assert code == EXIT_OK
+    assert _read(output)["num_speculative_tokens_per_batch_size"] == GOOD_SCHEDULE
+    assert not (good_sweep / RESULT_FILE).exists()
+    assert out.splitlines()[-1] == f"Wrote {output}"
+
+
+def test_bad_sweep_exits_2_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "schedule.json"
+    code, out, err = _main(capsys, BAD_SWEEP, "--output-json", output)
+    assert code == EXIT_BAD_INPUT
+    assert out == ""
+    assert "no schedule written" in err
+    assert not output.exists()
+
+
+def test_unwritable_output_exits_2(good_sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = good_sweep / "no such folder" / "schedule.json"
+    code, out, err = _main(capsys, good_sweep, "--output-json", output)
+    assert code == EXIT_BAD_INPUT
+    assert f"[unwritable-file] cannot write the file: No such file or directory in {output}" in err
+    assert "Traceback" not in err
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--relative-tolerance", "1.5"], ["--relative-tolerance 1.5", "[0, 1)"]),
+        (["--relative-tolerance", "-0.1"], ["--relative-tolerance -0.1"]),
+        (["--uncertainty-penalty", "-1"], ["--uncertainty-penalty -1.0", ">= 0"]),
+        # inf cannot be written to the output JSON: refused up front, not a traceback later.
+        (["--uncertainty-penalty", "inf"], ["--uncertainty-penalty inf", "finite"]),
+        (["--max-objective-relative-mad", "nan"], ["--max-objective-relative-mad nan"]),
+        (["--min-runs", "0"], ["--min-runs 0", ">= 1"]),
+        (["--max-batch-size", "64"], ["--max-batch-size", "64", "32"]),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else value,
+)
+def test_bad_setting_exits_2_naming_the_flag(
+    flags: list[str], named: list[str], good_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _main(capsys, good_sweep, *flags)
+    assert code == EXIT_BAD_INPUT
+    assert out == ""
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if all(piece in line for piece in named)]
+    assert lines, f"no stderr line names {named}:\n{err}"
+    assert not (good_sweep / RESULT_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--bogus-flag"], "--bogus-flag"),
+        (["--relative-tolerance", "abc"], "--relative-tolerance"),
+        (["--objective-direction", "sideways"], "--objective-direction"),
+    ],
+    ids=["unknown flag", "not a number", "not a choice"],
+)
+def test_argparse_errors_exit_2_naming_the_flag(
+    flags: list[str], named: str, good_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main([str(good_sweep), *flags])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert named in err
+    assert "Traceback" not in err
+    assert not (good_sweep / RESULT_FILE).exists()
+
+
+def test_help_mentions_every_seed_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--help"])
+    assert stopped.value.code == 0
+    text = capsys.readouterr().out
+    assert "EXPERIMENT_DIR" in text
+    missing = [flag for flag in SEED_FLAGS if flag not in text]
+    assert not missing
+
+
+# --------------------------------------------------------------------------- stdout
+
+
+def test_stdout_structure(good_sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(capsys, good_sweep)
+    assert code == EXIT_OK
+    lines = out.splitlines()
+    written = _read(good_sweep / RESULT_FILE)
+    # The seed's lines: the schedule, one line per anchor; then tune-spec-k's additions
+    # (confidence status per anchor, switch points, plan); then the deploy line and the path.
+    assert json.loads(lines[0]) == written["num_speculative_tokens_per_batch_size"]
+    assert json.loads(lines[0]) == GOOD_SCHEDULE
+    for line, anchor, k in zip(lines[1:4], GOOD_ANCHORS, [2, 2, 0], strict=True):
+        assert line.startswith(f"batch_size={anchor}: K={k} "), line
+    statuses = [line for line in lines if line.split(":")[0].startswith("batch_size=")][3:]
+    assert [line.split(":")[0] for line in statuses] == [f"batch_size={a}" for a in GOOD_ANCHORS]
+    assert all(" resolved" in line or " unresolved" in line for line in statuses)
+    deploy = shlex.split(lines[-2])
+    assert deploy[0] == "--speculative-config"
+    config = json.loads(deploy[1])
+    assert config["num_speculative_tokens_per_batch_size"] == GOOD_SCHEDULE
+    assert config["num_speculative_tokens"] == DEFAULT_GLOBAL_K
+    assert config["method"] == "eagle3"  # shared by every run of the sweep
+    assert lines[-1] == f"Wrote {good_sweep / RESULT_FILE}"
+
+
+def test_anchor_lines_show_the_hand_computed_scores(
+    good_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = _main(capsys, good_sweep)
+    anchor_1 = out.splitlines()[1]
+    # K=2 at anchor 1: median 150, conservative 150 - 1.4826 * 2 = 147.0348, and against
+    # K=0 (97.0348): 147.0348 / 97.0348 - 1 = +51.53 %.
+    assert "median=150.00" in anchor_1
+    assert "conservative=147.03" in anchor_1
+    assert "vs_k0=+51.53%" in anchor_1
+
+
+# --------------------------------------------------------------------------- the JSON file
+
+
+def test_json_has_the_seed_keys_in_order(
+    good_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _main(capsys, good_sweep)
+    data = _read(good_sweep / RESULT_FILE)
+    assert list(data)[: len(SEED_KEYS)] == SEED_KEYS
+    assert list(data["selection"])[: len(SEED_SELECTION_KEYS)] == SEED_SELECTION_KEYS
+    for decision in data["batch_decisions"]:
+        # The seed's keys in order, then the confidence block (issue: decision confidence).
+        assert list(decision) == [*DECISION_KEYS, "confidence"]
+        assert decision["confidence"]["status"] in ("resolved", "unresolved")
+        for candidate in decision["candidates"]:
+            assert list(candidate) == CANDIDATE_KEYS
+
+
+def test_json_values_match_the_hand_computation(
+    good_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _main(capsys, good_sweep)
+    data = _read(good_sweep / RESULT_FILE)
+    assert data["num_speculative_tokens_per_batch_size"] == GOOD_SCHEDULE
+    assert data["configured_global_num_speculative_tokens"] == DEFAULT_GLOBAL_K
+    assert data["max_num_speculative_tokens_observed"] == 4
+    assert data["input_summary_files"] == sorted(
+        f"SERVE--k{k}-BENCH--c{anchor}/summary.json" for anchor, k in GOOD_RUNS
+    )
+    selection = data["selection"]
+    assert selection["batch_size_metric"] == "max_concurrency"
+    assert selection["k_metric"] == "speculative_config.num_speculative_tokens_per_batch_size"
+    assert selection["objective_metric"] == "output_throughput"
+    assert selection["objective_direction"] == "maximize"
+    assert selection["acceptance_metric"] is None
+    assert selection["relative_tolerance"] == 0.01
+    assert selection["max_batch_size"] == 32
+
+    decisions = {decision["batch_size"]: decision for decision in data["batch_decisions"]}
+    assert sorted(decisions) == GOOD_ANCHORS
+    assert [decisions[a]["selected_k"] for a in GOOD_ANCHORS] == [2, 2, 0]
+
+    anchor_1 = {c["k"]: c for c in decisions[1]["candidates"]}
+    assert sorted(anchor_1) == [0, 2, 4]
+    wide = anchor_1[4]
+    assert wide["num_runs"] == 3
+    assert wide["median_objective"] == pytest.approx(151.0)
+    assert wide["mad_objective"] == pytest.approx(9.0)
+    assert wide["conservative_objective"] == pytest.approx(151.0 - SIGMA * 9)
+    assert wide["objective_relative_mad"] == pytest.approx(9 / 151)
+    assert wide["median_acceptance"] is None  # no --acceptance-var
+    assert decisions[1]["selected_median_objective"] == pytest.approx(150.0)
+    assert decisions[1]["selected_conservative_objective"] == pytest.approx(150 - SIGMA * 2)
+    assert decisions[1]["selected_vs_best_percent"] == pytest.approx(0.0)
+    assert decisions[1]["selected_vs_k0_percent"] == pytest.approx(
+        ((150 - SIGMA * 2) / (100 - SIGMA * 2) - 1) * 100
+    )
+    # Anchor 8: K=2 won a tie against the better-scoring K=4, so it is below the best.
+    assert decisions[8]["selected_vs_best_percent"] == pytest.approx(
+        ((600 - SIGMA * 3) / (603 - SIGMA * 1) - 1) * 100
+    )
+    assert decisions[32]["selected_vs_k0_percent"] == pytest.approx(0.0)
+
+
+def test_flags_reach_the_policy(good_sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No penalty, no tolerance: the highest median wins everywhere. By hand: anchor 1 K=4
+    (151 > 150), anchor 8 K=4 (603 > 600), anchor 32 K=0 (2000): [[1, 31, 4], [32, 32, 0]]."""
+    code, out, _ = _main(
+        capsys, good_sweep, "--uncertainty-penalty", "0", "--relative-tolerance", "0"
+    )
+    assert code == EXIT_OK
+    assert json.loads(out.splitlines()[0]) == [[1, 31, 4], [32, 32, 0]]
+    selection = _read(good_sweep / RESULT_FILE)["selection"]
+    assert selection["uncertainty_penalty"] == 0.0
+    assert selection["relative_tolerance"] == 0.0
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def test_two_runs_write_identical_bytes(
+    good_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    _main(capsys, good_sweep, "--output-json", first)
+    _main(capsys, good_sweep, "--output-json", second)
+    assert first.read_bytes() == second.read_bytes()
+
+
+def test_processes_with_different_hash_seeds_write_identical_bytes(
+    good_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outputs = []
+    for seed in ("0", "4242"):
+        output = tmp_path / f"seed-{seed}.json"
+        completed = _run_process(
+            [str(good_sweep), "--output-json", str(output)], PYTHONHASHSEED=seed
+        )
+        assert completed.returncode == EXIT_OK, completed.stderr
+        assert "Traceback" not in completed.stderr
+        outputs.append(output.read_bytes())
+    in_process = tmp_path / "in-process.json"
+    _main(capsys, good_sweep, "--output-json", in_process)
+    assert outputs[0] == outputs[1] == in_process.read_bytes()
+
+
+# --------------------------------------------------------------------------- sample sweeps
+
+
+def _sample(name: str) -> Path:
+    folder = SAMPLE_SWEEPS / name
+    if not folder.is_dir():
+        pytest.skip(f"sample sweep {folder} not found (generate it with data/sample_sweeps/)")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("sample", "flags", "schedule"),
+    [
+        # The seed's published results (vLLM PR #49163): Sonnet prompts pay at batch 1 only;
+        # random tokens never pay, whatever the objective.
+        ("sonnet-like", [], [[1, 63, 7], [64, 256, 0]]),
+        ("random-control", [], [[1, 256, 0]]),
+        (
+            "random-control",
+            ["--objective-var", "median_tpot_ms", "--objective-direction", "minimize"],
+            [[1, 256, 0]],
+        ),
+        ("random-control", ["--objective-var", "request_goodput"], [[1, 256, 0]]),
+    ],
+    ids=["sonnet-like", "random-control", "random-control-tpot", "random-control-goodput"],
+)
+def test_published_schedules_on_the_samples(
+    sample: str,
+    flags: list[str],
+    schedule: list[list[int]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    output = tmp_path / "schedule.json"
+    code, out, err = _main(capsys, _sample(sample), *flags, "--output-json", output)
+    assert code == EXIT_OK, err
+    assert out.splitlines()[0] == json.dumps(schedule)
+    assert _read(output)["num_speculative_tokens_per_batch_size"] == schedule

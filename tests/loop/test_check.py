@@ -1,0 +1,215 @@
+"""lib/loop/check.py: a deployed schedule against static-K servers and K=0, per anchor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from paths import VALIDATION_SWEEP
+from sweep_builder import DYNAMIC, GOOD_VALIDATION, record, spread, write_combo, write_validation
+
+from lib.loop.check import CheckReport, CheckSettings, check_deployment
+from lib.schedule import Schedule
+from lib.settings import Options, Settings
+
+GOOD = GOOD_VALIDATION
+
+
+def check(root: Path, settings: CheckSettings | None = None, **schedule: Schedule) -> CheckReport:
+    return check_deployment(root, settings or CheckSettings(), schedule.get("schedule"))
+
+
+def test_a_schedule_as_good_as_every_alternative_passes(tmp_path: Path) -> None:
+    report = check(write_validation(tmp_path / "v", GOOD))
+    assert report.schedule == Schedule(((1, 63, 7), (64, 256, 0)))
+    assert report.losses == [] and report.errors == []
+    rows = {row["anchor"]: row for row in report.verdicts.to_dicts()}
+    assert (rows[1]["verdict"], rows[64]["verdict"]) == ("ok", "ok")
+    # Batch 1: best static is K=7 (318 vs 298); the dynamic arm equals it: +0.00 %.
+    assert rows[1]["best_static"] == "static K=7"
+    assert rows[1]["vs_best_static_percent"] == pytest.approx(0.0, abs=1e-9)
+    # ... and beats the plain server by 318 / 206 - 1 = 54.37 %.
+    assert rows[1]["vs_k0_percent"] == pytest.approx((318 / 206 - 1) * 100)
+    assert rows[1]["dynamic_k"] == 7
+    assert rows[1]["same_k_arm"] == "static K=7"
+    # Batch 64: the schedule runs K=0; against the plain server 3520 vs 3524:
+    # overhead 1 - 3520 / 3524 = +0.114 % of throughput, within the 1 % tolerance.
+    assert rows[64]["dynamic_k"] == 0
+    assert rows[64]["k0_arm"] == "no speculation"
+    assert rows[64]["overhead_percent"] == pytest.approx((1 - 3520 / 3524) * 100)
+    assert rows[64]["p_vs_k0"] >= 0.9
+    # A run at 64 requests ramps up and drains through 1-63, where the schedule runs K=7.
+    assert any("K in [0, 7] below it" in reason for reason in rows[64]["reasons"])
+    assert not any("below it" in reason for reason in rows[1]["reasons"])
+
+
+def test_dynamic_sd_overhead_at_k0_is_a_loss(tmp_path: Path) -> None:
+    # The schedule-enabled engine at K=0 is 15 % slower than a plain server at 64 (the kind
+    # of cost vLLM issue #49548 reports), far beyond the 1 % tolerance and the 0.5 % noise.
+    values = {**GOOD, (64, "dynamic"): spread(3524.0 * 0.85)}
+    report = check(write_validation(tmp_path / "v", values))
+    assert report.losses == [64]
+    row = report.verdicts.to_dicts()[1]
+    assert row["verdict"] == "loss"
+    assert row["p_vs_k0"] <= 0.1
+    # overhead = 1 - 0.85 x 3524 / 3524 = 15 % of throughput.
+    assert row["overhead_percent"] == pytest.approx(15.0)
+
+
+def test_a_loss_against_the_best_static_k_is_flagged(tmp_path: Path) -> None:
+    # At batch 1 the schedule's K=7 runs 10 % below a static K=3 server.
+    values = {**GOOD, (1, "static-k3"): spread(350.0), (1, "dynamic"): spread(315.0)}
+    report = check(write_validation(tmp_path / "v", values))
+    rows = {row["anchor"]: row for row in report.verdicts.to_dicts()}
+    assert rows[1]["verdict"] == "loss"
+    assert rows[1]["best_static"] == "static K=3"
+    assert rows[1]["vs_best_static_percent"] == pytest.approx((315 / 350 - 1) * 100)
+    assert rows[64]["verdict"] == "ok"
+    assert report.losses == [1]
+
+
+def test_noise_makes_a_close_call_inconclusive(tmp_path: Path) -> None:
+    # 2 % below the plain server with +-8 % runs: neither confidently worse nor as good.
+    values = {
+        **GOOD,
+        (64, "dynamic"): spread(3524 * 0.98, 0.08),
+        (64, "no-spec"): spread(3524.0, 0.08),
+    }
+    report = check(write_validation(tmp_path / "v", values))
+    assert [row["verdict"] for row in report.verdicts.to_dicts()] == ["ok", "inconclusive"]
+    assert report.losses == []
+
+
+def test_a_minimised_objective_reverses_better_and_worse(tmp_path: Path) -> None:
+    # Lower TPOT is better: the dynamic arm at 64 has 15 % lower TPOT than the plain server.
+    values = {**GOOD, (64, "dynamic"): spread(3524.0 * 0.85)}
+    settings = CheckSettings(tuning=Settings(objective="output_throughput", direction="minimize"))
+    row = check(write_validation(tmp_path / "v", values), settings).verdicts.to_dicts()[1]
+    assert row["verdict"] == "ok"
+    # Minimising, gain = other / dynamic - 1 = 1 / 0.85 - 1, and the overhead is negative:
+    # dynamic / other - 1 = -15 %.
+    assert row["vs_k0_percent"] == pytest.approx((1 / 0.85 - 1) * 100)
+    assert row["overhead_percent"] == pytest.approx(-15.0)
+
+
+def test_a_missing_baseline_is_stated_not_guessed(tmp_path: Path) -> None:
+    values = {key: runs for key, runs in GOOD.items() if key[1] != "no-spec"}
+    row = check(write_validation(tmp_path / "v", values)).verdicts.to_dicts()[0]
+    assert row["k0_arm"] is None
+    assert any("no K=0 server" in reason for reason in row["reasons"])
+
+
+def test_the_seed_designs_k0_is_used_when_there_is_no_plain_server(tmp_path: Path) -> None:
+    values = {key: runs for key, runs in GOOD.items() if key[1] != "no-spec"}
+    root = write_validation(tmp_path / "v", values)
+    for anchor, center in ((1, 206.0), (64, 3524.0)):
+        records = [
+            record(anchor, 0, run_number=n, spec="schedule", output_throughput=value)
+            for n, value in enumerate(spread(center))
+        ]
+        write_combo(root / f"SERVE--k0-BENCH--c{anchor}", records)
+    row = check(root).verdicts.to_dicts()[1]
+    assert row["k0_arm"] == "K=0 (1-range)"
+    assert any("not measured" in reason for reason in row["reasons"])
+
+
+def test_the_schedule_under_test_selects_the_arm_and_must_match(tmp_path: Path) -> None:
+    root = write_validation(tmp_path / "v", GOOD)
+    assert check(root, schedule=Schedule(((1, 63, 7), (64, 256, 0)))).errors == []
+    report = check(root, schedule=Schedule(((1, 31, 7), (32, 256, 0))))
+    (problem,) = report.errors
+    assert problem.rule == "no-dynamic-arm"
+    assert problem.value == "[[1, 31, 7], [32, 256, 0]]"
+
+
+def test_two_schedules_without_one_under_test_are_ambiguous(tmp_path: Path) -> None:
+    root = write_validation(tmp_path / "v", GOOD)
+    other = {**DYNAMIC, "num_speculative_tokens_per_batch_size": [[1, 31, 3], [32, 256, 0]]}
+    write_combo(
+        root / "SERVE--other-BENCH--c1",
+        [record(1, 0, run_number=n, spec=other, output_throughput=300.0) for n in range(3)],
+    )
+    assert [p.rule for p in check(root).errors] == ["ambiguous-dynamic-arm"]
+
+
+@pytest.mark.parametrize(
+    ("values", "settings", "rule"),
+    [
+        (None, CheckSettings(), "missing-folder"),
+        (
+            {key: runs for key, runs in GOOD.items() if key[1] != "dynamic"},
+            CheckSettings(),
+            "no-dynamic-arm",
+        ),
+        (GOOD, CheckSettings(options=Options(confidence=1.5)), "invalid-setting"),
+    ],
+)
+def test_bad_input_is_an_error_not_an_exception(
+    tmp_path: Path,
+    values: dict[tuple[int, str], list[float]] | None,
+    settings: CheckSettings,
+    rule: str,
+) -> None:
+    root = tmp_path / "v"
+    if values is not None:
+        write_validation(root, values)
+    report = check(root, settings)
+    assert rule in [p.rule for p in report.errors]
+    assert report.verdicts.is_empty()
+
+
+def test_json_report_is_deterministic(tmp_path: Path) -> None:
+    root = write_validation(tmp_path / "v", GOOD)
+    first, second = check(root).to_json_text(), check(root).to_json_text()
+    assert first == second
+    data = json.loads(first)
+    assert [row["verdict"] for row in data["anchors"]] == ["ok", "ok"]
+    assert {row["arm"] for row in data["arms"]} == {
+        "dynamic",
+        "static K=3",
+        "static K=7",
+        "no speculation",
+    }
+    assert data["settings"] == {
+        "objective": "output_throughput",
+        "direction": "maximize",
+        "relative_tolerance": 0.01,
+        "confidence": 0.9,
+        "min_runs": 3,
+        "seed": 49163,
+        "batch_size_var": "max_concurrency",
+    }
+
+
+def test_the_real_cpu_validation_sweep_is_judged() -> None:
+    """The real vLLM validation sweep (scripts/real_cpu_sweep/run_validation.sh): the records
+    vLLM wrote for a dynamic, a static and a plain server fall into the right arms."""
+    schedule_file = VALIDATION_SWEEP / "tuned_schedule.json"
+    data = json.loads(schedule_file.read_text())["num_speculative_tokens_per_batch_size"]
+    schedule, _ = Schedule.parse(data)
+    assert schedule == Schedule(((1, 1, 2), (2, 3, 5), (4, 7, 3), (8, 8, 0)))
+    report = check(VALIDATION_SWEEP, CheckSettings(tuning=Settings(min_runs=2)), schedule=schedule)
+    assert report.errors == []
+    assert set(report.arms["arm"]) == {"dynamic", "static K=3", "no speculation"}
+    rows = {row["anchor"]: row for row in report.verdicts.to_dicts()}
+    # The K the schedule runs at 1, 2, 4, 8: 2, 5, 3, 0.
+    assert {a: r["dynamic_k"] for a, r in rows.items()} == {1: 2, 2: 5, 4: 3, 8: 0}
+    # Where the schedule runs K=3 (batch 4) the static K=3 server measures its overhead; where
+    # it runs K=0 (batch 8), the plain server does.
+    assert rows[4]["same_k_arm"] == "static K=3"
+    assert rows[8]["same_k_arm"] == "no speculation"
+    assert all(r["best_static"] == "static K=3" for r in rows.values())
+    assert all(r["k0_arm"] == "no speculation" for r in rows.values())
+    # SERVE--dynamic-BENCH--c8/run=1.json has spec_decode_* counters: it drafted while draining.
+    assert any("drafted tokens in 1 of 2 run(s)" in reason for reason in rows[8]["reasons"])
+
+
+def test_an_arm_with_too_few_runs_is_left_out_with_a_warning(tmp_path: Path) -> None:
+    values = {**GOOD, (64, "no-spec"): [3524.0, 3530.0]}
+    report = check(write_validation(tmp_path / "v", values))
+    row = report.verdicts.to_dicts()[1]
+    assert row["k0_arm"] is None
+    assert any("no K=0 server measured here" in reason for reason in row["reasons"])
+    warnings = [p.message for p in report.problems if p.severity.value == "warning"]
+    assert "no speculation: only 2 usable run(s), so it is left out at this batch size" in warnings

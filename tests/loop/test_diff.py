@@ -1,0 +1,201 @@
+"""lib/loop/diff.py: two tunings side by side, K and objective changes, and when they are
+material."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from paths import SAMPLE_SWEEPS
+from sweep_builder import grid, write_grid
+
+from lib.cli.main import main
+from lib.loop.diff import DiffReport, DiffSettings, Side, compare, read_side
+from lib.schedule import Schedule
+from lib.settings import Settings
+
+SONNET = str(SAMPLE_SWEEPS / "sonnet-like")
+RANDOM = str(SAMPLE_SWEEPS / "random-control")
+
+
+def runs(center: float) -> list[float]:
+    """Three runs within +-0.5 % of center."""
+    return [center * 0.995, center, center * 1.005]
+
+
+def sweep(root: Path, scale: float = 1.0, k3_at_64: float = 900.0) -> Path:
+    """K=0/1/3 at anchors 1 and 64; K=3 wins at 1, K=0 at 64 (unless k3_at_64 says otherwise).
+    ``scale`` multiplies every value (a faster or slower machine)."""
+    values = {
+        (1, 0): runs(100.0 * scale),
+        (1, 1): runs(120.0 * scale),
+        (1, 3): runs(150.0 * scale),
+        (64, 0): runs(1000.0 * scale),
+        (64, 1): runs(800.0 * scale),
+        (64, 3): runs(k3_at_64 * scale),
+    }
+    return write_grid(root, values)
+
+
+def side(path: str | Path, settings: DiffSettings | None = None) -> Side:
+    found, problems = read_side(path, settings or DiffSettings())
+    assert found is not None, problems
+    return found
+
+
+def report(a: str | Path, b: str | Path, settings: DiffSettings | None = None) -> DiffReport:
+    settings = settings or DiffSettings()
+    result, problems = compare(side(a, settings), side(b, settings), settings)
+    assert result is not None, problems
+    return result
+
+
+def test_a_sweep_against_itself_is_the_same() -> None:
+    same = report(SONNET, SONNET)
+    assert same.same_schedule and not same.material
+    assert same.a.schedule == Schedule(((1, 63, 7), (64, 256, 0)))
+
+
+def test_a_different_workload_is_materially_different() -> None:
+    # sonnet-like picks K=7 at batch 1, random-control K=0 (data/sample_sweeps/README.md): in
+    # random-control K=7 loses 28 % at batch 1, far beyond 2 %.
+    different = report(SONNET, RANDOM)
+    assert different.material
+    first = different.rows.to_dicts()[0]
+    assert first["k_changed"]
+    assert first["loss_of_k_a_in_b_percent"] > 20
+    assert first["p_eps_good_of_k_a_in_b"] == 0.0
+
+
+def test_a_result_json_compares_like_its_folder(tmp_path: Path) -> None:
+    result = tmp_path / "result.json"
+    assert main([SONNET, "--output-json", str(result)]) == 0
+    from_json = side(result)
+    from_folder = side(SONNET)
+    assert from_json.schedule == from_folder.schedule
+    assert from_json.cells.keys() == from_folder.cells.keys()
+    for key, cell in from_folder.cells.items():
+        assert from_json.cells[key].median == pytest.approx(cell.median)
+        assert from_json.cells[key].num_runs == cell.num_runs
+        assert from_json.cells[key].p_eps_good == pytest.approx(cell.p_eps_good)
+
+
+def test_objective_change_beyond_the_threshold_and_the_noise_is_material(tmp_path: Path) -> None:
+    a = sweep(tmp_path / "a")
+    b = sweep(tmp_path / "b", scale=1.03)
+    # Same schedule; B is 3 % faster everywhere, beyond the +-0.5 % noise: material only when
+    # the threshold is below 3 %.
+    default = report(a, b)
+    assert default.same_schedule and not default.material
+    assert default.rows["objective_change_percent"].to_list() == pytest.approx([3.0, 3.0])
+    assert report(a, b, DiffSettings(max_objective_change=0.02)).material
+
+
+def test_objective_change_within_the_noise_is_not_material(tmp_path: Path) -> None:
+    a = write_grid(tmp_path / "a", grid([1], {0: [100.0, 80.0, 120.0], 3: [60.0, 50.0, 70.0]}))
+    b = write_grid(tmp_path / "b", grid([1], {0: [110.0, 88.0, 132.0], 3: [60.0, 50.0, 70.0]}))
+    settings = DiffSettings(tuning=Settings(max_objective_relative_mad=1.0))
+    row = report(a, b, settings).rows.to_dicts()[0]
+    # +10 % at K=0, but each cell's relative MAD is 20 %: the interval spans 0.
+    assert row["objective_change_percent"] == pytest.approx(10.0)
+    assert row["change_low_percent"] < 0 < row["change_high_percent"]
+    assert not row["material"]
+
+
+def test_a_k_change_between_near_ties_is_not_material(tmp_path: Path) -> None:
+    # At 64, K=3 at 995 vs K=0 at 1000 in A (K=0 picked); in B K=3 at 1015 (K=3 picked: more
+    # than the 1 % tie tolerance above K=0). Either way the other K loses under 2 %.
+    a = sweep(tmp_path / "a", k3_at_64=995.0)
+    b = sweep(tmp_path / "b", k3_at_64=1015.0)
+    row = report(a, b).rows.to_dicts()[1]
+    assert (row["k_a"], row["k_b"]) == (0, 3)
+    assert row["loss_of_k_b_in_a_percent"] == pytest.approx((1 - 995 / 1000) * 100)
+    assert row["loss_of_k_a_in_b_percent"] == pytest.approx((1 - 1000 / 1015) * 100)
+    assert not row["material"]
+    assert report(a, b, DiffSettings(max_k_loss=0.001)).material
+
+
+def test_anchors_in_only_one_sweep_use_the_other_schedule(tmp_path: Path) -> None:
+    a = sweep(tmp_path / "a")
+    values = {(1, 0): runs(100.0), (1, 3): runs(150.0), (1, 1): runs(120.0)}
+    values |= {(16, 0): runs(500.0), (16, 1): runs(450.0), (16, 3): runs(400.0)}
+    values |= {(64, 0): runs(1000.0), (64, 1): runs(800.0), (64, 3): runs(900.0)}
+    b = write_grid(tmp_path / "b", values)
+    rows = {row["batch_size"]: row for row in report(a, b).rows.to_dicts()}
+    # A's schedule [[1, 63, 3], [64, 64, 0]] runs K=3 at 16; B measured K=3 at 16 as 20 %
+    # below its best (K=0): a material change.
+    assert rows[16]["anchor_in_a"] is False
+    assert (rows[16]["k_a"], rows[16]["k_b"]) == (3, 0)
+    assert rows[16]["loss_of_k_a_in_b_percent"] == pytest.approx(20.0)
+    assert rows[16]["material"]
+    assert any("measured only in B" in reason for reason in rows[16]["reasons"])
+
+
+def test_json_text_is_deterministic() -> None:
+    first, second = report(SONNET, RANDOM), report(SONNET, RANDOM)
+    assert first.to_json_text() == second.to_json_text()
+    data = json.loads(first.to_json_text())
+    assert data["materially_different"] is True
+    assert data["a"]["schedule"] == [[1, 63, 7], [64, 256, 0]]
+    assert data["b"]["schedule"] == [[1, 256, 0]]
+    # Both samples were swept with num_speculative_tokens 7 (data/sample_sweeps/README.md).
+    assert data["a"]["num_speculative_tokens"] == data["b"]["num_speculative_tokens"] == 7
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "rules", "message"),
+    [
+        (lambda tmp: tmp / "absent", ["missing-input"], "no such folder or file"),
+        (lambda tmp: _write(tmp / "x.json", "{broken"), ["invalid-json"], "not valid JSON"),
+        (
+            lambda tmp: _write(tmp / "x.json", json.dumps({"a": 1})),
+            ["not-a-result"],
+            "not a tuning result",
+        ),
+        (
+            lambda tmp: _write(
+                tmp / "x.json",
+                json.dumps(
+                    {"num_speculative_tokens_per_batch_size": [[2, 8, 1]], "batch_decisions": []}
+                ),
+            ),
+            ["not-a-result"],
+            "not a valid schedule",
+        ),
+        (
+            lambda tmp: SAMPLE_SWEEPS / "noisy",
+            ["untunable-experiment", "noisy-objective"],
+            "cannot be tuned with these settings",
+        ),
+    ],
+)
+def test_a_side_that_cannot_be_read_is_a_problem(
+    tmp_path: Path, make: object, rules: list[str], message: str
+) -> None:
+    found, problems = read_side(make(tmp_path), DiffSettings())  # type: ignore[operator]
+    assert found is None
+    assert [p.rule for p in problems] == rules
+    assert message in problems[0].message
+
+
+def test_different_objectives_cannot_be_compared(tmp_path: Path) -> None:
+    result = tmp_path / "tpot.json"
+    flags = ["--objective-var", "median_tpot_ms", "--objective-direction", "minimize"]
+    assert main([SONNET, "--output-json", str(result), *flags]) == 0
+    compared, problems = compare(side(SONNET), side(result), DiffSettings())
+    assert compared is None
+    assert [p.rule for p in problems] == ["different-objectives"]
+
+
+def test_invalid_thresholds_name_their_flags() -> None:
+    settings = DiffSettings(max_k_loss=-1.0, max_objective_change=float("inf"))
+    assert settings.invalid() == [
+        "--max-k-loss -1.0: expected a number >= 0",
+        "--max-objective-change inf: expected a number >= 0",
+    ]

@@ -1,0 +1,234 @@
+"""lib/loop/plan.py: the design and its checks, the tuning, follow-up and validation plans, and
+the files a plan writes. (What vLLM makes of the files is tests/cli/test_plan.py's.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import SAMPLE_SWEEPS
+from sweep_builder import write_combo
+from vllm_sweep import (
+    llama_design,
+    noisy_first_sweep,
+    planned,
+    vllm_read_params,
+    vllm_record,
+    vllm_records_params,
+)
+
+from lib.confidence import ConfidenceReport, ConfidenceSettings, apply_policy, assess
+from lib.loop.plan import (
+    SweepDesign,
+    default_anchors,
+    design_from,
+    follow_up_needs,
+    follow_up_plan,
+    validation_plan,
+    write_plan,
+)
+from lib.schedule import Schedule, TuningResult, tune
+from lib.settings import Settings
+from lib.sweeps import load_experiment
+
+
+def tuned(root: Path) -> tuple[TuningResult, ConfidenceReport]:
+    result = tune(load_experiment(root), Settings(max_objective_relative_mad=1.0))
+    report = assess(result, ConfidenceSettings())
+    return apply_policy(result, report, "seed"), report
+
+
+def test_a_sweep_of_the_plan_tunes(tmp_path: Path) -> None:
+    """Records made the way the sweep makes them from the planned params load and tune, with
+    the planned anchors and K and one global K."""
+    plan = planned(llama_design(goodput=("tpot:50",)))
+    written, problems = write_plan(plan, tmp_path / "plan")
+    assert problems == [] and (tmp_path / "plan" / "run.sh") in written
+    plan_dir = tmp_path / "plan"
+    experiment = tmp_path / "results" / "tuning"
+    serve = vllm_read_params(plan_dir / "serve_params.json")
+    bench = vllm_read_params(plan_dir / "bench_params.json")
+    for serve_item in serve:
+        for bench_item in bench:
+            k = serve_item["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
+            records = [
+                {
+                    **vllm_record(serve_item, bench_item, run),
+                    "output_throughput": 100.0 + k + run,
+                }
+                for run in range(3)
+            ]
+            name = f"SERVE--{serve_item['_benchmark_name']}-BENCH--{bench_item['_benchmark_name']}"
+            write_combo(experiment / name, records)
+    result = tune(load_experiment(experiment), Settings())
+    assert result.ok, [p.describe() for p in result.problems]
+    assert sorted(set(result.cells["anchor"].to_list())) == [1, 64, 128, 256]
+    assert sorted(set(result.cells["k"].to_list())) == [0, 1, 3, 7]
+    assert result.configured_global_k == 7
+    # K=7 has the highest throughput everywhere (100 + K + run).
+    assert result.schedule == Schedule(((1, 256, 7),))
+
+
+def test_follow_up_results_merge_with_the_first_sweep(tmp_path: Path) -> None:
+    first = noisy_first_sweep(tmp_path / "tuning")
+    before = tune(load_experiment(first), Settings(max_objective_relative_mad=1.0))
+    extra = {"max_concurrency": 16, "num_prompts": 32}
+    serve = vllm_records_params(
+        planned(llama_design(ks=(0, 3), anchors=(1, 16))).steps[0].serve_params
+    )
+    records = [
+        {**vllm_record(serve[1], extra, n), "output_throughput": 1000.0 + n} for n in range(4)
+    ]
+    write_combo(first / "followup-1" / "SERVE--k3-BENCH--c16", records)
+    after = tune(load_experiment(first), Settings(max_objective_relative_mad=1.0))
+    runs = {
+        (row["anchor"], row["k"]): row["num_runs"]
+        for table in (before.cells, after.cells)
+        for row in table.to_dicts()
+    }
+    assert after.ok
+    assert runs[(16, 3)] == 3 + 4
+
+
+def test_follow_up_from_the_result_alone_reruns_contenders(tmp_path: Path) -> None:
+    first = noisy_first_sweep(tmp_path / "tuning")
+    result, report = tuned(first)
+    path = tmp_path / "result.json"
+    path.write_text(result.to_json_text())
+    needs, problems = follow_up_needs([path])
+    assert needs is not None, problems
+    assert needs.result_file == str(path)
+    unresolved = report.anchors.filter(report.anchors["status"] == "unresolved").to_dicts()
+    expected_cells = {(row["anchor"], k) for row in unresolved for k in row["contenders"]}
+    assert set(needs.more_runs) == expected_cells
+    assert all(runs >= 1 for runs in needs.more_runs.values())
+    assert any("--plan-json" in note for note in needs.notes)
+
+
+def test_follow_up_refuses_a_different_engine(tmp_path: Path) -> None:
+    first = noisy_first_sweep(tmp_path / "tuning")
+    result, _ = tuned(first)
+    path = tmp_path / "result.json"
+    path.write_text(result.to_json_text())
+    needs, _ = follow_up_needs([path])
+    assert needs is not None
+    plan, problems = follow_up_plan(llama_design(ks=(0, 1, 3, 7)), needs, "r", "followup")
+    assert plan is None
+    (problem,) = problems
+    assert problem.rule == "follow-up-mismatch"
+    assert "set --global-k 3" in problem.message
+
+
+def _sonnet_result(tmp_path: Path) -> Path:
+    path = tmp_path / "speculative_k_schedule.json"
+    result = tune(load_experiment(SAMPLE_SWEEPS / "sonnet-like"), Settings())
+    path.write_text(result.to_json_text())
+    return path
+
+
+def test_validation_plan_refuses_another_drafter(tmp_path: Path) -> None:
+    result = _sonnet_result(tmp_path)
+    for design, message in (
+        (
+            llama_design(method="ngram", draft_model=None),
+            "speculative_config.method 'eagle3', the design has --method 'ngram'",
+        ),
+        (llama_design(draft_model="other/drafter"), "--draft-model 'other/drafter'"),
+    ):
+        plan, problems = validation_plan(design, result, "r", "v")
+        assert plan is None
+        (problem,) = problems
+        assert message in problem.message
+        assert problem.files == (str(result),)
+
+
+def test_validation_plan_needs_a_result_with_a_schedule(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"batch_decisions": []}))
+    plan, problems = validation_plan(llama_design(), path, "r", "v")
+    assert plan is None
+    assert "no 'speculative_config' with a schedule" in problems[0].message
+
+
+def test_static_ks_of_a_validation_plan_must_be_positive(tmp_path: Path) -> None:
+    plan, problems = validation_plan(llama_design(), _sonnet_result(tmp_path), "r", "v", [0, 3])
+    assert plan is None
+    assert [p.rule for p in problems] == ["invalid-static-ks"]
+
+
+def test_the_real_cpu_sample_was_run_from_this_plan() -> None:
+    """The committed real sweep's params are exactly what its script's plan command writes
+    (the model path aside, which is the machine's)."""
+    sample = SAMPLE_SWEEPS / "real-cpu-tiny-ngram"
+    if not (sample / "serve_params.json").is_file():
+        pytest.skip(f"{sample} has not been committed yet")
+    design = SweepDesign(
+        model="MODEL",
+        method="ngram",
+        speculative_options={"prompt_lookup_max": 4, "prompt_lookup_min": 2},
+        ks=(0, 1, 2, 3, 5),
+        anchors=(1, 2, 4, 8),
+        input_len=64,
+        output_len=128,
+        num_prompts=48,
+    )
+    step = planned(design).steps[0]
+    assert json.loads((sample / "serve_params.json").read_text()) == step.serve_params
+    assert json.loads((sample / "bench_params.json").read_text()) == step.bench_params
+
+
+# --------------------------------------------------------------------------- the design
+
+
+def test_default_anchors_are_powers_of_two_up_to_the_maximum() -> None:
+    assert default_anchors(48) == (1, 2, 4, 8, 16, 32, 48)
+    assert default_anchors(1) == (1,)
+    design = SweepDesign(model="m", method="ngram", max_batch_size=48).with_default_anchors()
+    assert design.anchors == default_anchors(48)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "expected"),
+    [
+        ({"ks": (1, 3)}, "--ks", "K=0 among them (the baseline)"),
+        ({"ks": (0,)}, "--ks", "at least one K >= 1"),
+        ({"ks": (0, 1, 1)}, "--ks", "no repeated K"),
+        ({"anchors": (2, 8)}, "--anchors", "the first anchor to be 1"),
+        ({"max_batch_size": 16}, "--max-batch-size", "the largest anchor, 8"),
+        ({"global_k": 2}, "--global-k", ">= the largest K, 3"),
+        ({"goodput": ("tpot50",)}, "--goodput", "METRIC:MILLISECONDS"),
+        ({"dataset": "sharegpt"}, "--dataset", "--dataset-path with it"),
+        ({"num_runs": 0}, "--num-runs", ">= 1"),
+        ({"speculative_options": {"method": "x"}}, "--spec-option", "the plan sets them itself"),
+        ({"serve_args": "'open"}, "--serve-args", "arguments a shell can split"),
+        ({"model": None}, "--model", "a value (or an earlier plan's sweep_plan.json)"),
+    ],
+)
+def test_a_bad_design_names_its_flag(changes: dict[str, Any], field: str, expected: str) -> None:
+    values: dict[str, Any] = {"model": "m", "method": "ngram", "ks": (0, 1, 3), "anchors": (1, 8)}
+    problems = SweepDesign(**{**values, **changes}).invalid()
+    assert [p.field for p in problems] == [field]
+    assert expected in str(problems[0].expected)
+
+
+def test_design_from_layers_the_defaults_the_stored_design_and_the_flags() -> None:
+    stored = llama_design().to_json()
+    design, problems = design_from(stored, {"ks": (0, 2)}, "sweep_plan.json")
+    assert problems == [] and design is not None
+    assert design.ks == (0, 2)  # the flag
+    assert design.anchors == (1, 64, 128, 256)  # the stored design
+    assert design.num_runs == SweepDesign().num_runs  # the default
+    assert design.to_json() == {**stored, "ks": [0, 2]}
+    design, problems = design_from({"modle": "typo"}, {}, "sweep_plan.json")
+    assert design is None
+    assert (problems[0].rule, problems[0].value) == ("invalid-design", "['modle']")
+
+
+def test_write_plan_reports_a_file_it_cannot_write(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the plan folder should be")
+    written, problems = write_plan(planned(llama_design()), blocker / "plan")
+    assert written == []
+    assert [p.rule for p in problems] == ["unwritable-file"]

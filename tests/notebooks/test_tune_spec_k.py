@@ -1,0 +1,634 @@
+"""notebooks/tune_spec_k.py: the app, run headless.
+
+``app.run()`` executes every cell as a script and returns the cells' definitions: the tests
+compare those with what lib computes on its own (``analyse(load_experiment(...), Settings(...),
+Options(...))``) and with the file the CLI writes for the same folder and flags, so the app
+cannot drift from the CLI. Controls are replaced through ``defs`` the way a user would set them.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import marimo as mo
+import polars as pl
+import pytest
+from notebook_runner import NOTEBOOK, load_notebook, run_notebook
+from paths import BAD_INPUTS, REPO
+from sweep_builder import WORKED_EXAMPLE, grid, write_grid
+
+from lib.analysis import analyse
+from lib.app import support as app_support
+from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from lib.cli.main import build_parser, main
+from lib.cli.tune import TuneArgs
+from lib.loop.diff import DiffReport, DiffSettings, compare, read_side
+from lib.present import tables
+from lib.problems import Severity
+from lib.schedule import Schedule, TuningResult
+from lib.settings import GLOBAL_K_VAR, Options, Settings
+from lib.sweeps import load_experiment
+
+SAMPLE_SWEEPS = REPO / "data" / "sample_sweeps"
+SAMPLES = sorted(path for path in SAMPLE_SWEEPS.iterdir() if path.is_dir())
+
+# WORKED_EXAMPLE (docs/confidence.md): at batch size 1 the seed's rule picks K=2 while the
+# confident rule flags K=4's 160 run and, without it, K=4 leads: unresolved, provisional K=4.
+# At batch size 64 both rules pick K=1 (P(eps-good) 0.97): resolved.
+CONFIDENT = mo.ui.radio(app_support.POLICY_CHOICES, value="confident: P(eps-good)")
+INTERPOLATED = mo.ui.checkbox(value=True)
+
+
+@pytest.fixture(scope="module")
+def notebook() -> ModuleType:
+    return load_notebook()
+
+
+def _cli_file(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], *flags: str
+) -> bytes | None:
+    """What `tune-spec-k FOLDER FLAGS --output-json F` writes to F (None: exit 2, no file)."""
+    output = tmp_path / "cli.json"
+    output.unlink(missing_ok=True)
+    status = main([str(folder), "--output-json", str(output), *flags])
+    capsys.readouterr()
+    assert status in (EXIT_OK, EXIT_BAD_INPUT)
+    assert output.exists() == (status == EXIT_OK)
+    return output.read_bytes() if status == EXIT_OK else None
+
+
+def _assert_exports_the_cli_file(
+    defs: dict[str, Any], cli_file: bytes | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The app's download is the CLI's file for the flags a user would type, and for the flags
+    the app shows as its command line; it holds the schedule and picks the app shows; no
+    download where the CLI refuses."""
+    arguments = defs["cli_arguments"]
+    parsed = TuneArgs.from_cli_args(build_parser().parse_args(arguments))
+    assert (parsed.settings, parsed.options) == (defs["settings"], defs["options"])
+    assert parsed.fields == defs["fields"]
+    shown = defs["result"]
+    assert shown.ok == (cli_file is not None)
+    assert defs["schedule_file"] == cli_file
+    assert _cli_file(Path(arguments[0]), tmp_path, capsys, *arguments[1:]) == cli_file
+    if cli_file is None:
+        return
+    written = json.loads(cli_file)
+    assert written["num_speculative_tokens_per_batch_size"] == [list(r) for r in shown.schedule]
+    picks = [(d["batch_size"], d["selected_k"]) for d in written["batch_decisions"]]
+    assert picks == shown.decisions.select("anchor", "selected_k").rows()
+
+
+def _analysed(
+    folder: Path, settings: Settings | None = None, options: Options | None = None, **loading: Any
+) -> TuningResult:
+    """What the CLI reports for ``folder``: lib on its own, without the notebook."""
+    return analyse(load_experiment(folder, **loading), settings or Settings(), options).result
+
+
+def _assert_same_result(shown: TuningResult, expected: TuningResult) -> None:
+    assert shown.schedule == expected.schedule
+    assert shown.to_json_text() == expected.to_json_text()
+    assert shown.decisions.equals(expected.decisions)
+
+
+# --------------------------------------------------------------------------- the notebook
+
+
+def test_without_arguments_it_opens_the_bundled_samples(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO.parent)  # the samples are found from the notebook, not the cwd
+    defs = run_notebook(notebook, monkeypatch)
+    assert defs["root"] == SAMPLE_SWEEPS.resolve()
+    assert list(defs["experiments"]) == [path.name for path in SAMPLES]
+    first = SAMPLES[0]
+    assert Path(defs["experiment_picker"].value).resolve() == first.resolve()
+    # Every control starts at the seed's default, the decision rule too.
+    assert defs["settings"] == Settings()
+    assert defs["options"] == Options()
+    _assert_same_result(defs["result"], _analysed(first))
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda path: path.name)
+def test_each_sample_shows_what_lib_and_the_cli_give(
+    sample: Path,
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a relative --sweeps is taken from the working directory
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", os.path.relpath(sample, tmp_path))
+    assert list(defs["experiments"]) == [sample.name]
+    expected = _analysed(sample.resolve())
+    _assert_same_result(defs["result"], expected)
+    _assert_exports_the_cli_file(
+        defs, _cli_file(sample.resolve(), tmp_path, capsys), tmp_path, capsys
+    )
+    # The charts are built from this result: the chosen K they highlight are its decisions.
+    rows = defs["objective_chart"].to_dict()["data"]["values"]
+    chosen = {(row["anchor"], row["k"]) for row in rows if row.get("verdict") == "chosen"}
+    assert chosen == set(
+        expected.decisions.drop_nulls("selected_k").select("anchor", "selected_k").rows()
+    )
+
+
+def test_slider_settings_reach_the_policy_and_the_export(
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    if not sample.is_dir():
+        pytest.skip(f"sample sweep {sample} is missing")
+    controls = {
+        "tolerance_slider": mo.ui.slider(steps=app_support.slider_steps(0.3, 0.005), value=0.3),
+        "penalty_slider": mo.ui.slider(steps=app_support.slider_steps(5.0, 0.1), value=2.5),
+        "objective_picker": mo.ui.dropdown(["median_tpot_ms"], value="median_tpot_ms"),
+        "acceptance_picker": mo.ui.dropdown(
+            ["spec_decode_acceptance_length"], value="spec_decode_acceptance_length"
+        ),
+    }
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample), **controls)
+    settings = Settings(
+        objective="median_tpot_ms",
+        direction="minimize",  # the direction chooser follows the objective
+        acceptance="spec_decode_acceptance_length",
+        relative_tolerance=0.3,
+        uncertainty_penalty=2.5,
+    )
+    assert defs["settings"] == settings
+    _assert_same_result(defs["result"], _analysed(sample, settings))
+    flags = [
+        "--objective-var=median_tpot_ms",
+        "--objective-direction=minimize",
+        "--acceptance-var=spec_decode_acceptance_length",
+        "--relative-tolerance=0.3",
+        "--uncertainty-penalty=2.5",
+    ]
+    _assert_exports_the_cli_file(
+        defs, _cli_file(sample, tmp_path, capsys, *flags), tmp_path, capsys
+    )
+
+
+def test_decision_rule_controls_reach_the_analysis_and_the_export(
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sweep = write_grid(tmp_path / "worked", WORKED_EXAMPLE)
+    controls = {
+        "policy_picker": CONFIDENT,
+        "confidence_slider": mo.ui.slider(
+            steps=app_support.slider_steps(1.0, 0.01, 0.5), value=0.8
+        ),
+        "interpolated_checkbox": INTERPOLATED,
+    }
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sweep), **controls)
+    options = Options(policy="confident", confidence=0.8, interpolated_schedule=True)
+    assert defs["options"] == options
+    _assert_same_result(defs["result"], _analysed(sweep, Settings(), options))
+    flags = ["--policy", "confident", "--confidence", "0.8", "--interpolated-schedule"]
+    cli_file = _cli_file(sweep, tmp_path, capsys, *flags)
+    _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
+    assert cli_file is not None
+    written = json.loads(cli_file)
+    assert written["decision_policy"]["policy"] == "confident"
+    assert written["switch_points"]["schedule_emitted"] == "interpolated"
+
+
+def test_the_confidence_views_on_the_worked_example(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sweep = write_grid(tmp_path / "worked", WORKED_EXAMPLE)
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sweep))
+    result, report = defs["result"], defs["analysis"].report
+    # The seed's rule is reported (the default): K=2 at batch size 1.
+    assert result.schedule == Schedule(((1, 63, 2), (64, 64, 1)))
+    # Batch size 1 is unresolved, with the provisional K the confident rule would take.
+    (line,) = app_support.unresolved_lines(result, report)
+    assert line.startswith("batch_size=1: unresolved, provisional K=4")
+    assert "the reported pick K=2" in line
+    table = tables.confidence_table(result, report)
+    assert table.select("batch size", "status", "confident K", "reported K").rows() == [
+        (1, "unresolved", 4, 2),
+        (64, "resolved", 1, 1),
+    ]
+    style = app_support.highlight_rows(table, "status", "unresolved")
+    assert style("0", "status", "unresolved") == app_support.HIGHLIGHT
+    assert style("1", "status", "resolved") == {}
+    # The flagged run is listed with its file, and the pick at batch size 1 depends on it.
+    flagged = tables.flagged_runs_table(report)
+    assert flagged.select("batch size", "K", "value", "the pick depends on it").rows() == [
+        (1, 4, 160.0, True)
+    ]
+    assert flagged["file"].item().startswith("SERVE--k4-BENCH--c1/")
+    # The chart: panel titles carry the status, the picked bars are the reported picks.
+    rows = defs["confidence_chart"].to_dict()["data"]["values"]
+    assert {row["panel"] for row in rows} == {"1: unresolved", "64: resolved"}
+    picked = {(row["anchor"], row["k"]) for row in rows if row.get("role") == "picked"}
+    assert picked == {(1, 2), (64, 1)}
+    # The two rules differ at batch size 1 only.
+    comparison = defs["rule_comparison"]
+    differs = comparison.table().filter(pl.col("differs"))
+    assert differs.select("batch size", "seed's K", "confident K").rows() == [(1, 2, 4)]
+    assert comparison.confident.schedule == Schedule(((1, 63, 4), (64, 64, 1)))
+    assert "`[[1, 63, 4], [64, 64, 1]]`" in comparison.summary()
+    # The plan reruns the three contenders at batch size 1 and adds an anchor between 1 and 64.
+    plan = defs["analysis"].plan
+    assert tables.rerun_table(plan).select("batch size", "K").rows() == [
+        (1, 2),
+        (1, 3),
+        (1, 4),
+    ]
+    assert tables.new_anchor_table(plan)["batch size"].to_list() == [8]  # sqrt(1 x 64)
+
+
+def test_noisy_sample_is_refused_by_the_seed_rule_and_weighed_by_the_confident_one(
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sample = SAMPLE_SWEEPS / "noisy"
+    if not sample.is_dir():
+        pytest.skip(f"sample sweep {sample} is missing")
+    seed = run_notebook(notebook, monkeypatch, "--sweeps", str(sample))
+    assert {problem.rule for problem in seed["result"].errors} == {"noisy-objective"}
+    assert seed["schedule_file"] is None
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample), policy_picker=CONFIDENT)
+    result = defs["result"]
+    _assert_same_result(result, _analysed(sample, Settings(), Options(policy="confident")))
+    assert result.ok and result.schedule is not None
+    # The noisy cell is weighed, with a warning instead of an error; a low run is flagged.
+    warnings = app_support.problems_of(result, Severity.WARNING)
+    assert "noisy-objective" in {problem.rule for problem in warnings}
+    assert tables.flagged_runs_table(defs["analysis"].report).height >= 1
+    cli_file = _cli_file(sample, tmp_path, capsys, "--policy", "confident")
+    _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
+
+
+def _log_mean(values: list[float]) -> float:
+    return sum(math.log(value) for value in values) / len(values)
+
+
+def test_switch_points_are_drawn_on_the_schedule_chart(
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    if not sample.is_dir():
+        pytest.skip(f"sample sweep {sample} is missing")
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample))
+    step = defs["result"].schedule
+    # sonnet-like picks K=7 at batch size 1 and K=0 from 64 on: one switch between 1 and 64.
+    assert step is not None and [k for _, _, k in step] == [7, 0]
+    # Independently: each K's log speed-up over K=0 is the mean log throughput of its runs
+    # minus K=0's; K=7's advantage falls linearly in log batch size from 1 to 64 and crosses 0
+    # at the crossover; the switch is the first integer batch size from there on (a tie goes to
+    # the smaller K, K=0).
+    runs = load_experiment(sample).runs
+    advantage = {}
+    for anchor in (1, 64):
+        at = runs.filter(pl.col("anchor") == anchor)
+        means = {
+            k: _log_mean(at.filter(pl.col("k") == k)["output_throughput"].to_list()) for k in (0, 7)
+        }
+        advantage[anchor] = means[0] - means[7]
+    share = advantage[1] / (advantage[1] - advantage[64])
+    crossover = math.exp(share * math.log(64))
+    switch_at = math.ceil(crossover)
+    interpolated = [[1, switch_at - 1, 7], [switch_at, 256, 0]]
+    rows = defs["schedule_chart"].to_dict()["data"]["values"]
+    (switch,) = [row for row in rows if row["layer"] == "switch"]
+    assert switch["batch_size"] == switch_at and switch["change"] == "K=7 -> K=0"
+    assert switch["crossover"] == pytest.approx(crossover, abs=0.05)
+    line = [(row["batch_size"], row["k"]) for row in rows if row["layer"] == "interpolated"]
+    assert line == [(1, 7), (switch_at, 0), (256, 0)]
+    assert "deployed: the step schedule" in str(defs["schedule_chart"].to_dict()["title"])
+    # Deploying the interpolated schedule exports it, as the CLI's --interpolated-schedule.
+    defs = run_notebook(
+        notebook, monkeypatch, "--sweeps", str(sample), interpolated_checkbox=INTERPOLATED
+    )
+    assert [list(r) for r in defs["result"].schedule] == interpolated
+    assert "deployed: the interpolated schedule" in str(defs["schedule_chart"].to_dict()["title"])
+    cli_file = _cli_file(sample, tmp_path, capsys, "--interpolated-schedule")
+    _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
+
+
+def test_invalid_settings_leave_the_confidence_views_empty_not_broken(
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sweep = write_grid(tmp_path / "worked", WORKED_EXAMPLE)
+    # A tolerance of 1.5 has no logarithm of 1 - tolerance: the CLI refuses it (exit 2).
+    tolerance = mo.ui.slider(steps=[1.5], value=1.5)
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sweep), tolerance_slider=tolerance)
+    assert defs["analysis"].report is None
+    assert defs["confidence_chart"] is None and defs["rule_comparison"] is None
+    assert defs["rules_chart"] is None and defs["analysis"].plan is None
+    assert "invalid-setting" in {problem.rule for problem in defs["result"].errors}
+    cli_file = _cli_file(sweep, tmp_path, capsys, "--relative-tolerance", "1.5")
+    _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
+
+
+UNUSABLE_SETTINGS = {
+    # control overrides, then the same as (load_experiment arguments, Settings arguments)
+    "goodput without --goodput": (
+        {"objective_picker": mo.ui.dropdown(["request_goodput"], value="request_goodput")},
+        {},
+        {"objective": "request_goodput"},
+    ),
+    "too many runs required": (
+        {"min_runs_slider": mo.ui.slider(1, 10, 1, value=10)},
+        {},
+        {"min_runs": 10},
+    ),
+    "no noise allowed": (
+        {"noise_slider": mo.ui.slider(steps=[0.0, 0.1], value=0.0)},
+        {},
+        {"max_objective_relative_mad": 0.0},
+    ),
+    "a batch-size field no run has": (
+        {"batch_size_var_input": mo.ui.text(value="batch")},
+        {"batch_size_var": "batch"},
+        {},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNUSABLE_SETTINGS)
+def test_settings_that_leave_nothing_usable_are_shown_not_raised(
+    case: str, notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    if not sample.is_dir():
+        pytest.skip(f"sample sweep {sample} is missing")
+    controls, loading, settings = UNUSABLE_SETTINGS[case]
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample), **controls)
+    expected = _analysed(sample, Settings(**settings), **loading)
+    assert not expected.ok
+    _assert_same_result(defs["result"], expected)
+    assert defs["schedule_file"] is None
+    shown = {"objective_chart", "schedule_chart", "acceptance_chart", "cli_arguments"}
+    shown |= {"confidence_chart", "rule_comparison", "rules_chart"}
+    assert shown <= set(defs)
+
+
+def test_real_static_k_sweep_with_the_matching_controls(
+    real_data: Path,
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    folder = real_data / "qwen3-32b-fp8-eagle3-tp2"
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(folder))
+    experiment = Path(defs["experiment_picker"].value)
+    assert experiment == folder / "qwen3_32b_fp8_tp2_complete"
+    # As recorded (global K varies, no schedule field), the seed's defaults refuse it...
+    shown = defs["result"]
+    assert {"missing-k", "mixed-global-k"} <= {problem.rule for problem in shown.errors}
+    _assert_exports_the_cli_file(defs, _cli_file(experiment, tmp_path, capsys), tmp_path, capsys)
+    # ...and with K read from num_speculative_tokens it gives the CLI's file.
+    defs = run_notebook(
+        notebook,
+        monkeypatch,
+        "--sweeps",
+        str(folder),
+        k_var_picker=mo.ui.dropdown(app_support.K_VAR_CHOICES, value="num_speculative_tokens"),
+        mixed_global_checkbox=mo.ui.checkbox(value=True),
+    )
+    settings = Settings(allow_mixed_global_k=True)
+    expected = _analysed(experiment, settings, k_var=GLOBAL_K_VAR)
+    assert expected.ok
+    _assert_same_result(defs["result"], expected)
+    flags = ["--k-var", GLOBAL_K_VAR, "--allow-mixed-global-k"]
+    cli_file = _cli_file(experiment, tmp_path, capsys, *flags)
+    _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
+
+
+def test_real_single_run_experiments_from_a_folder_of_experiments(
+    real_data: Path,
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    folder = real_data / "qwen3-32b-h100-single-run"
+    names = sorted(path.name for path in folder.iterdir() if path.is_dir())
+    assert len(names) == 6, names
+    controls = {
+        "k_var_picker": mo.ui.dropdown(app_support.K_VAR_CHOICES, value="num_speculative_tokens"),
+        "mixed_global_checkbox": mo.ui.checkbox(value=True),
+        "min_runs_slider": mo.ui.slider(1, 10, 1, value=1),
+    }
+    settings = Settings(min_runs=1, allow_mixed_global_k=True)
+    flags = ["--k-var", GLOBAL_K_VAR, "--allow-mixed-global-k", "--min-runs", "1"]
+    for name in names:
+        picker = mo.ui.dropdown({name: folder / name}, value=name)
+        defs = run_notebook(
+            notebook, monkeypatch, "--sweeps", str(folder), experiment_picker=picker, **controls
+        )
+        assert list(defs["experiments"]) == names
+        expected = _analysed(folder / name, settings, k_var=GLOBAL_K_VAR)
+        _assert_same_result(defs["result"], expected)
+        cli_file = _cli_file(folder / name, tmp_path, capsys, *flags)
+        _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
+        # K=0 here is a server without speculation, and the health view says so.
+        assert "without speculative decoding" in app_support.baseline_text(defs["result"])
+        # One run per cell gives no noise estimate: every anchor is unresolved (P unknown).
+        report = defs["analysis"].report
+        assert set(report.anchors["status"]) == {"unresolved"}
+        lines = app_support.unresolved_lines(defs["result"], report)
+        assert len(lines) == report.anchors.height
+        assert all("no replicate runs" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "folder", sorted(path for path in BAD_INPUTS.iterdir() if path.is_dir()), ids=lambda p: p.name
+)
+def test_bad_input_is_shown_not_raised_and_agrees_with_the_cli(
+    folder: Path,
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(folder))
+    cli_file = _cli_file(folder, tmp_path, capsys)
+    if "result" not in defs:
+        # No run file at all: the picker cell stops with a callout, and the CLI fails too.
+        assert defs["experiments"] == {}
+        assert cli_file is None
+        return
+    _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
+    # The rest of the analysis is still there beside the errors.
+    assert {"objective_chart", "schedule_chart", "acceptance_chart"} <= set(defs)
+
+
+def test_sliders_never_reload_the_sweep() -> None:
+    """marimo re-runs a cell when a cell argument changes: the one that reads the files may only
+    take the experiment and the two field names, none of the policy's controls."""
+    tree = ast.parse(NOTEBOOK.read_text(encoding="utf-8"))
+    cells = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    loading = [
+        cell
+        for cell in cells
+        if any(
+            isinstance(node, ast.Call) and getattr(node.func, "id", None) == "load_experiment"
+            for node in ast.walk(cell)
+        )
+    ]
+    assert len(loading) == 1
+    arguments = {argument.arg for argument in loading[0].args.args}
+    assert arguments == {"experiment_picker", "fields"}
+    (fields_cell,) = [
+        cell
+        for cell in cells
+        if any(isinstance(n, ast.Name) and n.id == "Fields" for n in ast.walk(cell))
+    ]
+    assert {argument.arg for argument in fields_cell.args.args} == {
+        "k_var_picker",
+        "batch_size_var_input",
+    }
+
+
+def test_missing_root_stops_with_a_callout(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(tmp_path / "absent"))
+    assert "experiments" not in defs and "sweep" not in defs
+
+
+def test_no_experiment_stops_with_a_callout(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "notes").mkdir()
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(tmp_path))
+    assert defs["experiments"] == {}
+    assert "experiment_picker" not in defs and "sweep" not in defs
+
+
+def test_export_html_runs_every_cell(tmp_path: Path) -> None:
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    if not sample.is_dir():
+        pytest.skip(f"sample sweep {sample} is missing")
+    page = tmp_path / "app.html"
+    command = [sys.executable, "-m", "marimo", "-q", "export", "html", str(NOTEBOOK)]
+    command += ["-o", str(page), "-f", "--", "--sweeps", str(sample)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr  # 1 when any cell raised
+    html = page.read_text(encoding="utf-8")
+    expected = _analysed(sample)
+    assert app_support.schedule_text(expected) in html
+    assert "Data health" in html and "No errors:" in html
+    # The download is eager: the static page carries the CLI's file itself.
+    assert base64.b64encode(expected.to_json_text().encode()).decode() in html
+
+
+def test_runs_as_a_python_script_from_another_folder(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    write_grid(broken, grid([1, 4], {0: [100.0, 100.0, 100.0], 3: [90.0, 900.0, 9.0]}))
+    command = [sys.executable, str(NOTEBOOK), "--sweeps", "broken"]
+    done = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# --------------------------------------------------------------------------- the loop's views
+
+
+def picker(name: str) -> Any:
+    return mo.ui.dropdown({name: SAMPLE_SWEEPS / name}, value=name)
+
+
+def test_trtllm_download_is_the_cli_export(
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample))
+    result, exported = tmp_path / "result.json", tmp_path / "trtllm.json"
+    assert main([str(sample), "--output-json", str(result)]) == 0
+    assert main(["export", str(result), "--format", "trtllm", "-o", str(exported)]) == 0
+    capsys.readouterr()
+    assert defs["trtllm_file"] == exported.read_bytes()
+    # sonnet-like tunes to [[1, 63, 7], [64, 256, 0]] with num_speculative_tokens 7.
+    assert json.loads(defs["trtllm_file"]) == {
+        "max_draft_len": 7,
+        "draft_len_schedule": {"63": 7, "256": 0},
+    }
+
+
+def test_no_trtllm_download_without_a_schedule(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(SAMPLE_SWEEPS / "noisy"))
+    assert not defs["result"].ok
+    assert defs["trtllm_file"] is None
+
+
+def test_nothing_is_compared_until_an_experiment_is_picked(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(SAMPLE_SWEEPS))
+    assert defs["compare_picker"].value is None
+    assert defs["comparison"] is None
+    assert defs["comparison_error"] is None
+
+
+def test_comparison_is_what_diff_gives(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweeps = SAMPLE_SWEEPS / "sonnet-like"
+    defs = run_notebook(
+        notebook, monkeypatch, "--sweeps", str(sweeps), compare_picker=picker("random-control")
+    )
+    shown: DiffReport = defs["comparison"]
+    settings = DiffSettings()
+    a, _ = read_side(sweeps, settings)
+    b, _ = read_side(SAMPLE_SWEEPS / "random-control", settings)
+    assert a is not None and b is not None
+    expected, _ = compare(a, b, settings)
+    assert expected is not None
+    assert shown.material and expected.material
+    assert shown.rows.drop("reasons").equals(expected.rows.drop("reasons"))
+    assert shown.rows["reasons"].to_list() == expected.rows["reasons"].to_list()
+    assert shown.a.schedule == Schedule(((1, 63, 7), (64, 256, 0)))
+    assert shown.b.schedule == Schedule(((1, 256, 0),))
+
+
+def test_an_experiment_that_cannot_be_tuned_is_explained(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    defs = run_notebook(
+        notebook,
+        monkeypatch,
+        "--sweeps",
+        str(SAMPLE_SWEEPS / "sonnet-like"),
+        compare_picker=picker("noisy"),
+    )
+    assert defs["comparison"] is None
+    assert "cannot be tuned with these settings" in defs["comparison_error"]
+    assert "noisy-objective" in defs["comparison_error"]

@@ -1,0 +1,138 @@
+"""The package's layers (README, "Development"): each folder of lib/ imports only from the
+layers below it, Altair lives only in the presentation layer, and the CLI's paths load only
+what they need.
+
+    lib/*.py      core: settings, loading, the policy, confidence, the analysis
+    lib/loop/     plan, check, diff, export       (imports the core)
+    lib/present/  text, tables, charts            (imports the loop and the core)
+    lib/cli/      the command line                (imports all of the above)
+    lib/app/      the app's support module        (imports all of the above, not the CLI)
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from paths import REPO, SAMPLE_SWEEPS
+
+LIB = REPO / "lib"
+#: Layer of each folder of lib/, lowest first; the two interfaces share the top.
+LAYERS = {"": 0, "loop": 1, "present": 2, "cli": 3, "app": 3}
+#: Third-party packages only the named modules may import.
+CONFINED = {"altair": {"lib.present.charts"}, "vl_convert": {"lib.present.charts"}}
+#: Never imported by lib at all: the app's framework and the optional vLLM.
+FORBIDDEN = ("marimo", "vllm")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer_of(module: str) -> str:
+    """The folder below lib/ holding ``module`` ("" for the core)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else ""
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports, at the top or inside a function (a lazy import is an
+    import all the same)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            found.append(node.module)
+            if node.module == "lib":
+                found += [f"lib.{alias.name}" for alias in node.names]
+    return found
+
+
+MODULES = {_module_name(path): path for path in sorted(LIB.rglob("*.py"))}
+
+
+def test_every_folder_of_lib_has_a_layer() -> None:
+    folders = {
+        path.parent.relative_to(LIB).as_posix().replace(".", "") for path in MODULES.values()
+    }
+    assert folders <= set(LAYERS), folders - set(LAYERS)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_go_down_the_layers(module: str) -> None:
+    layer = _layer_of(module)
+    upward = []
+    for imported in _imports(MODULES[module]):
+        if not imported.startswith("lib."):
+            continue
+        target = _layer_of(imported)
+        sideways = {layer, target} == {"cli", "app"}
+        if LAYERS[target] > LAYERS[layer] or sideways:
+            upward.append(imported)
+    assert not upward, f"{module} ({layer or 'core'}) imports {upward} from above or beside it"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_presentation_packages_stay_in_their_modules(module: str) -> None:
+    for imported in _imports(MODULES[module]):
+        top = imported.split(".")[0]
+        assert top not in FORBIDDEN, f"{module} imports {imported}"
+        allowed = CONFINED.get(top)
+        assert allowed is None or module in allowed, f"{module} imports {imported}"
+
+
+def test_a_lower_layer_importing_a_higher_one_is_caught(tmp_path: Path) -> None:
+    """The check itself: a core module that imports the presentation layer is an upward
+    import by the rule above."""
+    fake = tmp_path / "module.py"
+    fake.write_text("from lib.present import charts\nimport lib.cli.main\n")
+    targets = [_layer_of(imported) for imported in _imports(fake)]
+    assert [LAYERS[target] > LAYERS[""] for target in targets] == [True, True]
+
+
+_PROBE = """
+import json, sys
+from lib.cli.main import main
+try:
+    status = main(sys.argv[1:])
+except SystemExit as stop:
+    status = stop.code
+print(json.dumps({"status": status, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+
+def _loaded(*argv: str) -> tuple[int, set[str]]:
+    """(exit status, modules loaded) of ``tune-spec-k ARGV`` in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    return report["status"], {name.split(".")[0] for name in report["modules"]} | set(
+        report["modules"]
+    )
+
+
+def test_tuning_loads_neither_altair_nor_the_loop(tmp_path: Path) -> None:
+    status, modules = _loaded(
+        str(SAMPLE_SWEEPS / "sonnet-like"), "--output-json", str(tmp_path / "out.json")
+    )
+    assert status == 0
+    for name in ("altair", "vl_convert", "marimo", "scipy", "lib.present.charts", "lib.loop"):
+        assert name not in modules, name
+
+
+def test_help_loads_neither_polars_nor_numpy() -> None:
+    status, modules = _loaded("--help")
+    assert status == 0
+    for name in ("polars", "numpy", "orjson", "altair", "lib.schedule", "lib.sweeps"):
+        assert name not in modules, name

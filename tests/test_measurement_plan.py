@@ -1,0 +1,164 @@
+"""lib.plan: reruns for unresolved anchors and new anchors where neighbouring picks disagree,
+as JSON and as text, and the CLI's ``--plan-json``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sweep_builder import WORKED_EXAMPLE, write_grid
+
+from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from lib.cli.main import main
+from lib.confidence import MAX_RUNS_NEEDED, apply_policy, assess
+from lib.measurement_plan import NEW_ANCHOR_SCHEMA, RERUN_SCHEMA, MeasurementPlan, measurement_plan
+from lib.present.text import measurement_plan_lines
+from lib.schedule import tune
+from lib.settings import RESULT_FILE, Settings
+from lib.sweeps import load_experiment
+
+
+def _plan(root: Path, policy: str = "seed", **settings: Any) -> MeasurementPlan:
+    result = tune(load_experiment(root), Settings(**settings))
+    report = assess(result)
+    return measurement_plan(apply_policy(result, report, policy), report)  # type: ignore[arg-type]
+
+
+def test_worked_example_reruns_the_contenders_and_the_flagged_run(tmp_path: Path) -> None:
+    plan = _plan(write_grid(tmp_path, WORKED_EXAMPLE))
+    assert plan.reruns.schema == RERUN_SCHEMA
+    # Published: re-measure K=4, rerun K=2 and K=3 (batch 64 is resolved: nothing there).
+    assert plan.reruns["batch_size"].to_list() == [1, 1, 1]
+    assert plan.reruns["k"].to_list() == [2, 3, 4]
+    # Pooled noise 5.2 % against gaps of at most 1.6 %: 12.4 * (5.2 / 1.6)^2 = 131 runs, past
+    # the cap of 10, so every contender goes to 10 runs and is noise-limited.
+    assert plan.reruns["target_runs"].to_list() == [MAX_RUNS_NEEDED] * 3
+    assert plan.reruns["more_runs"].to_list() == [7, 7, 7]
+    assert plan.reruns["noise_limited"].all()
+    k4 = plan.reruns.filter(plan.reruns["k"] == 4)["reason"].item()
+    assert "re-measure the flagged run 0 in SERVE--k4-BENCH--c1/summary.json" in k4
+
+
+def test_new_anchor_at_the_geometric_midpoint_where_picks_disagree(tmp_path: Path) -> None:
+    plan = _plan(write_grid(tmp_path, WORKED_EXAMPLE))
+    assert plan.new_anchors.schema == NEW_ANCHOR_SCHEMA
+    (row,) = plan.new_anchors.to_dicts()
+    # The seed picks K=2 at 1 and K=1 at 64; sqrt(1 * 64) = 8.
+    assert (row["batch_size"], row["lower_anchor"], row["upper_anchor"]) == (8, 1, 64)
+    assert (row["lower_k"], row["upper_k"]) == (2, 1)
+    assert row["ks"] == [0, 1, 2, 3, 4] and row["runs_per_k"] == 3
+    # At 1, K=1 (mean log of 148/150/151) loses to K=2 (181/183/184) by exp(difference) - 1;
+    # at 64 K=2 loses less to K=1, so the disagreement is the larger, batch 1's.
+    mean = {cell: sum(map(math.log, WORKED_EXAMPLE[cell])) / 3 for cell in WORKED_EXAMPLE}
+    expected = math.expm1(mean[(1, 2)] - mean[(1, 1)]) * 100
+    assert row["disagreement_percent"] == pytest.approx(expected)
+    assert "at 1 K=1 is" in row["reason"]
+
+
+def test_no_new_anchor_between_adjacent_batch_sizes(tmp_path: Path) -> None:
+    cells = {(1, 0): [100.0] * 3, (1, 3): [200.0] * 3, (2, 0): [400.0] * 3, (2, 3): [100.0] * 3}
+    plan = _plan(write_grid(tmp_path, cells))
+    assert plan.new_anchors.is_empty()
+    assert plan.empty
+    assert measurement_plan_lines(plan)[0].startswith("measurement plan: nothing to measure")
+
+
+def test_agreeing_neighbours_need_no_new_anchor(tmp_path: Path) -> None:
+    cells = {(1, 0): [100.0] * 3, (1, 3): [200.0] * 3, (64, 0): [900.0] * 3, (64, 3): [1000.0] * 3}
+    plan = _plan(write_grid(tmp_path, cells))
+    assert plan.empty
+
+
+def test_target_runs_follow_the_formula_when_below_the_cap(tmp_path: Path) -> None:
+    # Three K with the same centre and 0.8 % noise: each is eps-good with P about 0.85, short
+    # of 0.9. Their gaps are below the 1 % tolerance, so delta is the tolerance itself.
+    values = {0: [99.2, 100.0, 100.8], 1: [99.28, 100.0, 100.88], 2: [99.12, 100.0, 100.8]}
+    plan = _plan(write_grid(tmp_path, {(1, k): runs for k, runs in values.items()}))
+    logs = {k: [math.log(v) for v in runs] for k, runs in values.items()}
+    means = {k: sum(x) / 3 for k, x in logs.items()}
+    s = math.sqrt(sum((v - means[k]) ** 2 for k, x in logs.items() for v in x) / 6)
+    expected = math.ceil(12.4 * (s / -math.log(1 - 0.01)) ** 2)
+    assert 3 < expected < MAX_RUNS_NEEDED
+    assert plan.reruns["k"].to_list() == [0, 1, 2]
+    assert plan.reruns["target_runs"].to_list() == [expected] * 3
+    assert plan.reruns["more_runs"].to_list() == [expected - 3] * 3
+    assert not plan.reruns["noise_limited"].any()
+
+
+def test_single_runs_ask_for_replicates_of_the_best_and_its_challenger(tmp_path: Path) -> None:
+    cells = {(1, 0): [100.0], (1, 1): [150.0], (1, 2): [160.0], (1, 3): [120.0]}
+    plan = _plan(write_grid(tmp_path, cells), min_runs=1)
+    assert plan.reruns.select("k", "runs", "target_runs", "more_runs").rows() == [
+        (1, 1, 3, 2),
+        (2, 1, 3, 2),
+    ]
+    assert "no replicate runs yet" in plan.reruns["reason"][0]
+
+
+def test_json_and_text_present_the_same_plan(tmp_path: Path) -> None:
+    plan = _plan(write_grid(tmp_path, WORKED_EXAMPLE))
+    data = json.loads(plan.to_json_text())
+    assert plan.to_json_text() == plan.to_json_text()
+    # 3 reruns of 7 runs, and one new anchor measuring 5 K 3 times.
+    assert data["total_more_runs"] == 3 * 7 + 5 * 3
+    assert [r["k"] for r in data["reruns"]] == [2, 3, 4]
+    assert data["new_anchors"][0]["batch_size"] == 8
+    text = "\n".join(measurement_plan_lines(plan))
+    assert "  batch_size=1:\n    K=2: 7 more run(s) (3 -> 10)" in text
+    assert "new anchor batch_size=8: measure K=[0, 1, 2, 3, 4], 3 run(s) each" in text
+
+
+def test_plan_follows_the_policy_picks(tmp_path: Path) -> None:
+    plan = _plan(write_grid(tmp_path, WORKED_EXAMPLE), policy="confident")
+    # The confident rule leans to K=4 at batch 1 (see test_confidence.py).
+    assert plan.new_anchors.select("lower_k", "upper_k").rows() == [(4, 1)]
+
+
+def test_cli_writes_the_plan_json_and_prints_the_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = write_grid(tmp_path / "sweep", WORKED_EXAMPLE)
+    plan_file = tmp_path / "plan.json"
+    assert main([str(sweep), "--plan-json", str(plan_file)]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    data = json.loads(plan_file.read_text())
+    assert [r["k"] for r in data["reruns"]] == [2, 3, 4]
+    assert "measurement plan (confidence 0.9, tie tolerance 1%):" in lines
+    assert lines[-2] == f"Wrote {plan_file}"
+    assert lines[-1] == f"Wrote {sweep / RESULT_FILE}"
+
+
+def test_cli_reports_an_unwritable_plan_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = write_grid(tmp_path / "sweep", WORKED_EXAMPLE)
+    missing = tmp_path / "no" / "such" / "plan.json"
+    assert main([str(sweep), "--plan-json", str(missing)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"[unwritable-file] cannot write the file: No such file or directory in {missing}" in err
+
+
+def test_cli_plan_bytes_repeat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = write_grid(tmp_path / "sweep", WORKED_EXAMPLE)
+    texts = []
+    for name in ("a", "b"):
+        plan_file = tmp_path / f"{name}.json"
+        assert main([str(sweep), "--policy", "confident", "--plan-json", str(plan_file)]) == 0
+        texts.append(plan_file.read_bytes())
+    capsys.readouterr()
+    assert texts[0] == texts[1]
+
+
+def test_contenders_already_at_the_cap_are_a_tie_not_a_rerun(tmp_path: Path) -> None:
+    # Ten runs each, 5 % noise, 0.2 % apart: no number of runs will separate them.
+    pattern = [0.95, 1.05, 0.97, 1.03, 0.99, 1.01, 0.92, 1.08, 0.96, 1.04]
+    cells = {(1, 0): [100.0 * f for f in pattern], (1, 2): [100.2 * f for f in pattern]}
+    plan = _plan(write_grid(tmp_path, cells))
+    assert plan.reruns.select("k", "runs", "more_runs", "noise_limited").rows() == [
+        (0, 10, 0, True),
+        (2, 10, 0, True),
+    ]
+    assert "K=0: no more runs: " in "\n".join(measurement_plan_lines(plan))
