@@ -1,0 +1,123 @@
+"""lib/present/text.py: each result as the lines the CLI prints, checked against numbers worked
+out by hand from the sweeps below."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sweep_builder import GOOD_VALIDATION, WORKED_EXAMPLE, write_grid, write_validation
+from vllm_sweep import llama_design, planned
+
+from lib.analysis import Analysis, analyse
+from lib.loop.check import CheckSettings, check_deployment
+from lib.loop.diff import DiffReport
+from lib.present import text
+from lib.problems import Problem, Severity
+from lib.settings import Options, Settings
+from lib.sweeps import load_experiment
+
+# K=3 doubles K=0 at batch 1 and quarters it at 16 (tests/test_switch_points.py derives the
+# crossover 16^(1/3) = 2.52 and the switch at 3).
+CROSSING = {(1, 0): [100.0] * 3, (1, 3): [200.0] * 3, (16, 0): [1600.0] * 3, (16, 3): [400.0] * 3}
+
+
+def _analysis(root: Path, **options: object) -> Analysis:
+    return analyse(load_experiment(root), Settings(), Options(**options))  # type: ignore[arg-type]
+
+
+def test_decision_lines_are_the_seeds(tmp_path: Path) -> None:
+    result = _analysis(write_grid(tmp_path, CROSSING)).result
+    # Identical runs: MAD 0, conservative = median. Batch 1: K=3 at 200 vs K=0 at 100, +100 %.
+    assert text.decision_lines(result) == [
+        "batch_size=1: K=3 median=200.00 conservative=200.00 vs_best=+0.00% vs_k0=+100.00%"
+        " tied=[3]",
+        "batch_size=16: K=0 median=1600.00 conservative=1600.00 vs_best=+0.00% vs_k0=+0.00%"
+        " tied=[0]",
+    ]
+
+
+def test_speculative_config_line_is_quoted_for_a_shell(tmp_path: Path) -> None:
+    result = _analysis(write_grid(tmp_path, CROSSING)).result
+    line = text.speculative_config_line(result)
+    assert line.startswith("--speculative-config '{") and line.endswith("}'")
+    assert '"num_speculative_tokens_per_batch_size": [[1, 15, 3], [16, 16, 0]]' in line
+
+
+def test_confidence_lines_say_resolved_or_not_and_why(tmp_path: Path) -> None:
+    analysis = _analysis(write_grid(tmp_path, WORKED_EXAMPLE))
+    assert analysis.report is not None
+    lines = text.confidence_lines(analysis.report, analysis.result)
+    # docs/confidence.md's worked example: batch 1 is unresolved (provisional K=4 once the
+    # flagged 160 run is set aside), the seed's K=2 has P 0.35; batch 64 resolved at K=1.
+    assert lines[0].startswith("batch_size=1: unresolved, provisional K=4")
+    assert "contenders=" in lines[0] and "flagged: K=4 run" in lines[0]
+    assert "the reported pick K=2 has P(eps-good)=0.3" in lines[0]
+    assert lines[1].startswith("batch_size=64: resolved, K=1 P(eps-good)=0.9")
+
+
+def test_switch_point_lines_give_the_crossover_and_the_gain(tmp_path: Path) -> None:
+    analysis = _analysis(write_grid(tmp_path, CROSSING))
+    assert analysis.switch_points is not None
+    lines = text.switch_point_lines(analysis.switch_points)
+    assert lines[1].startswith(
+        "  K=3 -> K=0 between 1 and 16: curves cross at 2.5; switch at 3 (step schedule: 16)"
+    )
+    assert lines[2].startswith("  interpolated schedule [[1, 2, 3], [3, 16, 0]]: expected +")
+
+
+def test_measurement_plan_lines_group_reruns_by_anchor(tmp_path: Path) -> None:
+    analysis = _analysis(write_grid(tmp_path, WORKED_EXAMPLE))
+    assert analysis.plan is not None
+    lines = text.measurement_plan_lines(analysis.plan)
+    assert lines[0] == "measurement plan (confidence 0.9, tie tolerance 1%):"
+    assert lines[1] == "  batch_size=1:"
+    assert lines[2].startswith("    K=2: 7 more run(s) (3 -> 10)")
+    assert lines[-1].startswith("  new anchor batch_size=8: measure K=[0, 1, 2, 3, 4]")
+
+
+def test_sweep_plan_lines_summarise_then_give_the_command() -> None:
+    plan = planned(llama_design())
+    lines = text.sweep_plan_lines(plan, "plan")
+    # 4 K x 4 anchors x 3 runs = 48 benchmark runs, one server start per K.
+    assert lines[0] == "tuning plan: 1 sweep(s), 4 server start(s), 48 benchmark runs"
+    assert lines[1].startswith("  tuning: servers [k0, k1, k3, k7] x concurrency [1, 64, 128, 256]")
+    assert lines[-1].startswith("vllm bench sweep serve --serve-cmd ")
+    assert lines[-1] == plan.commands("plan")[0]
+
+
+def test_check_lines_give_a_verdict_per_anchor(tmp_path: Path) -> None:
+    report = check_deployment(write_validation(tmp_path / "v", GOOD_VALIDATION), CheckSettings())
+    lines = text.check_lines(report)
+    assert lines[0] == "schedule under test: [[1, 63, 7], [64, 256, 0]]"
+    assert lines[1].startswith("batch_size=1: OK; dynamic K=7 median=318.00")
+    assert "Dynamic SD overhead vs static K=7: +0.00%" in lines[1]
+    assert not any(line.startswith("LOSS") for line in lines)
+
+
+def test_diff_lines_end_with_the_verdict(sample_diff: DiffReport) -> None:
+    lines = text.diff_lines(sample_diff)
+    assert lines[0].startswith("A: [[1, 63, 7], [64, 256, 0]]  (")
+    assert lines[2] == "objective: output_throughput (maximize)"
+    assert lines[3].startswith("batch_size=1: K 7 -> 0; output_throughput 315.28 -> 206.50")
+    assert lines[-1] == (
+        "materially different (thresholds: K loss 2.0%, objective change 5.0%, confidence 0.9)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [([], "<ul></ul>"), (["mean_tpot_ms < 5"], "<ul><li>mean_tpot_ms &lt; 5</li></ul>")],
+)
+def test_html_list_escapes(lines: list[str], expected: str) -> None:
+    assert text.html_list(lines) == expected
+
+
+def test_problems_and_blocks_as_html() -> None:
+    problem = Problem(Severity.ERROR, "noisy-objective", "a <b> c")
+    assert text.problem_list_html([problem]) == f"<ul><li>{problem.describe()}</li></ul>".replace(
+        "<b>", "&lt;b&gt;"
+    )
+    assert text.text_block_html(["a", "  <b>"]) == (
+        '<pre style="white-space: pre-wrap; font-size: 0.85em">a\n  &lt;b&gt;</pre>'
+    )

@@ -1,0 +1,54 @@
+"""lib/settings.py: the settings' defaults are the seed's, and every check names its flag."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lib.settings import DEFAULT_K_VAR, Fields, Options, Settings
+
+
+def test_defaults_are_the_seeds() -> None:
+    # vLLM PR #49163's defaults (README, "The CLI").
+    assert Settings() == Settings(
+        objective="output_throughput",
+        direction="maximize",
+        acceptance=None,
+        min_runs=3,
+        uncertainty_penalty=1.0,
+        max_objective_relative_mad=0.1,
+        max_acceptance_relative_mad=0.1,
+        strict_acceptance_stability=False,
+        relative_tolerance=0.01,
+        max_batch_size=None,
+        allow_mixed_global_k=False,
+    )
+    assert Fields() == Fields("max_concurrency", DEFAULT_K_VAR)
+    assert Options() == Options("seed", 0.9, 49163, False)
+
+
+def test_default_settings_are_valid() -> None:
+    assert Settings().invalid() == []
+    assert Settings(direction="minimize", min_runs=1, relative_tolerance=0.0).invalid() == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"direction": "up"}, "--objective-direction 'up': expected maximize/minimize"),
+        ({"min_runs": 0}, "--min-runs 0: expected >= 1"),
+        ({"uncertainty_penalty": -1.0}, "--uncertainty-penalty -1.0: expected a finite number"),
+        ({"max_objective_relative_mad": math.nan}, "--max-objective-relative-mad nan: expected"),
+        ({"max_acceptance_relative_mad": math.inf}, "--max-acceptance-relative-mad inf: expected"),
+        ({"relative_tolerance": 1.0}, "--relative-tolerance 1.0: expected in [0, 1)"),
+        ({"max_batch_size": 0}, "--max-batch-size 0: expected >= 1"),
+    ],
+)
+def test_each_invalid_setting_is_named_by_its_flag(changes: dict[str, object], reason: str) -> None:
+    (found,) = Settings(**changes).invalid()  # type: ignore[arg-type]
+    assert found.startswith(reason)
+
+
+def test_maximize_follows_the_direction() -> None:
+    assert Settings().maximize and not Settings(direction="minimize").maximize
