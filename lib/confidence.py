@@ -52,6 +52,25 @@ from lib.schedule import TuningResult, acceptance_gate, decide, decided_schedule
 from lib.settings import DEFAULT_CONFIDENCE, DEFAULT_SEED, Options, Policy
 from lib.sweeps import Sweep
 
+__all__ = [
+    "ANCHOR_SCHEMA",
+    "CONFIDENCE_CELL_SCHEMA",
+    "CONTENDER_PROBABILITY",
+    "DEFAULT_DRAWS",
+    "MAX_RUNS_NEEDED",
+    "MIN_RUNS_NEEDED",
+    "OUTLIER_FACTOR",
+    "RUNS_PER_NOISE_RATIO",
+    "RUN_SCHEMA",
+    "ConfidenceReport",
+    "ConfidenceSettings",
+    "apply_policy",
+    "assess",
+    "eligible_cells",
+    "log_change_percent",
+    "policy_differences",
+]
+
 #: Posterior draws per anchor: the Monte-Carlo error of a P near 0.9 is about 0.003.
 DEFAULT_DRAWS = 10_000
 #: A K with at least this P(eps-good) could still be the right pick: worth re-measuring.

@@ -12,6 +12,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+__all__ = [
+    "MISSING",
+    "k_at_batch_size",
+    "lookup",
+    "parse_json_string",
+]
+
 #: Sentinel for "the record has no such field" (a present field may hold ``None``).
 MISSING: Any = object()
 
@@ -53,6 +60,14 @@ def lookup(record: Mapping[str, Any], key: str) -> Any:
        for `-`, and with `-` for `_`. A JSON string met on the way (a params file that passes
        ``speculative_config`` as a string) is parsed and walked into.
     The value found is itself parsed if it is a JSON string (so ``"3"`` reads as 3).
+
+    >>> record = {"max-concurrency": "8", "speculative_config": '{"num_speculative_tokens": 3}'}
+    >>> lookup(record, "max_concurrency")
+    8
+    >>> lookup(record, "speculative_config.num_speculative_tokens")
+    3
+    >>> lookup(record, "absent") is MISSING
+    True
     """
     for spelling in _spellings(key):
         if spelling in record:
@@ -81,6 +96,11 @@ def k_at_batch_size(value: Any, batch_size: int) -> int | None:
       is <= ``batch_size``, which is what vLLM's runtime does (gaps and the tail inherit).
       A schedule whose first range starts above ``batch_size`` gives ``None``.
     Booleans, negative numbers and malformed schedules give ``None``.
+
+    >>> k_at_batch_size(3, 64), k_at_batch_size([[1, 63, 7], [64, 256, 0]], 64)
+    (3, 0)
+    >>> k_at_batch_size([[2, 8, 1]], 1) is None
+    True
     """
     if isinstance(value, bool):
         return None

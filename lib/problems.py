@@ -13,6 +13,13 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
+__all__ = [
+    "Problem",
+    "Severity",
+    "errors",
+    "show_value",
+]
+
 
 class Severity(StrEnum):
     """How a problem affects the result.

@@ -33,6 +33,34 @@ from lib.problems import Problem, Severity, errors, show_value
 from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Direction, Settings
 from lib.sweeps import Sweep
 
+__all__ = [
+    "CELL_SCHEMA",
+    "DECISION_SCHEMA",
+    "KNOWN_OBJECTIVES",
+    "NO_SCHEDULE",
+    "TRTLLM_SCHEDULE",
+    "Range",
+    "Schedule",
+    "TuningResult",
+    "acceptance_gate",
+    "anchor_grid_gate",
+    "cell_statistics",
+    "decide",
+    "decided_schedule",
+    "global_k_gate",
+    "health_gate",
+    "merge_picks",
+    "min_runs_gate",
+    "noise_gate",
+    "objective_gate",
+    "schedule_problems",
+    "tie_rule",
+    "trtllm_bound",
+    "tune",
+    "unplaced_runs",
+    "validate_schedule",
+]
+
 #: One inclusive ``[lo, hi, K]`` range of a schedule.
 Range = tuple[int, int, int]
 

@@ -190,7 +190,7 @@ def grid(
     return {(anchor, k): runs for anchor in anchors for k, runs in values.items()}
 
 
-#: The worked example of shared/docs/decision-statistics.md (3 runs per cell, maximise tok/s,
+#: The worked example of docs/confidence.md (3 runs per cell, maximise tok/s,
 #: tie tolerance 1 %), as (anchor, K) -> runs. At batch size 1 the seed's rule picks K=2 (its
 #: MAD penalty ties K=2 with K=3 and keeps the smaller) while the confident rule finds no K with
 #: P(eps-good) >= 0.9 (published 0.35 / 0.65 / 0.24 for K=2/3/4) and flags K=4's 160 run; at

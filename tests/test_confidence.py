@@ -3,7 +3,7 @@ hooks (``--policy``, ``--confidence``, ``--seed``, the per-anchor status lines a
 ``confidence`` block of every batch decision).
 
 Expected probabilities come from outside the code under test: the worked example of
-``shared/docs/decision-statistics.md`` (its published P values), and, for two K, the closed
+``docs/confidence.md`` (the worked example's P values), and, for two K, the closed
 form ``P(eps-good) = P(t_df >= (log(1 - eps) - d) / (s * sqrt(1/n_a + 1/n_b)))`` from scipy.
 """
 

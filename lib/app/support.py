@@ -40,6 +40,41 @@ from lib.settings import (
 )
 from lib.sweeps import Sweep
 
+__all__ = [
+    "HIGHLIGHT",
+    "K_VAR_CHOICES",
+    "NO_ACCEPTANCE",
+    "NO_COMPARISON",
+    "POLICY_CHOICES",
+    "PREFERRED_ACCEPTANCE",
+    "SCHEDULE_FILE",
+    "AppArguments",
+    "HealthCounts",
+    "RuleComparison",
+    "acceptance_field",
+    "acceptance_options",
+    "baseline_text",
+    "cli_arguments",
+    "cli_command",
+    "compare_rules",
+    "compare_with",
+    "default_direction",
+    "diff_settings",
+    "find_experiments",
+    "folder_below_root",
+    "global_k_text",
+    "health_counts",
+    "highlight_rows",
+    "objective_options",
+    "parse_app_arguments",
+    "problems_of",
+    "resolve_root",
+    "rule_text",
+    "schedule_text",
+    "slider_steps",
+    "unresolved_lines",
+]
+
 #: File name the CLI writes by default, used for the app's download too.
 SCHEDULE_FILE = RESULT_FILE
 

@@ -43,6 +43,29 @@ from lib.schedule import Schedule, TuningResult
 from lib.sweeps import Sweep
 from lib.switch_points import SwitchPoints
 
+__all__ = [
+    "ACCEPTANCE_LENGTH",
+    "CONFIDENCE_ROLES",
+    "MAX_CHART_ROWS",
+    "MAX_POINTS_PER_CELL",
+    "MIMETYPE",
+    "RULES",
+    "SCHEDULE_LINES",
+    "SIDE_COLOURS",
+    "UNRESOLVED",
+    "VERDICTS",
+    "Chart",
+    "acceptance_chart",
+    "acceptance_metric",
+    "axis_title",
+    "comparison_chart",
+    "confidence_chart",
+    "objective_chart",
+    "points_per_cell",
+    "rules_chart",
+    "schedule_chart",
+]
+
 #: Above this many runs in one cell, the faint points show evenly spaced order statistics of
 #: the runs (minimum, quantiles, maximum) instead of every run: a browser draws a 20,000-run
 #: sweep slowly, and the spread looks the same.

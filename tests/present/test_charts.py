@@ -28,7 +28,6 @@ from lib.settings import Options, Settings
 from lib.sweeps import load_experiment
 
 ANCHORS = (1, 64)
-K_SET = (0, 1, 3, 7)
 
 # Batch size 1: K=3 scores best (151); K=1 (150) is within 1 % of it (150 / 151 = 0.9934), so
 # K=1 and K=3 tie and the smaller, K=1, is chosen. K=7's runs 100/200/300 have median 200 and
