@@ -232,12 +232,13 @@ def _curve_frame(
     for column, k in enumerate(ks):
         measured[[a for a, j in gains if j == k], column] = True
     sizes, columns = np.nonzero(~np.isnan(values))
+    # As lists: Polars imports numpy.ma (tens of ms) the first time it reads a NumPy array.
     return pl.DataFrame(
         {
-            "batch_size": sizes,
-            "k": ks[columns],
-            "log_gain": values[sizes, columns],
-            "measured": measured[sizes, columns],
+            "batch_size": sizes.tolist(),
+            "k": ks[columns].tolist(),
+            "log_gain": values[sizes, columns].tolist(),
+            "measured": measured[sizes, columns].tolist(),
         }
     ).cast(CURVE_SCHEMA)
 

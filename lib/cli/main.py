@@ -71,6 +71,22 @@ SUBCOMMANDS = (
 )
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's formatter at the terminal's width as argparse finds it (``COLUMNS``, else the
+    terminal, else 80), without importing shutil: that import alone is a tenth of the time
+    ``tune-spec-k --help`` takes."""
+
+    def __init__(self, prog: str) -> None:
+        try:
+            columns = int(os.environ.get("COLUMNS", ""))
+        except ValueError:
+            try:
+                columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+            except (AttributeError, ValueError, OSError):
+                columns = 80
+        super().__init__(prog, width=columns - 2)
+
+
 def _parser(args_class: Any, prog: str, epilog: str | None = None) -> argparse.ArgumentParser:
     """A command's parser: its description wrapped by paragraph, its epilog as written."""
     paragraphs = args_class.description.split("\n\n")
@@ -78,7 +94,7 @@ def _parser(args_class: Any, prog: str, epilog: str | None = None) -> argparse.A
         prog=prog,
         description="\n\n".join(textwrap.fill(paragraph, 88) for paragraph in paragraphs),
         epilog=epilog if epilog is not None else getattr(args_class, "example", None),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     args_class.add_cli_args(parser)
     return parser
