@@ -259,16 +259,18 @@ class _Params(NamedTuple):
     findings: tuple[_Finding, ...]
 
 
-def _fingerprint(values: tuple[Any, ...]) -> bytes:
-    """The values as JSON text, b"" if orjson cannot write them (ints beyond 64 bits, very deep
-    nesting). Tuples equal under ``==`` can still differ in type (``1 == 1.0 == True``, ``0.0
-    == -0.0``), and a lookup tells those apart; their JSON texts differ too, so equal ``==``
-    plus equal texts means equal values of equal types. ``MISSING`` entries are left out:
-    the ``==`` already matched them by identity."""
+def _fingerprint(fields: dict[str, Any]) -> bytes | None:
+    """The fields as JSON text, or None if orjson cannot write them (ints beyond 64 bits,
+    nesting deeper than 254, lone surrogates).
+
+    For what orjson parsed, equal texts mean equal fields: the same names with values equal
+    and of equal JSON types (``1``, ``1.0`` and ``true`` are written differently, as are ``0.0``
+    and ``-0.0``; ``==`` would confuse them, a lookup does not). Not for what Python's json
+    parsed: orjson writes NaN and null alike."""
     try:
-        return orjson.dumps([value for value in values if value is not MISSING])
+        return orjson.dumps(fields)
     except orjson.JSONEncodeError:
-        return b""
+        return None
 
 
 class _Reader:
@@ -305,12 +307,7 @@ class _Reader:
                 for name in top_level_names(key)
             )
         )
-        self._absent = (MISSING,) * len(self._names)
-        # "speculative_config" has two spellings, hence two places in a key.
-        self._config_at, self._config_also_at = (
-            self._names.index(name) for name in top_level_names("speculative_config")
-        )
-        self._previous_key: tuple[Any, ...] | None = None
+        self._config_names = frozenset(top_level_names("speculative_config"))
         self._previous_fingerprint: bytes | None = None
         self._previous_params = _Params(None, None, False, None, ())
         self._previous_fields: tuple[str, ...] | None = None
@@ -410,49 +407,38 @@ class _Reader:
             return None
         return global_k
 
-    def _params(self, record: dict[str, Any]) -> _Params:
+    def _params(self, record: dict[str, Any], reuse: bool) -> _Params:
         """Anchor, K, speculation and global K of a record, with the problems met.
 
-        The runs of a summary.json share their serve and bench params, so the lookups are
-        done again only when the top-level fields they read differ from the previous record's
-        (present alike, equal, and of equal types: see :func:`_fingerprint`); otherwise the
-        previous result is reused, its problems included (the caller logs them for this
-        record). A record without a ``speculative_config`` field is compared on its dotted
-        ``speculative_config.*`` fields too, which :func:`_speculative_config` gathers."""
-        key = tuple(map(record.get, self._names, self._absent))
-        if key[self._config_at] is MISSING and key[self._config_also_at] is MISSING:
-            fields = tuple(record)
-            if fields != self._previous_fields:
-                self._previous_fields = fields
-                self._previous_dotted = tuple(
-                    name for name in fields if name.startswith(_SPECULATIVE_PREFIXES)
-                )
-            dotted = self._previous_dotted
-            key += (dotted, tuple(map(record.get, dotted)))
-        previous = self._previous_key
-        if previous is not None and self._same(key, previous):
-            return self._previous_params
+        The runs of a summary.json share their serve and bench params, so with ``reuse`` (the
+        record was parsed by orjson) the lookups are done again only when the top-level
+        fields they read differ from the previous record's (see :func:`_fingerprint`);
+        otherwise the previous result is returned, its problems included (the caller logs
+        them for this record). A record without a ``speculative_config`` field is compared
+        on its dotted ``speculative_config.*`` fields too, which :func:`_speculative_config`
+        gathers."""
+        fingerprint = None
+        if reuse:
+            fields = {name: record[name] for name in self._names if name in record}
+            if self._config_names.isdisjoint(fields):
+                names = tuple(record)
+                if names != self._previous_fields:
+                    self._previous_fields = names
+                    self._previous_dotted = tuple(
+                        name for name in names if name.startswith(_SPECULATIVE_PREFIXES)
+                    )
+                fields.update({name: record[name] for name in self._previous_dotted})
+            fingerprint = _fingerprint(fields)
+            if fingerprint is not None and fingerprint == self._previous_fingerprint:
+                return self._previous_params
         found: list[_Finding] = []
         anchor = self._anchor(record, found)
         k, speculation = self._k(record, anchor, found)
         global_k = self._global_k(record, found) if speculation else None
         params = _Params(anchor, k, speculation, global_k, tuple(found))
-        self._previous_key = key
-        self._previous_fingerprint = None
+        self._previous_fingerprint = fingerprint
         self._previous_params = params
         return params
-
-    def _same(self, key: tuple[Any, ...], previous: tuple[Any, ...]) -> bool:
-        try:
-            if key != previous:
-                return False
-        except RecursionError:
-            return False
-        if self._previous_fingerprint is None:
-            # Only now: a record that differs from the previous one never needs it.
-            self._previous_fingerprint = _fingerprint(previous)
-        fingerprint = _fingerprint(key)
-        return bool(fingerprint) and fingerprint == self._previous_fingerprint
 
     def add_records(
         self,
@@ -488,7 +474,7 @@ class _Reader:
                 continue
             raw = record.get("run_number")
             number = raw if type(raw) is int else _as_whole_number(raw)
-            params = self._params(record)
+            params = self._params(record, parsed_by_orjson)
             if params.findings:
                 where = f"{source}[{position}]" if indexed else source
                 for rule, message, name, value, expected in params.findings:
@@ -530,7 +516,7 @@ class _Reader:
             values: dict[str, list[Any]] = {}
             for name in self.kept or ():
                 column = [record.get(name) for record in records]
-                if not _NUMERIC.issuperset(map(type, column)):
+                if not set(map(type, column)) <= _NUMERIC:
                     break
                 values[name] = column
             else:
