@@ -12,6 +12,11 @@ alternate, so a slow spell of the machine hits both):
 - load: ``lib.sweeps.load_experiment(dir)`` against a plain loop
   ``json.loads(path.read_bytes())`` over the very files the loader reads (every summary.json,
   the list made beforehand). Target ratio <= 1.0.
+- load with metrics: ``load_experiment(dir, metrics=CLI_METRICS)`` (the columns the CLI needs
+  with its default flags) against the same loop. Target ratio <= 0.5. Beside it, for
+  information: against an ``orjson.loads`` loop (parsing alone, so 1.0 is the floor of a loader
+  that parses with orjson), and the loader with its pause of the garbage collector undone
+  against the loader as it is, and the same for the ``orjson.loads`` loop.
 - policy: ``lib.schedule.tune(sweep, Settings())`` on the loaded sweep against the pure-Python
   reference policy (``tests/reference_policy.reference_tune_records``) on records parsed
   beforehand. Target: lib at least 10x faster (ratio <= 0.1).
@@ -20,9 +25,9 @@ alternate, so a slow spell of the machine hits both):
   ``load_experiment``: the part of loading that is parsing alone.
 
 Both policies must give the same schedule (the bench stops with an AssertionError otherwise).
-Peak memory of loading is measured in fresh subprocesses (growth of the peak resident set,
-``VmHWM``, above what the interpreter holds after its imports). Exit status 1 when a target
-is missed.
+Peak memory of loading (full, with metrics, the plain loop) is measured in fresh subprocesses
+(growth of the peak resident set, ``VmHWM``, above what the interpreter holds after its
+imports). Exit status 1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -49,9 +54,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 from make_large_sweep import DEFAULT_RUNS, DEFAULT_RUNS_PER_CELL, write_sweep  # noqa: E402
 from reference_policy import reference_tune, reference_tune_records  # noqa: E402
 
+from lib import sweeps  # noqa: E402
 from lib.schedule import tune  # noqa: E402
 from lib.settings import Settings  # noqa: E402
 from lib.sweeps import load_experiment  # noqa: E402
+
+#: The metric columns the CLI needs with its default flags: the objective and what the health
+#: gate reads.
+CLI_METRICS = ("output_throughput", "failed", "completed", "num_prompts")
 
 # Child process for the memory figures: argv = mode, sweep dir; prints the growth of the peak
 # resident set (KiB) caused by loading, above what the shared imports left. VmHWM, not
@@ -75,10 +85,27 @@ files = sorted(root.rglob("summary.json"))
 before = peak_kib()
 if mode == "lib":
     kept = load_experiment(root)
+elif mode == "metrics":
+    kept = load_experiment(root, metrics=sys.argv[3:])
 else:
     kept = [json.loads(path.read_bytes()) for path in files]
 print(peak_kib() - before)
 """
+
+
+class _CollectorLeftRunning:
+    """Stands in for the gc module inside lib.sweeps, so that its pause of the collector does
+    nothing: the loader as it would be without the pause."""
+
+    isenabled = staticmethod(gc.isenabled)
+
+    @staticmethod
+    def disable() -> None:
+        pass
+
+    @staticmethod
+    def enable() -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -113,7 +140,7 @@ def time_pair(lib: Callable[[], Any], baseline: Callable[[], Any], repeats: int)
 
 def peak_memory_mib(mode: str, sweep_dir: Path) -> float:
     probe = subprocess.run(
-        [sys.executable, "-c", _MEMORY_PROBE, mode, str(sweep_dir)],
+        [sys.executable, "-c", _MEMORY_PROBE, mode, str(sweep_dir), *CLI_METRICS],
         capture_output=True,
         text=True,
         check=True,
@@ -141,6 +168,8 @@ def check_same_schedule(sweep_dir: Path) -> tuple[list[list[int]], int]:
     lib_picks = dict(zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True))
     reference_picks = {d["batch_size"]: d["selected_k"] for d in reference["decisions"]}
     assert lib_picks == reference_picks, "lib and the reference pick different K at some anchor"
+    kept = tune(load_experiment(sweep_dir, metrics=CLI_METRICS), Settings())
+    assert kept.decisions.equals(result.decisions), "loading fewer metrics changed the decisions"
     return schedule, sweep.runs.height
 
 
@@ -178,8 +207,29 @@ def run_bench(sweep_dir: Path, repeats: int) -> int:
     def orjson_loop() -> list[Any]:
         return [orjson.loads(path.read_bytes()) for path in files]
 
+    def orjson_loop_collector_paused() -> list[Any]:
+        gc.disable()
+        try:
+            return orjson_loop()
+        finally:
+            gc.enable()
+
+    def load_metrics() -> sweeps.Sweep:
+        return load_experiment(sweep_dir, metrics=CLI_METRICS)
+
+    def load_metrics_collector_running() -> sweeps.Sweep:
+        real, sweeps.gc = sweeps.gc, _CollectorLeftRunning  # type: ignore[assignment]
+        try:
+            return load_metrics()
+        finally:
+            sweeps.gc = real
+
     load = time_pair(lambda: load_experiment(sweep_dir), plain_loop, repeats)
     parse_share = time_pair(orjson_loop, lambda: load_experiment(sweep_dir), repeats)
+    load_kept = time_pair(load_metrics, plain_loop, repeats)
+    kept_vs_parse = time_pair(load_metrics, orjson_loop, repeats)
+    kept_collector = time_pair(load_metrics_collector_running, load_metrics, repeats)
+    parse_collector = time_pair(orjson_loop, orjson_loop_collector_paused, repeats)
 
     sweep = load_experiment(sweep_dir)
     settings = Settings()
@@ -198,6 +248,10 @@ def run_bench(sweep_dir: Path, repeats: int) -> int:
     rows = [
         ("load: load_experiment vs json.loads loop", load, 1.0),
         ("  parsing: orjson loop vs load_experiment", parse_share, None),
+        ("load, metrics=CLI's vs json.loads loop", load_kept, 0.5),
+        ("  metrics=CLI's vs orjson loop", kept_vs_parse, None),
+        ("  metrics=CLI's: GC running vs paused", kept_collector, None),
+        ("  orjson loop: GC running vs paused", parse_collector, None),
         ("policy: tune vs reference_tune_records", policy, 0.1),
         ("end to end: load+tune vs reference_tune", end_to_end, None),
     ]
@@ -220,9 +274,11 @@ def run_bench(sweep_dir: Path, repeats: int) -> int:
             f"  {timing.lib_cpu / timing.baseline_cpu:9.3f}"
         )
     lib_mib = peak_memory_mib("lib", sweep_dir)
+    kept_mib = peak_memory_mib("metrics", sweep_dir)
     plain_mib = peak_memory_mib("plain", sweep_dir)
     print(
         f"\npeak RSS growth while loading: load_experiment {lib_mib:.0f} MiB,"
+        f" with metrics=CLI's {kept_mib:.0f} MiB,"
         f" json.loads loop {plain_mib:.0f} MiB (ratio {lib_mib / plain_mib:.2f});"
         f" policy speed-up {policy.baseline_wall / policy.lib_wall:.1f}x"
     )

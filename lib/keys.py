@@ -87,6 +87,19 @@ def lookup(record: Mapping[str, Any], key: str) -> Any:
     return parse_json_string(node)
 
 
+@functools.cache
+def top_level_names(key: str) -> tuple[str, ...]:
+    """The top-level fields :func:`lookup` can read for ``key``: the spellings of the whole key
+    (rule 1) and of its first part (rule 2). Everything deeper is reached through the values of
+    these fields, so two records whose fields of these names are present alike and hold
+    values of the same types and the same contents give the same ``lookup(record, key)``.
+    The loader relies on this to look serve and bench params up once per run of equal records.
+    """
+    names = dict.fromkeys(_spellings(key))
+    names.update(dict.fromkeys(_path_spellings(key)[0]))
+    return tuple(names)
+
+
 def k_at_batch_size(value: Any, batch_size: int) -> int | None:
     """The K a record ran with at ``batch_size``, from the K field's value, or ``None`` if the
     value is not a K.

@@ -24,7 +24,8 @@ k                   Int64    effective K at the anchor (``--k-var``); null if un
 global_k            Int64    ``speculative_config.num_speculative_tokens``; null if absent
 <metric>            Float64  every numeric field of the record; nested dicts flattened with
                              dots (``speculative_config.num_speculative_tokens``); null where
-                             the record lacks it, holds null, or holds a non-number
+                             the record lacks it, holds null, or holds a non-number. With
+                             ``load_experiment(..., metrics=[...])`` only those named
 =================== ======== ==========================================================
 
 Non-numbers in a numeric field (``"abc"``, ``true``) are kept in :attr:`Sweep.non_numeric`
@@ -33,20 +34,21 @@ so the policy can name them instead of treating them as missing.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import polars as pl
 
 from lib.flags import flag_name
-from lib.keys import MISSING, k_at_batch_size, lookup, parse_json_string
+from lib.keys import MISSING, k_at_batch_size, lookup, parse_json_string, top_level_names
 from lib.problems import Problem, Severity, show_value
 from lib.settings import DEFAULT_BATCH_SIZE_VAR, DEFAULT_K_VAR, GLOBAL_K_VAR, Fields, Settings
 
@@ -132,21 +134,23 @@ class _ProblemLog:
         ]
 
 
-def _read_json(path: Path, relative: str, log: _ProblemLog) -> Any:
-    """The parsed file, or MISSING after logging why it could not be read."""
+def _read_json(path: Path, relative: str, log: _ProblemLog) -> tuple[Any, bool]:
+    """(the parsed file, whether orjson parsed it), or (MISSING, False) after logging why it
+    could not be read. Only Python's json, the fallback, yields NaN, infinities and ints beyond
+    64 bits: the loader takes its exact per-record path for what that parser read."""
     try:
         raw = path.read_bytes()
     except OSError as error:
         log.add("unreadable-file", f"cannot read the file: {error.strerror or error}", relative)
-        return MISSING
+        return MISSING, False
     try:
-        return orjson.loads(raw)
+        return orjson.loads(raw), True
     except orjson.JSONDecodeError:
         pass
     # Python's json accepts the NaN / Infinity that vLLM's json.dump can write; it also gives
     # the clearer message when the file really is broken.
     try:
-        return json.loads(raw)
+        return json.loads(raw), False
     except UnicodeDecodeError as error:
         log.add("unreadable-file", f"not UTF-8 text: {error.reason}", relative)
     except json.JSONDecodeError as error:
@@ -156,12 +160,13 @@ def _read_json(path: Path, relative: str, log: _ProblemLog) -> Any:
             " (a truncated or hand-edited file?)",
             relative,
         )
-    return MISSING
+    return MISSING, False
 
 
 _NUMERIC = frozenset({float, int, type(None)})
 _TEXT = frozenset({str, bool})
 _RENAMED = frozenset(name for name, renamed in _TOP_LEVEL_NAMES.items() if renamed is not None)
+_SPECULATIVE_PREFIXES = ("speculative_config.", "speculative-config.")
 
 
 def _flatten(
@@ -231,37 +236,94 @@ def _speculative_config(record: dict[str, Any]) -> Any:
     config = lookup(record, "speculative_config")
     if config is not MISSING:
         return config
-    prefixes = ("speculative_config.", "speculative-config.")
     gathered = {
         key.split(".", 1)[1]: parse_json_string(value)
         for key, value in record.items()
-        if key.startswith(prefixes)
+        if key.startswith(_SPECULATIVE_PREFIXES)
     }
     return gathered or MISSING
 
 
-class _Reader:
-    """Turns records into rows, logging what cannot be used."""
+#: A problem found in a record, without the file: (rule, message, field, value, expected).
+_Finding = tuple[str, str, str | None, str | None, str | None]
 
-    def __init__(self, batch_size_var: str, k_var: str, log: _ProblemLog) -> None:
+
+class _Params(NamedTuple):
+    """What a record's serve and bench params give, and the problems met finding it."""
+
+    anchor: int | None
+    k: int | None
+    speculation: bool
+    global_k: int | None
+    findings: tuple[_Finding, ...]
+
+
+def _fingerprint(fields: dict[str, Any]) -> bytes | None:
+    """The fields as JSON text, or None if orjson cannot write them (ints beyond 64 bits,
+    nesting deeper than 254, lone surrogates).
+
+    For what orjson parsed, equal texts mean equal fields: the same names with values equal
+    and of equal JSON types (``1``, ``1.0`` and ``true`` are written differently, as are ``0.0``
+    and ``-0.0``; ``==`` would confuse them, a lookup does not). Not for what Python's json
+    parsed: orjson writes NaN and null alike."""
+    try:
+        return orjson.dumps(fields)
+    except orjson.JSONEncodeError:
+        return None
+
+
+class _Reader:
+    """Turns records into rows, logging what cannot be used.
+
+    The derived columns are kept as one list each. The metrics are kept as one dict of
+    numbers (and one of texts) a row when every metric is wanted (``kept`` None); with a
+    tuple of top-level metric names, as one list a name, read straight from the records.
+    """
+
+    def __init__(
+        self, batch_size_var: str, k_var: str, log: _ProblemLog, kept: tuple[str, ...] | None
+    ) -> None:
         self.batch_size_var = batch_size_var
         self.k_var = k_var
         self.log = log
-        self.derived: list[dict[str, Any]] = []
+        self.derived: dict[str, list[Any]] = {name: [] for name in DERIVED_COLUMNS}
+        self.speculative_configs: dict[bytes, dict[str, Any]] = {}
+        self.kept = kept
+        # kept is None: every metric.
         self.numbers: list[dict[str, float | None]] = []
         self.others: list[dict[str, Any]] = []
-        self.speculative_configs: dict[bytes, dict[str, Any]] = {}
+        # kept is a tuple: a column per name, the (row, place in that row) where a name was
+        # first met (the column order of the full load), and its texts by row.
+        self.columns: dict[str, list[Any]] = {name: [] for name in kept or ()}
+        self.first_seen: dict[str, tuple[int, int]] = {}
+        self.texts: dict[str, dict[int, Any]] = {}
+        # The lookups read only these top-level fields (and, without a speculative_config, the
+        # dotted speculative_config.* fields): records agreeing on them share their params.
+        self._names = tuple(
+            dict.fromkeys(
+                name
+                for key in (batch_size_var, "speculative_config", k_var, GLOBAL_K_VAR)
+                for name in top_level_names(key)
+            )
+        )
+        self._config_names = frozenset(top_level_names("speculative_config"))
+        self._previous_fingerprint: bytes | None = None
+        self._previous_params = _Params(None, None, False, None, ())
+        self._previous_fields: tuple[str, ...] | None = None
+        self._previous_dotted: tuple[str, ...] = ()
 
-    def _anchor(self, record: dict[str, Any], source: str) -> int | None:
+    def _anchor(self, record: dict[str, Any], found: list[_Finding]) -> int | None:
         raw = lookup(record, self.batch_size_var)
         if raw is MISSING:
-            self.log.add(
-                "missing-anchor",
-                "the run has no batch-size field, so it cannot be placed at an anchor",
-                source,
-                field=self.batch_size_var,
-                expected="a whole number >= 1 (choose the field with"
-                f" {flag_name(Fields, 'batch_size_var')})",
+            found.append(
+                (
+                    "missing-anchor",
+                    "the run has no batch-size field, so it cannot be placed at an anchor",
+                    self.batch_size_var,
+                    None,
+                    "a whole number >= 1 (choose the field with"
+                    f" {flag_name(Fields, 'batch_size_var')})",
+                )
             )
             return None
         anchor = _as_whole_number(raw)
@@ -271,19 +333,20 @@ class _Reader:
                 if raw is None
                 else "not a usable batch size"
             )
-            self.log.add(
-                "invalid-anchor",
-                f"the batch-size field is {reason}",
-                source,
-                field=self.batch_size_var,
-                value=show_value(raw),
-                expected="a whole number >= 1",
+            found.append(
+                (
+                    "invalid-anchor",
+                    f"the batch-size field is {reason}",
+                    self.batch_size_var,
+                    show_value(raw),
+                    "a whole number >= 1",
+                )
             )
             return None
         return anchor
 
     def _k(
-        self, record: dict[str, Any], anchor: int | None, source: str
+        self, record: dict[str, Any], anchor: int | None, found: list[_Finding]
     ) -> tuple[int | None, bool]:
         """(K, speculation) for the record; K=0 for a server without speculative_config."""
         speculative_config = _speculative_config(record)
@@ -302,81 +365,182 @@ class _Reader:
                     f"{flag_name(Fields, 'k_var')} {GLOBAL_K_VAR}"
                     f" {flag_name(Settings, 'allow_mixed_global_k')}"
                 )
-            self.log.add(
-                "missing-k",
-                "the run has a speculative_config but no K field" + hint,
-                source,
-                field=self.k_var,
-                expected="a whole number or a [[lo, hi, K], ...] schedule (choose with"
-                f" {flag_name(Fields, 'k_var')})",
+            found.append(
+                (
+                    "missing-k",
+                    "the run has a speculative_config but no K field" + hint,
+                    self.k_var,
+                    None,
+                    "a whole number or a [[lo, hi, K], ...] schedule (choose with"
+                    f" {flag_name(Fields, 'k_var')})",
+                )
             )
             return None, speculation
         if anchor is None:
             return None, speculation
         k = k_at_batch_size(raw, anchor)
         if k is None:
-            self.log.add(
-                "invalid-k",
-                f"the K field gives no K at batch size {anchor}",
-                source,
-                field=self.k_var,
-                value=show_value(raw),
-                expected="a whole number >= 0, or [[lo, hi, K], ...] ranges covering the anchor",
+            found.append(
+                (
+                    "invalid-k",
+                    f"the K field gives no K at batch size {anchor}",
+                    self.k_var,
+                    show_value(raw),
+                    "a whole number >= 0, or [[lo, hi, K], ...] ranges covering the anchor",
+                )
             )
         return k, speculation
 
-    def _global_k(self, record: dict[str, Any], source: str) -> int | None:
+    def _global_k(self, record: dict[str, Any], found: list[_Finding]) -> int | None:
         raw = lookup(record, GLOBAL_K_VAR)
         if raw is MISSING or raw is None:
             return None
         global_k = _as_whole_number(raw)
         if global_k is None or global_k < 0:
-            self.log.add(
-                "invalid-global-k",
-                "the global speculative-token count is not a whole number",
-                source,
-                field=GLOBAL_K_VAR,
-                value=show_value(raw),
-                expected="a whole number >= 1",
+            found.append(
+                (
+                    "invalid-global-k",
+                    "the global speculative-token count is not a whole number",
+                    GLOBAL_K_VAR,
+                    show_value(raw),
+                    "a whole number >= 1",
+                )
             )
             return None
         return global_k
 
-    def add_record(
-        self, record: Any, source: str, position: int, combo: str, run_number: int | None
+    def _params(self, record: dict[str, Any], reuse: bool) -> _Params:
+        """Anchor, K, speculation and global K of a record, with the problems met.
+
+        The runs of a summary.json share their serve and bench params, so with ``reuse`` (the
+        record was parsed by orjson) the lookups are done again only when the top-level
+        fields they read differ from the previous record's (see :func:`_fingerprint`);
+        otherwise the previous result is returned, its problems included (the caller logs
+        them for this record). A record without a ``speculative_config`` field is compared
+        on its dotted ``speculative_config.*`` fields too, which :func:`_speculative_config`
+        gathers."""
+        fingerprint = None
+        if reuse:
+            fields = {name: record[name] for name in self._names if name in record}
+            if self._config_names.isdisjoint(fields):
+                names = tuple(record)
+                if names != self._previous_fields:
+                    self._previous_fields = names
+                    self._previous_dotted = tuple(
+                        name for name in names if name.startswith(_SPECULATIVE_PREFIXES)
+                    )
+                fields.update({name: record[name] for name in self._previous_dotted})
+            fingerprint = _fingerprint(fields)
+            if fingerprint is not None and fingerprint == self._previous_fingerprint:
+                return self._previous_params
+        found: list[_Finding] = []
+        anchor = self._anchor(record, found)
+        k, speculation = self._k(record, anchor, found)
+        global_k = self._global_k(record, found) if speculation else None
+        params = _Params(anchor, k, speculation, global_k, tuple(found))
+        self._previous_fingerprint = fingerprint
+        self._previous_params = params
+        return params
+
+    def add_records(
+        self,
+        records: list[Any],
+        source: str,
+        combo: str,
+        run_number: int | None,
+        parsed_by_orjson: bool,
     ) -> None:
-        if not isinstance(record, dict):
-            self.log.add(
-                "record-not-object",
-                f"record {position} is not a JSON object",
-                source,
-                value=show_value(record),
-                expected="an object with the fields of a `vllm bench serve` result",
-            )
-            return
-        number = _as_whole_number(record.get("run_number"))
+        """The records of one file: a summary.json's list (``run_number`` None: a record
+        without its own ``run_number`` gets its position) or ``[record]`` of a run=N.json
+        (``run_number`` N). Records that are not objects are reported and give no row."""
+        derived = self.derived
+        first_row = len(derived["source"])
         # Problems inside a summary.json name the record, so the user finds the run among many.
-        where = f"{source}[{position}]" if source.endswith("/" + SUMMARY_FILE) else source
-        anchor = self._anchor(record, where)
-        k, speculation = self._k(record, anchor, where)
-        self.derived.append(
-            {
-                "source": source,
-                "position": position,
-                "combo": combo,
-                "run_number": number if number is not None else run_number,
-                "failure_file": False,
-                "speculation": speculation,
-                "anchor": anchor,
-                "k": k,
-                "global_k": self._global_k(record, where) if speculation else None,
-            }
-        )
-        numbers: dict[str, float | None] = {}
-        others: dict[str, Any] = {}
-        _flatten(record, numbers, others)
-        self.numbers.append(numbers)
-        self.others.append(others)
+        indexed = source.endswith("/" + SUMMARY_FILE)
+        rows: list[dict[str, Any]] = []
+        positions = derived["position"].append
+        numbers = derived["run_number"].append
+        speculations = derived["speculation"].append
+        anchors = derived["anchor"].append
+        ks = derived["k"].append
+        global_ks = derived["global_k"].append
+        for position, record in enumerate(records):
+            if not isinstance(record, dict):
+                self.log.add(
+                    "record-not-object",
+                    f"record {position} is not a JSON object",
+                    source,
+                    value=show_value(record),
+                    expected="an object with the fields of a `vllm bench serve` result",
+                )
+                continue
+            raw = record.get("run_number")
+            number = raw if type(raw) is int else _as_whole_number(raw)
+            params = self._params(record, parsed_by_orjson)
+            if params.findings:
+                where = f"{source}[{position}]" if indexed else source
+                for rule, message, name, value, expected in params.findings:
+                    self.log.add(rule, message, where, field=name, value=value, expected=expected)
+            positions(position)
+            if number is None:
+                number = position if run_number is None else run_number
+            numbers(number)
+            speculations(params.speculation)
+            anchors(params.anchor)
+            ks(params.k)
+            global_ks(params.global_k)
+            rows.append(record)
+        derived["source"].extend([source] * len(rows))
+        derived["combo"].extend([combo] * len(rows))
+        derived["failure_file"].extend([False] * len(rows))
+        if self.kept is None:
+            for record in rows:
+                numbers_of: dict[str, float | None] = {}
+                others: dict[str, Any] = {}
+                _flatten(record, numbers_of, others)
+                self.numbers.append(numbers_of)
+                self.others.append(others)
+        else:
+            self._keep(rows, first_row, parsed_by_orjson)
+
+    def _keep(self, records: list[dict[str, Any]], first_row: int, direct: bool) -> None:
+        """The kept metrics of records that became rows ``first_row`` onwards.
+
+        Direct (one list per name, no dict per record) when orjson parsed them and every kept
+        value is a number, null or absent; otherwise each record goes through :func:`_flatten`
+        as in the full load. Kept names have no dot and are not derived columns, so only the
+        record's field of that very name can give the column (a nested dict or a field named
+        like a derived column gives dotted names), and the order of such names within a row
+        is the record's field order in both paths."""
+        columns = self.columns
+        first_seen = self.first_seen
+        if direct:
+            values: dict[str, list[Any]] = {}
+            for name in self.kept or ():
+                column = [record.get(name) for record in records]
+                if not set(map(type, column)) <= _NUMERIC:
+                    break
+                values[name] = column
+            else:
+                for name, column in values.items():
+                    columns[name].extend(column)
+                    if name not in first_seen:
+                        for row, record in enumerate(records):
+                            if name in record:
+                                first_seen[name] = (first_row + row, list(record).index(name))
+                                break
+                return
+        for row, record in enumerate(records, first_row):
+            numbers: dict[str, float | None] = {}
+            others: dict[str, Any] = {}
+            _flatten(record, numbers, others)
+            for name, column in columns.items():
+                column.append(numbers.get(name))
+                if name not in first_seen and name in numbers:
+                    first_seen[name] = (row, list(numbers).index(name))
+            for name, value in others.items():
+                if name in columns:
+                    self.texts.setdefault(name, {})[row] = value
 
     def add_failure(self, record: Any, source: str, combo: str, run_number: int) -> int:
         """A failed run: a row with no metrics; anchor and K come from the file if it has
@@ -388,22 +552,26 @@ class _Reader:
             raw_k = lookup(record, self.k_var)
             if anchor is not None and raw_k is not MISSING:
                 k = k_at_batch_size(raw_k, anchor)
-        self.derived.append(
-            {
-                "source": source,
-                "position": 0,
-                "combo": combo,
-                "run_number": run_number,
-                "failure_file": True,
-                "speculation": None,
-                "anchor": anchor,
-                "k": k,
-                "global_k": None,
-            }
-        )
-        self.numbers.append({})
-        self.others.append({})
-        return len(self.derived) - 1
+        row = {
+            "source": source,
+            "position": 0,
+            "combo": combo,
+            "run_number": run_number,
+            "failure_file": True,
+            "speculation": None,
+            "anchor": anchor,
+            "k": k,
+            "global_k": None,
+        }
+        for name, value in row.items():
+            self.derived[name].append(value)
+        if self.kept is None:
+            self.numbers.append({})
+            self.others.append({})
+        else:
+            for column in self.columns.values():
+                column.append(None)
+        return len(self.derived["source"]) - 1
 
 
 def _data_files(root: Path) -> list[tuple[Path, str, str, str]]:
@@ -440,6 +608,7 @@ def load_experiment(
     batch_size_var: str = DEFAULT_BATCH_SIZE_VAR,
     k_var: str = DEFAULT_K_VAR,
     progress: Progress | None = None,
+    metrics: Collection[str] | None = None,
 ) -> Sweep:
     """Read every run under an experiment folder; never raises for bad input.
 
@@ -447,11 +616,47 @@ def load_experiment(
     (missing folder, unreadable or truncated files, records that are not objects, runs without
     a usable anchor or K) are returned in :attr:`Sweep.problems`; the runs that could be read
     are returned whatever else is wrong.
+
+    ``metrics`` (None: all) names the metric columns wanted, e.g. the objective, the
+    acceptance field and ``failed``, ``completed``, ``num_prompts`` for the CLI. The result is
+    then the full load's with :attr:`Sweep.runs` restricted to the derived columns and the
+    named metrics that exist (same order, dtypes and values) and :attr:`Sweep.non_numeric` to
+    the named metrics; rows, problems, input files and configs are unchanged. A name no
+    record has gives no column, as in the full load; a derived column's name adds nothing. A
+    name with a dot (nested or dotted fields) makes the whole load take the full path before
+    restricting. A plain ``str`` is refused (it would be a collection of one-letter names).
+
+    The cyclic garbage collector is paused while reading (and restarted if it was running):
+    parsed JSON holds no cycles, and otherwise every few thousand new dicts trigger a
+    collection that walks all the records read so far.
     """
-    root = Path(path)
+    if isinstance(metrics, str):
+        raise TypeError("metrics must be a collection of metric names, not a str")
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _load(Path(path), str(path), batch_size_var, k_var, progress, metrics)
+    finally:
+        # By now the records are freed: the next collection has nothing of theirs to walk.
+        if collecting:
+            gc.enable()
+
+
+def _load(
+    root: Path,
+    shown_root: str,
+    batch_size_var: str,
+    k_var: str,
+    progress: Progress | None,
+    metrics: Collection[str] | None,
+) -> Sweep:
+    kept: tuple[str, ...] | None = None
+    if metrics is not None:
+        kept = tuple(dict.fromkeys(name for name in metrics if name not in DERIVED_COLUMNS))
+        if any("." in name for name in kept):
+            kept = None
     log = _ProblemLog()
-    reader = _Reader(batch_size_var, k_var, log)
-    shown_root = str(path)
+    reader = _Reader(batch_size_var, k_var, log, kept)
     if not root.exists():
         log.add("missing-folder", "the experiment folder does not exist", shown_root)
     elif not root.is_dir():
@@ -470,9 +675,11 @@ def load_experiment(
     ticks = iter(progress(to_read)) if progress else None
     input_files: list[str] = []
     failures: list[tuple[int, str]] = []
-    summaries_read: set[Path] = set()
+    # The ids of the folders whose summary.json was read: _data_files gives all the entries of
+    # a folder the same Path object, and hashing a Path costs more than the rest of a skip.
+    summaries_read: set[int] = set()
     for folder, name, kind, run in files:
-        if kind == "backup" and folder in summaries_read:
+        if kind == "backup" and id(folder) in summaries_read:
             continue
         if ticks is not None and kind != "backup":
             next(ticks, None)
@@ -496,19 +703,18 @@ def load_experiment(
                 severity=Severity.WARNING,
             )
         input_files.append(relative)
-        data = _read_json(file_path, relative, log)
+        data, parsed_by_orjson = _read_json(file_path, relative, log)
         if kind == "summary" and isinstance(data, list):
-            summaries_read.add(folder)
+            summaries_read.add(id(folder))
         if kind == "failure":
             failures.append((reader.add_failure(data, relative, combo, int(run)), combo))
             continue
         if data is MISSING:
             continue
         if kind == "run":
-            reader.add_record(data, relative, 0, combo, int(run))
+            reader.add_records([data], relative, combo, int(run), parsed_by_orjson)
         elif isinstance(data, list):
-            for position, record in enumerate(data):
-                reader.add_record(record, relative, position, combo, position)
+            reader.add_records(data, relative, combo, None, parsed_by_orjson)
         else:
             log.add(
                 "summary-not-list",
@@ -517,12 +723,23 @@ def load_experiment(
                 value=show_value(data),
                 expected="a list of `vllm bench serve` records",
             )
+        # Free this file's records now, not when the next file's replace them.
+        del data
     if ticks is not None:
         # Run the wrapper to its end: a progress bar closes when its iteration finishes.
         for _ in ticks:
             pass
     _place_failures(reader, failures)
-    runs, non_numeric = _frame(reader)
+    if kept is not None:
+        runs, non_numeric = _kept_frame(reader)
+    else:
+        runs, non_numeric = _frame(reader)
+        if metrics is not None:
+            wanted = set(metrics)
+            runs = runs.select(
+                name for name in runs.columns if name in DERIVED_COLUMNS or name in wanted
+            )
+            non_numeric = {name: rows for name, rows in non_numeric.items() if name in wanted}
     return Sweep(
         root=root,
         batch_size_var=batch_size_var,
@@ -537,14 +754,17 @@ def load_experiment(
 
 def _place_failures(reader: _Reader, failures: list[tuple[int, str]]) -> None:
     """A failure file usually holds no parameters: it belongs to its combo's anchor and K."""
+    derived = reader.derived
+    anchors, ks = derived["anchor"], derived["k"]
     for row, combo in failures:
-        derived = reader.derived[row]
-        if derived["anchor"] is not None and derived["k"] is not None:
+        if anchors[row] is not None and ks[row] is not None:
             continue
-        for sibling in reader.derived:
-            if sibling["combo"] == combo and not sibling["failure_file"]:
-                derived["anchor"] = derived["anchor"] or sibling["anchor"]
-                derived["k"] = sibling["k"] if derived["k"] is None else derived["k"]
+        for sibling, (sibling_combo, failed) in enumerate(
+            zip(derived["combo"], derived["failure_file"], strict=True)
+        ):
+            if sibling_combo == combo and not failed:
+                anchors[row] = anchors[row] or anchors[sibling]
+                ks[row] = ks[sibling] if ks[row] is None else ks[row]
                 break
 
 
@@ -559,6 +779,17 @@ _DERIVED_SCHEMA: dict[str, type[pl.DataType]] = {
     "k": pl.Int64,
     "global_k": pl.Int64,
 }
+
+
+def _derived_frame(derived: dict[str, list[Any]]) -> pl.DataFrame:
+    try:
+        return pl.DataFrame(derived, schema=_DERIVED_SCHEMA)
+    except Exception:
+        # An int beyond 64 bits (an anchor of 2**64) fails either way; the row-wise build the
+        # loader always used fails with the same error as before.
+        names = list(derived)
+        rows = [dict(zip(names, row, strict=True)) for row in zip(*derived.values(), strict=True)]
+        return pl.from_dicts(rows, schema=_DERIVED_SCHEMA)
 
 
 def _as_float(value: float | None) -> float | None:
@@ -576,7 +807,7 @@ def _frame(reader: _Reader) -> tuple[pl.DataFrame, dict[str, dict[int, str]]]:
     metric_names: dict[str, Any] = {}
     for numbers in reader.numbers:
         metric_names.update(numbers)
-    derived = pl.from_dicts(reader.derived, schema=_DERIVED_SCHEMA)
+    derived = _derived_frame(reader.derived)
     # JSON NaN arrives as a float NaN and is kept: the policy rejects non-finite values by name.
     schema = dict.fromkeys(metric_names, pl.Float64)
     try:
@@ -593,3 +824,25 @@ def _frame(reader: _Reader) -> tuple[pl.DataFrame, dict[str, dict[int, str]]]:
                 if name in metric_names:
                     non_numeric.setdefault(name, {})[row] = show_value(value)
     return pl.concat([derived, metrics], how="horizontal"), non_numeric
+
+
+def _kept_frame(reader: _Reader) -> tuple[pl.DataFrame, dict[str, dict[int, str]]]:
+    """:func:`_frame` for the kept metrics: a name is a column if some row holds a number or a
+    null there, placed where the full load places it (ordered by the row that first holds
+    it, then by its place in that row)."""
+    names = sorted(reader.first_seen, key=reader.first_seen.__getitem__)
+    columns = []
+    for name in names:
+        values = reader.columns[name]
+        try:
+            columns.append(pl.Series(name, values, dtype=pl.Float64))
+        except OverflowError:
+            # As in _frame: an int beyond the float range becomes an infinity of its sign.
+            columns.append(pl.Series(name, [_as_float(v) for v in values], dtype=pl.Float64))
+    derived = _derived_frame(reader.derived)
+    non_numeric = {
+        name: {row: show_value(value) for row, value in rows.items()}
+        for name, rows in reader.texts.items()
+        if name in reader.first_seen
+    }
+    return (derived.hstack(columns) if columns else derived), non_numeric

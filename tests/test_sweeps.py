@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import math
+import os
+import random
+import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -10,9 +15,11 @@ import polars as pl
 import pytest
 from sweep_builder import combo_name, grid, record, write_combo, write_grid, write_json
 
+from lib import sweeps
+from lib.keys import lookup, top_level_names
 from lib.problems import Severity
 from lib.settings import GLOBAL_K_VAR
-from lib.sweeps import Sweep, load_experiment
+from lib.sweeps import DERIVED_COLUMNS, Sweep, load_experiment
 
 
 def _rules(sweep: Sweep) -> list[str]:
@@ -372,3 +379,279 @@ def test_batch_size_var_can_be_another_field(tmp_path: Path) -> None:
     write_combo(tmp_path / "SERVE--s-BENCH--b", [record(None, 3, max_num_seqs=32)])
     sweep = load_experiment(tmp_path, batch_size_var="max_num_seqs")
     assert sweep.runs.select("anchor", "k").rows() == [(32, 3)]
+
+
+# --------------------------------------------------------------------------------------------
+# load_experiment(metrics=...): the same sweep as the full load, restricted to some metrics
+# --------------------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+CORPORA = {
+    "sample_sweeps": REPO / "data" / "sample_sweeps",
+    "validation_sweeps": REPO / "data" / "validation_sweeps",
+    "bad_inputs": REPO / "tests" / "bad_inputs",
+}
+CLI_METRICS = ("output_throughput", "spec_decode_acceptance_length", "failed", "completed")
+
+
+def _bits(series: pl.Series) -> list[object]:
+    """The values of a column exactly: floats by their bits (-0.0, NaN), others as they are."""
+    if series.dtype == pl.Float64:
+        return [None if v is None else struct.pack("<d", v) for v in series.to_list()]
+    return [(type(v), v) for v in series.to_list()]
+
+
+def _ordered(non_numeric: dict[str, dict[int, str]]) -> list[tuple[str, list[tuple[int, str]]]]:
+    return [(name, list(rows.items())) for name, rows in non_numeric.items()]
+
+
+def _assert_same_sweep(got: Sweep, want: Sweep, columns: Sequence[str] | None = None) -> None:
+    """``got`` is ``want`` (its runs restricted to ``columns``), bit for bit and in order."""
+    columns = want.runs.columns if columns is None else columns
+    assert got.runs.columns == list(columns)
+    assert got.runs.height == want.runs.height
+    for name in columns:
+        assert got.runs.schema[name] == want.runs.schema[name], name
+        assert _bits(got.runs[name]) == _bits(want.runs[name]), name
+    assert got.problems == want.problems
+    assert got.input_files == want.input_files
+    # repr tells 1 from 1.0 and keeps the order of keys
+    assert repr(got.speculative_configs) == repr(want.speculative_configs)
+
+
+def _metric_sets(full: Sweep) -> list[list[str]]:
+    return [
+        [*CLI_METRICS, "num_prompts"],
+        full.metrics[::2],
+        full.metrics[1::2][::-1],  # asked in another order than the frame's
+        full.metrics,
+        ["k", "anchor", "run_number", "no_such_metric", "median_tpot_ms", "median_tpot_ms"],
+        [GLOBAL_K_VAR, "output_throughput"],  # a dotted name: the full path, then restricted
+        ["record.k", "backend", "request_goodput", "request_rate"],
+        [],
+    ]
+
+
+def _assert_metrics_contract(folder: Path, **options: str) -> None:
+    full = load_experiment(folder, **options)
+    for metrics in _metric_sets(full):
+        part = load_experiment(folder, metrics=metrics, **options)
+        wanted = set(metrics)
+        columns = [name for name in full.runs.columns if name in DERIVED_COLUMNS or name in wanted]
+        _assert_same_sweep(part, full, columns)
+        assert _ordered(part.non_numeric) == _ordered(
+            {name: rows for name, rows in full.non_numeric.items() if name in wanted}
+        )
+        assert part.metrics == [name for name in columns if name not in DERIVED_COLUMNS]
+
+
+def _assert_reuse_changes_nothing(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lookups reused across equal records give what doing every lookup gives."""
+    reused = load_experiment(folder)
+    with monkeypatch.context() as patch:
+        # No fingerprint, no reuse: every record is looked up afresh.
+        patch.setattr(sweeps, "_fingerprint", lambda fields: None)
+        fresh = load_experiment(folder)
+    _assert_same_sweep(reused, fresh)
+    assert _ordered(reused.non_numeric) == _ordered(fresh.non_numeric)
+
+
+def _every_folder(root: Path) -> list[Path]:
+    found = []
+    for folder, subfolders, _ in os.walk(root):
+        subfolders.sort()
+        found.append(Path(folder))
+    return found
+
+
+@pytest.mark.parametrize("corpus", sorted(CORPORA))
+def test_metrics_contract_on_every_corpus_folder(
+    corpus: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folders = _every_folder(CORPORA[corpus])
+    assert len(folders) > 10
+    for folder in folders:
+        _assert_metrics_contract(folder)
+        _assert_reuse_changes_nothing(folder, monkeypatch)
+    # other fields, so the lookups read other names (and miss on these sweeps)
+    for folder in folders[:: max(1, len(folders) // 12)]:
+        _assert_metrics_contract(folder, k_var=GLOBAL_K_VAR, batch_size_var="max-num-seqs")
+
+
+def test_metrics_contract_on_every_real_folder(
+    real_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for folder in _every_folder(real_data):
+        _assert_metrics_contract(folder)
+        _assert_reuse_changes_nothing(folder, monkeypatch)
+
+
+def _odd_sweep(root: Path) -> Path:
+    """Records that leave the direct paths of the loader, a few in every file."""
+    plain = record(1, 3, run_number=0)
+    schedule = [[1, 1, 5], [2, 256, 1]]
+    odd = [
+        plain,
+        # fields named like derived columns, and a run_number that is not a number
+        record(1, 3, run_number=1) | {"k": 99.0, "anchor": "x", "source": 5, "combo": None},
+        {**record(1, 3), "run_number": "seven"},
+        record(1, 3, run_number=3, output_throughput="fast"),
+        record(1, 3, run_number=4, output_throughput=True),
+        record(1, 3, run_number=5, output_throughput=None),
+        record(1, 3, run_number=6, output_throughput={"value": 1.0}),
+        record(1, 3, run_number=7, output_throughput=[1.0, 2.0]),
+        record(1, 3, run_number=8, completed=2**63 + 5, failed=2**64 - 1, huge=2**70),
+        42,  # not an object
+        # other anchors and K inside the same summary.json, K as a JSON string schedule
+        record(2, 0, run_number=10, spec={"num_speculative_tokens_per_batch_size": "[[1, 4, 2]]"}),
+        record(2, 0, run_number=11, spec={"num_speculative_tokens_per_batch_size": schedule}),
+        record(2, 0, run_number=12, spec={"num_speculative_tokens_per_batch_size": schedule})
+        | {"max_concurrency": 2.0},
+        record(1, 3, run_number=13, max_concurrency=True),
+        record(1, 3, run_number=14),
+        record(1, 3, run_number=15, max_concurrency=0.0),
+        record(1, 3, run_number=16, max_concurrency=-0.0),
+        record(None, 3, run_number=17),
+        # equal under ==, different JSON types: the global K is read afresh each time
+        record(1, 3, run_number=18, spec={"num_speculative_tokens": 7}),
+        record(1, 3, run_number=19, spec={"num_speculative_tokens": 7.0}),
+        record(1, 3, run_number=20, spec={"num_speculative_tokens": True}),
+        record(1, 3, run_number=21, spec={"num_speculative_tokens": 7.5}),
+        # the same fields in another order
+        dict(reversed(record(1, 3, run_number=22).items())),
+        # dotted speculative_config fields, then other values, then clashing spellings
+        record(1, 3, run_number=23, keys="dotted"),
+        record(1, 2, run_number=24, keys="dotted"),
+        {**record(1, 2, run_number=25, keys="dotted"), "speculative-config.method": "ngram"},
+        {
+            **{"speculative-config.method": "ngram"},
+            **record(1, 2, run_number=26, keys="dotted"),
+        },
+        record(1, 0, run_number=27, spec="none"),
+        record(1, 0, run_number=28, spec="none", extra=1.0),
+        record(1, 3, run_number=29, keys="json-string"),
+        record(1, 3, run_number=30, keys="json-string", global_k=5),
+        {**record(1, 3, run_number=31), "max-concurrency": 4},
+        {**record(1, 3, run_number=32), "speculative_config.num_speculative_tokens": 9},
+    ]
+    write_combo(root / "SERVE--a-BENCH--odd", odd, run_files=False)
+    # The same records one per run=N.json file (no summary.json): each file is its own list.
+    runs = root / "SERVE--a-BENCH--runs"
+    runs.mkdir(parents=True)
+    for number, run in enumerate(odd):
+        write_json(runs / f"run={number}.json", run)
+    write_json(runs / "run=99.failure.json", {"error": "crashed"})
+    # Python's json writes NaN and ints of any size: the fallback parser reads this file.
+    nan_file = root / "SERVE--a-BENCH--nan" / "summary.json"
+    nan_file.parent.mkdir(parents=True)
+    fallback = [
+        record(1, 3, run_number=0, output_throughput=float("nan")),
+        record(1, 3, run_number=1, completed=10**400, failed=-(10**30), huge=2**130),
+        record(1, 3, run_number=2, output_throughput=float("-inf")),
+        record(1, 3, run_number=3, max_concurrency=float("nan")),
+        record(1, 3, run_number=4, max_concurrency=float("nan")),
+        record(1, 3, run_number=5, max_concurrency=None),  # orjson would write NaN as null
+    ]
+    nan_file.write_text(json.dumps(fallback), encoding="utf-8")
+    # Plain records, but a metric first met in the third record, as its first field: the
+    # column goes after those of the first record all the same.
+    plain_runs = [record(8, 1, run_number=n, output_throughput=10.0 + n) for n in range(3)]
+    plain_runs[2] = {"early": 1.0, **plain_runs[2]}
+    write_combo(root / "SERVE--b-BENCH--c8", plain_runs, failures={3: {"run_number": 3}})
+    return root
+
+
+def test_metrics_contract_on_odd_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _odd_sweep(tmp_path)
+    extra_sets = [
+        ["output_throughput"],
+        ["completed", "failed", "huge", "early"],
+        ["record.k", "k", "output_throughput"],
+        ["extra", "output_throughput.value"],
+    ]
+    for folder in [root, *sorted(path for path in root.iterdir())]:
+        _assert_metrics_contract(folder)
+        _assert_reuse_changes_nothing(folder, monkeypatch)
+        full = load_experiment(folder)
+        for metrics in extra_sets:
+            part = load_experiment(folder, metrics=metrics)
+            wanted = set(metrics)
+            columns = [c for c in full.runs.columns if c in DERIVED_COLUMNS or c in wanted]
+            _assert_same_sweep(part, full, columns)
+            assert _ordered(part.non_numeric) == _ordered(
+                {name: rows for name, rows in full.non_numeric.items() if name in wanted}
+            )
+    # What the odd records are meant to exercise is really there.
+    full = load_experiment(root / "SERVE--a-BENCH--odd")
+    assert full.non_numeric["output_throughput"] == {3: "'fast'", 4: "true"}
+    assert full.runs["record.k"][1] == 99.0
+    assert full.runs["anchor"].to_list()[9:17] == [2, 2, 2, None, 1, None, None, None]
+    assert full.runs["k"].to_list()[9:12] == [2, 1, 1]
+    assert full.runs["global_k"].to_list()[17:21] == [7, 7, None, None]
+    values = {(p.rule, p.value) for p in full.problems if p.rule.startswith("invalid")}
+    assert values >= {("invalid-anchor", v) for v in ("true", "0.0", "-0.0", "null")}
+    assert values >= {("invalid-global-k", "true"), ("invalid-global-k", "7.5")}
+    assert load_experiment(root / "SERVE--b-BENCH--c8", metrics=["early", "failed"]).metrics == [
+        "failed",
+        "early",
+    ]
+    part = load_experiment(root / "SERVE--a-BENCH--nan", metrics=["output_throughput", "huge"])
+    assert part.runs["huge"].to_list()[1] == float(2**130)
+    assert math.isnan(part.runs["output_throughput"][0])
+
+
+def test_lookups_read_only_the_top_level_names_they_declare() -> None:
+    """lib.keys.top_level_names: a record cut down to those names gives the same lookup."""
+    generator = random.Random(20261130)
+    parts = ["a", "b_c", "b-c", "d"]
+    leaves: list[object] = [1, 1.0, True, None, "x", "3", "[1, 2]", '{"d": 4}', [[1, 2, 3]]]
+
+    def value(depth: int) -> object:
+        if depth < 2 and generator.random() < 0.4:
+            node = {generator.choice(parts): value(depth + 1) for _ in range(3)}
+            return json.dumps(node) if generator.random() < 0.2 else node
+        return generator.choice(leaves)
+
+    for _ in range(3000):
+        names = [".".join(generator.choices(parts, k=generator.randint(1, 3))) for _ in range(5)]
+        record_ = {name: value(0) for name in names}
+        key = ".".join(generator.choices(parts, k=generator.randint(1, 3)))
+        reads = top_level_names(key)
+        cut = {name: item for name, item in record_.items() if name in reads}
+        assert repr(lookup(record_, key)) == repr(lookup(cut, key)), (record_, key)
+
+
+def test_garbage_collector_is_paused_while_reading_and_restored(tmp_path: Path) -> None:
+    write_grid(tmp_path, {(1, 0): [100.0], (1, 3): [150.0]})
+    seen: list[bool] = []
+
+    def progress(paths: Sequence[Path]) -> Iterator[Path]:
+        for path in paths:
+            seen.append(gc.isenabled())
+            yield path
+
+    assert gc.isenabled()
+    load_experiment(tmp_path, progress=progress)
+    assert seen == [False, False]
+    assert gc.isenabled()
+
+    def failing(paths: Sequence[Path]) -> Iterator[Path]:
+        raise RuntimeError("the progress bar broke")
+        yield from paths
+
+    with pytest.raises(RuntimeError):
+        load_experiment(tmp_path, progress=failing)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        load_experiment(tmp_path, metrics=["output_throughput"])
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
+
+
+def test_metrics_must_be_a_collection_of_names(tmp_path: Path) -> None:
+    write_grid(tmp_path, {(1, 0): [100.0]})
+    with pytest.raises(TypeError):
+        load_experiment(tmp_path, metrics="output_throughput")
+    assert gc.isenabled()

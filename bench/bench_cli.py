@@ -1,0 +1,201 @@
+"""Wall time of whole processes, as a user meets them: ``tune-spec-k DIR`` against the
+pure-Python reference run as a process on the same files, and ``tune-spec-k --help`` against a
+bare interpreter. Ratios against baselines run in the same bench, interleaved.
+
+    uv run python bench/bench_cli.py [SWEEP_DIR] [--repeats 5] [--runs 20000]
+
+Without SWEEP_DIR a sweep of ``--runs`` runs is generated into a temporary folder by
+``bench/make_large_sweep.py`` (and removed afterwards); with it, that sweep is reused as is.
+
+Every command is a fresh ``subprocess.run`` of ``sys.executable`` from the repository root,
+output discarded. After one untimed warm-up round (which also checks that the CLI and the
+reference write the same schedule), each of ``--repeats`` rounds runs every command once,
+in reverse order every other round, so a slow spell of the machine hits all of them alike.
+Medians of the wall time; the CPU time of the children (user + system) is shown beside it
+as a ratio too, steadier on a busy machine.
+
+Rows (ratio = lib median / baseline median):
+
+- cli: ``python -m lib.cli DIR --output-json TMP`` vs ``python bench/reference_cli.py DIR
+  TMP2``. Target <= 1.0.
+- help: ``python -m lib.cli --help`` vs ``python -c "import json"``. Target < 3.0.
+- informational, against the reference process: ``import polars, numpy`` alone (the floor
+  of any command that needs them); that plus ``load_experiment(DIR, metrics=[...])`` with the
+  metrics the CLI needs by default; ``import polars`` (not numpy: ``lib.schedule`` and
+  ``lib.sweeps`` do not need it) plus that load plus ``lib.schedule.tune``: about what a CLI
+  that imports only what the seed's policy needs would take.
+
+Exit status 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "bench")]
+
+from make_large_sweep import DEFAULT_RUNS, DEFAULT_RUNS_PER_CELL, write_sweep  # noqa: E402
+
+#: What the CLI needs from the records with its default flags: the objective, then what the
+#: health gate reads (an --acceptance-var would add its field).
+CLI_METRICS = ("output_throughput", "failed", "completed", "num_prompts")
+
+_IMPORTS = "import numpy, polars"
+_LOAD = """
+import sys
+import numpy, polars
+from lib.sweeps import load_experiment
+load_experiment(sys.argv[1], metrics=sys.argv[2:])
+"""
+_LOAD_AND_TUNE = """
+import sys
+import polars
+from lib.schedule import Settings, tune
+from lib.sweeps import load_experiment
+result = tune(load_experiment(sys.argv[1], metrics=sys.argv[2:]), Settings())
+assert result.ok, [problem.describe() for problem in result.errors]
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    what: str
+    lib: str
+    baseline: str
+    target: float | None
+    strict: bool = False  # the ratio must stay below the target, not reach it
+
+
+def commands(sweep_dir: Path, scratch: Path) -> dict[str, list[str]]:
+    python = sys.executable
+    metrics = [str(sweep_dir), *CLI_METRICS]
+    return {
+        "cli": [python, "-m", "lib.cli", str(sweep_dir), "--output-json", str(scratch / "a.json")],
+        "reference": [
+            python,
+            str(ROOT / "bench" / "reference_cli.py"),
+            str(sweep_dir),
+            str(scratch / "b.json"),
+        ],
+        "help": [python, "-m", "lib.cli", "--help"],
+        "import json": [python, "-c", "import json"],
+        "imports": [python, "-c", _IMPORTS],
+        "load": [python, "-c", _LOAD, *metrics],
+        "load+tune": [python, "-c", _LOAD_AND_TUNE, *metrics],
+    }
+
+
+ROWS = (
+    Row("cli: tune-spec-k DIR vs reference_cli.py", "cli", "reference", 1.0),
+    Row("help: tune-spec-k --help vs import json", "help", "import json", 3.0, strict=True),
+    Row("  import polars, numpy vs reference", "imports", "reference", None),
+    Row("  + load_experiment(metrics) vs reference", "load", "reference", None),
+    Row("  polars, load(metrics), tune vs reference", "load+tune", "reference", None),
+)
+
+
+def run_once(command: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one process; it must succeed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(
+            f"{command[:4]} failed with status {done.returncode}:\n"
+            + done.stderr.decode(errors="replace")
+        )
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def check_same_schedule(scratch: Path) -> list[list[int]]:
+    written = json.loads((scratch / "a.json").read_text(encoding="utf-8"))
+    lib = written["num_speculative_tokens_per_batch_size"]  # the seed's key
+    reference = json.loads((scratch / "b.json").read_text(encoding="utf-8"))["schedule"]
+    assert lib == reference, f"the CLI and the reference disagree: {lib} vs {reference}"
+    return list(lib)
+
+
+def run_bench(sweep_dir: Path, repeats: int) -> int:
+    scratch = Path(tempfile.mkdtemp(prefix="tune-spec-k-bench-cli-"))
+    try:
+        named = commands(sweep_dir, scratch)
+        for command in named.values():  # warm-up: bytecode caches, page cache
+            run_once(command)
+        schedule = check_same_schedule(scratch)
+        print(f"{sweep_dir}: the CLI and the reference both write {schedule}")
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in named}
+        order = list(named)
+        for repeat in range(repeats):
+            for name in order if repeat % 2 == 0 else order[::-1]:
+                samples[name].append(run_once(named[name]))
+    finally:
+        shutil.rmtree(scratch)
+
+    def median(name: str, index: int) -> float:
+        return statistics.median(sample[index] for sample in samples[name])
+
+    print(f"\nmedian of {repeats} rounds; ratio = lib / baseline, lower is better\n")
+    header = (
+        f"{'what':44} {'lib ms':>8} {'base ms':>8} {'ratio':>6} {'target':>7}  verdict"
+        f"  {'cpu ratio':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    missed = 0
+    for row in ROWS:
+        ratio = median(row.lib, 0) / median(row.baseline, 0)
+        cpu_ratio = median(row.lib, 1) / median(row.baseline, 1)
+        if row.target is None:
+            verdict, shown = "-", "-"
+        else:
+            met = ratio < row.target if row.strict else ratio <= row.target
+            verdict = "PASS" if met else "FAIL"
+            shown = f"{'<' if row.strict else '<='} {row.target:g}"
+        missed += verdict == "FAIL"
+        print(
+            f"{row.what:44} {median(row.lib, 0) * 1e3:8.0f} {median(row.baseline, 0) * 1e3:8.0f}"
+            f" {ratio:6.3f} {shown:>7}  {verdict:7}  {cpu_ratio:9.3f}"
+        )
+    return 1 if missed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("sweep_dir", nargs="?", type=Path, help="reuse this sweep")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    generated = None
+    if args.sweep_dir is None:
+        generated = Path(tempfile.mkdtemp(prefix="tune-spec-k-bench-"))
+        sweep_dir = generated / "sweep"
+        start = time.perf_counter()
+        write_sweep(sweep_dir, args.runs, DEFAULT_RUNS_PER_CELL)
+        print(f"generated {sweep_dir} in {time.perf_counter() - start:.1f} s")
+    else:
+        sweep_dir = args.sweep_dir.resolve()
+    try:
+        return run_bench(sweep_dir, args.repeats)
+    finally:
+        if generated is not None:
+            shutil.rmtree(generated)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
