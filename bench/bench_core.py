@@ -54,10 +54,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 from make_large_sweep import DEFAULT_RUNS, DEFAULT_RUNS_PER_CELL, write_sweep  # noqa: E402
 from reference_policy import reference_tune, reference_tune_records  # noqa: E402
 
-from lib import sweeps  # noqa: E402
+from lib import sweep_files  # noqa: E402
 from lib.schedule import tune  # noqa: E402
 from lib.settings import Settings  # noqa: E402
-from lib.sweeps import load_experiment  # noqa: E402
+from lib.sweeps import Sweep, load_experiment  # noqa: E402
 
 #: The metric columns the CLI needs with its default flags: the objective and what the health
 #: gate reads.
@@ -214,15 +214,15 @@ def run_bench(sweep_dir: Path, repeats: int) -> int:
         finally:
             gc.enable()
 
-    def load_metrics() -> sweeps.Sweep:
+    def load_metrics() -> Sweep:
         return load_experiment(sweep_dir, metrics=CLI_METRICS)
 
-    def load_metrics_collector_running() -> sweeps.Sweep:
-        real, sweeps.gc = sweeps.gc, _CollectorLeftRunning  # type: ignore[assignment]
+    def load_metrics_collector_running() -> Sweep:
+        real, sweep_files.gc = sweep_files.gc, _CollectorLeftRunning  # type: ignore[assignment]
         try:
             return load_metrics()
         finally:
-            sweeps.gc = real
+            sweep_files.gc = real
 
     load = time_pair(lambda: load_experiment(sweep_dir), plain_loop, repeats)
     parse_share = time_pair(orjson_loop, lambda: load_experiment(sweep_dir), repeats)

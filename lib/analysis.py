@@ -18,10 +18,7 @@ from lib.settings import Options, Settings
 from lib.sweeps import Sweep
 from lib.switch_points import SwitchPoints, find_switch_points
 
-__all__ = ["Analysis", "analyse", "metrics_needed"]
-
-#: Record fields the health gate reads besides the objective and the acceptance field.
-HEALTH_FIELDS = ("failed", "completed", "num_prompts")
+__all__ = ["Analysis", "analyse"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,17 +33,6 @@ class Analysis:
     report: ConfidenceReport | None
     switch_points: SwitchPoints | None
     plan: MeasurementPlan | None
-
-
-def metrics_needed(settings: Settings) -> tuple[str, ...]:
-    """The record fields :func:`analyse` reads with ``settings``: the objective, the acceptance
-    field if any, and the health fields. A loader may skip every other field.
-
-    >>> metrics_needed(Settings(acceptance="spec_decode_acceptance_length"))
-    ('output_throughput', 'spec_decode_acceptance_length', 'failed', 'completed', 'num_prompts')
-    """
-    chosen = (settings.objective, settings.acceptance, *HEALTH_FIELDS)
-    return tuple(dict.fromkeys(name for name in chosen if name is not None))
 
 
 def analyse(sweep: Sweep, settings: Settings, options: Options | None = None) -> Analysis:

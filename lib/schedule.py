@@ -30,7 +30,7 @@ import polars as pl
 from lib import robust
 from lib.flags import flag_name
 from lib.problems import Problem, Severity, errors, show_value
-from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Direction, Settings
+from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, HEALTH_FIELDS, Direction, Settings
 from lib.sweeps import Sweep
 
 __all__ = [
@@ -100,9 +100,10 @@ def health_gate(runs: pl.DataFrame) -> tuple[pl.DataFrame, list[Problem]]:
     A missing ``failed`` / ``completed`` field is not a failure: the real sweeps the tool reads
     do not always carry them.
     """
-    failed = pl.col("failed") if "failed" in runs.columns else pl.lit(None)
-    completed = pl.col("completed") if "completed" in runs.columns else pl.lit(None)
-    prompts = pl.col("num_prompts") if "num_prompts" in runs.columns else pl.lit(None)
+    failed_field, completed_field, prompts_field = HEALTH_FIELDS
+    failed = pl.col(failed_field) if failed_field in runs.columns else pl.lit(None)
+    completed = pl.col(completed_field) if completed_field in runs.columns else pl.lit(None)
+    prompts = pl.col(prompts_field) if prompts_field in runs.columns else pl.lit(None)
     rules = [
         (pl.col("failure_file"), "failed-run", "the run failed (run=N.failure.json)"),
         ((failed > 0).fill_null(False), "failed-requests", "requests failed (failed > 0)"),
@@ -123,10 +124,9 @@ def health_gate(runs: pl.DataFrame) -> tuple[pl.DataFrame, list[Problem]]:
             values = ""
             if rule != "failed-run":
                 values = ", ".join(
-                    f"failed={_number(row.get('failed'))} completed={_number(row.get('completed'))}"
-                    f" num_prompts={_number(row.get('num_prompts'))}"
+                    " ".join(f"{name}={_number(row.get(name))}" for name in HEALTH_FIELDS)
                     for row in group.select(
-                        [c for c in ("failed", "completed", "num_prompts") if c in group.columns]
+                        [name for name in HEALTH_FIELDS if name in group.columns]
                     ).to_dicts()
                 )
             problems.append(
@@ -135,7 +135,9 @@ def health_gate(runs: pl.DataFrame) -> tuple[pl.DataFrame, list[Problem]]:
                     rule,
                     f"{group.height} unhealthy run(s): {reason}",
                     files=_cell_files(group),
-                    field={"failed-requests": "failed", "incomplete-run": "completed"}.get(rule),
+                    field={"failed-requests": failed_field, "incomplete-run": completed_field}.get(
+                        rule
+                    ),
                     value=values or None,
                     anchor=_int_or_none(anchor),
                     k=_int_or_none(k),

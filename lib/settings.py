@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_K_VAR",
     "DEFAULT_SEED",
     "GLOBAL_K_VAR",
+    "HEALTH_FIELDS",
     "POLICIES",
     "RESULT_FILE",
     "Direction",
@@ -47,6 +48,8 @@ DEFAULT_SEED = 49163
 DEFAULT_CONFIDENCE = 0.9
 #: The seed's output file, written into the experiment folder unless told otherwise.
 RESULT_FILE = "speculative_k_schedule.json"
+#: The health fields of a record the policy reads (:func:`lib.schedule.health_gate`).
+HEALTH_FIELDS = ("failed", "completed", "num_prompts")
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,17 @@ class Settings:
     @property
     def maximize(self) -> bool:
         return self.direction == "maximize"
+
+    def metrics_read(self) -> tuple[str, ...]:
+        """The record fields the analysis reads with these settings: the objective, the
+        acceptance field if any, and the health fields. A loader may skip every other metric
+        (``load_experiment(..., metrics=settings.metrics_read())``).
+
+        >>> Settings(acceptance="spec_decode_acceptance_length").metrics_read()
+        ('output_throughput', 'spec_decode_acceptance_length', 'failed', 'completed', 'num_prompts')
+        """
+        chosen = (self.objective, self.acceptance, *HEALTH_FIELDS)
+        return tuple(dict.fromkeys(name for name in chosen if name is not None))
 
     def invalid(self) -> list[str]:
         """Human-readable reasons why these settings cannot be used (empty when fine), each

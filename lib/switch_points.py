@@ -25,6 +25,7 @@ For a minimised objective the curves hold ``-log x``: the gain is a speed-up (``
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -68,15 +69,22 @@ SWITCH_SCHEMA = pl.Schema(
 
 @dataclass(frozen=True, eq=False)
 class SwitchPoints:
-    """Switch points, the interpolated schedule and its expected gain over the step one."""
+    """Switch points, the interpolated schedule and its expected gain over the step one.
+    :attr:`curves` (:data:`CURVE_SCHEMA`) is built when first read: the CLI never needs it."""
 
     baseline_k: int | None
-    curves: pl.DataFrame
+    curve_arrays: dict[int, np.ndarray[Any, Any]]
+    gains: dict[tuple[int, int], float]
     switches: pl.DataFrame
     step_schedule: Schedule
     schedule: Schedule
     mean_gain_percent: float
     max_gain_percent: float
+
+    @functools.cached_property
+    def curves(self) -> pl.DataFrame:
+        """Every K's interpolated log speed-up at every integer batch size it spans."""
+        return _curve_frame(self.curve_arrays, self.gains)
 
     def to_json(self, emitted: str) -> dict[str, Any]:
         """The ``switch_points`` key of the result JSON; ``emitted`` names the schedule the
@@ -148,7 +156,8 @@ def find_switch_points(result: TuningResult, report: ConfidenceReport) -> Switch
         row["gain_percent"] = float(changed.mean()) if len(changed) else 0.0
     return SwitchPoints(
         baseline_k=baseline,
-        curves=_curve_frame(curves, gains),
+        curve_arrays=curves,
+        gains=gains,
         switches=pl.DataFrame(rows, schema=SWITCH_SCHEMA),
         step_schedule=result.schedule,
         schedule=Schedule(_ranges(chosen, anchors[0], last)),

@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from paths import BAD_INPUTS, SAMPLE_SWEEPS
 from sweep_builder import WORKED_EXAMPLE, write_grid
 
-from lib.analysis import analyse, metrics_needed
+from lib.analysis import analyse
 from lib.schedule import Schedule, tune
 from lib.settings import Options, Settings
 from lib.sweeps import load_experiment
+
+SAMPLES = sorted(path for path in SAMPLE_SWEEPS.iterdir() if path.is_dir())
+BAD = sorted(path for path in BAD_INPUTS.iterdir() if path.is_dir())
 
 # K=3 doubles K=0 at batch 1 and quarters it at 16: step schedule [[1, 15, 3], [16, 16, 0]],
 # interpolated [[1, 2, 3], [3, 16, 0]] (tests/test_switch_points.py).
@@ -51,7 +56,21 @@ def test_invalid_settings_leave_the_confidence_out_and_say_why(tmp_path: Path) -
     assert analyse(sweep, Settings(relative_tolerance=1.5)).report is None
 
 
-def test_metrics_needed_are_what_the_policy_reads() -> None:
-    assert metrics_needed(Settings()) == ("output_throughput", "failed", "completed", "num_prompts")
-    assert metrics_needed(Settings(objective="failed"))[0] == "failed"
-    assert len(set(metrics_needed(Settings(objective="failed")))) == 3
+@pytest.mark.parametrize(
+    "settings",
+    [
+        Settings(),
+        Settings(objective="median_tpot_ms", direction="minimize"),
+        Settings(acceptance="spec_decode_acceptance_length", max_objective_relative_mad=0.2),
+        Settings(objective="request_goodput"),
+    ],
+    ids=["default", "tpot", "acceptance", "goodput"],
+)
+@pytest.mark.parametrize("folder", SAMPLES + BAD, ids=lambda path: path.name)
+def test_reading_only_the_metrics_read_changes_nothing(folder: Path, settings: Settings) -> None:
+    """The CLI loads only ``settings.metrics_read()``: the whole analysis must be the same."""
+    for options in (Options(), Options(policy="confident", interpolated_schedule=True)):
+        full = analyse(load_experiment(folder), settings, options).result
+        part = analyse(load_experiment(folder, metrics=settings.metrics_read()), settings, options)
+        assert part.result.to_json_text() == full.to_json_text()
+        assert part.result.problems == full.problems

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
-from lib.keys import MISSING, k_at_batch_size, lookup, parse_json_string
+from lib.keys import MISSING, k_at_batch_size, lookup, parse_json_string, top_level_names
 
 K_VAR = "speculative_config.num_speculative_tokens_per_batch_size"
 
@@ -118,3 +119,24 @@ def test_schedule_starting_above_the_anchor_gives_no_k() -> None:
 )
 def test_malformed_schedules_give_no_k(schedule: list[object]) -> None:
     assert k_at_batch_size(schedule, 8) is None
+
+
+def test_lookups_read_only_the_top_level_names_they_declare() -> None:
+    """lib.keys.top_level_names: a record cut down to those names gives the same lookup."""
+    generator = random.Random(20261130)
+    parts = ["a", "b_c", "b-c", "d"]
+    leaves: list[object] = [1, 1.0, True, None, "x", "3", "[1, 2]", '{"d": 4}', [[1, 2, 3]]]
+
+    def value(depth: int) -> object:
+        if depth < 2 and generator.random() < 0.4:
+            node = {generator.choice(parts): value(depth + 1) for _ in range(3)}
+            return json.dumps(node) if generator.random() < 0.2 else node
+        return generator.choice(leaves)
+
+    for _ in range(3000):
+        names = [".".join(generator.choices(parts, k=generator.randint(1, 3))) for _ in range(5)]
+        record_ = {name: value(0) for name in names}
+        key = ".".join(generator.choices(parts, k=generator.randint(1, 3)))
+        reads = top_level_names(key)
+        cut = {name: item for name, item in record_.items() if name in reads}
+        assert repr(lookup(record_, key)) == repr(lookup(cut, key)), (record_, key)

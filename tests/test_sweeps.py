@@ -1,12 +1,11 @@
-"""Loading an experiment folder into one row per run (lib.sweeps, vllm-formats.md sections 1-3)."""
+"""lib/sweeps.py: an experiment folder as one Polars row per run (docs/formats.md, sections
+1-3), read by lib/sweep_files.py."""
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import os
-import random
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -15,8 +14,7 @@ import polars as pl
 import pytest
 from sweep_builder import combo_name, grid, record, write_combo, write_grid, write_json
 
-from lib import sweeps
-from lib.keys import lookup, top_level_names
+from lib import sweep_files
 from lib.problems import Severity
 from lib.settings import GLOBAL_K_VAR
 from lib.sweeps import DERIVED_COLUMNS, Sweep, load_experiment
@@ -450,7 +448,7 @@ def _assert_reuse_changes_nothing(folder: Path, monkeypatch: pytest.MonkeyPatch)
     reused = load_experiment(folder)
     with monkeypatch.context() as patch:
         # No fingerprint, no reuse: every record is looked up afresh.
-        patch.setattr(sweeps, "_fingerprint", lambda fields: None)
+        patch.setattr(sweep_files, "_fingerprint", lambda fields: None)
         fresh = load_experiment(folder)
     _assert_same_sweep(reused, fresh)
     assert _ordered(reused.non_numeric) == _ordered(fresh.non_numeric)
@@ -598,60 +596,3 @@ def test_metrics_contract_on_odd_records(tmp_path: Path, monkeypatch: pytest.Mon
     part = load_experiment(root / "SERVE--a-BENCH--nan", metrics=["output_throughput", "huge"])
     assert part.runs["huge"].to_list()[1] == float(2**130)
     assert math.isnan(part.runs["output_throughput"][0])
-
-
-def test_lookups_read_only_the_top_level_names_they_declare() -> None:
-    """lib.keys.top_level_names: a record cut down to those names gives the same lookup."""
-    generator = random.Random(20261130)
-    parts = ["a", "b_c", "b-c", "d"]
-    leaves: list[object] = [1, 1.0, True, None, "x", "3", "[1, 2]", '{"d": 4}', [[1, 2, 3]]]
-
-    def value(depth: int) -> object:
-        if depth < 2 and generator.random() < 0.4:
-            node = {generator.choice(parts): value(depth + 1) for _ in range(3)}
-            return json.dumps(node) if generator.random() < 0.2 else node
-        return generator.choice(leaves)
-
-    for _ in range(3000):
-        names = [".".join(generator.choices(parts, k=generator.randint(1, 3))) for _ in range(5)]
-        record_ = {name: value(0) for name in names}
-        key = ".".join(generator.choices(parts, k=generator.randint(1, 3)))
-        reads = top_level_names(key)
-        cut = {name: item for name, item in record_.items() if name in reads}
-        assert repr(lookup(record_, key)) == repr(lookup(cut, key)), (record_, key)
-
-
-def test_garbage_collector_is_paused_while_reading_and_restored(tmp_path: Path) -> None:
-    write_grid(tmp_path, {(1, 0): [100.0], (1, 3): [150.0]})
-    seen: list[bool] = []
-
-    def progress(paths: Sequence[Path]) -> Iterator[Path]:
-        for path in paths:
-            seen.append(gc.isenabled())
-            yield path
-
-    assert gc.isenabled()
-    load_experiment(tmp_path, progress=progress)
-    assert seen == [False, False]
-    assert gc.isenabled()
-
-    def failing(paths: Sequence[Path]) -> Iterator[Path]:
-        raise RuntimeError("the progress bar broke")
-        yield from paths
-
-    with pytest.raises(RuntimeError):
-        load_experiment(tmp_path, progress=failing)
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        load_experiment(tmp_path, metrics=["output_throughput"])
-        assert not gc.isenabled()  # a caller's choice is kept
-    finally:
-        gc.enable()
-
-
-def test_metrics_must_be_a_collection_of_names(tmp_path: Path) -> None:
-    write_grid(tmp_path, {(1, 0): [100.0]})
-    with pytest.raises(TypeError):
-        load_experiment(tmp_path, metrics="output_throughput")
-    assert gc.isenabled()

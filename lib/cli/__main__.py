@@ -1,5 +1,5 @@
 """``python -m lib.cli``: the same as ``tune-spec-k``."""
 
-from lib.cli.main import main
+from lib.cli.main import run
 
-raise SystemExit(main())
+run()

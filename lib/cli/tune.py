@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from lib.cli.common import (
     EXIT_BAD_INPUT,
@@ -23,6 +23,9 @@ from lib.cli.common import (
 )
 from lib.flags import add_flags, from_arguments
 from lib.settings import RESULT_FILE, Fields, Options, Settings
+
+if TYPE_CHECKING:
+    from lib.sweep_files import SweepFiles
 
 __all__ = ["TuneArgs", "main"]
 
@@ -85,17 +88,44 @@ class TuneArgs:
 
 def main(args: TuneArgs) -> int:
     """Tune, write the result (and the plan), print what the seed prints and more."""
-    from pathlib import Path
+    import gc
 
-    from lib.analysis import analyse
-    from lib.present import text
-    from lib.sweeps import load_experiment
+    # A short process: the cyclic collector would only walk the modules being imported, again
+    # and again (parsed JSON and Polars frames hold no cycles to find).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _tune(args)
+    finally:
+        if collecting:
+            gc.enable()
 
-    sweep = load_experiment(
+
+def _read(args: TuneArgs) -> SweepFiles:
+    """The sweep's files, only the metrics the analysis reads (run in the prefetch child)."""
+    from lib.sweep_files import read_sweep_files
+
+    return read_sweep_files(
         args.experiment_dir,
         batch_size_var=args.fields.batch_size_var,
         k_var=args.fields.k_var,
+        metrics=args.settings.metrics_read(),
     )
+
+
+def _tune(args: TuneArgs) -> int:
+    import functools
+    from pathlib import Path
+
+    from lib.cli.prefetch import Prefetch
+
+    # The files are read in a second process while this one imports Polars and NumPy.
+    reading = Prefetch.start(functools.partial(_read, args))
+    from lib.analysis import analyse
+    from lib.present import text
+    from lib.sweeps import sweep_from
+
+    sweep = sweep_from(reading.result())
     analysis = analyse(sweep, args.settings, args.options)
     result = analysis.result
     failed = print_problems(
