@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from make_large_sweep import DEFAULT_RUNS, DEFAULT_RUNS_PER_CELL, write_sweep  # noqa: E402
+from make_large_sweep import DEFAULT_RUNS, bench_sweep  # noqa: E402
 
 from lib.analysis import Analysis, analyse  # noqa: E402
 from lib.app import support as app_support  # noqa: E402
@@ -198,20 +196,8 @@ def main() -> int:
     parser.add_argument("--interpolated-schedule", action="store_true")
     args = parser.parse_args()
     options = Options(policy=args.policy, interpolated_schedule=args.interpolated_schedule)
-    scratch = None
-    if args.sweep_dir is None:
-        scratch = Path(tempfile.mkdtemp(prefix="tune-spec-k-bench-app-"))
-        sweep_dir = scratch / "sweep"
-        start = time.perf_counter()
-        write_sweep(sweep_dir, args.runs, DEFAULT_RUNS_PER_CELL)
-        print(f"generated {sweep_dir} in {time.perf_counter() - start:.1f} s")
-    else:
-        sweep_dir = args.sweep_dir
-    try:
+    with bench_sweep(args.sweep_dir, args.runs) as sweep_dir:
         return run_bench(sweep_dir, args.repeats, args.slider, options)
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "bench")]
 
-from make_large_sweep import DEFAULT_RUNS, DEFAULT_RUNS_PER_CELL, write_sweep  # noqa: E402
+from make_large_sweep import DEFAULT_RUNS, bench_sweep  # noqa: E402
 
 #: What the CLI needs from the records with its default flags: the objective, then what the
 #: health gate reads (an --acceptance-var would add its field).
@@ -188,20 +188,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    generated = None
-    if args.sweep_dir is None:
-        generated = Path(tempfile.mkdtemp(prefix="tune-spec-k-bench-"))
-        sweep_dir = generated / "sweep"
-        start = time.perf_counter()
-        write_sweep(sweep_dir, args.runs, DEFAULT_RUNS_PER_CELL)
-        print(f"generated {sweep_dir} in {time.perf_counter() - start:.1f} s")
-    else:
-        sweep_dir = args.sweep_dir.resolve()
-    try:
+    with bench_sweep(args.sweep_dir, args.runs) as sweep_dir:
         return run_bench(sweep_dir, args.repeats)
-    finally:
-        if generated is not None:
-            shutil.rmtree(generated)
 
 
 if __name__ == "__main__":

@@ -35,11 +35,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,7 +49,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
-from make_large_sweep import DEFAULT_RUNS, DEFAULT_RUNS_PER_CELL, write_sweep  # noqa: E402
+from make_large_sweep import DEFAULT_RUNS, bench_sweep  # noqa: E402
 from reference_policy import reference_tune, reference_tune_records  # noqa: E402
 
 from lib import sweep_files  # noqa: E402
@@ -180,20 +178,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    scratch = None
-    if args.sweep_dir is None:
-        scratch = Path(tempfile.mkdtemp(prefix="tune-spec-k-bench-"))
-        sweep_dir = scratch / "sweep"
-        start = time.perf_counter()
-        write_sweep(sweep_dir, args.runs, DEFAULT_RUNS_PER_CELL)
-        print(f"generated {sweep_dir} in {time.perf_counter() - start:.1f} s")
-    else:
-        sweep_dir = args.sweep_dir
-    try:
+    with bench_sweep(args.sweep_dir, args.runs) as sweep_dir:
         return run_bench(sweep_dir, args.repeats)
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch)
 
 
 def run_bench(sweep_dir: Path, repeats: int) -> int:

@@ -21,9 +21,14 @@ schedule with a few ranges. Same arguments, same bytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import random
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -169,6 +174,23 @@ def write_sweep(out_dir: Path, runs: int, runs_per_cell: int) -> int:
             (combo / "summary.json").write_text(json.dumps(records, indent=4))
             written += len(records)
     return written
+
+
+@contextlib.contextmanager
+def bench_sweep(sweep_dir: Path | None, runs: int) -> Iterator[Path]:
+    """The benches' sweep: ``sweep_dir`` as it is, or (None) a sweep of ``runs`` runs generated
+    into a temporary folder, removed afterwards."""
+    if sweep_dir is not None:
+        yield sweep_dir.resolve()
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="tune-spec-k-bench-"))
+    try:
+        start = time.perf_counter()
+        write_sweep(scratch / "sweep", runs, DEFAULT_RUNS_PER_CELL)
+        print(f"generated {scratch / 'sweep'} in {time.perf_counter() - start:.1f} s")
+        yield scratch / "sweep"
+    finally:
+        shutil.rmtree(scratch)
 
 
 def main() -> None:

@@ -19,32 +19,34 @@ from lib.problems import Problem, Severity
 __all__ = ["parse_json", "read_json", "write_files"]
 
 
-def parse_json(raw: bytes) -> tuple[Any, tuple[str, str] | None]:
-    """``(value, None)`` for JSON text, else ``(MISSING, (rule, message))``.
+def parse_json(raw: bytes) -> tuple[Any, tuple[str, str] | None, bool]:
+    """``(value, None, by_orjson)`` for JSON text, else ``(MISSING, (rule, message), False)``.
 
     orjson first (fast); Python's ``json`` for what orjson refuses: it accepts the ``NaN`` and
     ``Infinity`` that vLLM's ``json.dump`` can write, and names the line and column of a real
-    error.
+    error. ``by_orjson`` says which parser read the value: only Python's ``json`` yields NaN,
+    infinities and ints beyond 64 bits.
 
-    >>> parse_json(b'{"a": NaN}')[0]
-    {'a': nan}
+    >>> parse_json(b'{"a": NaN}')
+    ({'a': nan}, None, False)
     >>> parse_json(b'[1, 2')[1]
     ('invalid-json', "not valid JSON: Expecting ',' delimiter at line 1 column 6 (a truncated or hand-edited file?)")
     """  # noqa: E501
     try:
-        return orjson.loads(raw), None
+        return orjson.loads(raw), None, True
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(raw), None
+        return json.loads(raw), None, False
     except UnicodeDecodeError as error:
-        return MISSING, ("unreadable-file", f"not UTF-8 text: {error.reason}")
+        return MISSING, ("unreadable-file", f"not UTF-8 text: {error.reason}"), False
     except json.JSONDecodeError as error:
-        return MISSING, (
+        failure = (
             "invalid-json",
             f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
             " (a truncated or hand-edited file?)",
         )
+        return MISSING, failure, False
 
 
 def read_json(path: str | Path) -> tuple[Any, list[Problem]]:
@@ -54,7 +56,7 @@ def read_json(path: str | Path) -> tuple[Any, list[Problem]]:
     except OSError as error:
         reason = f"cannot read the file: {error.strerror or error}"
         return MISSING, [Problem(Severity.ERROR, "unreadable-file", reason, files=(str(path),))]
-    data, failure = parse_json(raw)
+    data, failure, _ = parse_json(raw)
     if failure is not None:
         rule, message = failure
         return MISSING, [Problem(Severity.ERROR, rule, message, files=(str(path),))]

@@ -17,7 +17,6 @@ Polars nor NumPy: the CLI reads a sweep in a second process while the first impo
 from __future__ import annotations
 
 import gc
-import json
 import math
 import os
 import re
@@ -28,6 +27,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from lib.files import parse_json
 from lib.flags import flag_name
 from lib.keys import MISSING, k_at_batch_size, lookup, parse_json_string, top_level_names
 from lib.problems import Problem, Severity, show_value
@@ -122,24 +122,10 @@ def _read_json(path: Path, relative: str, log: _ProblemLog) -> tuple[Any, bool]:
     except OSError as error:
         log.add("unreadable-file", f"cannot read the file: {error.strerror or error}", relative)
         return MISSING, False
-    try:
-        return orjson.loads(raw), True
-    except orjson.JSONDecodeError:
-        pass
-    # Python's json accepts the NaN / Infinity that vLLM's json.dump can write; it also gives
-    # the clearer message when the file really is broken.
-    try:
-        return json.loads(raw), False
-    except UnicodeDecodeError as error:
-        log.add("unreadable-file", f"not UTF-8 text: {error.reason}", relative)
-    except json.JSONDecodeError as error:
-        log.add(
-            "invalid-json",
-            f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
-            " (a truncated or hand-edited file?)",
-            relative,
-        )
-    return MISSING, False
+    data, failure, by_orjson = parse_json(raw)
+    if failure is not None:
+        log.add(*failure, relative)
+    return data, by_orjson
 
 
 _NUMERIC = frozenset({float, int, type(None)})

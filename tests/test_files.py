@@ -10,19 +10,21 @@ from lib.keys import MISSING
 
 
 def test_nan_and_infinity_written_by_python_json_are_read() -> None:
-    value, failure = parse_json(b'{"a": NaN, "b": -Infinity}')
+    value, failure, by_orjson = parse_json(b'{"a": NaN, "b": -Infinity}')
     assert failure is None and math.isnan(value["a"]) and value["b"] == -math.inf
+    assert not by_orjson  # Python's json read it
+    assert parse_json(b'{"a": 1}') == ({"a": 1}, None, True)
 
 
 def test_broken_json_names_the_line_and_column() -> None:
-    value, failure = parse_json(b'[\n  {"a": 1},\n  {"a": \n')
+    value, failure, _ = parse_json(b'[\n  {"a": 1},\n  {"a": \n')
     assert value is MISSING
     assert failure is not None and failure[0] == "invalid-json"
     assert "at line 4 column 1" in failure[1]
 
 
 def test_text_that_is_not_utf8_is_unreadable() -> None:
-    value, failure = parse_json(b'{"a": "\xff"}')
+    value, failure, _ = parse_json(b'{"a": "\xff"}')
     assert value is MISSING and failure is not None and failure[0] == "unreadable-file"
 
 
