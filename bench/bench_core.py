@@ -159,7 +159,8 @@ def check_same_schedule(sweep_dir: Path) -> tuple[list[list[int]], int]:
         problem.describe() for problem in result.errors
     )
     reference = reference_tune(sweep_dir)
-    schedule = [list(r) for r in result.schedule or ()]
+    assert result.schedule is not None
+    schedule = result.schedule.to_json()
     assert schedule == reference["schedule"], (
         f"lib and the reference disagree: {schedule} vs {reference['schedule']}"
     )

@@ -17,7 +17,7 @@ from paths import SAMPLE_SWEEPS
 from reference_policy import ReferenceRejected, reference_tune
 from sweep_builder import combo_name, grid, record, write_combo, write_grid
 
-from lib.schedule import TuningResult, tune
+from lib.schedule import NO_SCHEDULE, TuningResult, tune
 from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Settings
 from lib.sweeps import load_experiment
 
@@ -62,7 +62,7 @@ def assert_agree(path: Path, **flags: Any) -> TuningResult:
     result, reference = _verdicts(path, flags)
     if reference is None:
         return result
-    assert [list(r) for r in result.schedule or ()] == reference["schedule"]
+    assert (result.schedule or NO_SCHEDULE).to_json() == reference["schedule"]
     assert result.configured_global_k == reference["configured_global_num_speculative_tokens"]
     assert result.decisions["anchor"].to_list() == [d["batch_size"] for d in reference["decisions"]]
     assert result.decisions["selected_k"].to_list() == [

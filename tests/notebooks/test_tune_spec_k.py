@@ -83,7 +83,7 @@ def _assert_exports_the_cli_file(
     if cli_file is None:
         return
     written = json.loads(cli_file)
-    assert written["num_speculative_tokens_per_batch_size"] == [list(r) for r in shown.schedule]
+    assert written["num_speculative_tokens_per_batch_size"] == shown.schedule.to_json()
     picks = [(d["batch_size"], d["selected_k"]) for d in written["batch_decisions"]]
     assert picks == shown.decisions.select("anchor", "selected_k").rows()
 
@@ -324,7 +324,7 @@ def test_switch_points_are_drawn_on_the_schedule_chart(
     defs = run_notebook(
         notebook, monkeypatch, "--sweeps", str(sample), interpolated_checkbox=INTERPOLATED
     )
-    assert [list(r) for r in defs["result"].schedule] == interpolated
+    assert defs["result"].schedule.to_json() == interpolated
     assert "deployed: the interpolated schedule" in str(defs["schedule_chart"].to_dict()["title"])
     cli_file = _cli_file(sample, tmp_path, capsys, "--interpolated-schedule")
     _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
