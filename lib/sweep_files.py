@@ -545,23 +545,105 @@ class _Reader:
         return len(self.derived["source"]) - 1
 
 
-def _data_files(root: Path) -> list[tuple[Path, str, str, str]]:
+def _shown_path(text: str) -> str:
+    """A path as text that any output can hold: bytes of a name that are not UTF-8 (kept by
+    ``os.walk`` as lone surrogates, which Polars and a UTF-8 terminal refuse) become ``\\xNN``.
+
+    >>> _shown_path("SERVE--k3" + b"\\xff".decode("utf-8", "surrogateescape"))
+    'SERVE--k3\\\\xff'
+    """
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _data_files(
+    root: Path, log: _ProblemLog, within: Path | None
+) -> list[tuple[Path, str, str, str]]:
     """(folder, file name, kind, run number) of every file that holds runs, in a stable order.
 
     kind is ``summary``; ``run`` for run=N.json where the folder has no summary.json;
     ``backup`` for run=N.json beside a summary.json (read only if that summary is unreadable,
     so a damaged summary loses no data); ``failure``; or ``warmup``. Within a folder the
     summary comes first, so the loader knows whether the backups are needed. Folder and name
-    stay apart: most entries are backups never read, not worth a Path each.
+    stay apart: most entries are backups never read, not worth a Path each. Folders are
+    visited depth first, each one's subfolders in name order.
+
+    Nothing below the root vanishes without a word:
+
+    - a folder that cannot be listed (no permission, gone while walking) is a problem naming it;
+    - symlinked folders are followed (a sweep assembled from links is still a sweep), but a
+      folder reached twice (a link to a sibling, a link back up the tree) is read once, with
+      a warning naming both paths;
+    - with ``within`` (the dashboard's root), a link that resolves outside it is refused with
+      a problem naming the link: nothing outside is listed or read.
     """
     found: list[tuple[Path, str, str, str]] = []
-    for folder, subfolders, names in os.walk(root):
-        subfolders.sort()
-        here = Path(folder)
+    visited: dict[tuple[int, int], str] = {}
+    fence = within.resolve() if within is not None else None
+
+    def shown(path: Path) -> str:
+        return _shown_path(path.relative_to(root).as_posix()) if path != root else "."
+
+    def outside(path: Path) -> bool:
+        if fence is None:
+            return False
+        if Path(os.path.realpath(path)).is_relative_to(fence):
+            return False
+        log.add(
+            "outside-root",
+            f"a link that leads outside {_shown_path(str(fence))}; not read",
+            shown(path),
+        )
+        return True
+
+    def unlistable(folder: Path, error: OSError) -> None:
+        reason = f"cannot list the folder: {error.strerror or error}"
+        log.add("unreadable-folder", reason, shown(folder))
+
+    def first_visit(folder: Path) -> bool:
+        try:
+            status = folder.stat()
+        except OSError as error:
+            unlistable(folder, error)
+            return False
+        identity = (status.st_dev, status.st_ino)
+        earlier = visited.get(identity)
+        if earlier is None:
+            visited[identity] = shown(folder)
+            return True
+        log.add(
+            "folder-seen-twice",
+            f"the same folder as {earlier} (a symbolic link); its runs are read once, there",
+            shown(folder),
+            severity=Severity.WARNING,
+        )
+        return False
+
+    pending = [root] if first_visit(root) else []
+    while pending:
+        here = pending.pop()
+        try:
+            with os.scandir(here) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError as error:
+            unlistable(here, error)
+            continue
+        names: list[str] = []
+        subfolders: list[Path] = []
+        for entry in entries:
+            if entry.is_symlink() and outside(here / entry.name):
+                continue
+            try:
+                is_folder = entry.is_dir()
+            except OSError:
+                is_folder = False
+            if is_folder:
+                subfolders.append(here / entry.name)
+            else:
+                names.append(entry.name)
         has_summary = SUMMARY_FILE in names
         if has_summary:
             found.append((here, SUMMARY_FILE, "summary", ""))
-        for name in sorted(names):
+        for name in names:
             run = _RUN_FILE.match(name)
             failure = _FAILURE_FILE.match(name)
             if run:
@@ -570,23 +652,32 @@ def _data_files(root: Path) -> list[tuple[Path, str, str, str]]:
                 found.append((here, name, "failure", failure.group(1)))
             elif name == WARMUP_FILE:
                 found.append((here, name, "warmup", ""))
+        # Checked in name order, so of two ways to one folder the first in that order reads it.
+        new_folders = [folder for folder in subfolders if first_visit(folder)]
+        pending.extend(reversed(new_folders))
     return found
 
 
 def _place_failures(reader: _Reader, failures: list[tuple[int, str]]) -> None:
-    """A failure file usually holds no parameters: it belongs to its combo's anchor and K."""
+    """A failure file usually holds no parameters: it belongs to its combo's anchor and K,
+    those of the combo's first run that is not a failure (one pass over the runs, then a
+    lookup per failure: a sweep may hold thousands of both)."""
+    if not failures:
+        return
     derived = reader.derived
     anchors, ks = derived["anchor"], derived["k"]
+    first_run: dict[str, int] = {}
+    for row, (combo, failed) in enumerate(
+        zip(derived["combo"], derived["failure_file"], strict=True)
+    ):
+        if not failed:
+            first_run.setdefault(combo, row)
     for row, combo in failures:
-        if anchors[row] is not None and ks[row] is not None:
+        sibling = first_run.get(combo)
+        if sibling is None or (anchors[row] is not None and ks[row] is not None):
             continue
-        for sibling, (sibling_combo, failed) in enumerate(
-            zip(derived["combo"], derived["failure_file"], strict=True)
-        ):
-            if sibling_combo == combo and not failed:
-                anchors[row] = anchors[row] or anchors[sibling]
-                ks[row] = ks[sibling] if ks[row] is None else ks[row]
-                break
+        anchors[row] = anchors[row] or anchors[sibling]
+        ks[row] = ks[sibling] if ks[row] is None else ks[row]
 
 
 @dataclass(frozen=True, eq=False)
@@ -624,6 +715,7 @@ def read_sweep_files(
     k_var: str,
     progress: Progress | None = None,
     metrics: Collection[str] | None = None,
+    within: str | os.PathLike[str] | None = None,
 ) -> SweepFiles:
     """Read every run under an experiment folder (see :func:`lib.sweeps.load_experiment` for
     the arguments); never raises for bad input: every problem is in the result.
@@ -637,7 +729,8 @@ def read_sweep_files(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _read(Path(path), str(path), batch_size_var, k_var, progress, metrics)
+        fence = Path(within) if within is not None else None
+        return _read(Path(path), str(path), batch_size_var, k_var, progress, metrics, fence)
     finally:
         # By now the records are freed: the next collection has nothing of theirs to walk.
         if collecting:
@@ -651,6 +744,7 @@ def _read(
     k_var: str,
     progress: Progress | None,
     metrics: Collection[str] | None,
+    within: Path | None,
 ) -> SweepFiles:
     kept: tuple[str, ...] | None = None
     if metrics is not None:
@@ -659,12 +753,16 @@ def _read(
             kept = None
     log = _ProblemLog()
     reader = _Reader(batch_size_var, k_var, log, kept)
-    if not root.exists():
+    # Path("") is the working directory: an empty argument must not analyse it silently.
+    readable = bool(shown_root) and root.is_dir()
+    if not shown_root:
+        log.add("missing-folder", "the experiment path is empty", "''")
+    elif not root.exists():
         log.add("missing-folder", "the experiment folder does not exist", shown_root)
-    elif not root.is_dir():
+    elif not readable:
         log.add("not-a-folder", "the experiment path is not a folder", shown_root)
-    files = _data_files(root) if root.is_dir() else []
-    if root.is_dir() and not any(kind != "warmup" for _, _, kind, _ in files):
+    files = _data_files(root, log, within) if readable else []
+    if readable and not any(kind != "warmup" for _, _, kind, _ in files):
         log.add(
             "empty-experiment",
             "no summary.json or run=N.json files anywhere below the folder "
@@ -686,8 +784,8 @@ def _read(
         if ticks is not None and kind != "backup":
             next(ticks, None)
         file_path = folder / name
-        relative = file_path.relative_to(root).as_posix()
-        combo = folder.relative_to(root).as_posix()
+        relative = _shown_path(file_path.relative_to(root).as_posix())
+        combo = _shown_path(folder.relative_to(root).as_posix())
         if kind == "warmup":
             log.add(
                 "warmup-ignored",

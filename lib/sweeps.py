@@ -72,6 +72,7 @@ def load_experiment(
     k_var: str = DEFAULT_K_VAR,
     progress: Progress | None = None,
     metrics: Collection[str] | None = None,
+    within: str | os.PathLike[str] | None = None,
 ) -> Sweep:
     """Read every run under an experiment folder; never raises for bad input.
 
@@ -88,9 +89,19 @@ def load_experiment(
     record has gives no column, as in the full load; a derived column's name adds nothing. A
     name with a dot (nested or dotted fields) makes the whole load take the full path before
     restricting. A plain ``str`` is refused (it would be a collection of one-letter names).
+
+    ``within`` (the dashboard passes its root) confines the reading: a symbolic link below
+    ``path`` that resolves outside ``within`` is a problem naming it, and nothing behind it
+    is listed or read. Without it, links are followed wherever they lead (the user's own
+    files, on the command line).
     """
     files = read_sweep_files(
-        path, batch_size_var=batch_size_var, k_var=k_var, progress=progress, metrics=metrics
+        path,
+        batch_size_var=batch_size_var,
+        k_var=k_var,
+        progress=progress,
+        metrics=metrics,
+        within=within,
     )
     return sweep_from(files)
 

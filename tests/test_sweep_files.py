@@ -4,18 +4,25 @@ can cross a process boundary, and the garbage collector is left as the caller ha
 from __future__ import annotations
 
 import gc
+import os
 import pickle
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import polars as pl
 import pytest
-from paths import REPO, SAMPLE_SWEEPS
+from paths import BAD_INPUTS, REPO, SAMPLE_SWEEPS
 from sweep_builder import write_grid
 
+from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from lib.cli.main import main
+from lib.problems import Problem, Severity
 from lib.sweep_files import read_sweep_files
-from lib.sweeps import load_experiment, sweep_from
+from lib.sweeps import Sweep, load_experiment, sweep_from
 
 
 def test_reading_loads_neither_polars_nor_numpy() -> None:
@@ -82,3 +89,144 @@ def test_metrics_must_be_a_collection_of_names(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         load_experiment(tmp_path, metrics="output_throughput")
     assert gc.isenabled()
+
+
+# --------------------------------------------------------------------------- walking the folder
+# The healthy 2-anchor x 2-K x 3-run sweep of the bad-input corpus (null-goodput is unbroken;
+# only its goodput is null): anchor 1 picks K=3, anchor 4 picks K=0.
+HEALTHY = BAD_INPUTS / "null-goodput"
+HEALTHY_SCHEDULE = "[[1, 3, 3], [4, 4, 0]]"
+
+
+def _healthy_copy(tmp_path: Path) -> Path:
+    experiment = tmp_path / "experiment"
+    shutil.copytree(HEALTHY, experiment)
+    return experiment
+
+
+def _tune_output(experiment: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main([str(experiment), "--output-json", str(experiment.parent / "schedule.json")])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _rules(sweep: Sweep) -> dict[str, list[Problem]]:
+    found: dict[str, list[Problem]] = {}
+    for problem in sweep.problems:
+        found.setdefault(problem.rule, []).append(problem)
+    return found
+
+
+def test_an_empty_path_is_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The working directory is a healthy sweep: analysing it would exit 0.
+    monkeypatch.chdir(_healthy_copy(tmp_path))
+    assert main(["", "--output-json", str(tmp_path / "schedule.json")]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "error [missing-folder] the experiment path is empty in ''" in captured.err
+    assert not (tmp_path / "schedule.json").exists()
+    assert [p.rule for p in load_experiment("").problems] == ["missing-folder"]
+
+
+def test_a_folder_that_cannot_be_listed_is_a_problem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # root can list a chmod 000 folder (and CI may run as root): the refusal comes from
+    # os.scandir, as it would for any other user.
+    experiment = _healthy_copy(tmp_path)
+    locked = experiment / "SERVE--k0-BENCH--c4"
+    listing = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return listing(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    code, out, err = _tune_output(experiment, capsys)
+    assert code == EXIT_BAD_INPUT
+    assert out == ""
+    line = (
+        "error [unreadable-folder] cannot list the folder: Permission denied in SERVE--k0-BENCH--c4"
+    )
+    assert line in err
+    # Without the problem the anchor would silently lose K=0 and pick K=3.
+    assert "unreadable-folder" in _rules(load_experiment(experiment))
+
+
+def test_symlinked_combo_folders_are_followed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    experiment = _healthy_copy(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("SERVE--k0-BENCH--c4", "SERVE--k3-BENCH--c1"):
+        (experiment / name).rename(elsewhere / name)
+        (experiment / name).symlink_to(elsewhere / name, target_is_directory=True)
+    code, out, err = _tune_output(experiment, capsys)
+    assert (code, err) == (EXIT_OK, "")
+    assert out.splitlines()[0] == HEALTHY_SCHEDULE
+    assert load_experiment(experiment).runs.height == load_experiment(HEALTHY).runs.height
+
+
+def test_a_folder_reached_twice_is_read_once(tmp_path: Path) -> None:
+    experiment = _healthy_copy(tmp_path)
+    # A link to a sibling (sorted after it) and a link back up to the experiment folder.
+    (experiment / "SERVE--k3-BENCH--c4-copy").symlink_to("SERVE--k3-BENCH--c4")
+    (experiment / "SERVE--k0-BENCH--c1" / "loop").symlink_to("..")
+    sweep = load_experiment(experiment)
+    assert sweep.runs.height == load_experiment(HEALTHY).runs.height
+    twice = _rules(sweep)["folder-seen-twice"]
+    assert {problem.severity for problem in twice} == {Severity.WARNING}
+    named = {file: problem.message for problem in twice for file in problem.files}
+    assert set(named) == {"SERVE--k3-BENCH--c4-copy", "SERVE--k0-BENCH--c1/loop"}
+    assert "the same folder as SERVE--k3-BENCH--c4 " in named["SERVE--k3-BENCH--c4-copy"]
+    assert "the same folder as . " in named["SERVE--k0-BENCH--c1/loop"]
+
+
+def test_within_refuses_links_that_lead_outside(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    experiment = _healthy_copy(root)
+    outside = tmp_path / "outside"
+    shutil.copytree(HEALTHY / "SERVE--k3-BENCH--c4", outside / "SERVE--k3-BENCH--c4")
+    secret = outside / "secret.json"
+    secret.write_text('["the secret"]', encoding="utf-8")
+    # A whole combo folder and one file, each through a link out of the root.
+    (experiment / "SERVE--k3-BENCH--c4").rename(root / "inside-but-moved")
+    (experiment / "SERVE--k3-BENCH--c4").symlink_to(outside / "SERVE--k3-BENCH--c4")
+    (experiment / "SERVE--k0-BENCH--c4" / "summary.json").unlink()
+    (experiment / "SERVE--k0-BENCH--c4" / "summary.json").symlink_to(secret)
+    inside = load_experiment(experiment, within=root)
+    refused = _rules(inside)["outside-root"]
+    assert sorted(file for problem in refused for file in problem.files) == [
+        "SERVE--k0-BENCH--c4/summary.json",
+        "SERVE--k3-BENCH--c4",
+    ]
+    assert all(problem.severity is Severity.ERROR for problem in refused)
+    assert "the secret" not in repr(inside.problems)
+    # The refused combo is not read at all; the refused summary's backups (run=N.json) are.
+    assert inside.runs.filter(pl.col("combo") == "SERVE--k3-BENCH--c4").height == 0
+    assert inside.runs.filter(pl.col("combo") == "SERVE--k0-BENCH--c4").height == 3
+    # Links inside the root, and any link without `within`, are followed.
+    assert "outside-root" not in _rules(load_experiment(experiment, within=tmp_path))
+    assert "outside-root" not in _rules(load_experiment(experiment))
+
+
+def test_a_folder_name_that_is_not_utf8_is_shown_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    experiment = _healthy_copy(tmp_path)
+    odd = os.fsdecode(b"SERVE--k3-BENCH--c4\xff")
+    (experiment / "SERVE--k3-BENCH--c4").rename(experiment / odd)
+    sweep = load_experiment(experiment)
+    assert "SERVE--k3-BENCH--c4\\xff" in sweep.runs["combo"].to_list()
+    code, out, err = _tune_output(experiment, capsys)
+    assert (code, err) == (EXIT_OK, "")
+    assert out.splitlines()[0] == HEALTHY_SCHEDULE
+    # A problem in that folder names it escaped, never with the raw byte.
+    (experiment / odd / "summary.json").write_bytes(b"[{")
+    code, out, err = _tune_output(experiment, capsys)
+    assert "SERVE--k3-BENCH--c4\\xff/summary.json" in err
