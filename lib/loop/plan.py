@@ -496,6 +496,40 @@ def _join(parts: list[str], extra: str) -> str:
     return f"{text} {extra.strip()}" if extra.strip() else text
 
 
+#: The part of ``run.sh`` that decides how each sweep runs (``sweep``): with vLLM as it is;
+#: without it, a dry run (a check of the plan before it reaches the GPU machine) prints each
+#: command quoted as ``shlex.join`` quotes it, so it reads like ``command.txt``, and a real run
+#: stops before the first sweep with a message instead of bash's "command not found".
+_RUN_SCRIPT_PRELUDE = r"""dry_run=false
+for arg in "$@"; do
+    case $arg in --dry-run) dry_run=true ;; esac
+done
+if command -v vllm >/dev/null 2>&1; then
+    sweep() { "$@"; }
+elif $dry_run; then
+    echo "run.sh: vLLM is not installed here (no \`vllm\` on PATH): each sweep's command" \
+        "follows; with vLLM, \`vllm bench sweep serve --dry-run\` prints every server and" \
+        "benchmark command." >&2
+    sweep() {
+        local word quoted=()
+        local tick="'" escaped="'\"'\"'"
+        for word in "$@"; do
+            if [[ -n $word && $word != *[!A-Za-z0-9_@%+=:,./-]* ]]; then
+                quoted+=("$word")
+            else
+                quoted+=("'${word//"$tick"/"$escaped"}'")
+            fi
+        done
+        printf '%s\n' "${quoted[*]}"
+    }
+else
+    echo "run.sh: vLLM is needed to run the sweep, and there is no \`vllm\` on PATH:" \
+        "install vLLM (0.25 or newer) or activate the environment that has it, then run" \
+        "this again. \`bash $0 --dry-run\` prints the commands without vLLM." >&2
+    exit 1
+fi""".splitlines()
+
+
 # --------------------------------------------------------------------------- plans
 
 
@@ -561,7 +595,9 @@ class SweepPlan:
     def run_script(self) -> str:
         """A bash script running every step; extra arguments (``--dry-run``,
         ``--continue-on-error``, ``--resume``) go to each sweep. Params are found beside the
-        script; results go below the folder it is run from."""
+        script; results go below the folder it is run from. Without ``vllm`` on PATH a dry run
+        prints each sweep's command (what ``vllm bench sweep serve`` would be asked) and a real
+        run stops at once with a message saying vLLM is needed."""
         lines = [
             "#!/usr/bin/env bash",
             f"# Written by `tune-spec-k plan` ({self.kind} plan): {self.summary_line()}",
@@ -569,6 +605,7 @@ class SweepPlan:
             "# (--dry-run, --continue-on-error, --resume) are passed to every sweep.",
             "set -euo pipefail",
             'plan_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
+            *_RUN_SCRIPT_PRELUDE,
         ]
         for step in self.steps:
             # The params lie beside the script wherever it is run from.
@@ -579,10 +616,11 @@ class SweepPlan:
             lines += [
                 "",
                 f"# {step.name}: {step.purpose}",
-                command + ' "$@"',
-                "# Keep the params with the results (not with --dry-run: there are none).",
-                f"if [ -d {results} ]; then cp {params}{SERVE_PARAMS} {params}{BENCH_PARAMS}"
-                f" {results}/; fi",
+                f'sweep {command} "$@"',
+                "# Keep the params with the results; a dry run has none, and an earlier run's",
+                "# folder keeps the params it was run with.",
+                f"if ! $dry_run && [ -d {results} ]; then"
+                f" cp {params}{SERVE_PARAMS} {params}{BENCH_PARAMS} {results}/; fi",
             ]
         return "\n".join(lines) + "\n"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -125,6 +126,69 @@ def test_run_script_runs_the_command_and_keeps_the_params(tmp_path: Path) -> Non
     dry.mkdir()
     subprocess.run(["bash", str(script), "--dry-run"], cwd=dry, env=env, check=True)
     assert not (dry / "results").exists()
+    assert json.loads((dry / "args.json").read_text())[-1] == "--dry-run"
+    # Nor over the params an earlier run left with its results.
+    (experiment / "serve_params.json").write_text("{}\n")
+    subprocess.run(["bash", str(script), "--dry-run"], cwd=workdir, env=env, check=True)
+    assert (experiment / "serve_params.json").read_text() == "{}\n"
+
+
+def path_without_vllm(tmp_path: Path) -> dict[str, str]:
+    """An environment whose PATH has the few programs run.sh uses, and no `vllm` whatever this
+    machine has installed."""
+    bin_dir = tmp_path / "no-vllm-bin"
+    bin_dir.mkdir()
+    for name in ("dirname", "cp"):
+        found = shutil.which(name)
+        assert found is not None, name
+        (bin_dir / name).symlink_to(found)
+    return {"PATH": str(bin_dir)}
+
+
+def test_run_script_dry_run_prints_the_commands_without_vllm(tmp_path: Path) -> None:
+    """docs/loop.md: `bash plan/run.sh --dry-run` prints the commands and runs nothing, also on
+    a machine without vLLM (where the plan is checked before it goes to the GPU machine)."""
+    plan_dir = plan_files(tmp_path, *LLAMA_FLAGS, "--serve-args", "--served-model-name 'it s'")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    env = path_without_vllm(tmp_path)
+    bash = shutil.which("bash")
+    assert bash is not None
+    done = subprocess.run(
+        [bash, str(plan_dir / "run.sh"), "--dry-run", "--resume"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    command = (plan_dir / "command.txt").read_text().strip()
+    # The exact command vLLM would be given, quoted as command.txt quotes it.
+    assert done.stdout.splitlines() == [f"{command} --dry-run --resume"]
+    assert parse_sweep_command(done.stdout)["--serve-cmd"].endswith("'it s'")
+    assert "vLLM is not installed here" in done.stderr
+    assert list(workdir.iterdir()) == []
+
+
+def test_run_script_without_vllm_says_vllm_is_needed(tmp_path: Path) -> None:
+    plan_dir = plan_files(tmp_path, *LLAMA_FLAGS)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    bash = shutil.which("bash")
+    assert bash is not None
+    done = subprocess.run(
+        [bash, str(plan_dir / "run.sh"), "--continue-on-error"],
+        cwd=workdir,
+        env=path_without_vllm(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "run.sh: vLLM is needed to run the sweep" in done.stderr
+    assert "--dry-run` prints the commands without vLLM" in done.stderr
+    assert "command not found" not in done.stderr
+    assert list(workdir.iterdir()) == []
 
 
 def test_default_anchors_are_powers_of_two_up_to_the_maximum(tmp_path: Path) -> None:
