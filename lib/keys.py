@@ -13,14 +13,43 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "LARGEST_WHOLE_NUMBER",
     "MISSING",
     "k_at_batch_size",
     "lookup",
     "parse_json_string",
+    "whole_number",
 ]
 
 #: Sentinel for "the record has no such field" (a present field may hold ``None``).
 MISSING: Any = object()
+
+#: The largest batch size, K, run number or schedule bound any command accepts: 2^31 - 1, where
+#: vLLM's context-length axis ends its last bucket, and far beyond any batch size or K a server
+#: runs. A larger value is a typo or a damaged file; from 2^63 on it would not even fit the
+#: tables' 64-bit columns.
+LARGEST_WHOLE_NUMBER = 2**31 - 1
+
+
+def whole_number(value: Any) -> int | None:
+    """``value`` as a whole number from 0 to :data:`LARGEST_WHOLE_NUMBER`, else ``None``.
+
+    An int, or a float with no fractional part (``3.0``: JSON writers differ); never a bool
+    (``true`` is not 1 here), a string, NaN or an infinity. Callers add their own lower bound
+    (a batch size is >= 1).
+
+    >>> whole_number(3), whole_number(3.0), whole_number(True), whole_number(-1)
+    (3, 3, None, None)
+    >>> whole_number(2**31 - 1), whole_number(2**31), whole_number(1e300)
+    (2147483647, None, None)
+    """
+    if type(value) is int:
+        number = value
+    elif type(value) is float and value.is_integer():
+        number = int(value)
+    else:
+        return None
+    return number if 0 <= number <= LARGEST_WHOLE_NUMBER else None
 
 
 def parse_json_string(value: Any) -> Any:
@@ -29,7 +58,8 @@ def parse_json_string(value: Any) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
+            # RecursionError: a string nesting thousands of brackets deep is not a value either.
             return value
     return value
 
@@ -108,19 +138,14 @@ def k_at_batch_size(value: Any, batch_size: int) -> int | None:
     - A list of ``[lo, hi, K]`` ranges is a schedule: K is the K of the last range whose ``lo``
       is <= ``batch_size``, which is what vLLM's runtime does (gaps and the tail inherit).
       A schedule whose first range starts above ``batch_size`` gives ``None``.
-    Booleans, negative numbers and malformed schedules give ``None``.
+    Booleans, negative numbers, numbers above :data:`LARGEST_WHOLE_NUMBER` and malformed
+    schedules give ``None``.
 
     >>> k_at_batch_size(3, 64), k_at_batch_size([[1, 63, 7], [64, 256, 0]], 64)
     (3, 0)
     >>> k_at_batch_size([[2, 8, 1]], 1) is None
     True
     """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float):
-        return int(value) if value.is_integer() and value >= 0 else None
     if isinstance(value, list) and value:
         # The last range in (lo, K) order with lo <= batch_size, in one pass: the loader calls
         # this for every record.
@@ -129,14 +154,9 @@ def k_at_batch_size(value: Any, batch_size: int) -> int | None:
             if not (isinstance(entry, list | tuple) and len(entry) == 3):
                 return None
             start, k = entry[0], entry[2]
-            if not (
-                isinstance(start, int)
-                and not isinstance(start, bool)
-                and isinstance(k, int)
-                and not isinstance(k, bool)
-            ):
+            if type(start) is not int or type(k) is not int:
                 return None
             if start <= batch_size and (chosen is None or (start, k) > chosen):
                 chosen = (start, k)
-        return chosen[1] if chosen is not None and chosen[1] >= 0 else None
-    return None
+        return whole_number(chosen[1]) if chosen is not None else None
+    return whole_number(value)

@@ -29,6 +29,7 @@ import polars as pl
 
 from lib import robust
 from lib.flags import flag_name
+from lib.keys import LARGEST_WHOLE_NUMBER, whole_number
 from lib.problems import Problem, Severity, errors, show_value
 from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, HEALTH_FIELDS, Direction, Settings
 from lib.sweeps import Sweep
@@ -244,7 +245,7 @@ def global_k_gate(
                 Problem(
                     Severity.ERROR,
                     "missing-global-k",
-                    f"{missing.height} run(s) do not state the global speculative-token count",
+                    f"{missing.height} run(s) state no usable global speculative-token count",
                     files=_cell_files(missing),
                     field=GLOBAL_K_VAR,
                     expected="the same whole number on every speculative run",
@@ -639,7 +640,9 @@ def validate_schedule(schedule: Any) -> list[str]:
 
     A non-empty list; each entry a list of 3 integers ``[lo, hi, K]`` with ``lo > 0``,
     ``hi > 0``, ``lo <= hi``, ``K >= 0``; sorted by ``lo``, no two ranges may overlap; the first
-    range must start at 1. Gaps are allowed (they inherit the previous K at run time).
+    range must start at 1. Gaps are allowed (they inherit the previous K at run time). One
+    rule of tune-spec-k's own, the same for every command that reads a schedule or a sweep: no
+    number above :data:`~lib.keys.LARGEST_WHOLE_NUMBER`.
 
     >>> validate_schedule([[1, 63, 7], [64, 256, 0]])
     []
@@ -665,6 +668,11 @@ def validate_schedule(schedule: Any) -> list[str]:
             violations.append(f"entry {index} {list(entry)}: lo > hi")
         if k < 0:
             violations.append(f"entry {index} {list(entry)}: K must be >= 0")
+        if max(lo, hi, k) > LARGEST_WHOLE_NUMBER:
+            violations.append(
+                f"entry {index} {list(entry)}: numbers above {LARGEST_WHOLE_NUMBER}"
+                " (tune-spec-k's limit on batch sizes and K) are typos or damage"
+            )
         ranges.append((lo, hi, k))
     ranges.sort()
     for before, after in itertools.pairwise(ranges):
@@ -729,15 +737,15 @@ class Schedule:
         bounds: dict[int, int] = {}
         for raw_bound, k in draft_len_schedule.items():
             bound = trtllm_bound(raw_bound)
-            if bound is None or bound < 1:
+            if bound is None or not 1 <= bound <= LARGEST_WHOLE_NUMBER:
                 return None, [
                     f"{TRTLLM_SCHEDULE} key {raw_bound!r} is not a batch size (expected a"
-                    " whole number >= 1)"
+                    f" whole number from 1 to {LARGEST_WHOLE_NUMBER})"
                 ]
-            if not _whole(k) or k < 0:
+            if not _whole(k) or whole_number(k) is None:
                 return None, [
                     f"{TRTLLM_SCHEDULE}[{raw_bound!r}] = {json.dumps(k)} is not a draft length"
-                    " (expected a whole number >= 0)"
+                    f" (expected a whole number from 0 to {LARGEST_WHOLE_NUMBER})"
                 ]
             if bound in bounds:
                 return None, [f"{TRTLLM_SCHEDULE} repeats the bound {bound}"]

@@ -17,7 +17,6 @@ Polars nor NumPy: the CLI reads a sweep in a second process while the first impo
 from __future__ import annotations
 
 import gc
-import math
 import os
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -29,7 +28,15 @@ import orjson
 
 from lib.files import parse_json
 from lib.flags import flag_name
-from lib.keys import MISSING, k_at_batch_size, lookup, parse_json_string, top_level_names
+from lib.keys import (
+    LARGEST_WHOLE_NUMBER,
+    MISSING,
+    k_at_batch_size,
+    lookup,
+    parse_json_string,
+    top_level_names,
+    whole_number,
+)
 from lib.problems import Problem, Severity, show_value
 from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Fields, Settings
 
@@ -186,16 +193,6 @@ def _flatten_nested(
             _flatten_nested(value, prefix + key + ".", numbers, others)
 
 
-def _as_whole_number(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return None
-
-
 def _speculative_config(record: dict[str, Any]) -> Any:
     """The record's ``speculative_config`` (parsed if a JSON string), or :data:`MISSING`.
 
@@ -292,12 +289,12 @@ class _Reader:
                     "the run has no batch-size field, so it cannot be placed at an anchor",
                     self.batch_size_var,
                     None,
-                    "a whole number >= 1 (choose the field with"
+                    f"a whole number from 1 to {LARGEST_WHOLE_NUMBER} (choose the field with"
                     f" {flag_name(Fields, 'batch_size_var')})",
                 )
             )
             return None
-        anchor = _as_whole_number(raw)
+        anchor = whole_number(raw)
         if anchor is None or anchor < 1:
             reason = (
                 "null: the run was not concurrency-bound and cannot be an anchor"
@@ -310,7 +307,7 @@ class _Reader:
                     f"the batch-size field is {reason}",
                     self.batch_size_var,
                     show_value(raw),
-                    "a whole number >= 1",
+                    f"a whole number from 1 to {LARGEST_WHOLE_NUMBER}",
                 )
             )
             return None
@@ -357,7 +354,8 @@ class _Reader:
                     f"the K field gives no K at batch size {anchor}",
                     self.k_var,
                     show_value(raw),
-                    "a whole number >= 0, or [[lo, hi, K], ...] ranges covering the anchor",
+                    f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}, or [[lo, hi, K], ...]"
+                    " ranges covering the anchor",
                 )
             )
         return k, speculation
@@ -366,7 +364,7 @@ class _Reader:
         raw = lookup(record, GLOBAL_K_VAR)
         if raw is MISSING or raw is None:
             return None
-        global_k = _as_whole_number(raw)
+        global_k = whole_number(raw)
         if global_k is None or global_k < 0:
             found.append(
                 (
@@ -374,7 +372,7 @@ class _Reader:
                     "the global speculative-token count is not a whole number",
                     GLOBAL_K_VAR,
                     show_value(raw),
-                    "a whole number >= 1",
+                    f"a whole number from 1 to {LARGEST_WHOLE_NUMBER}",
                 )
             )
             return None
@@ -446,7 +444,7 @@ class _Reader:
                 )
                 continue
             raw = record.get("run_number")
-            number = raw if type(raw) is int else _as_whole_number(raw)
+            number = whole_number(raw)
             params = self._params(record, parsed_by_orjson)
             if params.findings:
                 where = f"{source}[{position}]" if indexed else source
@@ -455,6 +453,17 @@ class _Reader:
             positions(position)
             if number is None:
                 number = position if run_number is None else run_number
+                if raw is not None:
+                    self.log.add(
+                        "invalid-run-number",
+                        f"the run number is not a usable number; run {number} is used instead"
+                        " (from the file name or the record's place in the file)",
+                        f"{source}[{position}]" if indexed else source,
+                        severity=Severity.WARNING,
+                        field="run_number",
+                        value=show_value(raw),
+                        expected=f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}",
+                    )
             numbers(number)
             speculations(params.speculation)
             anchors(params.anchor)
@@ -519,7 +528,7 @@ class _Reader:
         anchor = k = None
         if isinstance(record, dict):
             raw_anchor = lookup(record, self.batch_size_var)
-            anchor = _as_whole_number(raw_anchor) if raw_anchor is not MISSING else None
+            anchor = whole_number(raw_anchor) if raw_anchor is not MISSING else None
             raw_k = lookup(record, self.k_var)
             if anchor is not None and raw_k is not MISSING:
                 k = k_at_batch_size(raw_k, anchor)
@@ -803,16 +812,26 @@ def _read(
                 severity=Severity.WARNING,
             )
         input_files.append(relative)
+        number = whole_number(int(run)) if run else None
+        if run and number is None:
+            log.add(
+                "invalid-file-name",
+                "the run number in the file name is too large; the file is not read",
+                relative,
+                value=run,
+                expected=f"run=N.json with N from 0 to {LARGEST_WHOLE_NUMBER}",
+            )
+            continue
         data, parsed_by_orjson = _read_json(file_path, relative, log)
         if kind == "summary" and isinstance(data, list):
             summaries_read.add(id(folder))
         if kind == "failure":
-            failures.append((reader.add_failure(data, relative, combo, int(run)), combo))
+            failures.append((reader.add_failure(data, relative, combo, number or 0), combo))
             continue
         if data is MISSING:
             continue
         if kind == "run":
-            reader.add_records([data], relative, combo, int(run), parsed_by_orjson)
+            reader.add_records([data], relative, combo, number, parsed_by_orjson)
         elif isinstance(data, list):
             reader.add_records(data, relative, combo, None, parsed_by_orjson)
         else:

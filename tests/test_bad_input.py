@@ -260,6 +260,28 @@ CASES = [
             Expected("invalid-anchor", f"{combo(4, 3)}/summary.json", "max_concurrency", "'four'"),
         ),
     ),
+    Case(
+        "huge-numbers",
+        (
+            Expected(
+                "invalid-anchor", f"{combo(1, 3)}/summary.json", "max_concurrency", str(2**63)
+            ),
+            Expected(
+                "invalid-k",
+                f"{combo(4, 3)}/summary.json",
+                "speculative_config.num_speculative_tokens_per_batch_size",
+                str([[1, 4, 2**63 - 1]]),
+            ),
+            Expected(
+                "invalid-global-k", f"{combo(1, 0)}/summary.json", GLOBAL_K_VAR, str(2**64 - 1)
+            ),
+            Expected(
+                "invalid-file-name",
+                f"{combo(4, 0)}/run=99999999999999999999.failure.json",
+                value="99999999999999999999",
+            ),
+        ),
+    ),
 ]
 BY_NAME = {case.folder: case for case in CASES}
 

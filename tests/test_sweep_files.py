@@ -230,3 +230,13 @@ def test_a_folder_name_that_is_not_utf8_is_shown_escaped(
     (experiment / odd / "summary.json").write_bytes(b"[{")
     code, out, err = _tune_output(experiment, capsys)
     assert "SERVE--k3-BENCH--c4\\xff/summary.json" in err
+
+
+def test_a_run_number_past_the_limit_is_replaced_by_its_place_with_a_warning() -> None:
+    # huge-numbers gives the first record of SERVE--k0-BENCH--c4/summary.json run_number 2^63.
+    sweep = load_experiment(BAD_INPUTS / "huge-numbers")
+    (warning,) = _rules(sweep)["invalid-run-number"]
+    assert warning.severity is Severity.WARNING
+    assert (warning.files, warning.value) == (("SERVE--k0-BENCH--c4/summary.json[0]",), str(2**63))
+    numbers = sweep.runs.filter(pl.col("source") == "SERVE--k0-BENCH--c4/summary.json")
+    assert numbers["run_number"].to_list() == [0, 1, 2]

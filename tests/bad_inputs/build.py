@@ -255,6 +255,21 @@ def three_problems() -> dict[str, bytes]:
     return render(combos)
 
 
+def huge_numbers() -> dict[str, bytes]:
+    """Numbers past every limit: 2^63 does not fit a 64-bit column, 2^63 - 1 does but is no
+    batch size, K or run number."""
+    combos = healthy()
+    set_field(combos, combo(1, 3), 0, "max_concurrency", 2**63)
+    combos[combo(4, 3)][1]["speculative_config"]["num_speculative_tokens_per_batch_size"] = [
+        [1, 4, 2**63 - 1]
+    ]
+    combos[combo(1, 0)][2]["speculative_config"]["num_speculative_tokens"] = 2**64 - 1
+    set_field(combos, combo(4, 0), 0, "run_number", 2**63)
+    files = render(combos)
+    files[f"{combo(4, 0)}/run=99999999999999999999.failure.json"] = dump({"error": "x"})
+    return files
+
+
 CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "truncated-json": truncated_json,
     "record-not-object": record_not_object,
@@ -276,6 +291,7 @@ CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "null-goodput": null_goodput,
     "invalid-utf8": invalid_utf8,
     "three-problems": three_problems,
+    "huge-numbers": huge_numbers,
 }
 
 

@@ -73,3 +73,26 @@ def test_unwritable_output_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
         captured.err
     )
     assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    ("schedule", "shown"),
+    [
+        # The examples, a K of 10^30 and a bound of 10^12, are past 2^31 - 1. (The JSON
+        # parser reads an int past 64 bits as a float: 10^30 is then no integer at all.)
+        ([[1, 8, 10**30]], "entry 0 [1, 8, 1e+30] is not a list of 3 integers"),
+        ([[1, 10**12, 3]], "[1, 1000000000000, 3]: numbers above 2147483647"),
+        ([[1, 8, 2**31]], "[1, 8, 2147483648]: numbers above 2147483647"),
+        ({"draft_len_schedule": {"63": 2**31}}, "2147483648 is not a draft length"),
+        ({"draft_len_schedule": {str(2**31): 2}}, "'2147483648' is not a batch size"),
+    ],
+)
+def test_numbers_past_the_limit_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], schedule: object, shown: str
+) -> None:
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(schedule))
+    assert main(["export", str(path), "-o", str(tmp_path / "out.json")]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert shown in captured.err
+    assert (captured.out, sorted(p.name for p in tmp_path.iterdir())) == ("", ["in.json"])
