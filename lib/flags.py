@@ -40,6 +40,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from lib.keys import LARGEST_WHOLE_NUMBER
+
 __all__ = [
     "Flag",
     "add_flags",
@@ -49,6 +51,7 @@ __all__ = [
     "given",
     "int_list",
     "to_arguments",
+    "whole_number_argument",
 ]
 
 _KEY = "flag"
@@ -91,6 +94,29 @@ def flag(
     return {_KEY: Flag(name, help, in_seed, metavar, parse, repeat, echo)}
 
 
+def whole_number_argument(text: str) -> int:
+    """A flag's whole number, no larger in size than :data:`~lib.keys.LARGEST_WHOLE_NUMBER`
+    (the limit every command applies to batch sizes and K; a run count or a seed has no use
+    for more). The sign is left to the setting's own check, which knows what it means.
+
+    >>> whole_number_argument("3"), whole_number_argument("-1")
+    (3, -1)
+    >>> whole_number_argument("100000000000000000000000")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '100000000000000000000000': expected a whole number up to 2147483647
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+    if abs(value) > LARGEST_WHOLE_NUMBER:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a whole number up to {LARGEST_WHOLE_NUMBER}"
+        )
+    return value
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """A comma-separated list of whole numbers, as ``--ks 0,1,3,7`` takes it.
 
@@ -98,10 +124,13 @@ def int_list(text: str) -> tuple[int, ...]:
     (0, 1, 3)
     """
     try:
-        values = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
-    except ValueError:
+        values = tuple(
+            whole_number_argument(part) for part in text.replace(" ", "").split(",") if part
+        )
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected comma-separated whole numbers, e.g. 0,1,3,7"
+            f"{text!r}: expected comma-separated whole numbers up to {LARGEST_WHOLE_NUMBER},"
+            " e.g. 0,1,3,7"
         ) from None
     if not values:
         raise argparse.ArgumentTypeError(f"{text!r}: expected at least one number")
@@ -157,6 +186,10 @@ def flag_name(cls: type, name: str) -> str:
     return _spec(next(field for field in dataclasses.fields(cls) if field.name == name)).name
 
 
+#: How a flag of each type is read, where not by the type itself.
+_PARSERS: dict[Any, Callable[[str], Any]] = {int: whole_number_argument, tuple: int_list}
+
+
 def add_flags(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     cls: type,
@@ -188,9 +221,10 @@ def add_flags(
         else:
             if spec.repeat:
                 options["action"] = "append"
-                options["type"] = spec.parse or _item_type(hints[field.name])
+                item = _item_type(hints[field.name])
+                options["type"] = spec.parse or _PARSERS.get(item, item)
             else:
-                options["type"] = spec.parse or (int_list if kind is tuple else kind)
+                options["type"] = spec.parse or _PARSERS.get(kind, kind)
             if choices:
                 options["choices"] = choices
             else:

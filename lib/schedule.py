@@ -992,11 +992,17 @@ class TuningResult:
 
 
 def tune(sweep: Sweep, settings: Settings) -> TuningResult:
-    """Apply the seed's policy to a loaded sweep, collecting every problem on the way."""
+    """Apply the seed's policy to a loaded sweep, collecting every problem on the way.
+
+    Settings that cannot be used (:meth:`Settings.invalid`) tune nothing: the result holds the
+    loader's problems and one ``invalid-setting`` error per reason, and no cell, because what
+    the gates would say under such settings (an objective that is a file name, a tolerance
+    past 100 %) is not true of the sweep."""
     problems: list[Problem] = list(sweep.problems)
-    problems += [
-        Problem(Severity.ERROR, "invalid-setting", reason) for reason in settings.invalid()
-    ]
+    invalid = settings.invalid()
+    if invalid:
+        problems += [Problem(Severity.ERROR, "invalid-setting", reason) for reason in invalid]
+        return _untuned(sweep, settings, problems)
     runs = sweep.runs
     health_excluded, found = health_gate(runs)
     problems += found
@@ -1074,6 +1080,27 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
         schedule=schedule,
         max_batch_size=max_batch_size,
         configured_global_k=configured_global,
+        max_k_observed=int(k_values.max()) if len(k_values) else None,  # type: ignore[arg-type]
+        problems=tuple(problems),
+    )
+
+
+def _untuned(sweep: Sweep, settings: Settings, problems: list[Problem]) -> TuningResult:
+    """A result with the schemas of a tuning and no cell, anchor or schedule."""
+    cells = pl.DataFrame(schema=CELL_SCHEMA).with_columns(  # type: ignore[arg-type]
+        pl.lit(None, pl.Utf8).alias("reason"), pl.lit(None, pl.Utf8).alias("status")
+    )
+    cells = tie_rule(cells, 0.0, maximize=True)
+    k_values = sweep.runs["k"].drop_nulls()
+    return TuningResult(
+        sweep=sweep,
+        settings=settings,
+        cells=cells,
+        decisions=decide(cells, maximize=True),
+        excluded_runs=_concat_excluded([]),
+        schedule=None,
+        max_batch_size=None,
+        configured_global_k=None,
         max_k_observed=int(k_values.max()) if len(k_values) else None,  # type: ignore[arg-type]
         problems=tuple(problems),
     )

@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_K_VAR",
     "DEFAULT_SEED",
+    "DERIVED_COLUMNS",
     "GLOBAL_K_VAR",
     "HEALTH_FIELDS",
     "POLICIES",
@@ -50,6 +51,20 @@ DEFAULT_CONFIDENCE = 0.9
 RESULT_FILE = "speculative_k_schedule.json"
 #: The health fields of a record the policy reads (:func:`lib.schedule.health_gate`).
 HEALTH_FIELDS = ("failed", "completed", "num_prompts")
+#: Columns the loader derives for every run (:mod:`lib.sweep_files`): where it came from and
+#: where it sits in the grid, never a measurement. A record field of one of these names is kept
+#: as ``record.<name>``, except ``run_number``, which the derived column holds.
+DERIVED_COLUMNS = (
+    "source",
+    "position",
+    "combo",
+    "run_number",
+    "failure_file",
+    "speculation",
+    "anchor",
+    "k",
+    "global_k",
+)
 
 
 @dataclass(frozen=True)
@@ -179,6 +194,17 @@ class Settings:
             reasons.append(
                 f"{_flag('relative_tolerance')} {self.relative_tolerance}: expected in [0, 1)"
             )
+        for name in ("objective", "acceptance"):
+            chosen = getattr(self, name)
+            if chosen in DERIVED_COLUMNS:
+                kept_as = f"; a record field {chosen!r} is 'record.{chosen}'"
+                if chosen == "run_number":
+                    kept_as = ""
+                reasons.append(
+                    f"{_flag(name)} {chosen!r}: a column tune-spec-k derives for every run"
+                    f" ({', '.join(DERIVED_COLUMNS)}), not a measurement: expected a numeric"
+                    f" record field such as output_throughput{kept_as}"
+                )
         if self.max_batch_size is not None and self.max_batch_size < 1:
             reasons.append(f"{_flag('max_batch_size')} {self.max_batch_size}: expected >= 1")
         return reasons

@@ -38,7 +38,7 @@ from lib.keys import (
     whole_number,
 )
 from lib.problems import Problem, Severity, show_value
-from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Fields, Settings
+from lib.settings import DEFAULT_K_VAR, DERIVED_COLUMNS, GLOBAL_K_VAR, Fields, Settings
 
 __all__ = [
     "DERIVED_COLUMNS",
@@ -59,20 +59,6 @@ _RUN_FILE = re.compile(r"^run=(\d+)\.json$")
 
 
 _FAILURE_FILE = re.compile(r"^run=(\d+)\.failure\.json$")
-
-
-#: Columns the loader derives; a record field with one of these names is kept as ``record.<name>``.
-DERIVED_COLUMNS = (
-    "source",
-    "position",
-    "combo",
-    "run_number",
-    "failure_file",
-    "speculation",
-    "anchor",
-    "k",
-    "global_k",
-)
 
 
 Progress = Callable[[Sequence[Path]], Iterable[Path]]

@@ -80,6 +80,22 @@ def test_healthy_sweep_gives_the_expected_schedule(tmp_path: Path) -> None:
     assert result.decisions["vs_k0_percent"].to_list() == pytest.approx([50.0, 0.0])
 
 
+@pytest.mark.parametrize(
+    "settings", [{"objective": "source"}, {"acceptance": "k"}, {"relative_tolerance": 1.5}]
+)
+def test_invalid_settings_tune_nothing(tmp_path: Path, settings: dict[str, Any]) -> None:
+    # Under these settings every gate would speak of the setting, not of the sweep (a text
+    # objective, a tolerance past 100 %): only the setting is reported.
+    result = _tune(_healthy_grid(tmp_path), **settings)
+    assert _rules(result) == ["invalid-setting"]
+    assert (result.cells.height, result.decisions.height, result.schedule) == (0, 0, None)
+    assert result.max_k_observed == 3
+    # The frames keep their schemas: whoever shows them needs no special case.
+    healthy = _tune(tmp_path)
+    assert result.cells.schema == healthy.cells.schema
+    assert result.decisions.schema == healthy.decisions.schema
+
+
 # --------------------------------------------------------------------------- health gate
 
 

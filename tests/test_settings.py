@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from lib.settings import DEFAULT_K_VAR, Fields, Options, Settings
+from lib.settings import DEFAULT_K_VAR, DERIVED_COLUMNS, Fields, Options, Settings
 
 
 def test_defaults_are_the_seeds() -> None:
@@ -43,6 +43,9 @@ def test_default_settings_are_valid() -> None:
         ({"max_acceptance_relative_mad": math.inf}, "--max-acceptance-relative-mad inf: expected"),
         ({"relative_tolerance": 1.0}, "--relative-tolerance 1.0: expected in [0, 1)"),
         ({"max_batch_size": 0}, "--max-batch-size 0: expected >= 1"),
+        ({"objective": "source"}, "--objective-var 'source': a column tune-spec-k derives"),
+        ({"objective": "k"}, "--objective-var 'k': a column tune-spec-k derives"),
+        ({"acceptance": "anchor"}, "--acceptance-var 'anchor': a column tune-spec-k derives"),
     ],
 )
 def test_each_invalid_setting_is_named_by_its_flag(changes: dict[str, object], reason: str) -> None:
@@ -52,3 +55,14 @@ def test_each_invalid_setting_is_named_by_its_flag(changes: dict[str, object], r
 
 def test_maximize_follows_the_direction() -> None:
     assert Settings().maximize and not Settings(direction="minimize").maximize
+
+
+@pytest.mark.parametrize("name", DERIVED_COLUMNS)
+def test_no_derived_column_is_a_measurement(name: str) -> None:
+    for chosen in (Settings(objective=name), Settings(acceptance=name)):
+        (found,) = chosen.invalid()
+        assert "not a measurement" in found
+        # A record's own field of that name is read under another name, which is fine.
+        renamed = f"'record.{name}'"
+        assert (renamed in found) == (name != "run_number")
+    assert Settings(objective=f"record.{name}").invalid() == []

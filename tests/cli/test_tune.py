@@ -202,6 +202,10 @@ def test_unwritable_output_exits_2(good_sweep: Path, capsys: pytest.CaptureFixtu
         (["--max-objective-relative-mad", "nan"], ["--max-objective-relative-mad nan"]),
         (["--min-runs", "0"], ["--min-runs 0", ">= 1"]),
         (["--max-batch-size", "64"], ["--max-batch-size", "64", "32"]),
+        # The loader's own columns: "source" is text, "k" the grid itself.
+        (["--objective-var", "source"], ["--objective-var 'source'", "not a measurement"]),
+        (["--objective-var", "k"], ["--objective-var 'k'", "not a measurement"]),
+        (["--acceptance-var", "combo"], ["--acceptance-var 'combo'", "not a measurement"]),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else value,
 )
@@ -223,8 +227,10 @@ def test_bad_setting_exits_2_naming_the_flag(
         (["--bogus-flag"], "--bogus-flag"),
         (["--relative-tolerance", "abc"], "--relative-tolerance"),
         (["--objective-direction", "sideways"], "--objective-direction"),
+        (["--min-runs", str(10**23)], "--min-runs"),
+        (["--max-batch-size", str(2**63)], "--max-batch-size"),
     ],
-    ids=["unknown flag", "not a number", "not a choice"],
+    ids=["unknown flag", "not a number", "not a choice", "huge run count", "huge batch size"],
 )
 def test_argparse_errors_exit_2_naming_the_flag(
     flags: list[str], named: str, good_sweep: Path, capsys: pytest.CaptureFixture[str]
