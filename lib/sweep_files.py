@@ -38,7 +38,14 @@ from lib.keys import (
     whole_number,
 )
 from lib.problems import Problem, Severity, show_value
-from lib.settings import DEFAULT_K_VAR, DERIVED_COLUMNS, GLOBAL_K_VAR, Fields, Settings
+from lib.settings import (
+    DEFAULT_K_VAR,
+    DERIVED_COLUMNS,
+    GLOBAL_K_VAR,
+    HEALTH_FIELDS,
+    Fields,
+    Settings,
+)
 
 __all__ = [
     "DERIVED_COLUMNS",
@@ -397,6 +404,33 @@ class _Reader:
         self._previous_params = params
         return params
 
+    def _unhealthy(self, record: dict[str, Any], where: str) -> bool:
+        """Whether a health field the record has is not a count (logging each one).
+
+        The health gate trusts ``failed``, ``completed`` and ``num_prompts`` to be what vLLM
+        writes: whole numbers >= 0. ``"5"``, ``true``, ``[1]``, ``-1`` or null would pass it
+        as healthy (a text or a list is no number to compare), so such a run is not used and
+        the problem says why. A record without the field is another matter: older benches do
+        not write every one, and the gate skips what is absent."""
+        unhealthy = False
+        for name in HEALTH_FIELDS:
+            value = record.get(name, MISSING)
+            if value is MISSING or (type(value) is int and 0 <= value <= LARGEST_WHOLE_NUMBER):
+                continue
+            if whole_number(value) is not None:
+                continue
+            unhealthy = True
+            self.log.add(
+                "invalid-health-field",
+                "a health field is not a count, so whether the run was healthy is unknown;"
+                " the run is not used",
+                where,
+                field=name,
+                value=show_value(value),
+                expected=f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}",
+            )
+        return unhealthy
+
     def add_records(
         self,
         records: list[Any],
@@ -429,11 +463,13 @@ class _Reader:
                     expected="an object with the fields of a `vllm bench serve` result",
                 )
                 continue
+            where = f"{source}[{position}]" if indexed else source
+            if self._unhealthy(record, where):
+                continue
             raw = record.get("run_number")
             number = whole_number(raw)
             params = self._params(record, parsed_by_orjson)
             if params.findings:
-                where = f"{source}[{position}]" if indexed else source
                 for rule, message, name, value, expected in params.findings:
                     self.log.add(rule, message, where, field=name, value=value, expected=expected)
             positions(position)
@@ -444,7 +480,7 @@ class _Reader:
                         "invalid-run-number",
                         f"the run number is not a usable number; run {number} is used instead"
                         " (from the file name or the record's place in the file)",
-                        f"{source}[{position}]" if indexed else source,
+                        where,
                         severity=Severity.WARNING,
                         field="run_number",
                         value=show_value(raw),
@@ -750,7 +786,13 @@ def _read(
     reader = _Reader(batch_size_var, k_var, log, kept)
     # Path("") is the working directory: an empty argument must not analyse it silently.
     readable = bool(shown_root) and root.is_dir()
-    if not shown_root:
+    fenced_out = within is not None and not Path(os.path.realpath(root)).is_relative_to(
+        within.resolve()
+    )
+    if fenced_out:
+        readable = False
+        log.add("outside-root", f"the folder leads outside {_shown_path(str(within))}", shown_root)
+    elif not shown_root:
         log.add("missing-folder", "the experiment path is empty", "''")
     elif not root.exists():
         log.add("missing-folder", "the experiment folder does not exist", shown_root)

@@ -282,6 +282,20 @@ CASES = [
             ),
         ),
     ),
+    Case(
+        "bad-health-fields",
+        tuple(
+            Expected("invalid-health-field", f"{folder}/summary.json[{run}]", name, shown)
+            for folder, run, name, shown in (
+                (combo(1, 0), 0, "failed", "'5'"),
+                (combo(1, 0), 1, "failed", "true"),
+                (combo(1, 3), 0, "failed", "[1]"),
+                (combo(1, 3), 1, "failed", "-1"),
+                (combo(4, 0), 0, "completed", "'90'"),
+                (combo(4, 3), 2, "completed", "null"),
+            )
+        ),
+    ),
 ]
 BY_NAME = {case.folder: case for case in CASES}
 

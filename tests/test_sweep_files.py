@@ -210,6 +210,11 @@ def test_within_refuses_links_that_lead_outside(tmp_path: Path) -> None:
     # The refused combo is not read at all; the refused summary's backups (run=N.json) are.
     assert inside.runs.filter(pl.col("combo") == "SERVE--k3-BENCH--c4").height == 0
     assert inside.runs.filter(pl.col("combo") == "SERVE--k0-BENCH--c4").height == 3
+    # The experiment folder itself may be the link out.
+    (root / "door").symlink_to(outside, target_is_directory=True)
+    behind = load_experiment(root / "door", within=root)
+    assert [problem.rule for problem in behind.problems] == ["outside-root"]
+    assert behind.runs.height == 0
     # Links inside the root, and any link without `within`, are followed.
     assert "outside-root" not in _rules(load_experiment(experiment, within=tmp_path))
     assert "outside-root" not in _rules(load_experiment(experiment))

@@ -498,7 +498,8 @@ def _odd_sweep(root: Path) -> Path:
         record(1, 3, run_number=5, output_throughput=None),
         record(1, 3, run_number=6, output_throughput={"value": 1.0}),
         record(1, 3, run_number=7, output_throughput=[1.0, 2.0]),
-        record(1, 3, run_number=8, completed=2**63 + 5, failed=2**64 - 1, huge=2**70),
+        # (ints past 64 bits in health fields make the run unusable: tests/test_bad_input.py)
+        record(1, 3, run_number=8, past_int64=2**63 + 5, largest_uint64=2**64 - 1, huge=2**70),
         42,  # not an object
         # other anchors and K inside the same summary.json, K as a JSON string schedule
         record(2, 0, run_number=10, spec={"num_speculative_tokens_per_batch_size": "[[1, 4, 2]]"}),
@@ -544,7 +545,7 @@ def _odd_sweep(root: Path) -> Path:
     nan_file.parent.mkdir(parents=True)
     fallback = [
         record(1, 3, run_number=0, output_throughput=float("nan")),
-        record(1, 3, run_number=1, completed=10**400, failed=-(10**30), huge=2**130),
+        record(1, 3, run_number=1, enormous=10**400, negative=-(10**30), huge=2**130),
         record(1, 3, run_number=2, output_throughput=float("-inf")),
         record(1, 3, run_number=3, max_concurrency=float("nan")),
         record(1, 3, run_number=4, max_concurrency=float("nan")),
@@ -563,7 +564,7 @@ def test_metrics_contract_on_odd_records(tmp_path: Path, monkeypatch: pytest.Mon
     root = _odd_sweep(tmp_path)
     extra_sets = [
         ["output_throughput"],
-        ["completed", "failed", "huge", "early"],
+        ["completed", "failed", "huge", "early", "past_int64", "enormous", "negative"],
         ["record.k", "k", "output_throughput"],
         ["extra", "output_throughput.value"],
     ]

@@ -270,6 +270,25 @@ def huge_numbers() -> dict[str, bytes]:
     return files
 
 
+#: Health fields that are no count, each in its own run: (combo, run, field, value).
+BAD_HEALTH = (
+    (combo(1, 0), 0, "failed", "5"),
+    (combo(1, 0), 1, "failed", True),
+    (combo(1, 3), 0, "failed", [1]),
+    (combo(1, 3), 1, "failed", -1),
+    (combo(4, 0), 0, "completed", "90"),
+    (combo(4, 3), 2, "completed", None),
+)
+
+
+def bad_health_fields() -> dict[str, bytes]:
+    """Each would pass the health gate as healthy if it were taken as it is."""
+    combos = healthy()
+    for folder, run, name, value in BAD_HEALTH:
+        set_field(combos, folder, run, name, value)
+    return render(combos)
+
+
 CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "truncated-json": truncated_json,
     "record-not-object": record_not_object,
@@ -292,6 +311,7 @@ CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "invalid-utf8": invalid_utf8,
     "three-problems": three_problems,
     "huge-numbers": huge_numbers,
+    "bad-health-fields": bad_health_fields,
 }
 
 
