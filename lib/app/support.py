@@ -71,6 +71,7 @@ __all__ = [
     "resolve_root",
     "rule_text",
     "schedule_text",
+    "shown_path",
     "slider_steps",
     "unresolved_lines",
 ]
@@ -129,23 +130,54 @@ def resolve_root(sweeps: str | None, notebook_dir: Path, cwd: Path) -> Path:
     return (cwd / Path(sweeps).expanduser()).resolve()
 
 
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """A path as the app shows it, on one line: a byte of a name that is not UTF-8 (which Python
+    holds as a lone surrogate) as ``\\xNN``, as the loader shows it, and every other character
+    that is not printable (a newline, a NUL, a tab) as its Python escape, so a folder name can
+    neither break a line of the page nor hide what it holds.
+
+    >>> shown_path("a\\nb\\x00c" + b"\\xff".decode("utf-8", "surrogateescape"))
+    'a\\\\nb\\\\x00c\\\\xff'
+    """
+    return "".join(
+        char
+        if char.isprintable()
+        else f"\\x{ord(char) - 0xDC00:02x}"
+        if "\udc80" <= char <= "\udcff"
+        else repr(char)[1:-1]
+        for char in os.fspath(path)
+    )
+
+
 def folder_below_root(root: Path, requested: str | Sequence[str] | None) -> tuple[Path, str | None]:
     """The folder a ``?sweeps=`` query (or the folder browser) asks for, if it is an existing
     folder at or below ``root``; else ``root`` and the reason the request was refused.
 
     Whoever opens the page sets the query, so it may only narrow what the command line allowed:
     a relative path is taken from ``root``, and ``..`` or symbolic links that lead outside are
-    refused after resolving. A query given twice uses its first value.
+    refused after resolving. A query given twice uses its first value. A query the system
+    cannot take as a path (a NUL, a name longer than the file system allows) is refused like
+    the others, with the system's reason. The refusal shows the query by :func:`shown_path`.
     """
     if requested is not None and not isinstance(requested, str):
         requested = next(iter(requested), None)
     if not requested:
         return root, None
-    candidate = (root / requested).resolve()
-    if not candidate.is_relative_to(root.resolve()):
-        return root, f"?sweeps={requested} is outside {root}: showing {root} instead"
-    if not candidate.is_dir():
-        return root, f"?sweeps={requested} is not a folder below {root}: showing {root} instead"
+    query = f"?sweeps={shown_path(requested)}"
+    below = shown_path(root)
+    instead = f"showing {below} instead"
+    try:
+        candidate = (root / requested).resolve()
+        inside = candidate.is_relative_to(root.resolve())
+        is_folder = inside and candidate.is_dir()
+    except (OSError, ValueError) as error:
+        # ValueError: a NUL; OSError: a name too long and the like, from resolve() or stat().
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        return root, f"{query} is not a usable path ({why}), not a folder below {below}: {instead}"
+    if not inside:
+        return root, f"{query} is outside {below}: {instead}"
+    if not is_folder:
+        return root, f"{query} is not a folder below {below}: {instead}"
     return candidate, None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sweep_builder import grid, write_grid
 
 from lib.app import support as app_support
@@ -49,6 +50,36 @@ def test_query_folder_must_lie_below_the_root(tmp_path: Path) -> None:
         assert folder == root and refusal is not None and "outside" in refusal, outside
     folder, refusal = below(root, "missing")
     assert folder == root and refusal is not None and "not a folder" in refusal
+
+
+@pytest.mark.parametrize(
+    ("query", "shown"),
+    [
+        ("\x00", "\\x00"),
+        ("a\x00b/c", "a\\x00b/c"),
+        ("x" * 256, "x" * 256),
+        ("a/" + "x" * 300 + "/b", "a/" + "x" * 300 + "/b"),
+    ],
+    ids=["nul", "nul-inside", "name-too-long", "deep-name-too-long"],
+)
+def test_query_that_is_no_path_is_refused_not_raised(
+    tmp_path: Path, query: str, shown: str
+) -> None:
+    (tmp_path / "a").mkdir()  # the system checks a name's length only below a folder it finds
+    folder, refusal = app_support.folder_below_root(tmp_path, query)
+    assert folder == tmp_path
+    assert refusal is not None
+    assert refusal.startswith(f"?sweeps={shown} is not a usable path (")
+    assert f"showing {tmp_path} instead" in refusal
+
+
+def test_refusals_show_control_characters_escaped(tmp_path: Path) -> None:
+    folder, refusal = app_support.folder_below_root(tmp_path, "runs\n\nerror [x] forged")
+    assert folder == tmp_path
+    assert refusal == (
+        f"?sweeps=runs\\n\\nerror [x] forged is not a folder below {tmp_path}:"
+        f" showing {tmp_path} instead"
+    )
 
 
 def test_experiments_in_a_folder(tmp_path: Path) -> None:
