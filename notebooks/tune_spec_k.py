@@ -75,10 +75,22 @@ def _(folder_browser, root, start_folder):
 
 
 @app.cell
-def _(base_folder, folder_browser, query_refusal, root):
+def _(base_folder, experiment_refusals, folder_browser, query_refusal, root):
     _notes = [mo.md(f"Reading experiments in `{base_folder}` (root `{root}`)")]
     if query_refusal:
         _notes.append(mo.callout(query_refusal, kind="warn"))
+    if experiment_refusals:
+        _notes.append(
+            mo.callout(
+                mo.vstack(
+                    [
+                        mo.md("**Not listed:** everything the app reads must lie inside the root."),
+                        mo.Html(text.html_list(experiment_refusals)),
+                    ]
+                ),
+                kind="warn",
+            )
+        )
     if mo.app_meta().mode == "edit":
         _notes.append(mo.accordion({"Browse folders": folder_browser}))
     mo.vstack(_notes)
@@ -86,9 +98,9 @@ def _(base_folder, folder_browser, query_refusal, root):
 
 
 @app.cell
-def _(base_folder):
-    experiments = app_support.find_experiments(base_folder)
-    return (experiments,)
+def _(base_folder, root):
+    experiments, experiment_refusals = app_support.find_experiments(base_folder, root)
+    return experiment_refusals, experiments
 
 
 @app.cell
@@ -132,11 +144,12 @@ def _(batch_size_var_input, k_var_picker):
 
 
 @app.cell
-def _(experiment_picker, fields):
+def _(experiment_picker, fields, root):
     sweep = load_experiment(
         experiment_picker.value,
         batch_size_var=fields.batch_size_var,
         k_var=fields.k_var,
+        within=root,
         progress=functools.partial(
             mo.status.progress_bar, title="Reading sweep files", remove_on_exit=True
         ),
@@ -774,13 +787,14 @@ def _(experiments):
 
 
 @app.cell
-def _(analysis, compare_picker, experiment_picker, fields, options, settings):
+def _(analysis, compare_picker, experiment_picker, fields, options, root, settings):
     # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`.
     comparison, comparison_error = app_support.compare_with(
         str(experiment_picker.value),
         analysis,
         compare_picker.value,
         app_support.diff_settings(settings, options, fields),
+        root,
     )
     return comparison, comparison_error
 
