@@ -40,7 +40,10 @@ def _():
     )
     mo.stop(
         not root.is_dir(),
-        mo.callout(mo.md(f"`--sweeps {root}`: not a folder, nothing to show."), kind="danger"),
+        mo.callout(
+            mo.Html(f"--sweeps {app_support.path_html(root)}: not a folder, nothing to show."),
+            kind="danger",
+        ),
     )
     return (root,)
 
@@ -76,7 +79,12 @@ def _(folder_browser, root, start_folder):
 
 @app.cell
 def _(base_folder, experiment_refusals, folder_browser, query_refusal, root):
-    _notes = [mo.md(f"Reading experiments in `{base_folder}` (root `{root}`)")]
+    _notes = [
+        mo.Html(
+            f"Reading experiments in {app_support.path_html(base_folder)}"
+            f" (root {app_support.path_html(root)})"
+        )
+    ]
     if query_refusal:
         _notes.append(mo.callout(query_refusal, kind="warn"))
     if experiment_refusals:
@@ -108,9 +116,10 @@ def _(base_folder, experiments):
     mo.stop(
         not experiments,
         mo.callout(
-            mo.md(
-                f"No experiment in `{base_folder}`: expected `summary.json` or `run=N.json`"
-                " files (the output of `vllm bench sweep serve`) in it or in its subfolders."
+            mo.Html(
+                f"No experiment in {app_support.path_html(base_folder)}: expected"
+                " <code>summary.json</code> or <code>run=N.json</code> files (the output of"
+                " <code>vllm bench sweep serve</code>) in it or in its subfolders."
             ),
             kind="danger",
         ),

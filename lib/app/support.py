@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import html
 import os
 import re
 import shlex
@@ -67,6 +68,7 @@ __all__ = [
     "highlight_rows",
     "objective_options",
     "parse_app_arguments",
+    "path_html",
     "problems_of",
     "resolve_root",
     "rule_text",
@@ -147,6 +149,16 @@ def shown_path(path: str | os.PathLike[str]) -> str:
         else repr(char)[1:-1]
         for char in os.fspath(path)
     )
+
+
+def path_html(path: str | os.PathLike[str]) -> str:
+    """A path as inline code in HTML, shown by :func:`shown_path` and escaped: Markdown would
+    read backticks, ``*`` or a blank line in a folder name as markup.
+
+    >>> path_html("runs/<a>\\n\\n`b`")
+    '<code>runs/&lt;a&gt;\\\\n\\\\n`b`</code>'
+    """
+    return f"<code>{html.escape(shown_path(path))}</code>"
 
 
 def folder_below_root(root: Path, requested: str | Sequence[str] | None) -> tuple[Path, str | None]:

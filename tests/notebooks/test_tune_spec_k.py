@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import html
 import json
 import math
 import os
@@ -23,7 +24,7 @@ from typing import Any
 import marimo as mo
 import polars as pl
 import pytest
-from notebook_runner import NOTEBOOK, load_notebook, run_notebook
+from notebook_runner import NOTEBOOK, load_notebook, run_notebook, run_notebook_with_outputs
 from paths import BAD_INPUTS, REPO
 from sweep_builder import WORKED_EXAMPLE, grid, write_grid
 
@@ -561,6 +562,25 @@ def test_links_outside_the_root_are_neither_listed_nor_read(
     problems = defs["result"].problems
     assert [p.files for p in problems if p.rule == "outside-root"] == [(link.split("/", 1)[1],)]
     assert not any("SECRET" in problem.describe() for problem in problems)
+
+
+def test_odd_folder_names_are_shown_escaped_on_one_line(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A blank line, backticks or HTML in a name must not turn into markup: the folder being
+    read and the root are shown whole, escaped, each newline as ``\\n``."""
+    root = _root_with_links_outside(tmp_path, "sweeps\n\n`odd` *<b>name</b>*")
+    outputs, defs = run_notebook_with_outputs(notebook, monkeypatch, "--sweeps", str(root))
+    assert "result" in defs
+    (notes,) = [
+        out.text for out in outputs if out is not None and "Reading experiments" in out.text
+    ]
+    shown_root = html.escape(app_support.shown_path(root))
+    assert (
+        f"Reading experiments in <code>{shown_root}</code> (root <code>{shown_root}</code>)"
+        in notes
+    )
+    assert "\n\n" not in notes
 
 
 def test_export_html_runs_every_cell(tmp_path: Path) -> None:
