@@ -52,6 +52,15 @@ def whole_number(value: Any) -> int | None:
     return number if 0 <= number <= LARGEST_WHOLE_NUMBER else None
 
 
+# How many names each lookup cache keeps. Loading a sweep looks up six names at most (the
+# batch-size and K fields, the global K, speculative_config and their parts), each thousands
+# of times: 16 keeps them all, with room for the fields a user tries in the app, so a load
+# only misses a name the first time. The bound matters because the app passes whatever is
+# typed into its batch-size field: an unbounded cache kept every name typed (about 3 MB per
+# distinct 1 MB value), a bounded one keeps the last 16.
+_CACHED_NAMES = 16
+
+
 def parse_json_string(value: Any) -> Any:
     """A string that parses as JSON is replaced by what it parses to; anything else is returned
     unchanged. ``"3"`` becomes ``3`` and ``'{"a": 1}'`` a dict; ``"abc"`` stays ``"abc"``."""
@@ -64,7 +73,7 @@ def parse_json_string(value: Any) -> Any:
     return value
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_CACHED_NAMES)
 def _spellings(part: str) -> tuple[str, ...]:
     """The part as written, then with every `-` as `_`, then every `_` as `-` (no repeats).
     Cached: the loader looks the same few keys up in every record."""
@@ -75,7 +84,7 @@ def _spellings(part: str) -> tuple[str, ...]:
     return tuple(spellings)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_CACHED_NAMES)
 def _path_spellings(key: str) -> tuple[tuple[str, ...], ...]:
     """The spellings of each part of a dotted key."""
     return tuple(_spellings(part) for part in key.split("."))
@@ -117,7 +126,7 @@ def lookup(record: Mapping[str, Any], key: str) -> Any:
     return parse_json_string(node)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=_CACHED_NAMES)
 def top_level_names(key: str) -> tuple[str, ...]:
     """The top-level fields :func:`lookup` can read for ``key``: the spellings of the whole key
     (rule 1) and of its first part (rule 2). Everything deeper is reached through the values of

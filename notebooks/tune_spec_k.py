@@ -40,7 +40,10 @@ def _():
     )
     mo.stop(
         not root.is_dir(),
-        mo.callout(mo.md(f"`--sweeps {root}`: not a folder, nothing to show."), kind="danger"),
+        mo.callout(
+            mo.Html(f"--sweeps {app_support.path_html(root)}: not a folder, nothing to show."),
+            kind="danger",
+        ),
     )
     return (root,)
 
@@ -75,10 +78,27 @@ def _(folder_browser, root, start_folder):
 
 
 @app.cell
-def _(base_folder, folder_browser, query_refusal, root):
-    _notes = [mo.md(f"Reading experiments in `{base_folder}` (root `{root}`)")]
+def _(base_folder, experiment_refusals, folder_browser, query_refusal, root):
+    _notes = [
+        mo.Html(
+            f"Reading experiments in {app_support.path_html(base_folder)}"
+            f" (root {app_support.path_html(root)})"
+        )
+    ]
     if query_refusal:
         _notes.append(mo.callout(query_refusal, kind="warn"))
+    if experiment_refusals:
+        _notes.append(
+            mo.callout(
+                mo.vstack(
+                    [
+                        mo.md("**Not listed:** everything the app reads must lie inside the root."),
+                        mo.Html(text.html_list(experiment_refusals)),
+                    ]
+                ),
+                kind="warn",
+            )
+        )
     if mo.app_meta().mode == "edit":
         _notes.append(mo.accordion({"Browse folders": folder_browser}))
     mo.vstack(_notes)
@@ -86,9 +106,9 @@ def _(base_folder, folder_browser, query_refusal, root):
 
 
 @app.cell
-def _(base_folder):
-    experiments = app_support.find_experiments(base_folder)
-    return (experiments,)
+def _(base_folder, root):
+    experiments, experiment_refusals = app_support.find_experiments(base_folder, root)
+    return experiment_refusals, experiments
 
 
 @app.cell
@@ -96,9 +116,10 @@ def _(base_folder, experiments):
     mo.stop(
         not experiments,
         mo.callout(
-            mo.md(
-                f"No experiment in `{base_folder}`: expected `summary.json` or `run=N.json`"
-                " files (the output of `vllm bench sweep serve`) in it or in its subfolders."
+            mo.Html(
+                f"No experiment in {app_support.path_html(base_folder)}: expected"
+                " <code>summary.json</code> or <code>run=N.json</code> files (the output of"
+                " <code>vllm bench sweep serve</code>) in it or in its subfolders."
             ),
             kind="danger",
         ),
@@ -132,11 +153,12 @@ def _(batch_size_var_input, k_var_picker):
 
 
 @app.cell
-def _(experiment_picker, fields):
+def _(experiment_picker, fields, root):
     sweep = load_experiment(
         experiment_picker.value,
         batch_size_var=fields.batch_size_var,
         k_var=fields.k_var,
+        within=root,
         progress=functools.partial(
             mo.status.progress_bar, title="Reading sweep files", remove_on_exit=True
         ),
@@ -774,13 +796,14 @@ def _(experiments):
 
 
 @app.cell
-def _(analysis, compare_picker, experiment_picker, fields, options, settings):
+def _(analysis, compare_picker, experiment_picker, fields, options, root, settings):
     # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`.
     comparison, comparison_error = app_support.compare_with(
         str(experiment_picker.value),
         analysis,
         compare_picker.value,
         app_support.diff_settings(settings, options, fields),
+        root,
     )
     return comparison, comparison_error
 

@@ -25,6 +25,13 @@ def run_notebook(
 ) -> dict[str, Any]:
     """Run every cell with ``sys.argv`` as ``python notebooks/tune_spec_k.py ARGV`` sets it,
     with ``controls`` overriding the named UI elements; returns the defs."""
+    return run_notebook_with_outputs(notebook, monkeypatch, *argv, **controls)[1]
+
+
+def run_notebook_with_outputs(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str, **controls: Any
+) -> tuple[list[Any], dict[str, Any]]:
+    """:func:`run_notebook`, with what each cell shows (its last expression), in cell order."""
     monkeypatch.setattr(sys, "argv", [str(NOTEBOOK), *argv])
-    _, defs = notebook.app.run(defs=controls)
-    return dict(defs)
+    outputs, defs = notebook.app.run(defs=controls)
+    return list(outputs), dict(defs)

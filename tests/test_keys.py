@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import random
+import tracemalloc
 
 import pytest
+from paths import SAMPLE_SWEEPS
 
+from lib import keys
 from lib.keys import MISSING, k_at_batch_size, lookup, parse_json_string, top_level_names
+from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR
+from lib.sweeps import load_experiment
 
 K_VAR = "speculative_config.num_speculative_tokens_per_batch_size"
 
@@ -140,3 +146,38 @@ def test_lookups_read_only_the_top_level_names_they_declare() -> None:
         reads = top_level_names(key)
         cut = {name: item for name, item in record_.items() if name in reads}
         assert repr(lookup(record_, key)) == repr(lookup(cut, key)), (record_, key)
+
+
+def test_names_looked_up_are_not_all_kept() -> None:
+    """The app passes whatever is typed into its batch-size field to lookup: the memory kept
+    after a thousand distinct long names must be a small part of what they take (a cache that
+    keeps every name keeps them all, with their other spellings: several times 10 MB here)."""
+    count, length = 1000, 10_000
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(count):
+            # '-', '_' and '.': every spelling differs and the dotted path has two parts.
+            name = f"typed-{index}_x.part-{'y' * length}"
+            lookup({}, name)
+            top_level_names(name)
+        del name
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < count * length // 5, f"{kept / 1e6:.1f} MB kept"
+
+
+def test_loading_sweeps_again_finds_every_name_cached() -> None:
+    """The bound leaves room for every name a load looks up: after loading with both K fields
+    once, loading with each again computes no spelling anew."""
+    caches = (keys._spellings, keys._path_spellings, keys.top_level_names)
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    for k_var in (DEFAULT_K_VAR, GLOBAL_K_VAR):
+        load_experiment(sample, k_var=k_var)
+    misses = [cache.cache_info().misses for cache in caches]
+    for k_var in (DEFAULT_K_VAR, GLOBAL_K_VAR):
+        load_experiment(sample, k_var=k_var)
+    assert [cache.cache_info().misses for cache in caches] == misses

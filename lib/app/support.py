@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import html
 import os
 import re
 import shlex
@@ -67,10 +68,12 @@ __all__ = [
     "highlight_rows",
     "objective_options",
     "parse_app_arguments",
+    "path_html",
     "problems_of",
     "resolve_root",
     "rule_text",
     "schedule_text",
+    "shown_path",
     "slider_steps",
     "unresolved_lines",
 ]
@@ -129,55 +132,157 @@ def resolve_root(sweeps: str | None, notebook_dir: Path, cwd: Path) -> Path:
     return (cwd / Path(sweeps).expanduser()).resolve()
 
 
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """A path as the app shows it, on one line: a byte of a name that is not UTF-8 (which Python
+    holds as a lone surrogate) as ``\\xNN``, as the loader shows it, and every other character
+    that is not printable (a newline, a NUL, a tab) as its Python escape, so a folder name can
+    neither break a line of the page nor hide what it holds.
+
+    >>> shown_path("a\\nb\\x00c" + b"\\xff".decode("utf-8", "surrogateescape"))
+    'a\\\\nb\\\\x00c\\\\xff'
+    """
+    return "".join(
+        char
+        if char.isprintable()
+        else f"\\x{ord(char) - 0xDC00:02x}"
+        if "\udc80" <= char <= "\udcff"
+        else repr(char)[1:-1]
+        for char in os.fspath(path)
+    )
+
+
+def path_html(path: str | os.PathLike[str]) -> str:
+    """A path as inline code in HTML, shown by :func:`shown_path` and escaped: Markdown would
+    read backticks, ``*`` or a blank line in a folder name as markup.
+
+    >>> path_html("runs/<a>\\n\\n`b`")
+    '<code>runs/&lt;a&gt;\\\\n\\\\n`b`</code>'
+    """
+    return f"<code>{html.escape(shown_path(path))}</code>"
+
+
 def folder_below_root(root: Path, requested: str | Sequence[str] | None) -> tuple[Path, str | None]:
     """The folder a ``?sweeps=`` query (or the folder browser) asks for, if it is an existing
     folder at or below ``root``; else ``root`` and the reason the request was refused.
 
     Whoever opens the page sets the query, so it may only narrow what the command line allowed:
     a relative path is taken from ``root``, and ``..`` or symbolic links that lead outside are
-    refused after resolving. A query given twice uses its first value.
+    refused after resolving. A query given twice uses its first value. A query the system
+    cannot take as a path (a NUL, a name longer than the file system allows) is refused like
+    the others, with the system's reason. The refusal shows the query by :func:`shown_path`.
     """
     if requested is not None and not isinstance(requested, str):
         requested = next(iter(requested), None)
     if not requested:
         return root, None
-    candidate = (root / requested).resolve()
-    if not candidate.is_relative_to(root.resolve()):
-        return root, f"?sweeps={requested} is outside {root}: showing {root} instead"
-    if not candidate.is_dir():
-        return root, f"?sweeps={requested} is not a folder below {root}: showing {root} instead"
+    query = f"?sweeps={shown_path(requested)}"
+    below = shown_path(root)
+    instead = f"showing {below} instead"
+    try:
+        candidate = (root / requested).resolve()
+        inside = candidate.is_relative_to(root.resolve())
+        is_folder = inside and candidate.is_dir()
+    except (OSError, ValueError) as error:
+        # ValueError: a NUL; OSError: a name too long and the like, from resolve() or stat().
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        return root, f"{query} is not a usable path ({why}), not a folder below {below}: {instead}"
+    if not inside:
+        return root, f"{query} is outside {below}: {instead}"
+    if not is_folder:
+        return root, f"{query} is not a folder below {below}: {instead}"
     return candidate, None
 
 
-def _has_data_files(folder: Path, *, any_depth: bool) -> bool:
-    if not any_depth:
-        try:
-            return any(_DATA_FILE.match(entry.name) for entry in os.scandir(folder))
-        except OSError:
-            return False
-    return any(_DATA_FILE.match(name) for _, _, names in os.walk(folder) for name in names)
-
-
-def _subfolders(folder: Path) -> list[Path]:
+def _is_folder(entry: os.DirEntry[str]) -> bool:
     try:
-        return sorted(entry for entry in folder.iterdir() if entry.is_dir())
+        return entry.is_dir()
     except OSError:
-        return []
+        return False
 
 
-def find_experiments(folder: Path) -> dict[str, Path]:
-    """The experiments to choose from in ``folder``, by name.
+class _Search:
+    """The picker's walk below a folder, confined to ``root``: a symbolic link whose real path
+    is outside ``root`` is neither listed nor looked behind, and is remembered so the app can
+    say what it left out. A link inside the root is followed as the loader follows it."""
+
+    def __init__(self, root: Path) -> None:
+        self.fence = root.resolve()
+        self.outside: set[Path] = set()
+
+    def refuses(self, path: Path) -> bool:
+        if Path(os.path.realpath(path)).is_relative_to(self.fence):
+            return False
+        self.outside.add(path)
+        return True
+
+    def entries(self, folder: Path) -> list[os.DirEntry[str]]:
+        """The folder's entries, in name order, less the links that lead outside the root
+        (an unlistable folder has none: the loader names it when it is picked)."""
+        try:
+            with os.scandir(folder) as listing:
+                found = sorted(listing, key=lambda entry: entry.name)
+        except OSError:
+            return []
+        return [
+            entry for entry in found if not (entry.is_symlink() and self.refuses(Path(entry.path)))
+        ]
+
+    def subfolders(self, folder: Path) -> list[Path]:
+        return [Path(entry.path) for entry in self.entries(folder) if _is_folder(entry)]
+
+    def has_data_files(self, folder: Path, *, any_depth: bool) -> bool:
+        """Whether run files lie in ``folder`` (with ``any_depth``, also below it). The walk is
+        not cut short at the first file found, so every link outside the root within its
+        reach is remembered whatever the order of the entries; a linked folder is walked once
+        (a link back up the tree would otherwise never end)."""
+        found = False
+        pending = [folder]
+        linked: set[str] = set()
+        while pending:
+            here = pending.pop()
+            for entry in self.entries(here):
+                if not _is_folder(entry):
+                    found = found or bool(_DATA_FILE.match(entry.name))
+                elif any_depth and not entry.is_symlink():
+                    pending.append(Path(entry.path))
+                elif any_depth and os.path.realpath(entry.path) not in linked:
+                    linked.add(os.path.realpath(entry.path))
+                    pending.append(Path(entry.path))
+        return found
+
+
+def find_experiments(folder: Path, root: Path) -> tuple[dict[str, Path], list[str]]:
+    """The experiments to choose from in ``folder``, by name, and what was left out and why.
 
     ``folder`` is one experiment when run files lie in it or in its immediate subfolders (the
     ``SERVE--...-BENCH--...`` combo folders); otherwise each immediate subfolder with run files
     at any depth is an experiment (vLLM writes ``<output-dir>/<experiment-name>/``).
+
+    Everything the app reads must lie inside ``root``: a subfolder or run file that is a
+    symbolic link leading outside it counts for nothing, and each one the search met is named
+    (relative to ``folder``, by :func:`shown_path`) in the second item, in name order. A
+    ``folder`` that is itself outside ``root`` gives no experiment and says so.
     """
-    subfolders = _subfolders(folder)
-    if _has_data_files(folder, any_depth=False) or any(
-        _has_data_files(sub, any_depth=False) for sub in subfolders
+    search = _Search(root)
+    if search.refuses(folder):
+        return {}, [f"{shown_path(folder)} leads outside {shown_path(root)}: nothing listed"]
+    subfolders = search.subfolders(folder)
+    # Every subfolder is looked at (a list, not a generator), so the refusals do not depend
+    # on which one happened to hold the first run file.
+    if search.has_data_files(folder, any_depth=False) or any(
+        [search.has_data_files(sub, any_depth=False) for sub in subfolders]
     ):
-        return {folder.name: folder}
-    return {sub.name: sub for sub in subfolders if _has_data_files(sub, any_depth=True)}
+        experiments = {folder.name: folder}
+    else:
+        experiments = {
+            sub.name: sub for sub in subfolders if search.has_data_files(sub, any_depth=True)
+        }
+    refusals = [
+        f"{shown_path(path.relative_to(folder))}: a link that leads outside"
+        f" {shown_path(root)}; not listed"
+        for path in sorted(search.outside)
+    ]
+    return experiments, refusals
 
 
 # --------------------------------------------------------------------------- controls
@@ -407,17 +512,21 @@ NO_COMPARISON = "(none)"
 
 
 def compare_with(
-    label: str, analysis: Analysis, other: str | Path | None, settings: DiffSettings
+    label: str,
+    analysis: Analysis,
+    other: str | Path | None,
+    settings: DiffSettings,
+    root: Path,
 ) -> tuple[DiffReport | None, str | None]:
     """The app's comparison of the shown experiment (already analysed) with ``other``, as
     ``tune-spec-k diff`` makes it: the report, or why there is none (None, None when nothing
-    was picked)."""
+    was picked). ``other`` is read only inside ``root``, as the shown experiment is."""
     if other is None:
         return None, None
     if not analysis.result.ok or analysis.report is None:
         return None, "No comparison: this experiment has no schedule (see the errors above)."
     mine = side_from_result(label, analysis.result, analysis.report)
-    theirs, problems = read_side(other, settings)
+    theirs, problems = read_side(other, settings, within=root)
     if theirs is not None:
         report, problems = compare(mine, theirs, settings)
         if report is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -218,11 +219,30 @@ def _side_json(side: Side) -> dict[str, Any]:
 # --------------------------------------------------------------------------- reading a side
 
 
-def read_side(path: str | Path, settings: DiffSettings) -> tuple[Side | None, list[Problem]]:
-    """An experiment folder (tuned here) or a result JSON (as written), or None and why not."""
+def read_side(
+    path: str | Path, settings: DiffSettings, *, within: str | os.PathLike[str] | None = None
+) -> tuple[Side | None, list[Problem]]:
+    """An experiment folder (tuned here) or a result JSON (as written), or None and why not.
+
+    ``within`` (the dashboard passes its root) confines the reading as
+    :func:`lib.sweeps.load_experiment` does: a ``path`` whose real path is outside it is not
+    read (an ``outside-root`` problem), and neither is anything behind a link below it that
+    leads outside. Without it, paths and links are followed wherever they lead.
+    """
     source = Path(path)
+    if within is not None and not Path(os.path.realpath(source)).is_relative_to(
+        Path(within).resolve()
+    ):
+        problem = Problem(
+            Severity.ERROR,
+            "outside-root",
+            f"leads outside {within}; not read",
+            files=(str(source),),
+            expected=f"a folder or file inside {within}",
+        )
+        return None, [problem]
     if source.is_dir():
-        return _side_from_folder(source, settings)
+        return _side_from_folder(source, settings, within)
     if source.is_file():
         return _side_from_json(source)
     problem = Problem(
@@ -235,9 +255,14 @@ def read_side(path: str | Path, settings: DiffSettings) -> tuple[Side | None, li
     return None, [problem]
 
 
-def _side_from_folder(folder: Path, settings: DiffSettings) -> tuple[Side | None, list[Problem]]:
+def _side_from_folder(
+    folder: Path, settings: DiffSettings, within: str | os.PathLike[str] | None
+) -> tuple[Side | None, list[Problem]]:
     sweep = load_experiment(
-        folder, batch_size_var=settings.fields.batch_size_var, k_var=settings.fields.k_var
+        folder,
+        batch_size_var=settings.fields.batch_size_var,
+        k_var=settings.fields.k_var,
+        within=within,
     )
     analysis = analyse(sweep, settings.tuning, settings.options)
     result = analysis.result

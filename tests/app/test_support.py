@@ -3,8 +3,11 @@ that reproduces its file, and the comparison it shows."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from sweep_builder import grid, write_grid
 
 from lib.app import support as app_support
@@ -51,19 +54,144 @@ def test_query_folder_must_lie_below_the_root(tmp_path: Path) -> None:
     assert folder == root and refusal is not None and "not a folder" in refusal
 
 
+@pytest.mark.parametrize(
+    ("query", "shown"),
+    [
+        ("\x00", "\\x00"),
+        ("a\x00b/c", "a\\x00b/c"),
+        ("x" * 256, "x" * 256),
+        ("a/" + "x" * 300 + "/b", "a/" + "x" * 300 + "/b"),
+    ],
+    ids=["nul", "nul-inside", "name-too-long", "deep-name-too-long"],
+)
+def test_query_that_is_no_path_is_refused_not_raised(
+    tmp_path: Path, query: str, shown: str
+) -> None:
+    (tmp_path / "a").mkdir()  # the system checks a name's length only below a folder it finds
+    folder, refusal = app_support.folder_below_root(tmp_path, query)
+    assert folder == tmp_path
+    assert refusal is not None
+    assert refusal.startswith(f"?sweeps={shown} is not a usable path (")
+    assert f"showing {tmp_path} instead" in refusal
+
+
+def test_refusals_show_control_characters_escaped(tmp_path: Path) -> None:
+    folder, refusal = app_support.folder_below_root(tmp_path, "runs\n\nerror [x] forged")
+    assert folder == tmp_path
+    assert refusal == (
+        f"?sweeps=runs\\n\\nerror [x] forged is not a folder below {tmp_path}:"
+        f" showing {tmp_path} instead"
+    )
+
+
 def test_experiments_in_a_folder(tmp_path: Path) -> None:
     one = write_grid(tmp_path / "one", grid([1], {0: [1.0]}))
     # vLLM's newer layout: <output-dir>/<experiment-name>/SERVE--...
     write_grid(tmp_path / "many" / "20261129_101500", grid([1], {0: [1.0]}))
     write_grid(tmp_path / "many" / "baseline" / "deeper", grid([1], {0: [1.0]}))
     (tmp_path / "many" / "empty").mkdir()
-    assert app_support.find_experiments(one) == {"one": one}
-    assert app_support.find_experiments(tmp_path / "many") == {
-        "20261129_101500": tmp_path / "many" / "20261129_101500",
-        "baseline": tmp_path / "many" / "baseline",
+    find = app_support.find_experiments
+    assert find(one, tmp_path) == ({"one": one}, [])
+    assert find(tmp_path / "many", tmp_path) == (
+        {
+            "20261129_101500": tmp_path / "many" / "20261129_101500",
+            "baseline": tmp_path / "many" / "baseline",
+        },
+        [],
+    )
+    assert find(tmp_path / "many" / "empty", tmp_path) == ({}, [])
+    assert find(tmp_path / "absent", tmp_path) == ({}, [])
+
+
+def _links_out_of(root: Path, outside: Path) -> None:
+    """Below ``root``: experiments that lead outside it in every way the picker meets."""
+    write_grid(outside / "elsewhere", grid([1], {0: [1.0]}))
+    combo = next((outside / "elsewhere").iterdir())
+    write_grid(root / "kept", grid([1], {0: [1.0]}))
+    (root / "kept-again").symlink_to(root / "kept")  # a link inside the root is followed
+    # Combos assembled from links inside the root, deeper down, with a link back up.
+    (root / "assembled" / "day1").mkdir(parents=True)
+    (root / "assembled" / "day1" / "combo").symlink_to(next((root / "kept").iterdir()))
+    (root / "assembled" / "day1" / "up").symlink_to(root / "assembled")
+    (root / "linked-out").symlink_to(outside / "elsewhere")
+    (root / "links-inside" / "deep").mkdir(parents=True)
+    (root / "links-inside" / "deep" / "summary.json").symlink_to(combo / "summary.json")
+    (root / "combo-linked-out").mkdir()
+    (root / "combo-linked-out" / combo.name).symlink_to(combo)
+    write_grid(root / "partly-out", grid([1], {0: [1.0]}))
+    (root / "partly-out" / "SERVE--extra").mkdir()
+    (root / "partly-out" / "SERVE--extra" / "run=0.json").symlink_to(combo / "run=0.json")
+
+
+def test_links_that_lead_outside_the_root_are_not_listed_and_are_named(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    _links_out_of(root, outside)
+    experiments, refusals = app_support.find_experiments(root, root)
+    assert experiments == {
+        "assembled": root / "assembled",
+        "kept": root / "kept",
+        "kept-again": root / "kept-again",
+        "partly-out": root / "partly-out",
     }
-    assert app_support.find_experiments(tmp_path / "many" / "empty") == {}
-    assert app_support.find_experiments(tmp_path / "absent") == {}
+    combo = next((outside / "elsewhere").iterdir()).name
+    left_out = [
+        f"combo-linked-out/{combo}",
+        "linked-out",
+        "links-inside/deep/summary.json",
+        "partly-out/SERVE--extra/run=0.json",
+    ]
+    assert refusals == [
+        f"{name}: a link that leads outside {root}; not listed" for name in left_out
+    ]
+
+
+def test_a_link_back_up_the_tree_is_walked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a guard the walk would go round until the system refuses the path (40 links
+    deep), once per link back up: with two, about 2**40 listings."""
+    (tmp_path / "empty" / "day1").mkdir(parents=True)
+    (tmp_path / "empty" / "day1" / "up").symlink_to(tmp_path / "empty")
+    listed: list[object] = []
+    scandir = os.scandir
+
+    def counted(path: str) -> Iterator[os.DirEntry[str]]:
+        listed.append(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    assert app_support.find_experiments(tmp_path, tmp_path) == ({}, [])
+    # The root and "empty" twice each (once as a folder of experiments, once as one), then
+    # "day1", and "empty" and "day1" again through the link: 7.
+    assert len(listed) <= 7, listed
+
+
+def test_one_experiment_whose_combos_lead_outside_the_root_is_not_listed(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    _links_out_of(root, outside)
+    experiments, refusals = app_support.find_experiments(root / "combo-linked-out", root)
+    assert experiments == {}
+    assert len(refusals) == 1 and "leads outside" in refusals[0]
+
+
+def test_a_folder_outside_the_root_lists_nothing(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    _links_out_of(root, outside)
+    for folder in (outside / "elsewhere", root / "linked-out"):
+        experiments, refusals = app_support.find_experiments(folder, root)
+        assert experiments == {}
+        assert refusals == [f"{folder} leads outside {root}: nothing listed"]
+
+
+def test_names_are_shown_on_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    write_grid(tmp_path / "outside", grid([1], {0: [1.0]}))
+    root.mkdir()
+    (root / "out\nerror [outside-root] forged").symlink_to(tmp_path / "outside")
+    _, refusals = app_support.find_experiments(root, root)
+    assert refusals == [
+        f"out\\nerror [outside-root] forged: a link that leads outside {root}; not listed"
+    ]
 
 
 def test_slider_steps_are_the_numbers_a_user_types() -> None:

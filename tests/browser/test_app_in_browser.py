@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lib.analysis import analyse
 from lib.app import support as app_support
 from lib.cli.common import EXIT_OK
@@ -141,8 +143,18 @@ def test_broken_input_shows_a_clear_callout_beside_the_analysis(page: Any, serve
     assert page.get_by_text(ERROR_TOAST).count() == 0
 
 
-def test_query_outside_the_root_is_refused(page: Any, server: Any) -> None:
-    page.goto(f"{server.url}/?sweeps=..")
+@pytest.mark.parametrize(
+    ("query", "refusal"),
+    [
+        ("..", "?sweeps=.. is outside {root}"),
+        ("%00", "?sweeps=\\x00 is not a usable path (embedded null byte)"),
+        ("x" * 300, f"?sweeps={'x' * 300} is not a usable path (File name too long)"),
+    ],
+    ids=["outside", "nul", "name-too-long"],
+)
+def test_a_query_that_is_refused_says_why(page: Any, server: Any, query: str, refusal: str) -> None:
+    page.goto(f"{server.url}/?sweeps={query}")
     page.get_by_role("heading", name="Data health").wait_for(timeout=LOAD_TIMEOUT_MS)
-    page.get_by_text(f"?sweeps=.. is outside {server.root}").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    shown = refusal.format(root=server.root)
+    page.get_by_text(shown).wait_for(timeout=UPDATE_TIMEOUT_MS)
     assert page.get_by_text(ERROR_TOAST).count() == 0

@@ -184,6 +184,30 @@ def test_a_side_that_cannot_be_read_is_a_problem(
     assert message in problems[0].message
 
 
+def test_within_a_root_nothing_outside_it_is_read(tmp_path: Path) -> None:
+    """The dashboard compares only inside its root: a side that leads outside it, or a link
+    below a side that does, is not read; without ``within`` (the CLI) both are."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    sweep(outside / "elsewhere")
+    (outside / "secret.txt").write_text('"SECRET outside the root"')  # shown when read
+    (root / "linked").parent.mkdir()
+    (root / "linked").symlink_to(outside / "elsewhere")
+    summary = next(sweep(root / "mixed").iterdir()) / "summary.json"
+    summary.unlink()
+    summary.symlink_to(outside / "secret.txt")
+    for path in (root / "linked", outside / "elsewhere"):
+        found, problems = read_side(path, DiffSettings(), within=root)
+        assert found is None
+        assert [p.rule for p in problems] == ["outside-root"], problems
+        assert read_side(path, DiffSettings())[0] is not None
+    found, problems = read_side(root / "mixed", DiffSettings(), within=root)
+    assert found is None
+    assert "outside-root" in [p.rule for p in problems]
+    assert not any("SECRET" in p.describe() for p in problems)
+    _, unconfined = read_side(root / "mixed", DiffSettings())
+    assert any("SECRET" in p.describe() for p in unconfined)
+
+
 def test_different_objectives_cannot_be_compared(tmp_path: Path) -> None:
     result = tmp_path / "tpot.json"
     flags = ["--objective-var", "median_tpot_ms", "--objective-direction", "minimize"]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import ast
 import base64
+import html
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any
 import marimo as mo
 import polars as pl
 import pytest
-from notebook_runner import NOTEBOOK, load_notebook, run_notebook
+from notebook_runner import NOTEBOOK, load_notebook, run_notebook, run_notebook_with_outputs
 from paths import BAD_INPUTS, REPO
 from sweep_builder import WORKED_EXAMPLE, grid, write_grid
 
@@ -498,7 +500,7 @@ def test_sliders_never_reload_the_sweep() -> None:
     ]
     assert len(loading) == 1
     arguments = {argument.arg for argument in loading[0].args.args}
-    assert arguments == {"experiment_picker", "fields"}
+    assert arguments == {"experiment_picker", "fields", "root"}  # the root never changes
     (fields_cell,) = [
         cell
         for cell in cells
@@ -524,6 +526,61 @@ def test_no_experiment_stops_with_a_callout(
     defs = run_notebook(notebook, monkeypatch, "--sweeps", str(tmp_path))
     assert defs["experiments"] == {}
     assert "experiment_picker" not in defs and "sweep" not in defs
+
+
+def _root_with_links_outside(tmp_path: Path, root_name: str = "root") -> Path:
+    """A root holding a copy of a sample ("clean"), a link to a copy outside ("linked out"),
+    and a copy ("mixed") whose first summary.json is a link to a file outside."""
+    root, outside = tmp_path / root_name, tmp_path / "outside"
+    shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", outside / "sonnet-like")
+    (outside / "secret.txt").write_text('"SECRET outside the root"')  # a value errors show
+    shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", root / "clean")
+    (root / "linked\nout").symlink_to(outside / "sonnet-like")
+    shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", root / "mixed")
+    summary = min((root / "mixed").glob("*/summary.json"))
+    summary.unlink()
+    summary.symlink_to(outside / "secret.txt")
+    return root
+
+
+def test_links_outside_the_root_are_neither_listed_nor_read(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    root = _root_with_links_outside(tmp_path)
+    link = min((root / "mixed").glob("*/summary.json")).relative_to(root).as_posix()
+    mixed = mo.ui.dropdown({"mixed": root / "mixed"}, value="mixed")
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(root), compare_picker=mixed)
+    assert list(defs["experiments"]) == ["clean", "mixed"]
+    assert defs["experiment_refusals"] == [
+        f"linked\\nout: a link that leads outside {root}; not listed",
+        f"{link}: a link that leads outside {root}; not listed",
+    ]
+    # Comparing with the mixed experiment reads its folder only inside the root.
+    assert "outside-root" in defs["comparison_error"]
+    assert "SECRET" not in defs["comparison_error"]
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(root), experiment_picker=mixed)
+    problems = defs["result"].problems
+    assert [p.files for p in problems if p.rule == "outside-root"] == [(link.split("/", 1)[1],)]
+    assert not any("SECRET" in problem.describe() for problem in problems)
+
+
+def test_odd_folder_names_are_shown_escaped_on_one_line(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A blank line, backticks or HTML in a name must not turn into markup: the folder being
+    read and the root are shown whole, escaped, each newline as ``\\n``."""
+    root = _root_with_links_outside(tmp_path, "sweeps\n\n`odd` *<b>name</b>*")
+    outputs, defs = run_notebook_with_outputs(notebook, monkeypatch, "--sweeps", str(root))
+    assert "result" in defs
+    (notes,) = [
+        out.text for out in outputs if out is not None and "Reading experiments" in out.text
+    ]
+    shown_root = html.escape(app_support.shown_path(root))
+    assert (
+        f"Reading experiments in <code>{shown_root}</code> (root <code>{shown_root}</code>)"
+        in notes
+    )
+    assert "\n\n" not in notes
 
 
 def test_export_html_runs_every_cell(tmp_path: Path) -> None:
@@ -559,6 +616,21 @@ def test_runs_as_a_python_script_from_another_folder(tmp_path: Path) -> None:
 
 def picker(name: str) -> Any:
     return mo.ui.dropdown({name: SAMPLE_SWEEPS / name}, value=name)
+
+
+def _sonnet_compared_with(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, other: str
+) -> dict[str, Any]:
+    """The app on the samples, showing sonnet-like compared with ``other``: both below the
+    root, as the app only compares inside it."""
+    return run_notebook(
+        notebook,
+        monkeypatch,
+        "--sweeps",
+        str(SAMPLE_SWEEPS),
+        experiment_picker=picker("sonnet-like"),
+        compare_picker=picker(other),
+    )
 
 
 def test_trtllm_download_is_the_cli_export(
@@ -602,9 +674,7 @@ def test_comparison_is_what_diff_gives(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sweeps = SAMPLE_SWEEPS / "sonnet-like"
-    defs = run_notebook(
-        notebook, monkeypatch, "--sweeps", str(sweeps), compare_picker=picker("random-control")
-    )
+    defs = _sonnet_compared_with(notebook, monkeypatch, "random-control")
     shown: DiffReport = defs["comparison"]
     settings = DiffSettings()
     a, _ = read_side(sweeps, settings)
@@ -622,13 +692,7 @@ def test_comparison_is_what_diff_gives(
 def test_an_experiment_that_cannot_be_tuned_is_explained(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    defs = run_notebook(
-        notebook,
-        monkeypatch,
-        "--sweeps",
-        str(SAMPLE_SWEEPS / "sonnet-like"),
-        compare_picker=picker("noisy"),
-    )
+    defs = _sonnet_compared_with(notebook, monkeypatch, "noisy")
     assert defs["comparison"] is None
     assert "cannot be tuned with these settings" in defs["comparison_error"]
     assert "noisy-objective" in defs["comparison_error"]
