@@ -3,7 +3,8 @@
 Data flow (each step a Polars frame with a documented schema):
 
 1. runs (one row per run, :mod:`lib.sweeps`) -> :func:`health_gate`, :func:`objective_gate`,
-   :func:`global_k_gate` mark runs that cannot be used, each with its reason.
+   :func:`global_k_gate`, :func:`server_gate` mark runs that cannot be used, each with its
+   reason.
 2. kept runs -> :func:`cell_statistics`: one row per (anchor, K) with median, MAD, relative MAD,
    conservative score and acceptance statistics.
 3. cells -> :func:`min_runs_gate`, :func:`noise_gate`, :func:`acceptance_gate` reject cells,
@@ -31,7 +32,14 @@ from lib import robust
 from lib.flags import flag_name
 from lib.keys import LARGEST_WHOLE_NUMBER, whole_number
 from lib.problems import Problem, Severity, errors, show_value
-from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, HEALTH_FIELDS, Direction, Settings
+from lib.settings import (
+    DEFAULT_K_VAR,
+    GLOBAL_K_VAR,
+    HEALTH_FIELDS,
+    Direction,
+    Fields,
+    Settings,
+)
 from lib.sweeps import Sweep
 
 __all__ = [
@@ -55,6 +63,7 @@ __all__ = [
     "noise_gate",
     "objective_gate",
     "schedule_problems",
+    "server_gate",
     "tie_rule",
     "trtllm_bound",
     "tune",
@@ -297,6 +306,69 @@ def global_k_gate(
                 )
             )
     return _concat_excluded(excluded), problems, configured
+
+
+#: The serve combo of a ``SERVE--<serve combo>-BENCH--<bench combo>`` folder (the last part of
+#: the run's combo path): the name `vllm bench sweep serve` gives one server configuration.
+_SERVE_COMBO = r"(?:^|/)SERVE--([^/]*)-BENCH--[^/]*$"
+
+
+def server_gate(runs: pl.DataFrame, k_var: str) -> tuple[pl.DataFrame, list[Problem]]:
+    """A cell holds the runs of one server configuration: runs at the same (anchor, K) from
+    folders of different serve combos (``SERVE--a-...`` and ``SERVE--b-...``) are different
+    servers that the records cannot tell apart, and pooling them would rank a mixture.
+
+    It happens when the sweep varied something the records do not hold (a K set on the
+    server's command line, where every record reads as K=0), or when two sweeps were copied
+    into one folder. Every run of such a cell is excluded, and the error names the folders and
+    ``--k-var``, which resolves it when some record field does hold what differs.
+
+    Folders named otherwise (not the sweep's layout) say nothing about their server and are
+    not compared; the same serve combo under several parent folders (a sweep resumed into
+    another experiment folder) is one server.
+    """
+    serve = pl.col("combo").str.extract(_SERVE_COMBO, 1)
+    placed = runs.filter(pl.col("anchor").is_not_null() & pl.col("k").is_not_null()).with_columns(
+        serve.alias("_serve")
+    )
+    mixed = (
+        placed.group_by("anchor", "k", maintain_order=True)
+        .agg(pl.col("_serve").drop_nulls().unique(maintain_order=True).alias("_serves"))
+        .filter(pl.col("_serves").list.len() > 1)
+        .sort("anchor", "k")
+    )
+    if mixed.is_empty():
+        return _concat_excluded([]), []
+    problems = []
+    for anchor, k, serves in mixed.iter_rows():
+        cell = placed.filter((pl.col("anchor") == anchor) & (pl.col("k") == k))
+        # A file of each server, so the user sees which folders collide.
+        first_files = [cell.filter(pl.col("_serve") == name)["source"][0] for name in serves]
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "pooled-servers",
+                f"runs of {len(serves)} server configurations (serve combos) fall into one"
+                " cell, and a ranking of their mixture would hold for neither server",
+                files=tuple(first_files),
+                field=k_var,
+                value=", ".join(f"SERVE--{name}" for name in serves),
+                anchor=anchor,
+                k=k,
+                expected=(
+                    "one server configuration per (batch size, K): if the servers ran different"
+                    " K (set on their command line, it is in no record), name a record field"
+                    f" that holds K with {flag_name(Fields, 'k_var')}; else keep the folders of"
+                    " one server"
+                ),
+            )
+        )
+    keys = mixed.select("anchor", "k")
+    pooled = runs.join(
+        keys.with_columns(pl.lit(True).alias("_pooled")), on=["anchor", "k"], how="left"
+    )
+    excluded = _excluded(pooled, pl.col("_pooled").fill_null(False), "runs of different servers")
+    return excluded, problems
 
 
 def unplaced_runs(runs: pl.DataFrame) -> pl.DataFrame:
@@ -1012,9 +1084,17 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
         runs, sweep.k_var, settings.allow_mixed_global_k
     )
     problems += found
+    server_excluded, found = server_gate(runs, sweep.k_var)
+    problems += found
     problems += _baseline_notes(runs)
     excluded = _concat_excluded(
-        [health_excluded, objective_excluded, global_excluded, unplaced_runs(runs)]
+        [
+            health_excluded,
+            objective_excluded,
+            global_excluded,
+            server_excluded,
+            unplaced_runs(runs),
+        ]
     )
     # Every measured (anchor, K) stays a cell, even when all its runs are excluded: it is then
     # rejected for too few runs instead of silently vanishing from the grid.

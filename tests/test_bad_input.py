@@ -296,6 +296,21 @@ CASES = [
             )
         ),
     ),
+    Case(
+        "pooled-servers",
+        tuple(
+            Expected(
+                "pooled-servers",
+                f"{combo(anchor, 0)}/summary.json",
+                "speculative_config.num_speculative_tokens_per_batch_size",
+                "SERVE--k0, SERVE--k3",
+                message="a ranking of their mixture would hold for neither server",
+                anchor=anchor,
+                k=0,
+            )
+            for anchor in (1, 4)
+        ),
+    ),
 ]
 BY_NAME = {case.folder: case for case in CASES}
 

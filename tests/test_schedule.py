@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,52 @@ def test_k_above_the_global(tmp_path: Path) -> None:
     problems = [p for p in result.problems if p.rule == "k-above-global"]
     assert [(p.anchor, p.k, p.value) for p in problems] == [(1, 9, "7"), (64, 9, "7")]
     assert set(result.excluded_runs.filter(pl.col("k") == 9)["reason"]) == {"K above the global"}
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def _no_spec_runs(values: Sequence[float]) -> list[dict[str, Any]]:
+    """Runs of a server whose K came from its command line: nothing in them says K."""
+    return [
+        record(1, 0, run_number=n, spec="none", output_throughput=v) for n, v in enumerate(values)
+    ]
+
+
+def test_runs_of_different_servers_are_not_pooled(tmp_path: Path) -> None:
+    _healthy_grid(tmp_path)
+    # Two servers, "k0" (the grid's K=0, with a config) and "eagle-k5" (K on its command
+    # line), both read as K=0 at batch size 1.
+    write_combo(tmp_path / "SERVE--eagle-k5-BENCH--c1", _no_spec_runs([300.0] * 3))
+    result = _tune(tmp_path)
+    problem = _one(result, "pooled-servers")
+    assert (problem.anchor, problem.k) == (1, 0)
+    # In the order the folders are read (by name).
+    assert problem.value == "SERVE--eagle-k5, SERVE--k0"
+    assert problem.files == (
+        "SERVE--eagle-k5-BENCH--c1/summary.json",
+        "SERVE--k0-BENCH--c1/summary.json",
+    )
+    assert "--k-var" in (problem.expected or "")
+    # Pooled, the six runs would have made K=0 the winner at batch size 1 (median 200 > 150).
+    assert _cell(result, 1, 0)["num_runs"] == 0
+    reasons = result.excluded_runs.filter(pl.col("anchor") == 1)["reason"].unique().to_list()
+    assert reasons == ["runs of different servers"]
+
+
+def test_one_server_in_several_folders_is_one_server(tmp_path: Path) -> None:
+    # A sweep resumed into a second experiment folder: the same serve combo, more runs.
+    write_grid(tmp_path / "first", {(1, 0): [100.0] * 2, (1, 3): [150.0] * 3})
+    write_grid(tmp_path / "second", {(1, 0): [101.0]})
+    result = _tune(tmp_path)
+    assert "pooled-servers" not in _rules(result)
+    assert _cell(result, 1, 0)["num_runs"] == 3
+
+
+def test_folders_outside_the_sweep_layout_are_not_compared(tmp_path: Path) -> None:
+    _healthy_grid(tmp_path)
+    write_combo(tmp_path / "my-extra-runs", _no_spec_runs([100.0] * 3))
+    assert "pooled-servers" not in _rules(_tune(tmp_path))
 
 
 # --------------------------------------------------------------------------- cell gates

@@ -289,6 +289,17 @@ def bad_health_fields() -> dict[str, bytes]:
     return render(combos)
 
 
+def pooled_servers() -> dict[str, bytes]:
+    """The K=3 servers got K on their command line, so their records hold no
+    speculative_config: they read as K=0, beside the real K=0 runs."""
+    combos = healthy()
+    for anchor in ANCHORS:
+        for record in combos[combo(anchor, 3)]:
+            del record["speculative_config"]
+            del record["spec_decode_acceptance_length"]
+    return render(combos)
+
+
 CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "truncated-json": truncated_json,
     "record-not-object": record_not_object,
@@ -312,6 +323,7 @@ CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "three-problems": three_problems,
     "huge-numbers": huge_numbers,
     "bad-health-fields": bad_health_fields,
+    "pooled-servers": pooled_servers,
 }
 
 
