@@ -17,6 +17,7 @@ Polars nor NumPy: the CLI reads a sweep in a second process while the first impo
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -272,6 +273,9 @@ class _Reader:
         self._previous_params = _Params(None, None, False, None, ())
         self._previous_fields: tuple[str, ...] | None = None
         self._previous_dotted: tuple[str, ...] = ()
+        # What identifies each run read so far (see _repeated): the file it came from.
+        self._contents: dict[int, str] = {}
+        self._run_numbers: dict[tuple[str, int], str] = {}
 
     def _anchor(self, record: dict[str, Any], found: list[_Finding]) -> int | None:
         raw = lookup(record, self.batch_size_var)
@@ -431,6 +435,35 @@ class _Reader:
             )
         return unhealthy
 
+    def _repeated(self, record: dict[str, Any], source: str, combo: str, number: int) -> bool:
+        """Whether the run was read already (a warning says where), so it counts once.
+
+        A copied combo folder (``cp -r``), a summary.json copied beside its original, or a
+        record listed twice would otherwise count its runs twice, and a cell of 2 runs would
+        pass ``--min-runs 3``. The same run is a record with the same content (the same
+        fields and values in the same order, as a copy has), or the same run number again in
+        one combo folder. Content is compared by a 64-bit hash of the record's JSON: two
+        different runs (their timestamps and measurements differ) share one with odds of
+        about 2^-64 a pair."""
+        content = _fingerprint(record) or json.dumps(record, default=str).encode()
+        identity = hash(content)
+        earlier = self._contents.get(identity)
+        how = f"a record already read from {earlier} (a copy?)"
+        if earlier is None:
+            self._contents[identity] = source
+            earlier = self._run_numbers.get((combo, number))
+            how = f"run {number} of the folder again, already read from {earlier}"
+            if earlier is None:
+                self._run_numbers[(combo, number)] = source
+                return False
+        self.log.add(
+            "repeated-run",
+            f"{how}: counted once, from there",
+            source,
+            severity=Severity.WARNING,
+        )
+        return True
+
     def add_records(
         self,
         records: list[Any],
@@ -468,11 +501,6 @@ class _Reader:
                 continue
             raw = record.get("run_number")
             number = whole_number(raw)
-            params = self._params(record, parsed_by_orjson)
-            if params.findings:
-                for rule, message, name, value, expected in params.findings:
-                    self.log.add(rule, message, where, field=name, value=value, expected=expected)
-            positions(position)
             if number is None:
                 number = position if run_number is None else run_number
                 if raw is not None:
@@ -486,6 +514,13 @@ class _Reader:
                         value=show_value(raw),
                         expected=f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}",
                     )
+            if self._repeated(record, source, combo, number):
+                continue
+            params = self._params(record, parsed_by_orjson)
+            if params.findings:
+                for rule, message, name, value, expected in params.findings:
+                    self.log.add(rule, message, where, field=name, value=value, expected=expected)
+            positions(position)
             numbers(number)
             speculations(params.speculation)
             anchors(params.anchor)

@@ -311,6 +311,20 @@ CASES = [
             for anchor in (1, 4)
         ),
     ),
+    Case(
+        "copied-combo-folder",
+        (
+            Expected(
+                "too-few-runs",
+                f"{combo(4, 3)}/summary.json",
+                "num_runs",
+                "2",
+                message="only 2 usable run(s)",
+                anchor=4,
+                k=3,
+            ),
+        ),
+    ),
 ]
 BY_NAME = {case.folder: case for case in CASES}
 

@@ -4,6 +4,7 @@ can cross a process boundary, and the garbage collector is left as the caller ha
 from __future__ import annotations
 
 import gc
+import json
 import os
 import pickle
 import shutil
@@ -245,3 +246,49 @@ def test_a_run_number_past_the_limit_is_replaced_by_its_place_with_a_warning() -
     assert (warning.files, warning.value) == (("SERVE--k0-BENCH--c4/summary.json[0]",), str(2**63))
     numbers = sweep.runs.filter(pl.col("source") == "SERVE--k0-BENCH--c4/summary.json")
     assert numbers["run_number"].to_list() == [0, 1, 2]
+
+
+def _repeats(sweep: Sweep) -> dict[str, str]:
+    """file -> message of every repeated-run warning."""
+    return {
+        file: problem.message
+        for problem in _rules(sweep).get("repeated-run", [])
+        if problem.severity is Severity.WARNING
+        for file in problem.files
+    }
+
+
+def test_a_copied_run_counts_once(tmp_path: Path) -> None:
+    experiment = _healthy_copy(tmp_path)
+    original = experiment / "SERVE--k3-BENCH--c1" / "run=0.json"
+    # A run file copied into a folder of its own (no summary.json there, so it is read).
+    (experiment / "stray").mkdir()
+    shutil.copy(original, experiment / "stray" / "run=0.json")
+    sweep = load_experiment(experiment)
+    assert sweep.runs.height == load_experiment(HEALTHY).runs.height
+    assert _repeats(sweep) == {
+        "stray/run=0.json": "a record already read from SERVE--k3-BENCH--c1/summary.json"
+        " (a copy?): counted once, from there"
+    }
+
+
+def test_a_record_listed_twice_or_a_run_number_repeated_counts_once(tmp_path: Path) -> None:
+    experiment = _healthy_copy(tmp_path)
+    summary = experiment / "SERVE--k0-BENCH--c4" / "summary.json"
+    records = json.loads(summary.read_text())
+    other = experiment / "SERVE--k3-BENCH--c4" / "summary.json"
+    renumbered = json.loads(other.read_text())
+    # The same record twice; and, in another folder, run 1 again with other measurements.
+    summary.write_text(json.dumps([*records, records[0]]))
+    other.write_text(json.dumps([*renumbered, {**renumbered[0], "run_number": 1}]))
+    sweep = load_experiment(experiment)
+    assert sweep.runs.height == load_experiment(HEALTHY).runs.height
+    assert _repeats(sweep) == {
+        "SERVE--k0-BENCH--c4/summary.json": "a record already read from"
+        " SERVE--k0-BENCH--c4/summary.json (a copy?): counted once, from there",
+        "SERVE--k3-BENCH--c4/summary.json": "run 1 of the folder again, already read from"
+        " SERVE--k3-BENCH--c4/summary.json: counted once, from there",
+    }
+    # Each repeated run is left out; the runs kept are the first of each.
+    kept = sweep.runs.filter(pl.col("combo") == "SERVE--k3-BENCH--c4")
+    assert kept["run_number"].to_list() == [0, 1, 2]

@@ -300,6 +300,17 @@ def pooled_servers() -> dict[str, bytes]:
     return render(combos)
 
 
+def copied_combo_folder() -> dict[str, bytes]:
+    """A combo with two runs, copied with `cp -r`: counted twice it would pass --min-runs 3."""
+    combos = healthy()
+    del combos[combo(4, 3)][2]
+    files = render(combos)
+    for relative, content in list(files.items()):
+        if relative.startswith(combo(4, 3) + "/"):
+            files[relative.replace(combo(4, 3), combo(4, 3) + ".bak", 1)] = content
+    return files
+
+
 CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "truncated-json": truncated_json,
     "record-not-object": record_not_object,
@@ -324,6 +335,7 @@ CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "huge-numbers": huge_numbers,
     "bad-health-fields": bad_health_fields,
     "pooled-servers": pooled_servers,
+    "copied-combo-folder": copied_combo_folder,
 }
 
 
