@@ -25,7 +25,13 @@ from lib.present.text import switch_point_lines
 from lib.schedule import Schedule, TuningResult, tune
 from lib.settings import Settings
 from lib.sweeps import load_experiment
-from lib.switch_points import CURVE_SCHEMA, SWITCH_SCHEMA, SwitchPoints, find_switch_points
+from lib.switch_points import (
+    CURVE_SCHEMA,
+    SWITCH_SCHEMA,
+    TERM_BY_TERM_LIMIT,
+    SwitchPoints,
+    find_switch_points,
+)
 
 # K=3 doubles K=0 at batch 1 and quarters it at batch 16. Log gain of K=3 over K=0:
 # +log 2 at 1, -log 4 = -2 log 2 at 16; linear in t = log b / log 16 it is
@@ -163,6 +169,49 @@ def test_cli_emits_the_interpolated_schedule_on_request(
     assert "K=3 -> K=0 between 1 and 16: curves cross at 2.5; switch at 3" in step_out
 
 
+# --------------------------------------------------------------------------- large anchors
+
+# CROSSING with the upper anchor at N: K=3's log gain over K=0 is log 2 at 1 and -2 log 2 at
+# N, so K=0's advantage over K=3 is d(b) = -log 2 + 3 log 2 * log b / log N
+# = -log 2 + beta log b with beta = 3 log 2 / log N, and exp(d(b)) = b^beta / 2.
+# - It crosses 0 at b^beta = 2, b = N^(1/3): the switch is the smallest b with b^3 > N.
+# - The gain at b is b^beta / 2 - 1; the largest, at N - 1, is (N - 1)^beta / 2 - 1: 3 (300 %)
+#   up to a relative 1e-18 when N = 2^62 (N^beta = 2^3).
+# - Summed over the changed batch sizes s..N-1 it is the integral of x^beta / 2 - 1 up to
+#   O(1) terms: (N^(beta+1) - s^(beta+1)) / (2 (beta + 1)) - (N - s). With N = 2^62,
+#   beta = 3/62: N^(beta+1) = 2^65, and the mean over about N batch sizes is
+#   2^65 / (2^62 * 2 * 65/62) - 1 = 248/65 - 1 = 183/65 (281.54 %), to a relative s / N (1e-12).
+#   With N = 2^63 - 1 the same steps give 8 * 21 / (2 * 22) - 1 = 62/22 (281.82 %).
+
+
+@pytest.mark.parametrize(
+    ("upper", "mean_gain"),
+    [(2**62, 183 / 65), (2**63 - 1, 62 / 22)],
+    ids=["2^62", "2^63-1"],
+)
+def test_anchors_up_to_2_63_cost_what_small_anchors_cost(
+    tmp_path: Path, upper: int, mean_gain: float
+) -> None:
+    # The per-batch-size implementation allocated an array of upper + 1 entries: it raised here.
+    cells = {(1, 0): [100.0] * 3, (1, 3): [200.0] * 3, (upper, 0): [1600.0] * 3}
+    cells[(upper, 3)] = [400.0] * 3
+    analysis = _analyse(write_grid(tmp_path, cells))
+    switch_at = round(upper ** (1 / 3))
+    while switch_at**3 <= upper:
+        switch_at += 1
+    while (switch_at - 1) ** 3 > upper:
+        switch_at -= 1
+    assert analysis.schedule == Schedule(((1, switch_at - 1, 3), (switch_at, upper, 0)))
+    (switch,) = analysis.switches.to_dicts()
+    assert switch["switch_at"] == switch_at
+    assert switch["changed_batch_sizes"] == upper - switch_at
+    assert switch["crossover"] == pytest.approx(upper ** (1 / 3), rel=1e-12)
+    assert switch["gain_percent"] == pytest.approx(100 * mean_gain, rel=1e-9)
+    assert analysis.mean_gain_percent == pytest.approx(100 * mean_gain, rel=1e-9)
+    assert analysis.max_gain_percent == pytest.approx(300.0, rel=1e-12)
+    assert json.dumps(analysis.to_json("step"))  # finite numbers, nothing left unserialisable
+
+
 # --------------------------------------------------------------------------- the rule, brute force
 
 
@@ -296,8 +345,10 @@ def test_switch_points_follow_the_rule_at_every_batch_size(
     crossing_analysis: tuple[TuningResult, ConfidenceReport], largest: int
 ) -> None:
     # Against the rule evaluated batch size by batch size: schedules, switch points and
-    # counts exactly; gains to 1e-11 (the oracle takes libm's log, lib NumPy's).
+    # counts exactly; gains to 1e-11 (the oracle takes libm's log, lib NumPy's, and past
+    # TERM_BY_TERM_LIMIT changed batch sizes lib sums in closed form).
     rng = random.Random(largest)
+    long_switches = 0
     for _ in range(60 if largest <= 3000 else 20):
         anchors, picks, means, last = _random_table(rng, largest)
         analysis = _with_picks(crossing_analysis, anchors, picks, means, last)
@@ -309,5 +360,8 @@ def test_switch_points_follow_the_rule_at_every_batch_size(
         ] == [(upper, switch_at, changed) for upper, switch_at, _, changed in expected["switches"]]
         for row, (_, _, note, _) in zip(rows, expected["switches"], strict=True):
             assert row["note"] is None if note is None else note in row["note"]
+            long_switches += row["changed_batch_sizes"] > TERM_BY_TERM_LIMIT
         assert analysis.mean_gain_percent == pytest.approx(expected["mean"], rel=1e-11, abs=1e-11)
         assert analysis.max_gain_percent == pytest.approx(expected["max"], rel=1e-11, abs=1e-11)
+    if largest > TERM_BY_TERM_LIMIT:
+        assert long_switches > 0, "no switch long enough for the closed form"
