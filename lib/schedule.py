@@ -47,6 +47,7 @@ __all__ = [
     "DECISION_SCHEMA",
     "KNOWN_OBJECTIVES",
     "NO_SCHEDULE",
+    "PLAUSIBLE_OBJECTIVE",
     "TRTLLM_SCHEDULE",
     "Range",
     "Schedule",
@@ -87,6 +88,9 @@ KNOWN_OBJECTIVES: dict[str, Direction] = {
 }
 
 _ROW_KEY = ("source", "position")
+
+#: The smallest positive and the largest objective value taken for a measurement, in any unit.
+PLAUSIBLE_OBJECTIVE = (1e-100, 1e100)
 
 
 # --------------------------------------------------------------------------- run gates
@@ -161,7 +165,9 @@ def objective_gate(
     runs: pl.DataFrame, settings: Settings, non_numeric: dict[str, dict[int, str]]
 ) -> tuple[pl.DataFrame, list[Problem]]:
     """Runs whose objective cannot be ranked: absent, null, not a number, not finite,
-    negative, or zero when minimising (a zero latency is a broken measurement).
+    negative, zero when minimising (a zero latency is a broken measurement), or beyond
+    :data:`PLAUSIBLE_OBJECTIVE` either way (1e-100 tok/s or 1e100 ms is damage, not a
+    measurement, and the log-ratios of such values overflow the gains computed from them).
 
     A null ``request_goodput`` means the bench ran without ``--goodput``: the problem says so.
     """
@@ -182,6 +188,10 @@ def objective_gate(
     value = pl.col(objective)
     lower = "> 0" if not settings.maximize else ">= 0"
     too_small = (value <= 0) if not settings.maximize else (value < 0)
+    smallest, largest = PLAUSIBLE_OBJECTIVE
+    plausible = f"a number from {smallest:g} to {largest:g}" + (
+        " or 0" if settings.maximize else ""
+    )
     goodput_hint = (
         ": the bench ran without --goodput (rerun it with e.g. --goodput tpot:50, or choose"
         " another objective)"
@@ -203,6 +213,11 @@ def objective_gate(
             "the objective is not finite",
         ),
         (value.is_finite() & too_small, "out-of-range-objective", f"the objective is not {lower}"),
+        (
+            value.is_finite() & ((value > largest) | ((value > 0) & (value < smallest))),
+            "out-of-range-objective",
+            "the objective is no plausible measurement",
+        ),
     ]
     excluded = []
     problems = []
@@ -224,7 +239,7 @@ def objective_gate(
                 files=_cell_files(bad),
                 field=objective,
                 value=", ".join(dict.fromkeys(shown)),
-                expected=f"a finite number {lower}",
+                expected=plausible,
             )
         )
     return _concat_excluded(excluded), problems

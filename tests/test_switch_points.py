@@ -365,3 +365,26 @@ def test_switch_points_follow_the_rule_at_every_batch_size(
         assert analysis.max_gain_percent == pytest.approx(expected["max"], rel=1e-11, abs=1e-11)
     if largest > TERM_BY_TERM_LIMIT:
         assert long_switches > 0, "no switch long enough for the closed form"
+
+
+def test_the_most_distant_plausible_objectives_do_not_overflow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The objective gate admits values from 1e-100 to 1e100 (lib.schedule.PLAUSIBLE_OBJECTIVE):
+    # a log-ratio of at most log(1e200) = 460.5, so a gain of e^460.5 ~ 1e200 (%) at the most,
+    # inside a float; beyond the gate's range math.expm1 would overflow (e^709.8).
+    lowest, highest = 1e-100, 1e100
+    cells = {
+        (1, 0): [lowest] * 3,
+        (1, 3): [highest] * 3,
+        (1000, 0): [highest] * 3,
+        (1000, 3): [lowest] * 3,
+    }
+    write_grid(tmp_path, cells)
+    output = tmp_path / "schedule.json"
+    code = main([str(tmp_path), "--interpolated-schedule", "--output-json", str(output)])
+    captured = capsys.readouterr()
+    assert code == EXIT_OK, captured.err
+    gain = json.loads(output.read_text())["switch_points"]["expected_gain_percent"]["max"]
+    assert math.isfinite(gain)
+    assert gain > 1e190
