@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import math
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
-from lib.files import parse_json, read_json, write_files
+import pytest
+from paths import REPO
+from sweep_builder import write_grid
+
+from lib.files import parse_json, read_file, read_json, write_files
 from lib.keys import MISSING
+from lib.settings import DEFAULT_K_VAR, Fields
+from lib.sweep_files import read_sweep_files
+
+BATCH_SIZE_VAR = Fields().batch_size_var
 
 
 def test_nan_and_infinity_written_by_python_json_are_read() -> None:
@@ -51,3 +65,137 @@ def test_write_files_can_make_folders_and_executables(tmp_path: Path) -> None:
     script, data = tmp_path / "x" / "run.sh", tmp_path / "x" / "y" / "d.json"
     assert write_files([(script, "#!"), (data, "{}")], make_folders=True, executable={script}) == []
     assert script.stat().st_mode & 0o111 and not data.stat().st_mode & 0o111
+
+
+# --------------------------------------------------------------------------- only regular files
+
+#: Reads one file with lib.files.read_json in a process of its own, printing the problem's rule
+#: and message: a read that blocks is stopped by the timeout, one that grows without limit by
+#: the memory limit, and the test fails either way instead of hanging or exhausting the machine.
+READ_IN_A_CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from lib.files import read_json
+value, problems = read_json(sys.argv[1])
+print(*[(problem.rule, problem.message, problem.files) for problem in problems], sep="\\n")
+"""
+
+
+def _special_file(kind: str, path: Path) -> None:
+    """Make ``path`` a FIFO, a link to a device, a socket or a folder."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "link to /dev/urandom":
+        path.symlink_to("/dev/urandom")
+    elif kind == "link to a fifo":
+        os.mkfifo(path.with_name("elsewhere"))
+        path.symlink_to(path.with_name("elsewhere"))
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(path))
+    elif kind == "folder":
+        path.mkdir()
+
+
+SPECIAL_FILES = [
+    ("fifo", "a FIFO (named pipe)"),
+    ("link to /dev/zero", "a character device"),
+    ("link to /dev/urandom", "a character device"),
+    ("link to a fifo", "a FIFO (named pipe)"),
+    ("socket", "a socket"),
+    ("folder", "a folder"),
+]
+
+
+@pytest.mark.parametrize(("kind", "named"), SPECIAL_FILES)
+def test_only_a_regular_file_is_read(tmp_path: Path, kind: str, named: str) -> None:
+    path = tmp_path / "summary.json"
+    _special_file(kind, path)
+    completed = subprocess.run(
+        [sys.executable, "-c", READ_IN_A_CHILD, str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    message = f"cannot read the file: it is {named}, not a regular file"
+    assert completed.stdout == f"{('unreadable-file', message, (str(path),))}\n"
+
+
+def test_read_file_reads_a_regular_file_through_a_link(tmp_path: Path) -> None:
+    (tmp_path / "data.json").write_bytes(b"[1]")
+    (tmp_path / "link.json").symlink_to(tmp_path / "data.json")
+    assert read_file(tmp_path / "link.json") == (b"[1]", None)
+    assert read_json(tmp_path / "link.json") == ([1], [])
+
+
+def test_a_file_that_cannot_be_opened_names_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "locked.json"
+    path.write_text("[1]")
+
+    def denied(*args: object, **kwargs: object) -> int:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    # chmod 000 does not stop root: the refusal is made by hand.
+    monkeypatch.setattr(os, "open", denied)
+    assert read_file(path) == (None, ("unreadable-file", "cannot read the file: Permission denied"))
+    value, problems = read_json(path)
+    assert value is MISSING
+    assert [(p.rule, p.message, p.files) for p in problems] == [
+        ("unreadable-file", "cannot read the file: Permission denied", (str(path),))
+    ]
+
+
+# --------------------------------------------------------------------------- deep JSON, BOM
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 1024 levels of lists and objects"),
+        (b"[" * 100_000, "nested deeper than 1024 levels of lists and objects"),
+        (b'{"a": ' * 100_000 + b"1" + b"}" * 100_000, "nested deeper than 1024 levels"),
+        # NaN: only Python's json reads it, and it recurses once per level.
+        (b"[" * 1020 + b"NaN" + b"]" * 1020, "nested deeper than Python's json can read"),
+    ],
+)
+def test_deeply_nested_json_is_a_problem_not_a_crash(raw: bytes, message: str) -> None:
+    value, failure, _ = parse_json(raw)
+    assert value is MISSING
+    assert failure is not None and failure[0] == "invalid-json" and message in failure[1]
+
+
+def test_nesting_within_the_limit_is_read() -> None:
+    value, failure, _ = parse_json(b"[" * 1000 + b"]" * 1000)
+    assert failure is None and isinstance(value, list)
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("text", [b"[1, 2]", b'{"a": NaN}', b'{"b": 18446744073709551616}', b"{}"])
+def test_a_byte_order_mark_is_skipped(text: bytes) -> None:
+    plain, with_bom = parse_json(text), parse_json(BOM + text)
+    assert with_bom[1:] == plain[1:] and repr(with_bom[0]) == repr(plain[0])
+
+
+def test_every_reader_accepts_a_byte_order_mark(tmp_path: Path) -> None:
+    cells = {(1, 0): [100.0, 101.0, 99.0], (1, 3): [150.0, 151.0, 149.0]}
+    plain, marked = write_grid(tmp_path / "plain", cells), write_grid(tmp_path / "bom", cells)
+    for path in marked.rglob("*.json"):
+        path.write_bytes(BOM + path.read_bytes())
+    read = {
+        name: read_sweep_files(root, batch_size_var=BATCH_SIZE_VAR, k_var=DEFAULT_K_VAR)
+        for name, root in (("plain", plain), ("bom", marked))
+    }
+    assert read["bom"].problems == read["plain"].problems == ()
+    assert read["bom"].numbers == read["plain"].numbers
+    assert read["bom"].derived == read["plain"].derived
+    summary = next(marked.rglob("summary.json"))
+    assert read_json(summary)[0] == json.loads(summary.read_bytes()[len(BOM) :])
