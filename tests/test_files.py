@@ -6,16 +6,21 @@ import errno
 import json
 import math
 import os
+import signal
 import socket
+import stat
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from paths import REPO
 from sweep_builder import write_grid
 
-from lib.files import parse_json, read_file, read_json, write_files
+from lib import files
+from lib.files import parse_json, read_file, read_json, unwritable_reason, write_files
 from lib.keys import MISSING
 from lib.settings import DEFAULT_K_VAR, Fields
 from lib.sweep_files import read_sweep_files
@@ -54,11 +59,15 @@ def test_read_json_names_the_file(tmp_path: Path) -> None:
     assert "No such file or directory" in problem.message
 
 
-def test_write_files_writes_in_order_and_stops_at_the_first_failure(tmp_path: Path) -> None:
+def test_write_files_writes_all_or_none(tmp_path: Path) -> None:
     first, blocked, last = tmp_path / "a", tmp_path / "no" / "b", tmp_path / "c"
+    first.write_text("old")
     problems = write_files([(first, "1"), (blocked, "2"), (last, "3")])
-    assert first.read_text() == "1" and not last.exists()
+    assert first.read_text() == "old" and not last.exists()
     assert [(p.rule, p.files) for p in problems] == [("unwritable-file", (str(blocked),))]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a"]
+    assert write_files([(first, "1"), (last, "3")]) == []
+    assert (first.read_text(), last.read_text()) == ("1", "3")
 
 
 def test_write_files_can_make_folders_and_executables(tmp_path: Path) -> None:
@@ -199,3 +208,188 @@ def test_every_reader_accepts_a_byte_order_mark(tmp_path: Path) -> None:
     assert read["bom"].derived == read["plain"].derived
     summary = next(marked.rglob("summary.json"))
     assert read_json(summary)[0] == json.loads(summary.read_bytes()[len(BOM) :])
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+@pytest.fixture(params=["unnamed", "named"])
+def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways to a temporary file: unnamed until complete (Linux), or hidden and named."""
+    if request.param == "named":
+        monkeypatch.setattr(files, "_TMPFILE", 0)
+    elif not files._TMPFILE:
+        pytest.skip("this system has no O_TMPFILE")
+    return str(request.param)
+
+
+@pytest.mark.parametrize("failing", ["write", "fsync"])
+def test_a_full_disk_leaves_the_previous_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str, failing: str
+) -> None:
+    previous = tmp_path / "speculative_k_schedule.json"
+    previous.write_bytes(b'{"good": "previous"}\n')
+    other = tmp_path / "plan.json"
+    before = _listing(tmp_path)
+
+    real, calls = getattr(os, failing), []
+
+    def full(*args: object) -> object:
+        # The first call (plan.json) succeeds; the disk is full by the second file.
+        calls.append(args)
+        if len(calls) == 1:
+            return real(*args)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, failing, full)
+    problems = write_files([(other, "{}"), (previous, "x" * 1_000_000)])
+    monkeypatch.undo()
+    assert [(p.rule, p.message, p.files) for p in problems] == [
+        ("unwritable-file", "cannot write the file: No space left on device", (str(previous),))
+    ]
+    assert _listing(tmp_path) == before  # byte-identical, no temporary file, no plan.json
+
+
+#: A writer that writes a large file slowly: it says so once a first part is written, then
+#: waits there to be killed.
+SLOW_WRITER = """
+import os, sys, time
+from pathlib import Path
+from lib import files
+if sys.argv[2] == "named":
+    files._TMPFILE = 0
+write = os.write
+def slow(descriptor, data):
+    written = write(descriptor, bytes(data[: 1 << 16]))
+    print("writing", flush=True)
+    time.sleep(600)
+    return written
+os.write = slow
+files.write_files([(Path(sys.argv[1]), "x" * (64 << 20))])
+"""
+
+
+def test_a_writer_killed_while_writing_leaves_the_previous_file(tmp_path: Path) -> None:
+    if files._anonymous(tmp_path, b"probe", None) is None:
+        pytest.skip("this file system cannot make an unnamed temporary file")
+    for path in tmp_path.iterdir():
+        path.unlink()
+    previous = tmp_path / "speculative_k_schedule.json"
+    previous.write_bytes(b'{"good": "previous"}\n')
+    before = _listing(tmp_path)
+    with subprocess.Popen(
+        [sys.executable, "-c", SLOW_WRITER, str(previous), "unnamed"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as writer:
+        assert writer.stdout is not None
+        try:
+            assert writer.stdout.readline() == "writing\n"
+        finally:
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(timeout=60)
+    assert _listing(tmp_path) == before
+
+
+def test_two_files_staged_at_once_never_share_a_temporary_file(tmp_path: Path, route: str) -> None:
+    path = tmp_path / "out.json"
+    assert write_files([(path, "first " * 100_000), (path, "second")]) == []
+    assert _listing(tmp_path) == {"out.json": b"second"}
+
+
+def test_a_replaced_file_keeps_its_mode_and_run_sh_is_executable(
+    tmp_path: Path, route: str
+) -> None:
+    kept, script, new = tmp_path / "kept.json", tmp_path / "run.sh", tmp_path / "new.json"
+    kept.write_text("old")
+    kept.chmod(0o640)
+    script.write_text("old")
+    script.chmod(0o600)
+    assert write_files([(kept, "1"), (script, "#!"), (new, "2")], executable={script}) == []
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (kept, script, new)}
+    assert modes == {"kept.json": 0o640, "run.sh": 0o755, "new.json": 0o666 & ~umask}
+
+
+def test_a_link_has_its_target_replaced(tmp_path: Path, route: str) -> None:
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    assert write_files([(link, "new")]) == []
+    assert link.is_symlink() and target.read_text() == "new"
+
+
+def test_a_fifo_is_written_in_place(tmp_path: Path) -> None:
+    # `--output-json >(jq .)`: a pipe to another process, which replacing would disconnect.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    try:
+        assert write_files([(fifo, "through the pipe")]) == []
+        reader.join(timeout=60)
+    finally:
+        if reader.is_alive():  # release the reader (the test fails below)
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert received == [b"through the pipe"]
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_a_read_only_file_is_not_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "protected.json"
+    path.write_text("old")
+    real_access = os.access
+    # chmod 444 does not stop root: the refusal is made by hand.
+    monkeypatch.setattr(os, "access", lambda p, mode: p != path and real_access(p, mode))
+    (problem,) = write_files([(path, "new")])
+    assert problem.message == "cannot write the file: Permission denied"
+    assert unwritable_reason(path) == "cannot write the file: Permission denied"
+    monkeypatch.undo()
+    assert _listing(tmp_path) == {"protected.json": b"old"}
+
+
+def _below_a_file(root: Path) -> Path:
+    (root / "file").write_text("")
+    return root / "file" / "x.json"
+
+
+def _a_folder(root: Path) -> Path:
+    (root / "folder").mkdir()
+    return root / "folder"
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda root: root / "missing" / "x.json", "No such file or directory"),
+        (_below_a_file, "Not a directory"),
+        (_a_folder, "Is a directory"),
+        (lambda root: root / "x.json", None),
+    ],
+)
+def test_unwritable_reason_says_what_writing_would_fail_with(
+    tmp_path: Path, make: Callable[[Path], Path], reason: str | None
+) -> None:
+    path = make(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    expected = None if reason is None else f"cannot write the file: {reason}"
+    assert unwritable_reason(path) == expected
+    assert sorted(tmp_path.rglob("*")) == before  # creates nothing
+    if reason is not None:
+        (problem,) = write_files([(path, "x")])
+        assert problem.message == expected
+
+
+def test_unwritable_reason_with_folders_to_make(tmp_path: Path) -> None:
+    assert unwritable_reason(tmp_path / "a" / "b" / "x.json", make_folders=True) is None
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "file").write_text("")
+    reason = unwritable_reason(tmp_path / "file" / "b" / "x.json", make_folders=True)
+    assert reason == "cannot write the file: Not a directory"
