@@ -306,3 +306,195 @@ def test_main_reports_a_failing_stdout_in_process(
         "tune-spec-k: cannot write to standard output: [Errno 5] Input/output error\n"
     )
     assert not (tmp_path / "e.json").exists()
+
+
+# --------------------------------------------------------------------------- output paths
+
+
+def _sweep_copy(given: Inputs, tmp_path: Path) -> Path:
+    copy = tmp_path / "sweep"
+    if not copy.exists():
+        shutil.copytree(given.sweep, copy)
+    return copy
+
+
+def _linked(tmp_path: Path, name: str, target: Path) -> Path:
+    link = tmp_path / name
+    if not link.is_symlink():
+        link.symlink_to(target)
+    return link
+
+
+#: Outputs refused before anything is read, printed or written: (argv, the flag, the path
+#: reported), each a function of the inputs and the test's folder.
+REFUSALS: dict[
+    str, tuple[Callable[[Inputs, Path], list[str]], str, Callable[[Inputs, Path], Path]]
+] = {
+    "tune: the folder of --output-json is missing (--plan-json fine)": (
+        lambda given, t: [
+            str(given.sweep),
+            "--plan-json",
+            str(t / "ok.json"),
+            "--output-json",
+            str(t / "missing" / "x.json"),
+        ],
+        "--output-json",
+        lambda given, t: t / "missing" / "x.json",
+    ),
+    "tune: --output-json is a folder": (
+        lambda given, t: [str(given.sweep), "--output-json", str(t)],
+        "--output-json",
+        lambda given, t: t,
+    ),
+    "tune: --output-json is the sweep's summary.json": (
+        lambda given, t: [str(_sweep_copy(given, t)), "--output-json", str(_summary(t / "sweep"))],
+        "--output-json",
+        lambda given, t: _summary(t / "sweep"),
+    ),
+    "tune: --plan-json is a run=N.json beside a summary": (
+        lambda given, t: [
+            str(_sweep_copy(given, t)),
+            "--plan-json",
+            str(_summary(t / "sweep").with_name("run=0.json")),
+        ],
+        "--plan-json",
+        lambda given, t: _summary(t / "sweep").with_name("run=0.json"),
+    ),
+    "tune: --output-json through a link to the sweep": (
+        lambda given, t: [
+            str(_sweep_copy(given, t)),
+            "--output-json",
+            str(_linked(t, "link", t / "sweep") / _summary(t / "sweep").relative_to(t / "sweep")),
+        ],
+        "--output-json",
+        lambda given, t: t / "link" / _summary(t / "sweep").relative_to(t / "sweep"),
+    ),
+    "tune: --plan-json and --output-json the same": (
+        lambda given, t: [
+            str(given.sweep),
+            "--plan-json",
+            str(t / "x.json"),
+            "--output-json",
+            str(t / "." / "x.json"),
+        ],
+        "--output-json",
+        lambda given, t: t / "x.json",
+    ),
+    "tune: --plan-json a link to --output-json": (
+        lambda given, t: [
+            str(given.sweep),
+            "--plan-json",
+            str(_linked(t, "link.json", t / "x.json")),
+            "--output-json",
+            str(t / "x.json"),
+        ],
+        "--output-json",
+        lambda given, t: t / "x.json",
+    ),
+    "tune: the default output is the plan": (
+        lambda given, t: [
+            str(_sweep_copy(given, t)),
+            "--plan-json",
+            str(t / "sweep" / "speculative_k_schedule.json"),
+        ],
+        "--plan-json",
+        lambda given, t: t / "sweep" / "speculative_k_schedule.json",
+    ),
+    "check: --output-json is the schedule": (
+        lambda given, t: [
+            "check",
+            str(given.validation),
+            "--schedule",
+            str(given.result),
+            "--output-json",
+            str(given.result),
+        ],
+        "--output-json",
+        lambda given, t: given.result,
+    ),
+    "check: --output-json is the validation's data": (
+        lambda given, t: [
+            "check",
+            str(given.validation),
+            "--output-json",
+            str(_summary(given.validation)),
+        ],
+        "--output-json",
+        lambda given, t: _summary(given.validation),
+    ),
+    "diff: --output-json is A": (
+        lambda given, t: [
+            "diff",
+            str(given.result),
+            str(given.sweep),
+            "--output-json",
+            str(given.result),
+        ],
+        "--output-json",
+        lambda given, t: given.result,
+    ),
+    "diff: --output-json is B's data": (
+        lambda given, t: [
+            "diff",
+            str(given.result),
+            str(given.sweep),
+            "--output-json",
+            str(_summary(given.sweep)),
+        ],
+        "--output-json",
+        lambda given, t: _summary(given.sweep),
+    ),
+    "export: --output is the source": (
+        lambda given, t: ["export", str(given.result), "--output", str(given.result)],
+        "--output",
+        lambda given, t: given.result,
+    ),
+    "plan: -o holds the design read": (
+        lambda given, t: [
+            "plan",
+            "--design",
+            str(given.design),
+            "--validate",
+            str(given.result),
+            "-o",
+            str(given.design.parent),
+        ],
+        "--output-dir",
+        lambda given, t: given.design,
+    ),
+    "plan: -o below a file": (
+        lambda given, t: ["plan", *LLAMA_FLAGS, "-o", str(given.result / "plan")],
+        "--output-dir",
+        lambda given, t: given.result / "plan" / "sweep_plan.json",
+    ),
+}
+
+
+def _tree(*folders: Path) -> dict[str, bytes]:
+    return {
+        str(path): path.read_bytes()
+        for folder in folders
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not path.is_symlink()
+    }
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_an_output_path_is_refused_before_anything_is_written(
+    inputs: Inputs,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+) -> None:
+    argv, flag, path = REFUSALS[case]
+    arguments, reported = argv(inputs, tmp_path), path(inputs, tmp_path)
+    before = _tree(tmp_path, inputs.result.parent)
+    monkeypatch.chdir(tmp_path)
+    assert main(arguments) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    heading, *problems = captured.err.splitlines()
+    assert heading.endswith(f"problem(s) with {flag}")
+    assert any(line.endswith(f" in {reported}") for line in problems), captured.err
+    assert _tree(tmp_path, inputs.result.parent) == before

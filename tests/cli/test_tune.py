@@ -432,6 +432,43 @@ def test_published_schedules_on_the_samples(
     assert _read(output)["num_speculative_tokens_per_batch_size"] == schedule
 
 
+# --------------------------------------------------------------------------- a read-only default
+
+
+@pytest.mark.parametrize("how", ["read-only folder", "a folder in the way"])
+def test_a_default_output_that_cannot_be_written_still_prints_the_analysis(
+    good_sweep: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    how: str,
+) -> None:
+    elsewhere = tmp_path / "elsewhere.json"
+    code, expected, _ = _main(capsys, good_sweep, "--output-json", elsewhere)
+    assert code == EXIT_OK
+    default = good_sweep / RESULT_FILE
+    if how == "read-only folder":
+        # The experiment folder of a shared data set; chmod 555 does not stop root.
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, m: Path(p) != good_sweep and real(p, m))
+        reason = "Permission denied"
+    else:
+        default.mkdir()
+        reason = "Is a directory"
+    before = sorted(good_sweep.rglob("*"))
+    plan = tmp_path / "plan.json"
+    code, out, err = _main(capsys, good_sweep, "--plan-json", plan)
+    assert code == EXIT_BAD_INPUT
+    # The analysis, as a good run prints it, but for the line saying where it was written.
+    assert out.splitlines() == expected.splitlines()[:-1]
+    assert err.splitlines() == [
+        "tune-spec-k: nothing written: 1 problem(s) with --output-json",
+        f"  error [unwritable-file] cannot write the file: {reason} in {default}",
+        "tune-spec-k: the output above is not saved: choose a path with --output-json PATH",
+    ]
+    assert not plan.exists() and sorted(good_sweep.rglob("*")) == before
+
+
 # --------------------------------------------------------------------------- hostile names
 
 FORGED = "\nerror [forged] all is well\r\x1b[2K\u2028"
