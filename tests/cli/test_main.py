@@ -498,3 +498,30 @@ def test_an_output_path_is_refused_before_anything_is_written(
     assert heading.endswith(f"problem(s) with {flag}")
     assert any(line.endswith(f" in {reported}") for line in problems), captured.err
     assert _tree(tmp_path, inputs.result.parent) == before
+
+
+def test_run_reports_a_stdout_that_fails_at_its_last_flush(tmp_path: Path) -> None:
+    # Output left in the buffer (by code that does not flush as `say` does) meets the error at
+    # run()'s flush, past main().
+    script = (
+        "import sys\n"
+        "from lib.cli import main as entry\n"
+        "entry.main = lambda: sys.stdout.write('left in the buffer\\n') and 0\n"
+        "entry.run()\n"
+    )
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "w") as full:
+        completed = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=REPO,
+            env=buffered,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert completed.returncode == EXIT_BAD_INPUT
+    assert completed.stderr == (
+        "tune-spec-k: cannot write to standard output: [Errno 28] No space left on device\n"
+    )
