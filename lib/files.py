@@ -2,21 +2,86 @@
 
 Neither raises for a user's mistake: a file that cannot be read or written becomes a
 :class:`~lib.problems.Problem` naming it, so every command reports it the same way (exit 2).
+
+Only regular files are read (:func:`read_file`): a FIFO or a device named like a data file would
+otherwise block forever or grow memory without limit. Every file is written whole or not at all
+(:func:`write_files`): a full disk or a killed process leaves the previous file as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
-from collections.abc import Collection, Sequence
+import os
+import stat
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from lib.keys import MISSING
 from lib.problems import Problem, Severity
 
-__all__ = ["parse_json", "read_json", "write_files"]
+__all__ = [
+    "parse_json",
+    "read_file",
+    "read_json",
+    "unwritable_reason",
+    "write_files",
+]
+
+#: The deepest nesting of lists and objects read; orjson refuses anything deeper.
+MAX_DEPTH = 1024
+_BOM = b"\xef\xbb\xbf"
+_TOO_DEEP = (
+    "invalid-json",
+    f"not valid JSON: nested deeper than {MAX_DEPTH} levels of lists and objects",
+)
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, in a user's words."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def read_file(path: str | os.PathLike[str]) -> tuple[bytes | None, tuple[str, str] | None]:
+    """``(the file's bytes, None)``, or ``(None, (rule, message))`` saying why not.
+
+    Only a regular file is read, found by ``os.stat`` (so through symbolic links) before it is
+    opened: a FIFO would block the read forever, ``/dev/zero`` or ``/dev/urandom`` would grow
+    memory without limit, and opening some devices has side effects. A file swapped for one of
+    those between the look and the open is caught too: it is opened without blocking and
+    looked at again before a byte is read. A folder, a missing file or one without read
+    permission is a problem the same way.
+    """
+    try:
+        status = os.stat(path)
+        if not stat.S_ISREG(status.st_mode):
+            return None, _not_regular(status.st_mode)
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(descriptor, "rb") as file:
+            opened = os.fstat(descriptor).st_mode
+            if not stat.S_ISREG(opened):
+                return None, _not_regular(opened)
+            return file.read(), None
+    except OSError as error:
+        return None, ("unreadable-file", f"cannot read the file: {error.strerror or error}")
+
+
+def _not_regular(mode: int) -> tuple[str, str]:
+    return "unreadable-file", f"cannot read the file: it is {_kind(mode)}, not a regular file"
 
 
 def parse_json(raw: bytes) -> tuple[Any, tuple[str, str] | None, bool]:
@@ -27,17 +92,32 @@ def parse_json(raw: bytes) -> tuple[Any, tuple[str, str] | None, bool]:
     error. ``by_orjson`` says which parser read the value: only Python's ``json`` yields NaN,
     infinities and ints beyond 64 bits.
 
+    A UTF-8 byte order mark (as some Windows editors save) is skipped, by every reader: the
+    text after it is read as if it were not there. Lists and objects nested deeper than
+    :data:`MAX_DEPTH` levels are refused (orjson's limit), and in a file only Python's ``json``
+    reads (NaN, Infinity), deeper than its stack allows (a little under 1000 levels).
+
     >>> parse_json(b'{"a": NaN}')
     ({'a': nan}, None, False)
+    >>> parse_json(b'\\xef\\xbb\\xbf[1]')
+    ([1], None, True)
     >>> parse_json(b'[1, 2')[1]
     ('invalid-json', "not valid JSON: Expecting ',' delimiter at line 1 column 6 (a truncated or hand-edited file?)")
+    >>> parse_json(b'[' * 2000 + b']' * 2000)[1]
+    ('invalid-json', 'not valid JSON: nested deeper than 1024 levels of lists and objects')
     """  # noqa: E501
+    text: bytes | memoryview = memoryview(raw)[len(_BOM) :] if raw.startswith(_BOM) else raw
     try:
-        return orjson.loads(raw), None, True
-    except orjson.JSONDecodeError:
-        pass
+        return orjson.loads(text), None, True
+    except orjson.JSONDecodeError as error:
+        if "depth" in error.msg:
+            return MISSING, _TOO_DEEP, False
     try:
-        return json.loads(raw), None, False
+        return json.loads(bytes(text)), None, False
+    except RecursionError:
+        # Python's json recurses once per level and runs out of stack below orjson's limit.
+        failure = ("invalid-json", "not valid JSON: nested deeper than Python's json can read")
+        return MISSING, failure, False
     except UnicodeDecodeError as error:
         return MISSING, ("unreadable-file", f"not UTF-8 text: {error.reason}"), False
     except json.JSONDecodeError as error:
@@ -50,17 +130,58 @@ def parse_json(raw: bytes) -> tuple[Any, tuple[str, str] | None, bool]:
 
 
 def read_json(path: str | Path) -> tuple[Any, list[Problem]]:
-    """The parsed file, or :data:`~lib.keys.MISSING` and the problem saying why not."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as error:
-        reason = f"cannot read the file: {error.strerror or error}"
-        return MISSING, [Problem(Severity.ERROR, "unreadable-file", reason, files=(str(path),))]
-    data, failure, _ = parse_json(raw)
+    """The parsed file (:func:`read_file`, :func:`parse_json`), or :data:`~lib.keys.MISSING`
+    and the problem saying why not."""
+    raw, failure = read_file(path)
+    data = MISSING
+    if raw is not None:
+        data, failure, _ = parse_json(raw)
     if failure is not None:
         rule, message = failure
         return MISSING, [Problem(Severity.ERROR, rule, message, files=(str(path),))]
     return data, []
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def unwritable_reason(path: str | os.PathLike[str], *, make_folders: bool = False) -> str | None:
+    """Why :func:`write_files` could not write ``path``, or None when it can; creates nothing.
+
+    The reason is what writing would fail with (``cannot write the file: Permission denied``),
+    found without writing: the path (through symbolic links) must not be a folder; an
+    existing file must be writable; a new one needs its folder to exist, be a folder and be
+    writable (with ``make_folders``, the nearest folder that exists, where the missing ones
+    would be made). A device or a FIFO (``/dev/stdout``, ``>(jq .)``) is written in place, so
+    only its own permission counts.
+    """
+    target = Path(os.path.realpath(path))
+    try:
+        mode: int | None = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        return f"cannot write the file: {error.strerror or error}"
+    if mode is not None and stat.S_ISDIR(mode):
+        return _cannot_write(errno.EISDIR)
+    if mode is not None and not os.access(target, os.W_OK):
+        return _cannot_write(errno.EACCES)
+    if mode is not None and not stat.S_ISREG(mode):
+        return None
+    folder = target.parent
+    while make_folders and not os.path.lexists(folder) and folder != folder.parent:
+        folder = folder.parent
+    if not folder.exists():
+        return _cannot_write(errno.ENOENT)
+    if not folder.is_dir():
+        return _cannot_write(errno.ENOTDIR)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return _cannot_write(errno.EACCES)
+    return None
+
+
+def _cannot_write(number: int) -> str:
+    return f"cannot write the file: {os.strerror(number)}"
 
 
 def write_files(
@@ -69,18 +190,173 @@ def write_files(
     make_folders: bool = False,
     executable: Collection[Path] = (),
 ) -> list[Problem]:
-    """Write each ``(path, text)`` in order as UTF-8, stopping at the first that fails (its
-    problem is returned). ``make_folders`` creates missing parent folders; the files in
-    ``executable`` are made runnable (``chmod 755``)."""
-    for path, text in files:
-        try:
+    """Write each ``(path, text)`` as UTF-8, each whole or not at all; on the first failure
+    none is written (its problem is returned). ``make_folders`` creates missing parent folders;
+    the files in ``executable`` are made runnable (``chmod 755``).
+
+    Every file is first written in full to a temporary file in its own folder, flushed and
+    synced to disk; only when all of them are does each replace its path (``os.replace``,
+    atomic), in order. So a full disk, an error or a killed process leaves every previous file
+    byte-identical; a file replaced keeps its permissions (a new one gets the umask's, as
+    ``open`` gives). On Linux the temporary file has no name until it is complete, so even a
+    process killed while writing leaves nothing behind; elsewhere it is a hidden, uniquely
+    named file (two writers never share one), removed on any failure. A path that is a
+    symbolic link has its target replaced; a device or a FIFO is written in place, as
+    nothing can replace it.
+    """
+    staged: list[tuple[Path, Path | None, bytes | None]] = []
+    try:
+        for path, text in files:
             if make_folders:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            if path in executable:
-                path.chmod(0o755)
-        except OSError as error:
-            reason = f"cannot write the file: {error.strerror or error}"
-            shown = error.filename if error.filename is not None else path
-            return [Problem(Severity.ERROR, "unwritable-file", reason, files=(str(shown),))]
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as error:
+                    # The folder that could not be made, not the file.
+                    return [_unwritable(Path(error.filename or path), error)]
+            try:
+                mode = 0o755 if path in executable else None
+                staged.append(_stage(path, text.encode("utf-8"), mode))
+            except OSError as error:
+                return [_unwritable(path, error)]
+        while staged:
+            path, temporary, in_place = staged[0]
+            try:
+                if temporary is not None:
+                    os.replace(temporary, os.path.realpath(path))
+                else:
+                    with open(path, "wb") as device:
+                        device.write(in_place or b"")
+            except OSError as error:
+                return [_unwritable(path, error)]
+            staged.pop(0)
+    finally:
+        for _, temporary, _ in staged:
+            if temporary is not None:
+                _remove(temporary)
     return []
+
+
+def _unwritable(path: Path, error: OSError) -> Problem:
+    reason = f"cannot write the file: {error.strerror or error}"
+    return Problem(Severity.ERROR, "unwritable-file", reason, files=(str(path),))
+
+
+def _remove(path: Path) -> None:
+    # Already gone, or past removing: nothing else can be done about it.
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _stage(path: Path, data: bytes, mode: int | None) -> tuple[Path, Path | None, bytes | None]:
+    """``(path, the complete temporary file that will replace it, None)``; for a device or a
+    FIFO, ``(path, None, data)``: it is written in place when the files are committed."""
+    target = Path(os.path.realpath(path))
+    try:
+        status = target.stat()
+    except FileNotFoundError:
+        status = None
+    if status is not None:
+        if stat.S_ISDIR(status.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(status.st_mode):
+            return path, None, data
+        # os.replace would replace a read-only file; writing in place never did.
+        if not os.access(target, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        if mode is None:
+            mode = stat.S_IMODE(status.st_mode)
+    folder = target.parent
+    temporary = _anonymous(folder, data, mode)
+    if temporary is None:
+        temporary = _named(folder, data, mode)
+    return path, temporary, None
+
+
+#: Linux's flag for a file without a name (0 where there is none).
+_TMPFILE = getattr(os, "O_TMPFILE", 0)
+
+
+def _anonymous(folder: Path, data: bytes, mode: int | None) -> Path | None:
+    """The data in a temporary file that got its name only once complete and synced, or None
+    where the system cannot make one (no ``O_TMPFILE``, a file system without it, no
+    ``/proc``): the caller falls back to :func:`_named`. A failure to write raises."""
+    if not _TMPFILE:
+        return None
+    try:
+        descriptor = os.open(folder, _TMPFILE | os.O_WRONLY, 0o666)
+    except OSError as error:
+        if error.errno in (errno.EISDIR, errno.EOPNOTSUPP, errno.EINVAL):
+            return None
+        raise
+    try:
+        _fill(descriptor, data, mode)
+        try:
+            return _link(descriptor, folder)
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise
+            return None
+    finally:
+        os.close(descriptor)
+
+
+def _link(descriptor: int, folder: Path) -> Path:
+    """Give the open unnamed file a unique hidden name in ``folder``."""
+    folder_descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+
+    def link(name: str) -> Path:
+        # A folder descriptor makes Python call linkat with AT_SYMLINK_FOLLOW, which links the
+        # open file; plain link(2) would link the /proc symlink itself (EXDEV).
+        os.link(f"/proc/self/fd/{descriptor}", name, dst_dir_fd=folder_descriptor)
+        return folder / name
+
+    try:
+        return _under_a_new_name(link)
+    finally:
+        os.close(folder_descriptor)
+
+
+def _named(folder: Path, data: bytes, mode: int | None) -> Path:
+    """The data in a new hidden, uniquely named file in ``folder``, removed if it fails."""
+
+    def create(name: str) -> tuple[Path, int]:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        return folder / name, os.open(folder / name, flags, 0o666)
+
+    temporary, descriptor = _under_a_new_name(create)
+    try:
+        _fill(descriptor, data, mode)
+    except BaseException:
+        _remove(temporary)
+        raise
+    finally:
+        os.close(descriptor)
+    return temporary
+
+
+_T = TypeVar("_T")
+#: Random names tried before giving up (a clash is one chance in 2**48 per name).
+_NAME_ATTEMPTS = 100
+
+
+def _under_a_new_name(create: Callable[[str], _T]) -> _T:
+    """``create(name)`` with a new random hidden name, again while the name is taken
+    (``FileExistsError``): two writers in one folder never share a temporary file."""
+    for _ in range(_NAME_ATTEMPTS - 1):
+        with contextlib.suppress(FileExistsError):
+            return create(_temporary_name())
+    return create(_temporary_name())
+
+
+def _temporary_name() -> str:
+    return f".tune-spec-k-{os.urandom(6).hex()}.tmp"
+
+
+def _fill(descriptor: int, data: bytes, mode: int | None) -> None:
+    """Write all of ``data``, set the mode, and sync it to disk before anything is replaced."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view) :]
+    if mode is not None:
+        os.fchmod(descriptor, mode)
+    os.fsync(descriptor)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
@@ -17,8 +18,48 @@ __all__ = [
     "Problem",
     "Severity",
     "errors",
+    "printable",
     "show_value",
 ]
+
+#: What must not reach a terminal as is: C0 and C1 controls (newline, carriage return, tab,
+#: ESC...), DEL, the Unicode line and paragraph separators, and lone surrogates (the bytes of a
+#: file name that are not UTF-8, as ``os.walk`` and ``sys.argv`` hand them over).
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if 0xDC80 <= code <= 0xDCFF:
+        # A byte that is not UTF-8, carried as a surrogate: shown as the byte it was.
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    r"""``text`` safe to print as (part of) one line: every control character, line separator
+    and lone surrogate becomes a ``repr``-style escape; everything else, backslashes included,
+    is left as written, so the ordinary paths and values a user knows print unchanged and
+    escaping twice is escaping once.
+
+    A file name can hold any byte but ``/``: without this, a folder named
+    ``"x\nerror [forged] ..."`` would print a line of its own, and one that is not UTF-8
+    would stop the print with a ``UnicodeEncodeError``.
+
+    >>> printable("a\nerror [x]\tb\x1b[31m")
+    'a\\nerror [x]\\tb\\x1b[31m'
+    >>> printable("caf\u00e9 \u2028 \udcff")
+    'café \\u2028 \\xff'
+    >>> printable("plain/path.json")
+    'plain/path.json'
+    """
+    return text if _UNPRINTABLE.search(text) is None else _UNPRINTABLE.sub(_escape, text)
 
 
 class Severity(StrEnum):
@@ -50,7 +91,11 @@ class Problem:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
-        """One line for a terminal: severity, rule, where, what, and what was expected."""
+        """One line for a terminal: severity, rule, where, what, and what was expected.
+
+        The files, field, value and message may come from the user's data (a folder name, a
+        field's value): the line is :func:`printable`, so none of them can start a line of its
+        own."""
         where = []
         if self.anchor is not None:
             where.append(f"batch size {self.anchor}")
@@ -73,7 +118,7 @@ class Problem:
             shown = ", ".join(self.files[:5])
             more = f" and {len(self.files) - 5} more" if len(self.files) > 5 else ""
             parts.append(f"in {shown}{more}")
-        return " ".join(parts)
+        return printable(" ".join(parts))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; ``extra`` holds rule-specific numbers."""

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from lib.files import parse_json
+from lib.files import parse_json, read_file
 from lib.flags import flag_name
 from lib.keys import (
     LARGEST_WHOLE_NUMBER,
@@ -117,11 +117,11 @@ class _ProblemLog:
 def _read_json(path: Path, relative: str, log: _ProblemLog) -> tuple[Any, bool]:
     """(the parsed file, whether orjson parsed it), or (MISSING, False) after logging why it
     could not be read. Only Python's json, the fallback, yields NaN, infinities and ints beyond
-    64 bits: the loader takes its exact per-record path for what that parser read."""
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        log.add("unreadable-file", f"cannot read the file: {error.strerror or error}", relative)
+    64 bits: the loader takes its exact per-record path for what that parser read. Only a
+    regular file is read (:func:`lib.files.read_file`: a FIFO named summary.json would block)."""
+    raw, failure = read_file(path)
+    if raw is None:
+        log.add(*(failure or ("unreadable-file", "cannot read the file")), relative)
         return MISSING, False
     data, failure, by_orjson = parse_json(raw)
     if failure is not None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from lib.problems import Problem, Severity, errors, show_value
+from lib.problems import Problem, Severity, errors, printable, show_value
 
 
 def test_describe_names_the_rule_the_cell_the_field_the_value_and_the_files() -> None:
@@ -59,3 +60,47 @@ def test_errors_keeps_only_errors() -> None:
 )
 def test_values_are_shown_as_in_the_users_file(value: object, shown: str) -> None:
     assert show_value(value) == shown
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("a\nb", "a\\nb"),
+        ("a\rb", "a\\rb"),
+        ("a\tb", "a\\tb"),
+        ("\x1b[31mred", "\\x1b[31mred"),
+        ("nul\x00", "nul\\x00"),
+        ("del\x7f", "del\\x7f"),
+        ("next line\x85", "next line\\x85"),
+        ("line\u2028separator\u2029", "line\\u2028separator\\u2029"),
+        # A byte that is not UTF-8, as os.walk hands it over (surrogateescape).
+        (b"bad\xff".decode("utf-8", "surrogateescape"), "bad\\xff"),
+        ("\ud800", "\\ud800"),
+        # What a user knows prints as they wrote it: accents, braces, quotes, backslashes.
+        ('SERVE--{"k": 3}-café\\x', 'SERVE--{"k": 3}-café\\x'),
+    ],
+)
+def test_printable_escapes_what_would_break_a_line(text: str, shown: str) -> None:
+    assert printable(text) == shown
+    assert printable(shown) == shown  # escaping twice is escaping once
+    shown.encode("utf-8")  # prints in any UTF-8 terminal
+
+
+FORGED = "x\nerror [forged] everything is fine\r\u2028"
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"files": (f"SERVE--{FORGED}/summary.json",)},
+        {"field": FORGED},
+        {"value": FORGED},
+        {"expected": FORGED},
+        {"message": FORGED},
+    ],
+)
+def test_describe_is_one_line_whatever_the_users_data(part: dict[str, object]) -> None:
+    problem = dataclasses.replace(Problem(Severity.ERROR, "noisy-objective", "disagree"), **part)
+    line = problem.describe()
+    assert len(line.splitlines()) == 1
+    assert "x\\nerror [forged] everything is fine\\r\\u2028" in line

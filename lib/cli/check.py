@@ -14,7 +14,10 @@ from lib.cli.common import (
     EXIT_FINDING,
     EXIT_OK,
     PROGRAM,
+    Output,
     add_output_json,
+    check_outputs,
+    print_output_problems,
     print_problems,
     write_and_print,
 )
@@ -90,6 +93,10 @@ class CheckArgs:
 
 def main(args: CheckArgs) -> int:
     """Check, print the verdicts; exit 1 on a loss (or, strict, an inconclusive anchor)."""
+    outputs = [Output("--output-json", Path(args.output_json))] if args.output_json else []
+    inputs = [args.experiment_dir, *([args.schedule_file] if args.schedule_file else [])]
+    if print_output_problems(_COMMAND, check_outputs(outputs, inputs)):
+        return EXIT_BAD_INPUT
     schedule = None
     if args.schedule_file:
         found, problems = read_schedule(args.schedule_file)
@@ -104,7 +111,7 @@ def main(args: CheckArgs) -> int:
         lambda count: f"{_COMMAND}: cannot judge {args.experiment_dir}: {count} problem(s)",
     ):
         return EXIT_BAD_INPUT
-    files = [(Path(args.output_json), report.to_json_text())] if args.output_json else []
+    files = [(output, report.to_json_text()) for output in outputs]
     if write_and_print(_COMMAND, files, check_lines(report)) != EXIT_OK:
         return EXIT_BAD_INPUT
     inconclusive = "inconclusive" in report.verdicts["verdict"].to_list()

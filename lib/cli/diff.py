@@ -14,7 +14,10 @@ from lib.cli.common import (
     EXIT_FINDING,
     EXIT_OK,
     PROGRAM,
+    Output,
     add_output_json,
+    check_outputs,
+    print_output_problems,
     print_problems,
     write_and_print,
 )
@@ -98,6 +101,9 @@ def main(args: DiffArgs) -> int:
     invalid = settings.invalid()
     if invalid:
         return refuse([Problem(Severity.ERROR, "invalid-setting", reason) for reason in invalid])
+    outputs = [Output("--output-json", Path(args.output_json))] if args.output_json else []
+    if print_output_problems(_COMMAND, check_outputs(outputs, [args.a, args.b])):
+        return EXIT_BAD_INPUT
     a, problems = read_side(args.a, settings)
     if a is None:
         return refuse(problems)
@@ -107,7 +113,7 @@ def main(args: DiffArgs) -> int:
     report, problems = compare(a, b, settings)
     if report is None:
         return refuse(problems)
-    files = [(Path(args.output_json), report.to_json_text())] if args.output_json else []
+    files = [(output, report.to_json_text()) for output in outputs]
     if write_and_print(_COMMAND, files, diff_lines(report)) != EXIT_OK:
         return EXIT_BAD_INPUT
     return EXIT_FINDING if report.material else EXIT_OK

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from lib.cli.common import EXIT_BAD_INPUT, PROGRAM, print_problems, write_and_print
+from lib.cli.common import (
+    EXIT_BAD_INPUT,
+    PROGRAM,
+    Output,
+    check_outputs,
+    print_output_problems,
+    print_problems,
+    write_and_print,
+)
 from lib.flags import add_flags, from_arguments
 from lib.loop.export import ExportSettings, config_text, export_config, read_schedule
 
@@ -56,6 +64,9 @@ class ExportArgs:
 
 def main(args: ExportArgs) -> int:
     """Print the exported config on one line (and write it indented with ``-o``)."""
+    outputs = [Output("--output", Path(args.output))] if args.output else []
+    if print_output_problems(_COMMAND, check_outputs(outputs, [args.source])):
+        return EXIT_BAD_INPUT
     found, problems = read_schedule(args.source)
     config = None
     if found is not None:
@@ -63,5 +74,5 @@ def main(args: ExportArgs) -> int:
     if config is None:
         print_problems(problems, lambda count: f"{_COMMAND}: nothing written: {count} problem(s)")
         return EXIT_BAD_INPUT
-    files = [(Path(args.output), config_text(config))] if args.output else []
+    files = [(output, config_text(config)) for output in outputs]
     return write_and_print(_COMMAND, files, [json.dumps(config)])

@@ -13,6 +13,7 @@ A folder literally named like a subcommand is tuned as ``tune-spec-k ./plan``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -22,7 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from lib.cli import tune
-from lib.cli.common import EXIT_OK, PROGRAM
+from lib.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    PROGRAM,
+    StdoutFailed,
+    say,
+    stdout_to_devnull,
+)
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "build_parser", "main", "run"]
 
@@ -87,10 +95,21 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, width=columns - 2)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but ``--help`` is printed as every other output is (:func:`say`):
+    argparse ignores a failure to write it (``--help > /dev/full`` would exit 0)."""
+
+    def print_help(self, file: Any = None) -> None:
+        if file is not None:
+            super().print_help(file)
+            return
+        say(self.format_help().splitlines())
+
+
 def _parser(args_class: Any, prog: str, epilog: str | None = None) -> argparse.ArgumentParser:
     """A command's parser: its description wrapped by paragraph, its epilog as written."""
     paragraphs = args_class.description.split("\n\n")
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=prog,
         description="\n\n".join(textwrap.fill(paragraph, 88) for paragraph in paragraphs),
         epilog=epilog if epilog is not None else getattr(args_class, "example", None),
@@ -123,14 +142,25 @@ def _run(argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; a closed stdout (``tune-spec-k DIR | head -1``) ends quietly."""
+    """Entry point; a closed stdout (``tune-spec-k DIR | head -1``) ends quietly, one that
+    fails (``> /dev/full``) ends with a line on stderr and :data:`EXIT_BAD_INPUT`."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
         return _run(arguments)
     except BrokenPipeError:
-        # Python would complain again when flushing the dead pipe at exit: point it elsewhere.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_to_devnull()
         return EXIT_OK
+    except StdoutFailed as error:
+        return _stdout_failed(error)
+
+
+def _stdout_failed(error: BaseException) -> int:
+    """Say on stderr that standard output failed; :data:`EXIT_BAD_INPUT`."""
+    stdout_to_devnull()
+    # When stderr fails too, the exit status is all that is left.
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(f"{PROGRAM}: cannot write to standard output: {error}", file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 def run() -> None:
@@ -138,12 +168,24 @@ def run() -> None:
 
     By then every file is written and closed and the output is flushed here; what is left is
     freeing Polars' and NumPy's memory and threads one object at a time, a tenth of the whole
-    run, which no one sees. Exceptions still end the usual way (with their traceback).
+    run, which no one sees. Exceptions still end the usual way (with their traceback); the
+    ``SystemExit`` of ``--help`` or a usage error ends here too, its status kept. A stdout that
+    fails at this last flush ends as in :func:`main` (a line on stderr, exit 2); a closed pipe
+    quietly.
     """
-    status = main()
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        status = main()
+    except SystemExit as stop:
+        if not isinstance(stop.code, int | None):
+            raise
+        status = stop.code or 0
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except BrokenPipeError:
         pass
+    except OSError as error:
+        status = _stdout_failed(error)
+    with contextlib.suppress(OSError, AttributeError):
+        sys.stderr.flush()
     os._exit(status)

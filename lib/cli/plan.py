@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK, PROGRAM, print_problems
+from lib.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    PROGRAM,
+    Output,
+    check_outputs,
+    print_output_problems,
+    print_problems,
+    say,
+)
 from lib.files import read_json
 from lib.flags import add_flags, flag_name, given, int_list
 from lib.keys import MISSING
@@ -117,11 +126,17 @@ def main(args: PlanArgs) -> int:
     if plan is None:
         print_problems(problems, lambda count: f"{_COMMAND}: nothing written: {count} problem(s)")
         return EXIT_BAD_INPUT
+    root = Path(args.output_dir)
+    outputs = [Output("--output-dir", root / name) for name in plan.files(args.output_dir)]
+    inputs = [args.design_file, args.validate, *(args.follow_up or ())]
+    problems = check_outputs(outputs, [p for p in inputs if p is not None], make_folders=True)
+    if print_output_problems(_COMMAND, problems):
+        return EXIT_BAD_INPUT
+    say(sweep_plan_lines(plan, args.output_dir))
     written, problems = write_plan(plan, args.output_dir)
     if print_problems(problems, lambda count: f"{_COMMAND}: could not write the plan"):
         return EXIT_BAD_INPUT
-    lines = sweep_plan_lines(plan, args.output_dir) + [f"Wrote {path}" for path in written]
-    print("\n".join(lines))
+    say([f"Wrote {path}" for path in written])
     return EXIT_OK
 
 

@@ -55,9 +55,11 @@ class Prefetch(Generic[T]):
         if not worth_forking():
             return cls(function, None)
         read_end, write_end = os.pipe()
-        # Buffered output would otherwise be written twice, by the child too.
-        sys.stdout.flush()
-        sys.stderr.flush()
+        # Buffered output would otherwise be written twice, by the child too (a stream closed
+        # before the start is None: nothing to flush).
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
         pid = os.fork()
         if pid == 0:
             os.close(read_end)

@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING, ClassVar
 from lib.cli.common import (
     EXIT_BAD_INPUT,
     PROGRAM,
+    Output,
     add_output_json,
+    check_outputs,
+    print_output_problems,
     print_problems,
     write_and_print,
 )
@@ -113,12 +116,26 @@ def _read(args: TuneArgs) -> SweepFiles:
     )
 
 
+def _outputs(args: TuneArgs) -> tuple[Output, Output | None]:
+    """Where the result goes (``--output-json``, else the experiment folder) and the plan."""
+    from pathlib import Path
+
+    result = Output("--output-json", Path(args.experiment_dir) / RESULT_FILE, default=True)
+    if args.output_json is not None:
+        result = Output("--output-json", Path(args.output_json))
+    plan = Output("--plan-json", Path(args.plan_json)) if args.plan_json is not None else None
+    return result, plan
+
+
 def _tune(args: TuneArgs) -> int:
     import functools
-    from pathlib import Path
 
     from lib.cli.prefetch import Prefetch
 
+    output, plan_output = _outputs(args)
+    outputs = [output] if plan_output is None else [plan_output, output]
+    if print_output_problems(PROGRAM, check_outputs(outputs, [args.experiment_dir])):
+        return EXIT_BAD_INPUT
     # The files are read in a second process while this one imports Polars and NumPy.
     reading = Prefetch.start(functools.partial(_read, args))
     from lib.analysis import analyse
@@ -136,11 +153,10 @@ def _tune(args: TuneArgs) -> int:
     )
     if failed or not result.ok or result.schedule is None:
         return EXIT_BAD_INPUT
-    output = Path(args.output_json or Path(args.experiment_dir) / RESULT_FILE)
     plan = analysis.plan
     writes = [(output, result.to_json_text())]
-    if args.plan_json is not None and plan is not None:
-        writes.insert(0, (Path(args.plan_json), plan.to_json_text()))
+    if plan_output is not None and plan is not None:
+        writes.insert(0, (plan_output, plan.to_json_text()))
     lines = [result.schedule.json_text(), *text.decision_lines(result)]
     if analysis.report is not None:
         lines += text.confidence_lines(analysis.report, result)

@@ -4,7 +4,8 @@ One function per result: :func:`decision_lines` (the seed's line per anchor),
 :func:`confidence_lines`, :func:`switch_point_lines`, :func:`measurement_plan_lines`,
 :func:`sweep_plan_lines`, :func:`check_lines`, :func:`diff_lines`, and the two lines a user
 pastes: :func:`speculative_config_line`. The HTML helpers at the end wrap such lines for the
-app, escaped.
+app, escaped. A path or a name from the user's files is :func:`~lib.problems.printable` in
+every line: a folder name cannot start a line of its own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import polars as pl
 
 from lib.confidence import ConfidenceReport, log_change_percent
 from lib.measurement_plan import MeasurementPlan
-from lib.problems import Problem
+from lib.problems import Problem, printable
 from lib.schedule import NO_SCHEDULE, TuningResult
 from lib.switch_points import SwitchPoints
 
@@ -95,7 +96,7 @@ def confidence_lines(report: ConfidenceReport, result: TuningResult | None = Non
     for run in report.runs.filter(pl.col("flagged")).to_dicts():
         change = log_change_percent(run["residual"], report.maximize)
         flagged.setdefault(run["anchor"], []).append(
-            f"K={run['k']} run {run['run_number']} in {run['source']}"
+            f"K={run['k']} run {run['run_number']} in {printable(run['source'])}"
             f" ({change:+.1f}% vs its cell's median)"
         )
     lines = []
@@ -194,7 +195,8 @@ def sweep_plan_lines(plan: SweepPlan, plan_dir: str) -> list[str]:
         anchors = ", ".join(str(v["max_concurrency"]) for v in step.bench_params.values())
         lines.append(
             f"  {step.name}: servers [{ks}] x concurrency [{anchors}] x {step.num_runs}"
-            f" run(s) -> {step.results_dir}/{step.experiment_name}: {step.purpose}"
+            f" run(s) -> {printable(f'{step.results_dir}/{step.experiment_name}')}:"
+            f" {step.purpose}"
         )
     lines += [f"  note: {note}" for note in plan.notes]
     return lines + plan.commands(plan_dir)
@@ -240,8 +242,8 @@ def diff_lines(report: DiffReport) -> list[str]:
     """Both schedules, a line per batch size with its reasons, and the verdict."""
     settings = report.settings
     lines = [
-        f"A: {report.a.schedule.json_text()}  ({report.a.label})",
-        f"B: {report.b.schedule.json_text()}  ({report.b.label})",
+        f"A: {report.a.schedule.json_text()}  ({printable(report.a.label)})",
+        f"B: {report.b.schedule.json_text()}  ({printable(report.b.label)})",
         f"objective: {report.a.objective} ({report.a.direction})",
     ]
     for row in report.rows.to_dicts():

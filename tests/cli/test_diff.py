@@ -11,6 +11,8 @@ from paths import SAMPLE_SWEEPS
 
 from lib.cli.common import EXIT_FINDING, EXIT_OK
 from lib.cli.main import main
+from lib.loop.diff import DiffSettings, compare, read_side
+from lib.present.text import diff_lines
 
 SONNET = str(SAMPLE_SWEEPS / "sonnet-like")
 RANDOM = str(SAMPLE_SWEEPS / "random-control")
@@ -67,3 +69,25 @@ def test_bad_input_exits_2(
     assert "tune-spec-k diff: cannot compare" in captured.err
     assert "Traceback" not in captured.err
     assert captured.out == ""
+
+
+def test_a_label_with_a_newline_prints_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = tmp_path / "x\nB: [[1, 256, 0]]  (forged).json"
+    assert main([SONNET, "--output-json", str(result)]) == EXIT_OK
+    capsys.readouterr()
+    assert main(["diff", str(result), SONNET]) == EXIT_OK
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        f"A: [[1, 63, 7], [64, 256, 0]]  ({tmp_path}/x\\nB: [[1, 256, 0]]  (forged).json)",
+        f"B: [[1, 63, 7], [64, 256, 0]]  ({SONNET})",
+    ]
+    # The lines themselves, as the app shows them too.
+    settings = DiffSettings()
+    a, _ = read_side(result, settings)
+    b, _ = read_side(SONNET, settings)
+    assert a is not None and b is not None
+    report, _ = compare(a, b, settings)
+    assert report is not None
+    assert diff_lines(report)[0] == out[0]

@@ -436,3 +436,80 @@ def test_published_schedules_on_the_samples(
     assert code == EXIT_OK, err
     assert out.splitlines()[0] == json.dumps(schedule)
     assert _read(output)["num_speculative_tokens_per_batch_size"] == schedule
+
+
+# --------------------------------------------------------------------------- a read-only default
+
+
+@pytest.mark.parametrize("how", ["read-only folder", "a folder in the way"])
+def test_a_default_output_that_cannot_be_written_still_prints_the_analysis(
+    good_sweep: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    how: str,
+) -> None:
+    elsewhere = tmp_path / "elsewhere.json"
+    code, expected, _ = _main(capsys, good_sweep, "--output-json", elsewhere)
+    assert code == EXIT_OK
+    default = good_sweep / RESULT_FILE
+    if how == "read-only folder":
+        # The experiment folder of a shared data set; chmod 555 does not stop root.
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, m: Path(p) != good_sweep and real(p, m))
+        reason = "Permission denied"
+    else:
+        default.mkdir()
+        reason = "Is a directory"
+    before = sorted(good_sweep.rglob("*"))
+    plan = tmp_path / "plan.json"
+    code, out, err = _main(capsys, good_sweep, "--plan-json", plan)
+    assert code == EXIT_BAD_INPUT
+    # The analysis, as a good run prints it, but for the line saying where it was written.
+    assert out.splitlines() == expected.splitlines()[:-1]
+    assert err.splitlines() == [
+        "tune-spec-k: nothing written: 1 problem(s) with --output-json",
+        f"  error [unwritable-file] cannot write the file: {reason} in {default}",
+        "tune-spec-k: the output above is not saved: choose a path with --output-json PATH",
+    ]
+    assert not plan.exists() and sorted(good_sweep.rglob("*")) == before
+
+
+# --------------------------------------------------------------------------- hostile names
+
+FORGED = "\nerror [forged] all is well\r\x1b[2K\u2028"
+
+
+def test_control_characters_in_paths_print_escaped(
+    good_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    combo = next(path for path in good_sweep.iterdir() if path.is_dir())
+    forged_combo = combo.rename(combo.with_name(combo.name + FORGED))
+    (forged_combo / "warmup.json").write_text("{}")  # a note naming the file
+    output = tmp_path / f"out{FORGED}.json"
+    code, out, err = _main(capsys, good_sweep, "--output-json", output)
+    assert code == EXIT_OK
+    assert output.is_file()
+    escaped = "\\nerror [forged] all is well\\r\\x1b[2K\\u2028"
+    assert out.splitlines()[-1] == f"Wrote {tmp_path}/out{escaped}.json"
+    (note,) = err.splitlines()
+    assert note.startswith("note [warmup-ignored]") and escaped in note
+    assert not any(line.startswith("error [forged]") for line in (out + err).splitlines())
+
+
+def test_bytes_that_are_not_utf8_in_paths_print_escaped(good_sweep: Path, tmp_path: Path) -> None:
+    odd = os.fsdecode(b"-\xff\xfe")
+    sweep = good_sweep.rename(good_sweep.with_name(good_sweep.name + odd))
+    output = tmp_path / f"out{odd}.json"
+    # A UTF-8 terminal that refuses what is not UTF-8 (as most locales set it).
+    strict = {"PYTHONIOENCODING": "utf-8:strict"}
+    completed = _run_process([str(sweep), "--output-json", str(output)], **strict)
+    assert completed.returncode == EXIT_OK, completed.stderr
+    assert output.is_file()
+    assert completed.stdout.splitlines()[-1] == f"Wrote {tmp_path}/out-\\xff\\xfe.json"
+    completed = _run_process(["diff", str(output), str(sweep)], **strict)
+    assert completed.returncode == EXIT_OK, completed.stderr
+    assert completed.stdout.splitlines()[:2] == [
+        f"A: {json.dumps(GOOD_SCHEDULE)}  ({tmp_path}/out-\\xff\\xfe.json)",
+        f"B: {json.dumps(GOOD_SCHEDULE)}  ({tmp_path}/good sweep-\\xff\\xfe)",
+    ]
