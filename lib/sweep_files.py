@@ -38,7 +38,7 @@ from lib.keys import (
     top_level_names,
     whole_number,
 )
-from lib.problems import Problem, Severity, show_value
+from lib.problems import Problem, Severity, printable, show_value
 from lib.settings import (
     DEFAULT_K_VAR,
     DERIVED_COLUMNS,
@@ -611,16 +611,6 @@ class _Reader:
         return len(self.derived["source"]) - 1
 
 
-def _shown_path(text: str) -> str:
-    """A path as text that any output can hold: bytes of a name that are not UTF-8 (kept by
-    ``os.walk`` as lone surrogates, which Polars and a UTF-8 terminal refuse) become ``\\xNN``.
-
-    >>> _shown_path("SERVE--k3" + b"\\xff".decode("utf-8", "surrogateescape"))
-    'SERVE--k3\\\\xff'
-    """
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def _data_files(
     root: Path, log: _ProblemLog, within: Path | None
 ) -> list[tuple[Path, str, str, str]]:
@@ -647,7 +637,7 @@ def _data_files(
     fence = within.resolve() if within is not None else None
 
     def shown(path: Path) -> str:
-        return _shown_path(path.relative_to(root).as_posix()) if path != root else "."
+        return printable(path.relative_to(root).as_posix()) if path != root else "."
 
     def outside(path: Path) -> bool:
         if fence is None:
@@ -656,7 +646,7 @@ def _data_files(
             return False
         log.add(
             "outside-root",
-            f"a link that leads outside {_shown_path(str(fence))}; not read",
+            f"a link that leads outside {printable(str(fence))}; not read",
             shown(path),
         )
         return True
@@ -826,7 +816,7 @@ def _read(
     )
     if fenced_out:
         readable = False
-        log.add("outside-root", f"the folder leads outside {_shown_path(str(within))}", shown_root)
+        log.add("outside-root", f"the folder leads outside {printable(str(within))}", shown_root)
     elif not shown_root:
         log.add("missing-folder", "the experiment path is empty", "''")
     elif not root.exists():
@@ -856,8 +846,8 @@ def _read(
         if ticks is not None and kind != "backup":
             next(ticks, None)
         file_path = folder / name
-        relative = _shown_path(file_path.relative_to(root).as_posix())
-        combo = _shown_path(folder.relative_to(root).as_posix())
+        relative = printable(file_path.relative_to(root).as_posix())
+        combo = printable(folder.relative_to(root).as_posix())
         if kind == "warmup":
             log.add(
                 "warmup-ignored",

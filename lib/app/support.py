@@ -27,7 +27,7 @@ from lib.confidence import ConfidenceReport, apply_policy
 from lib.flags import to_arguments
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side, side_from_result
 from lib.present import tables, text
-from lib.problems import Problem, Severity
+from lib.problems import Problem, Severity, printable
 from lib.schedule import KNOWN_OBJECTIVES, NO_SCHEDULE, TuningResult
 from lib.settings import (
     DEFAULT_K_VAR,
@@ -141,14 +141,7 @@ def shown_path(path: str | os.PathLike[str]) -> str:
     >>> shown_path("a\\nb\\x00c" + b"\\xff".decode("utf-8", "surrogateescape"))
     'a\\\\nb\\\\x00c\\\\xff'
     """
-    return "".join(
-        char
-        if char.isprintable()
-        else f"\\x{ord(char) - 0xDC00:02x}"
-        if "\udc80" <= char <= "\udcff"
-        else repr(char)[1:-1]
-        for char in os.fspath(path)
-    )
+    return printable(os.fspath(path))
 
 
 def path_html(path: str | os.PathLike[str]) -> str:
