@@ -190,19 +190,19 @@ def write_files(
     make_folders: bool = False,
     executable: Collection[Path] = (),
 ) -> list[Problem]:
-    """Write each ``(path, text)`` as UTF-8, each whole or not at all; on the first failure
-    none is written (its problem is returned). ``make_folders`` creates missing parent folders;
-    the files in ``executable`` are made runnable (``chmod 755``).
+    """Write each ``(path, text)`` as UTF-8, each whole or not at all: when one cannot be
+    written, none is (the problem of the first is returned). ``make_folders`` creates missing
+    parent folders (they stay); the files in ``executable`` are made runnable (``chmod 755``).
 
     Every file is first written in full to a temporary file in its own folder, flushed and
     synced to disk; only when all of them are does each replace its path (``os.replace``,
-    atomic), in order. So a full disk, an error or a killed process leaves every previous file
-    byte-identical; a file replaced keeps its permissions (a new one gets the umask's, as
-    ``open`` gives). On Linux the temporary file has no name until it is complete, so even a
-    process killed while writing leaves nothing behind; elsewhere it is a hidden, uniquely
-    named file (two writers never share one), removed on any failure. A path that is a
-    symbolic link has its target replaced; a device or a FIFO is written in place, as
-    nothing can replace it.
+    atomic), in order (only that rename failing could leave the earlier ones replaced). So a
+    full disk, an error or a killed process leaves every previous file byte-identical; a file
+    replaced keeps its permissions (a new one gets the umask's, as ``open`` gives). On Linux
+    the temporary file has no name until it is complete, so even a process killed while
+    writing leaves nothing behind; elsewhere it is a hidden, uniquely named file (two writers
+    never share one), removed on any failure. A path that is a symbolic link has its target
+    replaced; a device or a FIFO is written in place, as nothing can replace it.
     """
     staged: list[tuple[Path, Path | None, bytes | None]] = []
     try:

@@ -20,7 +20,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from lib.cli import tune
 from lib.cli.common import (
@@ -97,13 +97,20 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, but ``--help`` is printed as every other output is (:func:`say`):
-    argparse ignores a failure to write it (``--help > /dev/full`` would exit 0)."""
+    argparse ignores a failure to write it (``--help > /dev/full`` would exit 0); and a usage
+    error is :func:`~lib.problems.printable`: it quotes the arguments as given
+    (``unrecognized arguments: ...``), newlines included."""
 
     def print_help(self, file: Any = None) -> None:
         if file is not None:
             super().print_help(file)
             return
         say(self.format_help().splitlines())
+
+    def error(self, message: str) -> NoReturn:
+        from lib.problems import printable
+
+        super().error(printable(message))
 
 
 def _parser(args_class: Any, prog: str, epilog: str | None = None) -> argparse.ArgumentParser:

@@ -525,3 +525,12 @@ def test_run_reports_a_stdout_that_fails_at_its_last_flush(tmp_path: Path) -> No
     assert completed.stderr == (
         "tune-spec-k: cannot write to standard output: [Errno 28] No space left on device\n"
     )
+
+
+def test_a_usage_error_quotes_the_arguments_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["some-dir", "--no-such-flag\nerror [forged] all is well"])
+    assert stopped.value.code == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --no-such-flag\\nerror [forged] all is well" in err
+    assert not any(line.startswith("error [forged]") for line in err.splitlines())
