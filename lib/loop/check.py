@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import polars as pl
 
 from lib.confidence import ConfidenceSettings, assess
+from lib.files import read_json
 from lib.keys import MISSING, lookup, parse_json_string
 from lib.problems import Problem, Severity, errors
 from lib.schedule import NO_SCHEDULE, Schedule, tune
@@ -185,10 +185,8 @@ def _configs_by_row(sweep: Sweep) -> list[Any]:
     configs = []
     for source, position in sweep.runs.select("source", "position").iter_rows():
         if source not in cache:
-            try:
-                cache[source] = orjson.loads((sweep.root / source).read_bytes())
-            except (OSError, orjson.JSONDecodeError):
-                cache[source] = MISSING
+            # The loader's reader (regular files only, a BOM allowed): it read this file already.
+            cache[source] = read_json(sweep.root / source)[0]
         data = cache[source]
         record = data[position] if isinstance(data, list) and position < len(data) else data
         config = lookup(record, "speculative_config") if isinstance(record, dict) else MISSING

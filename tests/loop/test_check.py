@@ -44,6 +44,17 @@ def test_a_schedule_as_good_as_every_alternative_passes(tmp_path: Path) -> None:
     assert not any("below it" in reason for reason in rows[1]["reasons"])
 
 
+def test_files_with_a_byte_order_mark_are_read_like_the_loader_reads_them(tmp_path: Path) -> None:
+    # An editor that saves UTF-8 "with BOM": the loader accepts it, so the arms must too.
+    root = write_validation(tmp_path / "v", GOOD)
+    for summary in root.rglob("summary.json"):
+        summary.write_bytes(b"\xef\xbb\xbf" + summary.read_bytes())
+    plain = check(write_validation(tmp_path / "plain", GOOD))
+    marked = check(root)
+    assert marked.errors == []
+    assert marked.verdicts.equals(plain.verdicts)
+
+
 def test_dynamic_sd_overhead_at_k0_is_a_loss(tmp_path: Path) -> None:
     # The schedule-enabled engine at K=0 is 15 % slower than a plain server at 64 (the kind
     # of cost vLLM issue #49548 reports), far beyond the 1 % tolerance and the 0.5 % noise.
