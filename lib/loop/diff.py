@@ -243,7 +243,8 @@ def read_side(
         return None, [problem]
     if source.is_dir():
         return _side_from_folder(source, settings, within)
-    if source.is_file():
+    if source.exists():
+        # A FIFO or a device too: the reader names what it is instead of reading it.
         return _side_from_json(source)
     problem = Problem(
         Severity.ERROR,

@@ -202,10 +202,6 @@ def test_a_fifo_given_as_data_is_refused_not_read(
     message = (
         "[unreadable-file] cannot read the file: it is a FIFO (named pipe), not a regular file"
     )
-    if reader == "diff A":
-        # lib/loop/diff.py takes what is neither a folder nor a regular file for missing.
-        message = "[missing-input] no such folder or file (expected an experiment folder or a"
-        message += " result JSON)"
     assert f"{message} in {shown}" in completed.stderr
 
 
