@@ -1165,7 +1165,6 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
         decisions, max_batch_size, "every cell at the anchor was rejected"
     )
     problems += found
-    k_values = runs["k"].drop_nulls()
     return TuningResult(
         sweep=sweep,
         settings=settings,
@@ -1175,9 +1174,15 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
         schedule=schedule,
         max_batch_size=max_batch_size,
         configured_global_k=configured_global,
-        max_k_observed=int(k_values.max()) if len(k_values) else None,  # type: ignore[arg-type]
+        max_k_observed=_largest_k(runs),
         problems=tuple(problems),
     )
+
+
+def _largest_k(runs: pl.DataFrame) -> int | None:
+    """The largest K any run has (None when no run has one)."""
+    k_values = runs["k"].drop_nulls()
+    return int(k_values.max()) if len(k_values) else None  # type: ignore[arg-type]
 
 
 def _untuned(sweep: Sweep, settings: Settings, problems: list[Problem]) -> TuningResult:
@@ -1186,7 +1191,6 @@ def _untuned(sweep: Sweep, settings: Settings, problems: list[Problem]) -> Tunin
         pl.lit(None, pl.Utf8).alias("reason"), pl.lit(None, pl.Utf8).alias("status")
     )
     cells = tie_rule(cells, 0.0, maximize=True)
-    k_values = sweep.runs["k"].drop_nulls()
     return TuningResult(
         sweep=sweep,
         settings=settings,
@@ -1196,7 +1200,7 @@ def _untuned(sweep: Sweep, settings: Settings, problems: list[Problem]) -> Tunin
         schedule=None,
         max_batch_size=None,
         configured_global_k=None,
-        max_k_observed=int(k_values.max()) if len(k_values) else None,  # type: ignore[arg-type]
+        max_k_observed=_largest_k(sweep.runs),
         problems=tuple(problems),
     )
 
