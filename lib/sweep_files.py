@@ -54,6 +54,7 @@ __all__ = [
     "WARMUP_FILE",
     "Progress",
     "SweepFiles",
+    "holds_runs",
     "read_sweep_files",
 ]
 
@@ -712,6 +713,16 @@ def _data_files(
         new_folders = [folder for folder in subfolders if first_visit(folder)]
         pending.extend(reversed(new_folders))
     return found
+
+
+def holds_runs(name: str) -> bool:
+    """Whether a file of this name holds runs the loader reads: summary.json, run=N.json or
+    run=N.failure.json (warmup.json is never a sample).
+
+    >>> holds_runs("summary.json"), holds_runs("run=2.failure.json"), holds_runs("warmup.json")
+    (True, True, False)
+    """
+    return name == SUMMARY_FILE or bool(_RUN_FILE.match(name) or _FAILURE_FILE.match(name))
 
 
 def _place_failures(reader: _Reader, failures: list[tuple[int, str]]) -> None:

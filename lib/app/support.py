@@ -13,7 +13,6 @@ import argparse
 import dataclasses
 import html
 import os
-import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from lib.settings import (
     Policy,
     Settings,
 )
+from lib.sweep_files import holds_runs
 from lib.sweeps import Sweep
 
 __all__ = [
@@ -101,8 +101,6 @@ POLICY_CHOICES: dict[str, Policy] = {
 
 #: Background of the rows a table highlights (unresolved anchors, rules that differ).
 HIGHLIGHT = {"backgroundColor": "#fde2e1"}
-
-_DATA_FILE = re.compile(r"^(summary|run=\d+|run=\d+\.failure)\.json$")
 
 
 @dataclass(frozen=True)
@@ -235,7 +233,7 @@ class _Search:
             here = pending.pop()
             for entry in self.entries(here):
                 if not _is_folder(entry):
-                    found = found or bool(_DATA_FILE.match(entry.name))
+                    found = found or holds_runs(entry.name)
                 elif any_depth and not entry.is_symlink():
                     pending.append(Path(entry.path))
                 elif any_depth and os.path.realpath(entry.path) not in linked:
