@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import stat
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +36,8 @@ __all__ = [
 #: The deepest nesting of lists and objects read; orjson refuses anything deeper.
 MAX_DEPTH = 1024
 _BOM = b"\xef\xbb\xbf"
+#: How much of a large file is read at a time (see :func:`read_file`).
+_CHUNK_BYTES = 1 << 22
 _TOO_DEEP = (
     "invalid-json",
     f"not valid JSON: nested deeper than {MAX_DEPTH} levels of lists and objects",
@@ -56,8 +59,17 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
-def read_file(path: str | os.PathLike[str]) -> tuple[bytes | None, tuple[str, str] | None]:
+def read_file(
+    path: str | os.PathLike[str],
+    *,
+    large: Callable[[Iterator[bytes]], bytes] | None = None,
+    large_from: int = 0,
+) -> tuple[bytes | None, tuple[str, str] | None]:
     """``(the file's bytes, None)``, or ``(None, (rule, message))`` saying why not.
+
+    With ``large``, a file of ``large_from`` bytes or more is not read whole: ``large`` gets
+    its chunks as they are read and returns what stands for the bytes (a loader that keeps
+    only part of the text never holds all of it).
 
     Only a regular file is read, found by ``os.stat`` (so through symbolic links) before it is
     opened: a FIFO would block the read forever, ``/dev/zero`` or ``/dev/urandom`` would grow
@@ -72,9 +84,11 @@ def read_file(path: str | os.PathLike[str]) -> tuple[bytes | None, tuple[str, st
             return None, _not_regular(status.st_mode)
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with open(descriptor, "rb") as file:
-            opened = os.fstat(descriptor).st_mode
-            if not stat.S_ISREG(opened):
-                return None, _not_regular(opened)
+            opened = os.fstat(descriptor)
+            if not stat.S_ISREG(opened.st_mode):
+                return None, _not_regular(opened.st_mode)
+            if large is not None and opened.st_size >= large_from:
+                return large(iter(functools.partial(file.read, _CHUNK_BYTES), b"")), None
             return file.read(), None
     except OSError as error:
         return None, ("unreadable-file", f"cannot read the file: {error.strerror or error}")

@@ -20,13 +20,19 @@ import gc
 import json
 import os
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import orjson
 
+from lib.bulky_lists import (
+    SCAN_FROM_BYTES,
+    may_hold_bulky_lists,
+    shrink_bulky_lists,
+    without_lists,
+)
 from lib.files import parse_json, read_file
 from lib.flags import flag_name
 from lib.keys import (
@@ -115,16 +121,37 @@ class _ProblemLog:
         ]
 
 
-def _read_json(path: Path, relative: str, log: _ProblemLog) -> tuple[Any, bool]:
+def _read_json(
+    path: Path,
+    relative: str,
+    log: _ProblemLog,
+    record_depth: int | None = None,
+    protected: Callable[[str], bool] = bool,
+) -> tuple[Any, bool]:
     """(the parsed file, whether orjson parsed it), or (MISSING, False) after logging why it
     could not be read. Only Python's json, the fallback, yields NaN, infinities and ints beyond
     64 bits: the loader takes its exact per-record path for what that parser read. Only a
-    regular file is read (:func:`lib.files.read_file`: a FIFO named summary.json would block)."""
-    raw, failure = read_file(path)
+    regular file is read (:func:`lib.files.read_file`: a FIFO named summary.json would block).
+
+    With ``record_depth`` (where the records' fields sit), a large file's per-request lists are
+    shrunk as it is read (:mod:`lib.bulky_lists`), except the fields ``protected`` names. If
+    that text does not parse, the file is parsed whole for the error, so the line and column
+    named are the file's."""
+    shrunk = False
+
+    def shrink(chunks: Iterator[bytes]) -> bytes:
+        nonlocal shrunk
+        text, shrunk = shrink_bulky_lists(chunks, record_depth or 1, protected)
+        return text
+
+    large = shrink if record_depth is not None else None
+    raw, failure = read_file(path, large=large, large_from=SCAN_FROM_BYTES)
     if raw is None:
         log.add(*(failure or ("unreadable-file", "cannot read the file")), relative)
         return MISSING, False
     data, failure, by_orjson = parse_json(raw)
+    if failure is not None and shrunk:
+        return _read_json(path, relative, log)
     if failure is not None:
         log.add(*failure, relative)
     return data, by_orjson
@@ -270,6 +297,7 @@ class _Reader:
             )
         )
         self._config_names = frozenset(top_level_names("speculative_config"))
+        self._protected = frozenset((*self._names, *HEALTH_FIELDS, "run_number", *(kept or ())))
         self._previous_fingerprint: bytes | None = None
         self._previous_params = _Params(None, None, False, None, ())
         self._previous_fields: tuple[str, ...] | None = None
@@ -277,6 +305,12 @@ class _Reader:
         # What identifies each run read so far (see _repeated): the file it came from.
         self._contents: dict[int, str] = {}
         self._run_numbers: dict[tuple[str, int], str] = {}
+
+    def protected(self, name: str) -> bool:
+        """Whether a top-level field is read by name (the lookups, the health gate, the kept
+        metrics), so that its list, if it is one, must not be replaced (:mod:`lib.bulky_lists`).
+        """
+        return name in self._protected or name.startswith(_SPECULATIVE_PREFIXES)
 
     def _anchor(self, record: dict[str, Any], found: list[_Finding]) -> int | None:
         raw = lookup(record, self.batch_size_var)
@@ -446,7 +480,12 @@ class _Reader:
         one combo folder. Content is compared by a 64-bit hash of the record's JSON: two
         different runs (their timestamps and measurements differ) share one with odds of
         about 2^-64 a pair."""
-        content = _fingerprint(record) or json.dumps(record, default=str).encode()
+        content = _fingerprint(record)
+        if content is None or may_hold_bulky_lists(content):
+            # Without the per-request lists a large file's reading replaces: a record reads the
+            # same from any file.
+            record = without_lists(record, self.protected)
+            content = _fingerprint(record) or json.dumps(record, default=str).encode()
         identity = hash(content)
         earlier = self._contents.get(identity)
         how = f"a record already read from {earlier} (a copy?)"
@@ -886,7 +925,8 @@ def _read(
                 expected=f"run=N.json with N from 0 to {LARGEST_WHOLE_NUMBER}",
             )
             continue
-        data, parsed_by_orjson = _read_json(file_path, relative, log)
+        depth = 2 if kind == "summary" else 1 if kind == "run" else None
+        data, parsed_by_orjson = _read_json(file_path, relative, log, depth, reader.protected)
         if kind == "summary" and isinstance(data, list):
             summaries_read.add(id(folder))
         if kind == "failure":

@@ -12,7 +12,7 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -133,6 +133,25 @@ def test_only_a_regular_file_is_read(tmp_path: Path, kind: str, named: str) -> N
     assert completed.returncode == 0, completed.stderr
     message = f"cannot read the file: it is {named}, not a regular file"
     assert completed.stdout == f"{('unreadable-file', message, (str(path),))}\n"
+
+
+def test_a_large_file_is_handed_over_in_chunks(tmp_path: Path) -> None:
+    data = bytes(range(256)) * 40_000  # 10 MB: more than one chunk
+    path = tmp_path / "large.json"
+    path.write_bytes(data)
+    seen: list[int] = []
+
+    def large(chunks: Iterator[bytes]) -> bytes:
+        pieces = list(chunks)
+        seen.extend(len(piece) for piece in pieces)
+        return b"".join(pieces)[:5]
+
+    assert read_file(path, large=large, large_from=len(data)) == (data[:5], None)
+    assert len(seen) > 1 and sum(seen) == len(data)
+    # One byte smaller than the threshold: read whole, the callback not called.
+    seen.clear()
+    assert read_file(path, large=large, large_from=len(data) + 1) == (data, None)
+    assert seen == []
 
 
 def test_read_file_reads_a_regular_file_through_a_link(tmp_path: Path) -> None:
