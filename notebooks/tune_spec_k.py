@@ -5,31 +5,32 @@ app = marimo.App(width="medium", app_title="tune-spec-k")
 
 with app.setup:
     import functools
+    import html
     import sys
     from pathlib import Path
 
     import marimo as mo
 
     from lib.analysis import analyse
+    from lib.app import guide
     from lib.app import support as app_support
     from lib.loop import export
     from lib.present import charts, tables, text
     from lib.problems import Severity
+    from lib.schedule import KNOWN_OBJECTIVES
     from lib.settings import DEFAULT_BATCH_SIZE_VAR, Fields, Options, Settings
     from lib.sweeps import load_experiment
 
 
-@app.cell
-def _():
-    mo.md("""
-    # tune-spec-k: the speculative-decoding schedule
+@app.function
+def with_help(element: object, key: str) -> mo.Html:
+    """``element`` with its control's help shown where the pointer rests on it."""
+    return mo.Html(f'<div title="{html.escape(guide.CONTROL_HELP[key])}">{element}</div>')
 
-    Chooses vLLM's `num_speculative_tokens_per_batch_size` from `vllm bench sweep serve`
-    results with the same policy and the same code as the `tune-spec-k` CLI. Pick an experiment
-    and adjust the policy and the decision rule in the sidebar; the data health, the decisions,
-    how sure each pick is, what to measure next and the charts follow.
-    """)
-    return
+
+@app.function
+def labelled(key: str) -> str:
+    return guide.CONTROL_LABELS[key]
 
 
 @app.cell
@@ -78,34 +79,6 @@ def _(folder_browser, root, start_folder):
 
 
 @app.cell
-def _(base_folder, experiment_refusals, folder_browser, query_refusal, root):
-    _notes = [
-        mo.Html(
-            f"Reading experiments in {app_support.path_html(base_folder)}"
-            f" (root {app_support.path_html(root)})"
-        )
-    ]
-    if query_refusal:
-        _notes.append(mo.callout(query_refusal, kind="warn"))
-    if experiment_refusals:
-        _notes.append(
-            mo.callout(
-                mo.vstack(
-                    [
-                        mo.md("**Not listed:** everything the app reads must lie inside the root."),
-                        mo.Html(text.html_list(experiment_refusals)),
-                    ]
-                ),
-                kind="warn",
-            )
-        )
-    if mo.app_meta().mode == "edit":
-        _notes.append(mo.accordion({"Browse folders": folder_browser}))
-    mo.vstack(_notes)
-    return
-
-
-@app.cell
 def _(base_folder, root):
     experiments, experiment_refusals = app_support.find_experiments(base_folder, root)
     return experiment_refusals, experiments
@@ -125,24 +98,56 @@ def _(base_folder, experiments):
         ),
     )
     experiment_picker = mo.ui.dropdown(
-        options=experiments, value=next(iter(experiments)), label="Experiment"
+        options=experiments,
+        value=guide.default_experiment(experiments),
+        label="Experiment",
+        full_width=True,
     )
     return (experiment_picker,)
 
 
 @app.cell
 def _():
+    # One state per control a problem's one-click fix may set; the control starts from it.
+    get_min_runs, set_min_runs = mo.state(Settings().min_runs)
+    get_noise, set_noise = mo.state(Settings().max_objective_relative_mad)
+    get_k_var, set_k_var = mo.state(Fields().k_var)
+    get_mixed_global, set_mixed_global = mo.state(Settings().allow_mixed_global_k)
+    get_strict, set_strict = mo.state(Settings().strict_acceptance_stability)
+    fix_setters = {
+        "min_runs": set_min_runs,
+        "max_objective_relative_mad": set_noise,
+        "k_var": set_k_var,
+        "allow_mixed_global_k": set_mixed_global,
+        "strict_acceptance_stability": set_strict,
+    }
+    return (
+        fix_setters,
+        get_k_var,
+        get_min_runs,
+        get_mixed_global,
+        get_noise,
+        get_strict,
+    )
+
+
+@app.cell
+def _(get_k_var):
     k_var_picker = mo.ui.dropdown(
         options=app_support.K_VAR_CHOICES,
-        value=next(iter(app_support.K_VAR_CHOICES)),
-        label="K is recorded as",
+        value=next(
+            name for name, field in app_support.K_VAR_CHOICES.items() if field == get_k_var()
+        ),
+        label=labelled("k_var"),
     )
     return (k_var_picker,)
 
 
 @app.cell
 def _():
-    batch_size_var_input = mo.ui.text(value=DEFAULT_BATCH_SIZE_VAR, label="Batch-size field")
+    batch_size_var_input = mo.ui.text(
+        value=DEFAULT_BATCH_SIZE_VAR, label=labelled("batch_size_var")
+    )
     return (batch_size_var_input,)
 
 
@@ -167,12 +172,15 @@ def _(experiment_picker, fields, root):
 
 
 @app.cell
-def _(sweep):
+def _(fields, sweep):
+    _choices = guide.objective_choices(sweep, KNOWN_OBJECTIVES, fields)
     objective_picker = mo.ui.dropdown(
-        options=app_support.objective_options(sweep),
-        value=Settings().objective,
+        options=_choices or [Settings().objective],
+        value=Settings().objective
+        if Settings().objective in _choices or not _choices
+        else _choices[0],
         searchable=True,
-        label="Objective",
+        label=labelled("objective"),
     )
     return (objective_picker,)
 
@@ -183,7 +191,7 @@ def _(objective_picker):
         options=["maximize", "minimize"],
         value=app_support.default_direction(objective_picker.value),
         inline=True,
-        label="Better is",
+        label=labelled("direction"),
     )
     return (direction_picker,)
 
@@ -195,7 +203,7 @@ def _():
         value=Settings().uncertainty_penalty,
         debounce=True,
         show_value=True,
-        label="MAD penalty (robust sigmas)",
+        label=labelled("uncertainty_penalty"),
     )
     return (penalty_slider,)
 
@@ -207,33 +215,33 @@ def _():
         value=Settings().relative_tolerance,
         debounce=True,
         show_value=True,
-        label="Tie tolerance (relative)",
+        label=labelled("relative_tolerance"),
     )
     return (tolerance_slider,)
 
 
 @app.cell
-def _():
+def _(get_noise):
     noise_slider = mo.ui.slider(
         steps=app_support.slider_steps(1.0, 0.01),
-        value=Settings().max_objective_relative_mad,
+        value=get_noise(),
         debounce=True,
         show_value=True,
-        label="Noise threshold (relative MAD)",
+        label=labelled("max_objective_relative_mad"),
     )
     return (noise_slider,)
 
 
 @app.cell
-def _():
+def _(get_min_runs):
     min_runs_slider = mo.ui.slider(
         start=1,
         stop=10,
         step=1,
-        value=Settings().min_runs,
+        value=get_min_runs(),
         debounce=True,
         show_value=True,
-        label="Minimum runs per cell",
+        label=labelled("min_runs"),
     )
     return (min_runs_slider,)
 
@@ -243,7 +251,7 @@ def _(sweep):
     acceptance_picker = mo.ui.dropdown(
         options=app_support.acceptance_options(sweep),
         value=app_support.NO_ACCEPTANCE,
-        label="Acceptance metric",
+        label=labelled("acceptance"),
     )
     return (acceptance_picker,)
 
@@ -255,25 +263,23 @@ def _():
         value=Settings().max_acceptance_relative_mad,
         debounce=True,
         show_value=True,
-        label="Acceptance noise threshold (relative MAD)",
+        label=labelled("max_acceptance_relative_mad"),
     )
     return (acceptance_noise_slider,)
 
 
 @app.cell
-def _():
+def _(get_strict):
     strict_checkbox = mo.ui.checkbox(
-        value=Settings().strict_acceptance_stability,
-        label="Unstable acceptance is an error (strict)",
+        value=get_strict(), label=labelled("strict_acceptance_stability")
     )
     return (strict_checkbox,)
 
 
 @app.cell
-def _():
+def _(get_mixed_global):
     mixed_global_checkbox = mo.ui.checkbox(
-        value=Settings().allow_mixed_global_k,
-        label="Allow a global K that differs between runs (static-K sweeps)",
+        value=get_mixed_global(), label=labelled("allow_mixed_global_k")
     )
     return (mixed_global_checkbox,)
 
@@ -283,7 +289,7 @@ def _():
     policy_picker = mo.ui.radio(
         options=app_support.POLICY_CHOICES,
         value=next(iter(app_support.POLICY_CHOICES)),
-        label="Decision rule",
+        label=labelled("policy"),
     )
     return (policy_picker,)
 
@@ -295,7 +301,7 @@ def _():
         value=Options().confidence,
         debounce=True,
         show_value=True,
-        label="Confidence a pick needs (P(eps-good))",
+        label=labelled("confidence"),
     )
     return (confidence_slider,)
 
@@ -303,8 +309,7 @@ def _():
 @app.cell
 def _():
     interpolated_checkbox = mo.ui.checkbox(
-        value=Options().interpolated_schedule,
-        label="Deploy the interpolated schedule (switch between anchors)",
+        value=Options().interpolated_schedule, label=labelled("interpolated_schedule")
     )
     return (interpolated_checkbox,)
 
@@ -331,25 +336,25 @@ def _(
     mo.sidebar(
         [
             mo.md("### Input"),
-            experiment_picker,
-            k_var_picker,
-            batch_size_var_input,
-            mixed_global_checkbox,
+            with_help(experiment_picker, "experiment"),
+            with_help(k_var_picker, "k_var"),
+            with_help(batch_size_var_input, "batch_size_var"),
+            with_help(mixed_global_checkbox, "allow_mixed_global_k"),
             mo.md("### Policy"),
-            objective_picker,
-            direction_picker,
-            penalty_slider,
-            tolerance_slider,
-            noise_slider,
-            min_runs_slider,
+            with_help(objective_picker, "objective"),
+            with_help(direction_picker, "direction"),
+            with_help(penalty_slider, "uncertainty_penalty"),
+            with_help(tolerance_slider, "relative_tolerance"),
+            with_help(noise_slider, "max_objective_relative_mad"),
+            with_help(min_runs_slider, "min_runs"),
             mo.md("### Acceptance"),
-            acceptance_picker,
-            acceptance_noise_slider,
-            strict_checkbox,
+            with_help(acceptance_picker, "acceptance"),
+            with_help(acceptance_noise_slider, "max_acceptance_relative_mad"),
+            with_help(strict_checkbox, "strict_acceptance_stability"),
             mo.md("### Decision rule"),
-            policy_picker,
-            confidence_slider,
-            interpolated_checkbox,
+            with_help(policy_picker, "policy"),
+            with_help(confidence_slider, "confidence"),
+            with_help(interpolated_checkbox, "interpolated_schedule"),
         ],
         width="22rem",
     )
@@ -403,6 +408,54 @@ def _(options, settings, sweep):
 
 
 @app.cell
+def _(analysis, fields, options, settings):
+    problem_groups = guide.problem_groups(analysis.result.problems, settings, fields)
+    verdict = guide.verdict(analysis, problem_groups, options)
+    return problem_groups, verdict
+
+
+@app.cell
+def _(fix_setters, problem_groups):
+    # A global, so that marimo sends the buttons' clicks to the kernel wherever they are shown.
+    fix_buttons = mo.ui.dictionary(
+        {
+            _group.rule: fix_action(_group.fix, fix_setters)
+            for _group in problem_groups
+            if _group.fix is not None
+        }
+    )
+    return (fix_buttons,)
+
+
+@app.cell
+def _(experiment_picker, root):
+    _name = app_support.shown_path(experiment_picker.value.relative_to(root))
+    mo.md(f"# tune-spec-k · {html.escape(_name)}").style({"overflow-wrap": "anywhere"})
+    return
+
+
+@app.cell
+def _(fix_buttons, problem_groups, verdict):
+    _kind = {"ready": "success", "provisional": "warn", "cannot-tune": "danger"}[verdict.state]
+    # The largest error group is the reason; its fix, and the next group's, one click away.
+    _fixes = [
+        fix_buttons[_group.rule]
+        for _group in problem_groups[:2]
+        if _group.severity is Severity.ERROR and _group.rule in fix_buttons.elements
+    ]
+    mo.callout(
+        mo.vstack(
+            [
+                mo.md(f"**{verdict.title}:** {html.escape(verdict.reason)}"),
+                mo.hstack(_fixes, justify="start", wrap=True) if _fixes else mo.md(""),
+            ]
+        ),
+        kind=_kind,
+    )
+    return
+
+
+@app.cell
 def _(result):
     # Eager bytes, so that a static HTML export carries the file too.
     schedule_file = result.to_json_text().encode() if result.ok else None
@@ -410,122 +463,62 @@ def _(result):
 
 
 @app.cell
-def _(result):
-    _errors = app_support.problems_of(result, Severity.ERROR)
-    mo.callout(
-        mo.vstack(
-            [
-                mo.md(
-                    f"**No schedule can be exported: {len(_errors)} problem(s).** The CLI"
-                    " would refuse to write and exit 2 with these lines; the analysis below"
-                    " shows everything that could still be computed."
+def _(result, schedule_file):
+    mo.stop(schedule_file is None)
+    mo.vstack(
+        [
+            mo.md(
+                "**Schedule** (`num_speculative_tokens_per_batch_size`):"
+                f" `{app_support.schedule_text(result)}`; for `vllm serve`:"
+            ),
+            # Wrapped, not scrolled: the whole line is in view and still pastes as one.
+            mo.Html(
+                '<pre style="white-space: pre-wrap; overflow-wrap: anywhere; margin: 0">'
+                f"{html.escape(text.speculative_config_line(result))}</pre>"
+            ),
+            mo.download(
+                schedule_file,
+                filename=app_support.SCHEDULE_FILE,
+                mimetype="application/json",
+                label=f"Download {app_support.SCHEDULE_FILE}",
+            ),
+        ]
+    )
+    return
+
+
+@app.cell
+def _(analysis, result):
+    headline_chart = charts.schedule_chart(result, analysis.switch_points)
+    mo.output.replace(headline_chart)
+    return (headline_chart,)
+
+
+@app.cell
+def _(base_folder, experiment_refusals, folder_browser, query_refusal, root):
+    _notes = [
+        mo.Html(
+            f"Reading experiments in {app_support.path_html(base_folder)}"
+            f" (root {app_support.path_html(root)})"
+        )
+    ]
+    if query_refusal:
+        _notes.append(mo.callout(query_refusal, kind="warn"))
+    if experiment_refusals:
+        _notes.append(
+            mo.callout(
+                mo.vstack(
+                    [
+                        mo.md("**Not listed:** everything the app reads must lie inside the root."),
+                        mo.Html(text.html_list(experiment_refusals)),
+                    ]
                 ),
-                mo.Html(text.problem_list_html(_errors)),
-            ]
-        ),
-        kind="danger",
-    ) if _errors else mo.callout(
-        mo.md("**No errors:** the CLI would write this schedule."), kind="success"
-    )
-    return
-
-
-@app.cell
-def _(result):
-    _counts = app_support.health_counts(result)
-    mo.vstack(
-        [
-            mo.md("## Data health"),
-            mo.hstack(
-                [
-                    mo.stat(
-                        _counts.runs_loaded,
-                        label="runs loaded",
-                        caption=f"from {_counts.files_read} files",
-                    ),
-                    mo.stat(
-                        _counts.runs_excluded, label="runs excluded", target_direction="decrease"
-                    ),
-                    mo.stat(
-                        _counts.cells_rejected,
-                        label="cells rejected",
-                        caption=f"of {_counts.cells} (batch size, K) cells",
-                    ),
-                    mo.stat(_counts.anchors, label="batch-size anchors"),
-                    mo.stat(_counts.errors, label="errors", caption=f"{_counts.warnings} warnings"),
-                ],
-                widths="equal",
-            ),
-            mo.md(
-                f"**K=0 baseline:** {app_support.baseline_text(result)}\n\n"
-                f"**Global K:** {app_support.global_k_text(result)}"
-            ),
-        ]
-    )
-    return
-
-
-@app.cell
-def _(result):
-    _excluded = tables.excluded_runs_table(result)
-    _rejected = tables.rejected_cells_table(result)
-    _notes = app_support.problems_of(result, Severity.WARNING) + app_support.problems_of(
-        result, Severity.NOTE
-    )
-    mo.vstack(
-        [
-            mo.md("**K measured and kept per batch size**"),
-            mo.ui.table(tables.k_sets_table(result), selection=None, pagination=False),
-            mo.md("**Runs excluded, by reason**"),
-            mo.ui.table(_excluded, selection=None) if _excluded.height else mo.md("None."),
-            mo.md("**Cells rejected (too few runs, noise gate, acceptance)**"),
-            mo.ui.table(_rejected, selection=None) if _rejected.height else mo.md("None."),
-            mo.callout(mo.Html(text.problem_list_html(_notes)), kind="warn")
-            if _notes
-            else mo.md(""),
-        ]
-    )
-    return
-
-
-@app.cell
-def _(experiment_picker, fields, options, settings):
-    cli_arguments = app_support.cli_arguments(experiment_picker.value, fields, settings, options)
-    return (cli_arguments,)
-
-
-@app.cell
-def _(cli_arguments, options, result, schedule_file):
-    _download = (
-        mo.download(
-            schedule_file,
-            filename=app_support.SCHEDULE_FILE,
-            mimetype="application/json",
-            label=f"Download {app_support.SCHEDULE_FILE}",
+                kind="warn",
+            )
         )
-        if schedule_file is not None
-        else mo.callout(
-            "Export disabled: the CLI would not write a file (see the errors above).", kind="warn"
-        )
-    )
-    mo.vstack(
-        [
-            mo.md("## Decisions"),
-            mo.md(app_support.rule_text(options)),
-            mo.md(
-                "**Schedule** (`num_speculative_tokens_per_batch_size`):\n\n"
-                f"```json\n{app_support.schedule_text(result)}\n```\n\n"
-                "**For `vllm serve`:**\n\n"
-                f"```bash\n{text.speculative_config_line(result)}\n```"
-            ),
-            mo.ui.table(tables.decision_table(result), selection=None, pagination=False),
-            _download,
-            mo.md(
-                "**The same on the command line:**\n\n"
-                f"```bash\n{app_support.cli_command(cli_arguments)}\n```"
-            ),
-        ]
-    )
+    if mo.app_meta().mode == "edit":
+        _notes.append(mo.accordion({"Browse folders": folder_browser}))
+    mo.vstack(_notes)
     return
 
 
@@ -541,248 +534,9 @@ def _(result):
 
 
 @app.cell
-def _(trtllm_file):
-    mo.vstack(
-        [
-            mo.md(
-                "**For TensorRT-LLM** (`draft_len_schedule`: each batch-size upper bound and"
-                " its K; the same file as `tune-spec-k export --format trtllm`):\n\n"
-                f"```json\n{trtllm_file.decode()}```"
-            ),
-            mo.download(
-                trtllm_file,
-                filename=export.TRTLLM_FILE,
-                mimetype="application/json",
-                label=f"Download {export.TRTLLM_FILE}",
-            ),
-        ]
-    ) if trtllm_file is not None else mo.md("")
-    return
-
-
-@app.cell
-def _(analysis, result):
-    confidence_chart = (
-        charts.confidence_chart(result, analysis.report) if analysis.report is not None else None
-    )
-    return (confidence_chart,)
-
-
-@app.cell
-def _(analysis, confidence_chart, result):
-    _report = analysis.report
-    _intro = mo.md(
-        "## How sure is each pick?\n\n"
-        "**P(eps-good)** is the probability that a K is within the tie tolerance of the best"
-        " K at its batch size, from every K's runs with the noise pooled over the anchor"
-        " (seeded, so the same sweep gives the same numbers). An anchor is **resolved** when"
-        " some K reaches the confidence; otherwise its K is **provisional**."
-    )
-    if _report is None:
-        _view = mo.callout(
-            "No confidence analysis: the settings are invalid (see the errors above).", kind="warn"
-        )
-    else:
-        _unresolved = app_support.unresolved_lines(result, _report)
-        _table = tables.confidence_table(result, _report)
-        _flagged = tables.flagged_runs_table(_report)
-        _view = mo.vstack(
-            [
-                mo.callout(
-                    mo.vstack(
-                        [
-                            mo.md(
-                                f"**{len(_unresolved)} unresolved anchor(s):** their K is"
-                                " provisional; the measurement plan below says what would"
-                                " settle them."
-                            ),
-                            mo.Html(text.html_list(_unresolved)),
-                        ]
-                    ),
-                    kind="warn",
-                )
-                if _unresolved
-                else mo.callout(mo.md("**Every anchor is resolved.**"), kind="success"),
-                confidence_chart,
-                mo.ui.table(
-                    _table,
-                    selection=None,
-                    pagination=False,
-                    style_cell=app_support.highlight_rows(_table, "status", "unresolved"),
-                ),
-                mo.md(
-                    "**Flagged runs** (far from their cell's median for this anchor's noise):"
-                    " never dropped; each anchor is also decided without them."
-                ),
-                mo.ui.table(
-                    _flagged,
-                    selection=None,
-                    style_cell=app_support.highlight_rows(_flagged, "the pick depends on it"),
-                )
-                if _flagged.height
-                else mo.md("None."),
-            ]
-        )
-    mo.vstack([_intro, _view])
-    return
-
-
-@app.cell
 def _(analysis, options):
     rule_comparison = app_support.compare_rules(analysis, options)
     return (rule_comparison,)
-
-
-@app.cell
-def _(rule_comparison):
-    rules_chart = (
-        charts.rules_chart(rule_comparison.seed, rule_comparison.confident)
-        if rule_comparison is not None
-        else None
-    )
-    return (rules_chart,)
-
-
-@app.cell
-def _(rule_comparison, rules_chart):
-    _intro = mo.md(
-        "## The seed's rule against the confident rule\n\n"
-        "The seed ranks each K by its median less a MAD penalty; the confident rule picks the"
-        " smallest K whose P(eps-good) reaches the confidence. Rows where they differ are"
-        " highlighted; the sidebar's **Decision rule** chooses which one is exported."
-    )
-    if rule_comparison is None:
-        _view = mo.callout("No comparison: the settings are invalid.", kind="warn")
-    else:
-        _table = rule_comparison.table()
-        _view = mo.vstack(
-            [
-                mo.md(rule_comparison.summary()),
-                rules_chart,
-                mo.ui.table(
-                    _table,
-                    selection=None,
-                    pagination=False,
-                    style_cell=app_support.highlight_rows(_table, "differs"),
-                ),
-            ]
-        )
-    mo.vstack([_intro, _view])
-    return
-
-
-@app.cell
-def _(analysis):
-    _switch_points = analysis.switch_points
-    _intro = mo.md(
-        "## Switch points between anchors\n\n"
-        "vLLM switches K at the upper anchor. Interpolating each pick's speed-up over K=0 in"
-        " log batch size says where between the anchors the switch pays off: the dashed line"
-        " and the dotted rules of the **Schedule** chart."
-    )
-    if _switch_points is None:
-        _view = mo.md("No switch points without a schedule (see the errors above).")
-    else:
-        _view = mo.vstack(
-            [
-                mo.Html(text.text_block_html(text.switch_point_lines(_switch_points))),
-                mo.ui.table(tables.switch_table(_switch_points), selection=None, pagination=False)
-                if _switch_points.switches.height
-                else mo.md(""),
-            ]
-        )
-    mo.vstack([_intro, _view])
-    return
-
-
-@app.cell
-def _(analysis):
-    _plan = analysis.plan
-    _intro = mo.md("## What to measure next")
-    if _plan is None:
-        _view = mo.md("No measurement plan: the settings are invalid.")
-    else:
-        _reruns = tables.rerun_table(_plan)
-        _new_anchors = tables.new_anchor_table(_plan)
-        _view = mo.vstack(
-            [
-                mo.Html(text.text_block_html(text.measurement_plan_lines(_plan))),
-                mo.md("**Reruns at unresolved anchors**"),
-                mo.ui.table(_reruns, selection=None) if _reruns.height else mo.md("None."),
-                mo.md("**New anchors where neighbouring picks disagree**"),
-                mo.ui.table(_new_anchors, selection=None)
-                if _new_anchors.height
-                else mo.md("None."),
-                mo.download(
-                    _plan.to_json_text().encode(),
-                    filename="measurement_plan.json",
-                    mimetype="application/json",
-                    label="Download measurement_plan.json (as --plan-json writes it)",
-                ),
-            ]
-        )
-    mo.vstack([_intro, _view])
-    return
-
-
-@app.cell
-def _(result):
-    objective_chart = charts.objective_chart(result)
-    return (objective_chart,)
-
-
-@app.cell
-def _(analysis, result):
-    schedule_chart = charts.schedule_chart(result, analysis.switch_points)
-    return (schedule_chart,)
-
-
-@app.cell
-def _(result):
-    acceptance_chart = charts.acceptance_chart(result)
-    return (acceptance_chart,)
-
-
-@app.cell
-def _(acceptance_chart, objective_chart, schedule_chart):
-    _no_acceptance = mo.callout("The sweep has no acceptance field to plot.", kind="neutral")
-    mo.vstack(
-        [
-            mo.md("## Charts"),
-            mo.ui.tabs(
-                {
-                    "Objective vs K": objective_chart,
-                    "Schedule": schedule_chart,
-                    "Acceptance vs K": acceptance_chart or _no_acceptance,
-                },
-            ),
-        ]
-    )
-    return
-
-
-@app.cell
-def _(acceptance_chart, confidence_chart, objective_chart, rules_chart, schedule_chart):
-    # vl-convert takes about a second per PNG: images are rendered when clicked.
-    _images = [
-        mo.download(
-            getattr(_chart, _suffix),
-            filename=f"{_name}.{_suffix}",
-            mimetype=_mimetype,
-            label=f"{_name}.{_suffix}",
-        )
-        for _name, _chart in (
-            ("objective_vs_k", objective_chart),
-            ("schedule", schedule_chart),
-            ("acceptance_vs_k", acceptance_chart),
-            ("p_eps_good", confidence_chart),
-            ("seed_vs_confident", rules_chart),
-        )
-        if _chart is not None
-        for _suffix, _mimetype in (("png", "image/png"), ("svg", "image/svg+xml"))
-    ]
-    mo.vstack([mo.md("**Chart images**"), mo.hstack(_images, justify="start", wrap=True)])
-    return
 
 
 @app.cell
@@ -797,7 +551,8 @@ def _(experiments):
 
 @app.cell
 def _(analysis, compare_picker, experiment_picker, fields, options, root, settings):
-    # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`.
+    # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`;
+    # nothing is read until one is picked.
     comparison, comparison_error = app_support.compare_with(
         str(experiment_picker.value),
         analysis,
@@ -809,16 +564,316 @@ def _(analysis, compare_picker, experiment_picker, fields, options, root, settin
 
 
 @app.cell
-def _(compare_picker, comparison, comparison_error):
-    _intro = mo.md(
-        "## Compare with another experiment\n\n"
+def _(experiment_picker, fields, options, settings):
+    cli_arguments = app_support.cli_arguments(experiment_picker.value, fields, settings, options)
+    return (cli_arguments,)
+
+
+@app.cell
+def _(
+    analysis,
+    cli_arguments,
+    compare_picker,
+    comparison,
+    comparison_error,
+    fix_buttons,
+    options,
+    problem_groups,
+    rule_comparison,
+    trtllm_file,
+):
+    # Each section is built when it is opened (a function), and again only while it is open.
+    _problem_count = sum(len(_group.problems) for _group in problem_groups)
+    mo.accordion(
+        {
+            f"Problems ({_problem_count})": functools.partial(
+                problems_section, problem_groups, fix_buttons
+            ),
+            "Data health": functools.partial(health_section, analysis),
+            "Decisions": functools.partial(decisions_section, analysis, options, cli_arguments),
+            "How sure": functools.partial(confidence_section, analysis),
+            "What to measure next": functools.partial(plan_section, analysis),
+            "Rules compared": functools.partial(rules_section, rule_comparison),
+            "Switch points": functools.partial(switch_section, analysis),
+            "Objective per batch size": functools.partial(objective_section, analysis),
+            "Acceptance": functools.partial(acceptance_section, analysis),
+            "Compare with another experiment": functools.partial(
+                compare_section, compare_picker, comparison, comparison_error
+            ),
+            "Downloads": functools.partial(downloads_section, analysis, trtllm_file),
+        },
+        multiple=True,
+        lazy=True,
+    )
+    return
+
+
+@app.function
+def fix_action(fix: guide.Fix, setters: dict) -> mo.Html:
+    """The button that applies ``fix`` to its sidebar control."""
+    return mo.ui.button(
+        label=html.escape(fix.label),
+        kind="warn",
+        on_click=lambda _: setters[fix.control](fix.value),
+    )
+
+
+@app.function
+def problems_section(groups: list, buttons: mo.ui.dictionary) -> mo.Html:
+    if not groups:
+        return mo.md("No problems.")
+    _kinds = {Severity.ERROR: "danger", Severity.WARNING: "warn", Severity.NOTE: "neutral"}
+    items = []
+    for group in groups:
+        heading = mo.hstack(
+            [
+                mo.md(html.escape(group.sentence)),
+                buttons[group.rule] if group.rule in buttons.elements else mo.md(""),
+            ],
+            justify="space-between",
+            wrap=True,
+        )
+        details = mo.accordion(
+            {
+                f"{len(group.problems)} x {group.severity.value} [{group.rule}]": mo.Html(
+                    text.problem_list_html(list(group.problems))
+                )
+            },
+            lazy=True,
+        )
+        items.append(mo.callout(mo.vstack([heading, details]), kind=_kinds[group.severity]))
+    return mo.vstack(items)
+
+
+@app.function
+def health_section(analysis) -> mo.Html:
+    result = analysis.result
+    counts = app_support.health_counts(result)
+    excluded = tables.excluded_runs_table(result)
+    rejected = tables.rejected_cells_table(result)
+    return mo.vstack(
+        [
+            mo.hstack(
+                [
+                    mo.stat(
+                        counts.runs_loaded,
+                        label="runs loaded",
+                        caption=f"from {counts.files_read} files",
+                    ),
+                    mo.stat(
+                        counts.runs_excluded, label="runs excluded", target_direction="decrease"
+                    ),
+                    mo.stat(
+                        counts.cells_rejected,
+                        label="cells rejected",
+                        caption=f"of {counts.cells} (batch size, K) cells",
+                    ),
+                    mo.stat(counts.anchors, label="batch-size anchors"),
+                    mo.stat(counts.errors, label="errors", caption=f"{counts.warnings} warnings"),
+                ],
+                widths="equal",
+                wrap=True,
+            ),
+            mo.md(
+                f"**K=0 baseline:** {app_support.baseline_text(result)}\n\n"
+                f"**Global K:** {app_support.global_k_text(result)}"
+            ),
+            mo.md("**K measured and kept per batch size**"),
+            mo.ui.table(tables.k_sets_table(result), selection=None, pagination=False),
+            mo.md("**Runs excluded, by reason**"),
+            mo.ui.table(excluded, selection=None) if excluded.height else mo.md("None."),
+            mo.md("**Cells rejected (too few runs, noise gate, acceptance)**"),
+            mo.ui.table(rejected, selection=None) if rejected.height else mo.md("None."),
+        ]
+    )
+
+
+@app.function
+def decisions_section(analysis, options, cli_arguments) -> mo.Html:
+    result = analysis.result
+    table = tables.decision_table(result, guide.pick_confidence(analysis))
+    return mo.vstack(
+        [
+            mo.md(app_support.rule_text(options)),
+            mo.md(
+                "A pick whose P(eps-good) is below the confidence (or unknown, with one run per"
+                " cell) is marked **not sure enough**."
+            ),
+            mo.ui.table(
+                table,
+                selection=None,
+                pagination=False,
+                style_cell=app_support.highlight_rows(table, "sure enough", False),
+            ),
+            mo.md(
+                "**The same on the command line:**\n\n"
+                f"```bash\n{app_support.cli_command(cli_arguments)}\n```"
+            ),
+        ]
+    )
+
+
+@app.function
+def confidence_section(analysis) -> mo.Html:
+    result, report = analysis.result, analysis.report
+    intro = mo.md(
+        "**P(eps-good)** is the probability that a K is within the tie tolerance of the best"
+        " K at its batch size, from every K's runs with the noise pooled over the anchor"
+        " (seeded, so the same sweep gives the same numbers). An anchor is **resolved** when"
+        " some K reaches the confidence; otherwise its K is **provisional**."
+    )
+    if report is None or not result.ok:
+        return mo.vstack(
+            [
+                intro,
+                mo.callout(
+                    "No anchor is resolved or provisional while the result has errors: fix"
+                    " them first (see Problems).",
+                    kind="warn",
+                ),
+            ]
+        )
+    unresolved = app_support.unresolved_lines(result, report)
+    table = tables.confidence_table(result, report)
+    flagged = tables.flagged_runs_table(report)
+    return mo.vstack(
+        [
+            intro,
+            mo.callout(
+                mo.vstack(
+                    [
+                        mo.md(
+                            f"**{len(unresolved)} unresolved anchor(s):** their K is"
+                            " provisional; “What to measure next” says what would settle"
+                            " them."
+                        ),
+                        mo.Html(text.html_list(unresolved)),
+                    ]
+                ),
+                kind="warn",
+            )
+            if unresolved
+            else mo.callout(mo.md("**Every anchor is resolved.**"), kind="success"),
+            charts.confidence_chart(result, report),
+            mo.ui.table(
+                table,
+                selection=None,
+                pagination=False,
+                style_cell=app_support.highlight_rows(table, "status", "unresolved"),
+            ),
+            mo.md(
+                "**Flagged runs** (far from their cell's median for this anchor's noise):"
+                " never dropped; each anchor is also decided without them."
+            ),
+            mo.ui.table(
+                flagged,
+                selection=None,
+                style_cell=app_support.highlight_rows(flagged, "the pick depends on it"),
+            )
+            if flagged.height
+            else mo.md("None."),
+        ]
+    )
+
+
+@app.function
+def plan_section(analysis) -> mo.Html:
+    plan = analysis.plan
+    if plan is None or not analysis.result.ok:
+        return mo.callout(
+            "No measurement plan while the result has errors: fix them first (see Problems).",
+            kind="warn",
+        )
+    reruns = tables.rerun_table(plan)
+    new_anchors = tables.new_anchor_table(plan)
+    return mo.vstack(
+        [
+            mo.Html(text.text_block_html(text.measurement_plan_lines(plan))),
+            mo.md("**Reruns at unresolved anchors**"),
+            mo.ui.table(reruns, selection=None) if reruns.height else mo.md("None."),
+            mo.md("**New anchors where neighbouring picks disagree**"),
+            mo.ui.table(new_anchors, selection=None) if new_anchors.height else mo.md("None."),
+            mo.download(
+                plan.to_json_text().encode(),
+                filename="measurement_plan.json",
+                mimetype="application/json",
+                label="Download measurement_plan.json (as --plan-json writes it)",
+            ),
+        ]
+    )
+
+
+@app.function
+def rules_section(comparison) -> mo.Html:
+    intro = mo.md(
+        "The seed ranks each K by its median less a MAD penalty; the confident rule picks the"
+        " smallest K whose P(eps-good) reaches the confidence. Rows where they differ are"
+        " highlighted; the sidebar's **Decision rule** chooses which one is exported."
+    )
+    if comparison is None:
+        return mo.vstack(
+            [intro, mo.callout("No comparison: the settings are invalid.", kind="warn")]
+        )
+    table = comparison.table()
+    return mo.vstack(
+        [
+            intro,
+            mo.md(comparison.summary()),
+            charts.rules_chart(comparison.seed, comparison.confident),
+            mo.ui.table(
+                table,
+                selection=None,
+                pagination=False,
+                style_cell=app_support.highlight_rows(table, "differs"),
+            ),
+        ]
+    )
+
+
+@app.function
+def switch_section(analysis) -> mo.Html:
+    switch_points = analysis.switch_points
+    intro = mo.md(
+        "vLLM switches K at the upper anchor. Interpolating each pick's speed-up over K=0 in"
+        " log batch size says where between the anchors the switch pays off."
+    )
+    if switch_points is None:
+        return mo.vstack([intro, mo.md("No switch points without a schedule (see Problems).")])
+    return mo.vstack(
+        [
+            intro,
+            charts.schedule_chart(analysis.result, switch_points),
+            mo.Html(text.text_block_html(text.switch_point_lines(switch_points))),
+            mo.ui.table(tables.switch_table(switch_points), selection=None, pagination=False)
+            if switch_points.switches.height
+            else mo.md(""),
+        ]
+    )
+
+
+@app.function
+def objective_section(analysis) -> mo.Html:
+    return charts.objective_chart(analysis.result)
+
+
+@app.function
+def acceptance_section(analysis) -> mo.Html:
+    chart = charts.acceptance_chart(analysis.result)
+    if chart is None:
+        return mo.callout("The sweep has no acceptance field to plot.", kind="neutral")
+    return chart
+
+
+@app.function
+def compare_section(picker, comparison, error) -> mo.Html:
+    intro = mo.md(
         "After a hardware or vLLM change: the other experiment (B) is tuned with the same"
         " settings and rule as this one (A). Per batch size, the K each schedule runs, the"
         " objective at each pick with B against A and its interval, and for a changed K what"
         " the other K loses in each sweep, as `tune-spec-k diff A B` prints them."
     )
     if comparison is not None:
-        _view = mo.vstack(
+        view = mo.vstack(
             [
                 mo.callout(
                     mo.md(f"**{text.diff_lines(comparison)[-1]}**"),
@@ -828,12 +883,57 @@ def _(compare_picker, comparison, comparison_error):
                 mo.ui.table(tables.comparison_table(comparison), selection=None, pagination=False),
             ]
         )
-    elif comparison_error is not None:
-        _view = mo.callout(comparison_error, kind="warn")
+    elif error is not None:
+        view = mo.callout(error, kind="warn")
     else:
-        _view = mo.md("Pick an experiment to compare with.")
-    mo.vstack([_intro, compare_picker, _view])
-    return
+        view = mo.md("Pick an experiment to compare with.")
+    return mo.vstack([intro, with_help(picker, "compare"), view])
+
+
+@app.function
+def downloads_section(analysis, trtllm_file) -> mo.Html:
+    if trtllm_file is None:
+        return mo.callout("No files while the result has errors (see Problems).", kind="warn")
+    trtllm = trtllm_file.decode()
+    images = [
+        mo.download(
+            functools.partial(_image, name, suffix, analysis),
+            filename=f"{name}.{suffix}",
+            mimetype=mimetype,
+            label=f"{name}.{suffix}",
+        )
+        for name in ("speed_up", "objective_vs_k", "schedule", "p_eps_good")
+        for suffix, mimetype in (("png", "image/png"), ("svg", "image/svg+xml"))
+    ]
+    return mo.vstack(
+        [
+            mo.md(
+                "**For TensorRT-LLM** (`draft_len_schedule`: each batch-size upper bound and"
+                " its K; the same file as `tune-spec-k export --format trtllm`):\n\n"
+                f"```json\n{trtllm}```"
+            ),
+            mo.download(
+                trtllm_file,
+                filename=export.TRTLLM_FILE,
+                mimetype="application/json",
+                label=f"Download {export.TRTLLM_FILE}",
+            ),
+            mo.md("**Chart images** (rendered when clicked)"),
+            mo.hstack(images, justify="start", wrap=True),
+        ]
+    )
+
+
+@app.function
+def _image(name: str, suffix: str, analysis) -> bytes:
+    result, report = analysis.result, analysis.report
+    chart = {
+        "speed_up": lambda: charts.headline_chart(result, report),
+        "objective_vs_k": lambda: charts.objective_chart(result),
+        "schedule": lambda: charts.schedule_chart(result, analysis.switch_points),
+        "p_eps_good": lambda: charts.confidence_chart(result, report),
+    }[name]()
+    return getattr(chart, suffix)()
 
 
 if __name__ == "__main__":

@@ -66,7 +66,6 @@ __all__ = [
     "global_k_text",
     "health_counts",
     "highlight_rows",
-    "objective_options",
     "parse_app_arguments",
     "path_html",
     "problems_of",
@@ -285,13 +284,6 @@ def default_direction(field: str) -> Direction:
     if field in KNOWN_OBJECTIVES:
         return KNOWN_OBJECTIVES[field]
     return "minimize" if field.endswith("_ms") else "maximize"
-
-
-def objective_options(sweep: Sweep) -> list[str]:
-    """The known objectives first (even when absent, so choosing one explains why it cannot be
-    used), then every other numeric field of the sweep, sorted."""
-    known = list(KNOWN_OBJECTIVES)
-    return known + sorted(set(sweep.metrics) - set(known))
 
 
 def acceptance_options(sweep: Sweep) -> list[str]:

@@ -77,9 +77,13 @@ def k_sets_table(result: TuningResult) -> pl.DataFrame:
     )
 
 
-def decision_table(result: TuningResult) -> pl.DataFrame:
+def decision_table(result: TuningResult, picks: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per batch size: the chosen K and how it compares, the tied K, and every K's
-    conservative score (null where the cell was rejected)."""
+    conservative score (null where the cell was rejected).
+
+    With ``picks`` (``anchor``, ``p_eps_good``, ``below_confidence`` per anchor, as
+    :func:`lib.app.guide.pick_confidence` gives them), the pick's P(eps-good) and whether it
+    is ``sure enough`` (false when below the confidence or unknown) follow the chosen K."""
     conservative = (
         result.cells.filter(pl.col("status") == "kept")
         .select("anchor", pl.format("conservative K={}", "k").alias("column"), "conservative")
@@ -87,9 +91,19 @@ def decision_table(result: TuningResult) -> pl.DataFrame:
     )
     ordered = [f"conservative K={k}" for k in sorted(result.cells["k"].unique().to_list())]
     decisions = result.decisions.join(conservative, on="anchor", how="left")
+    sure: list[pl.Expr] = []
+    if picks is not None:
+        decisions = decisions.join(
+            picks.select("anchor", "p_eps_good", "below_confidence"), on="anchor", how="left"
+        )
+        sure = [
+            pl.col("p_eps_good").round(2).alias("P(eps-good)"),
+            (~pl.col("below_confidence")).alias("sure enough"),
+        ]
     return decisions.select(
         pl.col("anchor").alias("batch size"),
         pl.col("selected_k").alias("chosen K"),
+        *sure,
         pl.col("selected_median").round(2).alias("median"),
         pl.col("selected_conservative").round(2).alias("conservative"),
         pl.col("vs_best_percent").round(2).alias("vs best %"),

@@ -42,6 +42,20 @@ SLIDER_SWEEP = {
     (64, 3): [500.0, 500.0, 500.0],
 }
 
+# One run per cell, the shape of the single-run GB200 sweeps (5 anchors x K in {0, 1, 3}): with
+# the default 3 runs per cell, every one of its 15 cells is rejected.
+SINGLE_RUN_SWEEP = {
+    (anchor, k): [value]
+    for anchor, values in {
+        1: (100.0, 150.0, 180.0),
+        4: (380.0, 520.0, 560.0),
+        16: (1400.0, 1600.0, 1500.0),
+        64: (4000.0, 3600.0, 3000.0),
+        256: (9000.0, 7000.0, 5000.0),
+    }.items()
+    for k, value in zip((0, 1, 3), values, strict=True)
+}
+
 # The "rules" experiment is the worked example (sweep_builder.WORKED_EXAMPLE), where the two
 # decision rules disagree at batch size 1.
 
@@ -88,11 +102,12 @@ def _free_port() -> int:
 
 
 def _sweeps_root(root: Path) -> Path:
-    """The folder the server may read: a copy of a sample, the slider sweep, the rules sweep,
-    and a copy of the sample whose summary.json was cut short."""
+    """The folder the server may read: a copy of a sample, the slider sweep, the rules sweep, a
+    sweep of one run per cell, and a copy of the sample whose summary.json was cut short."""
     shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", root / "sonnet-like")
     write_grid(root / "sliders", SLIDER_SWEEP)
     write_grid(root / "rules", WORKED_EXAMPLE)
+    write_grid(root / "single-run", SINGLE_RUN_SWEEP)
     shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", root / "broken")
     summary = root / "broken" / "SERVE--k3-BENCH--c64" / "summary.json"
     summary.write_bytes(summary.read_bytes()[:300])

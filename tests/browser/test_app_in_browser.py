@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from lib.analysis import analyse
+from lib.app import guide
 from lib.app import support as app_support
 from lib.cli.common import EXIT_OK
 from lib.cli.main import main
@@ -45,11 +46,17 @@ def _download_equals_the_cli_file(page: Any, folder: Path, tmp_path: Path, *flag
     assert downloaded == output.read_bytes()
 
 
-def _open(page: Any, server: Any, sweeps: str, schedule: str) -> None:
-    """Open the dashboard on ``?sweeps=`` and wait until ``schedule`` is shown."""
+def _open(page: Any, server: Any, sweeps: str, schedule: str | None = None) -> None:
+    """Open the dashboard on ``?sweeps=`` and wait until its title (and ``schedule``) shows."""
     page.goto(f"{server.url}/?sweeps={sweeps}")
-    page.get_by_role("heading", name="Data health").wait_for(timeout=LOAD_TIMEOUT_MS)
-    _wait_for_text(page, schedule, LOAD_TIMEOUT_MS)
+    page.get_by_role("heading", name="tune-spec-k ·").wait_for(timeout=LOAD_TIMEOUT_MS)
+    if schedule is not None:
+        _wait_for_text(page, schedule, LOAD_TIMEOUT_MS)
+
+
+def _open_section(page: Any, name: str) -> None:
+    """Open a section below the answer (an accordion item, built when opened)."""
+    page.get_by_role("button", name=name).first.click()
 
 
 def _wait_for_text(page: Any, text: str, timeout_ms: int) -> None:
@@ -65,7 +72,9 @@ def _move(page: Any, label: str, key: str) -> None:
 def test_dashboard_renders_without_errors(page: Any, server: Any) -> None:
     folder = server.root / "sonnet-like"
     _open(page, server, "sonnet-like", _schedule(folder))
-    page.get_by_text("No errors:").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    page.get_by_text("Ready to deploy:").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    _open_section(page, "Data health")
+    page.get_by_text("runs loaded").wait_for(timeout=UPDATE_TIMEOUT_MS)
     for label in ("runs loaded", "runs excluded", "cells rejected", "K=0 baseline:"):
         assert page.get_by_text(label).count() >= 1, label
     page.locator(".vega-embed").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
@@ -119,7 +128,8 @@ def test_the_decision_rule_and_interpolation_change_the_schedule_and_the_downloa
     name = "Deploy the interpolated schedule (switch between anchors)"
     page.get_by_role("checkbox", name=name).check()
     page.get_by_text(deployed.format(interpolated)).wait_for(timeout=UPDATE_TIMEOUT_MS)
-    assert page.get_by_text("unresolved anchor(s)").count() >= 1
+    _open_section(page, "How sure")
+    page.get_by_text("unresolved anchor(s)").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
     assert page.get_by_text(ERROR_TOAST).count() == 0
     flags = ["--policy", "confident", "--interpolated-schedule"]
     _download_equals_the_cli_file(page, folder, tmp_path, *flags)
@@ -129,17 +139,21 @@ def test_broken_input_shows_a_clear_callout_beside_the_analysis(page: Any, serve
     folder = server.root / "broken"
     result = tune(load_experiment(folder), Settings())
     assert not result.ok
-    _open(page, server, "broken", app_support.schedule_text(result))
-    callout = page.get_by_text("No schedule can be exported").first
-    callout.wait_for(timeout=UPDATE_TIMEOUT_MS)
-    # Every error the CLI would print, word for word (locators reach into marimo's shadow DOM).
+    _open(page, server, "broken")
+    page.get_by_text("Cannot tune:").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
+    # Every error the CLI would print, word for word (locators reach into marimo's shadow DOM),
+    # in the Problems section, each rule's list opened.
+    _open_section(page, "Problems (")
+    for rule in {problem.rule for problem in result.errors}:
+        page.get_by_role("button", name=f"error [{rule}]").first.click()
     for problem in result.errors:
-        assert page.get_by_text(problem.describe()).count() == 1, problem.describe()
+        page.get_by_text(problem.describe()).first.wait_for(timeout=UPDATE_TIMEOUT_MS)
     assert {problem.rule for problem in result.errors} >= {"invalid-json"}
-    assert page.get_by_text("Export disabled").count() == 1
+    # No schedule, no config, no download while there are errors.
     assert page.get_by_text(f"Download {app_support.SCHEDULE_FILE}").count() == 0
-    # The rest of the analysis is still shown.
-    assert page.get_by_role("heading", name="Decisions").count() == 1
+    assert page.get_by_text("--speculative-config").count() == 0
+    # The rest of the analysis is still there, below.
+    assert page.get_by_role("button", name="Decisions").count() == 1
     assert page.get_by_text(ERROR_TOAST).count() == 0
 
 
@@ -154,7 +168,65 @@ def test_broken_input_shows_a_clear_callout_beside_the_analysis(page: Any, serve
 )
 def test_a_query_that_is_refused_says_why(page: Any, server: Any, query: str, refusal: str) -> None:
     page.goto(f"{server.url}/?sweeps={query}")
-    page.get_by_role("heading", name="Data health").wait_for(timeout=LOAD_TIMEOUT_MS)
+    page.get_by_role("heading", name="tune-spec-k ·").wait_for(timeout=LOAD_TIMEOUT_MS)
     shown = refusal.format(root=server.root)
     page.get_by_text(shown).wait_for(timeout=UPDATE_TIMEOUT_MS)
     assert page.get_by_text(ERROR_TOAST).count() == 0
+
+
+def _box(page: Any, locator: Any) -> dict[str, float]:
+    box = locator.bounding_box()
+    assert box is not None
+    return box
+
+
+def test_the_answer_is_above_the_fold(page: Any, server: Any) -> None:
+    """At 1280x800 the first screen holds the experiment's full name, the verdict, the
+    schedule, the paste-ready config with its download, and the headline chart."""
+    page.set_viewport_size({"width": 1280, "height": 800})
+    folder = server.root / "sonnet-like"
+    schedule = _schedule(folder)
+    _open(page, server, "sonnet-like", schedule)
+    page.locator(".vega-embed").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
+    shown = [
+        page.get_by_role("heading", name="tune-spec-k · sonnet-like"),
+        page.get_by_text("Ready to deploy:"),
+        page.get_by_text(schedule).first,
+        page.get_by_text("--speculative-config").first,
+        page.get_by_text(f"Download {app_support.SCHEDULE_FILE}"),
+        page.locator(".vega-embed").first,
+    ]
+    for locator in shown:
+        box = _box(page, locator)
+        assert box["y"] >= 0 and box["y"] + box["height"] <= 800, (locator, box)
+
+
+def test_one_run_per_cell_is_grouped_with_a_one_click_fix(page: Any, server: Any) -> None:
+    _open(page, server, "single-run")
+    # 5 anchors x 3 K, one run each, fewer than the default 3: one sentence, not 15 errors.
+    page.get_by_text("Cannot tune: 15 cells have 1 run(s)").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    assert page.get_by_text("--speculative-config").count() == 0
+    _open_section(page, "How sure")
+    page.get_by_text("No anchor is resolved or provisional").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    assert page.get_by_text("Every anchor is resolved").count() == 0
+    _open_section(page, "What to measure next")
+    page.get_by_text("No measurement plan while").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    # One click sets the slider to 1: a schedule, provisional (no replicate: noise unknown).
+    page.get_by_role("button", name="Set “Minimum runs per cell” to 1").first.click()
+    page.get_by_text("Provisional:").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    page.get_by_text("--speculative-config").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
+    slider = page.get_by_role("slider", name="Minimum runs per cell")
+    assert slider.get_attribute("aria-valuenow") == "1"
+    assert page.get_by_text(ERROR_TOAST).count() == 0
+
+
+def test_every_control_explains_itself(page: Any, server: Any) -> None:
+    _open(page, server, "sonnet-like")
+    page.get_by_text(guide.CONTROL_LABELS["min_runs"], exact=True).first.wait_for(
+        timeout=UPDATE_TIMEOUT_MS
+    )
+    for key, label in guide.CONTROL_LABELS.items():
+        # The help is the title of a box around the control (the browser's tooltip); CSS
+        # locators reach into the control's shadow DOM, where its label is.
+        helped = page.locator("div[title]").filter(has=page.get_by_text(label, exact=True))
+        assert helped.first.get_attribute("title") == guide.CONTROL_HELP[key], key

@@ -29,12 +29,13 @@ from paths import BAD_INPUTS, REPO
 from sweep_builder import WORKED_EXAMPLE, grid, write_grid
 
 from lib.analysis import analyse
+from lib.app import guide
 from lib.app import support as app_support
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import build_parser, main
 from lib.cli.tune import TuneArgs
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side
-from lib.present import tables
+from lib.present import charts, tables
 from lib.problems import Severity
 from lib.schedule import Schedule, TuningResult
 from lib.settings import GLOBAL_K_VAR, Options, Settings
@@ -103,6 +104,27 @@ def _assert_same_result(shown: TuningResult, expected: TuningResult) -> None:
     assert shown.decisions.equals(expected.decisions)
 
 
+def _rendered_sections(notebook: ModuleType, defs: dict[str, Any]) -> dict[str, str]:
+    """Each section below the answer, built as opening it in the page builds it, as HTML."""
+    analysis = defs["analysis"]
+    built = {
+        "Problems": notebook.problems_section(defs["problem_groups"], defs["fix_buttons"]),
+        "Data health": notebook.health_section(analysis),
+        "Decisions": notebook.decisions_section(analysis, defs["options"], defs["cli_arguments"]),
+        "How sure": notebook.confidence_section(analysis),
+        "What to measure next": notebook.plan_section(analysis),
+        "Rules compared": notebook.rules_section(defs["rule_comparison"]),
+        "Switch points": notebook.switch_section(analysis),
+        "Objective per batch size": notebook.objective_section(analysis),
+        "Acceptance": notebook.acceptance_section(analysis),
+        "Compare": notebook.compare_section(
+            defs["compare_picker"], defs["comparison"], defs["comparison_error"]
+        ),
+        "Downloads": notebook.downloads_section(analysis, defs["trtllm_file"]),
+    }
+    return {name: mo.as_html(element).text for name, element in built.items()}
+
+
 # --------------------------------------------------------------------------- the notebook
 
 
@@ -113,7 +135,8 @@ def test_without_arguments_it_opens_the_bundled_samples(
     defs = run_notebook(notebook, monkeypatch)
     assert defs["root"] == SAMPLE_SWEEPS.resolve()
     assert list(defs["experiments"]) == [path.name for path in SAMPLES]
-    first = SAMPLES[0]
+    # README's quick start analyses sonnet-like: the dashboard opens on it.
+    first = SAMPLE_SWEEPS / guide.DEFAULT_EXPERIMENT
     assert Path(defs["experiment_picker"].value).resolve() == first.resolve()
     # Every control starts at the seed's default, the decision rule too.
     assert defs["settings"] == Settings()
@@ -138,7 +161,7 @@ def test_each_sample_shows_what_lib_and_the_cli_give(
         defs, _cli_file(sample.resolve(), tmp_path, capsys), tmp_path, capsys
     )
     # The charts are built from this result: the chosen K they highlight are its decisions.
-    rows = defs["objective_chart"].to_dict()["data"]["values"]
+    rows = notebook.objective_section(defs["analysis"]).to_dict()["data"]["values"]
     chosen = {(row["anchor"], row["k"]) for row in rows if row.get("verdict") == "chosen"}
     assert chosen == set(
         expected.decisions.drop_nulls("selected_k").select("anchor", "selected_k").rows()
@@ -238,7 +261,7 @@ def test_the_confidence_views_on_the_worked_example(
     ]
     assert flagged["file"].item().startswith("SERVE--k4-BENCH--c1/")
     # The chart: panel titles carry the status, the picked bars are the reported picks.
-    rows = defs["confidence_chart"].to_dict()["data"]["values"]
+    rows = charts.confidence_chart(result, report).to_dict()["data"]["values"]
     assert {row["panel"] for row in rows} == {"1: unresolved", "64: resolved"}
     picked = {(row["anchor"], row["k"]) for row in rows if row.get("role") == "picked"}
     assert picked == {(1, 2), (64, 1)}
@@ -315,19 +338,21 @@ def test_switch_points_are_drawn_on_the_schedule_chart(
     crossover = math.exp(share * math.log(64))
     switch_at = math.ceil(crossover)
     interpolated = [[1, switch_at - 1, 7], [switch_at, 256, 0]]
-    rows = defs["schedule_chart"].to_dict()["data"]["values"]
+    schedule_chart = charts.schedule_chart(defs["result"], defs["analysis"].switch_points)
+    rows = schedule_chart.to_dict()["data"]["values"]
     (switch,) = [row for row in rows if row["layer"] == "switch"]
     assert switch["batch_size"] == switch_at and switch["change"] == "K=7 -> K=0"
     assert switch["crossover"] == pytest.approx(crossover, abs=0.05)
     line = [(row["batch_size"], row["k"]) for row in rows if row["layer"] == "interpolated"]
     assert line == [(1, 7), (switch_at, 0), (256, 0)]
-    assert "deployed: the step schedule" in str(defs["schedule_chart"].to_dict()["title"])
+    assert "deployed: the step schedule" in str(schedule_chart.to_dict()["title"])
     # Deploying the interpolated schedule exports it, as the CLI's --interpolated-schedule.
     defs = run_notebook(
         notebook, monkeypatch, "--sweeps", str(sample), interpolated_checkbox=INTERPOLATED
     )
     assert defs["result"].schedule.to_json() == interpolated
-    assert "deployed: the interpolated schedule" in str(defs["schedule_chart"].to_dict()["title"])
+    schedule_chart = charts.schedule_chart(defs["result"], defs["analysis"].switch_points)
+    assert "deployed: the interpolated schedule" in str(schedule_chart.to_dict()["title"])
     cli_file = _cli_file(sample, tmp_path, capsys, "--interpolated-schedule")
     _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
 
@@ -343,8 +368,11 @@ def test_invalid_settings_leave_the_confidence_views_empty_not_broken(
     tolerance = mo.ui.slider(steps=[1.5], value=1.5)
     defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sweep), tolerance_slider=tolerance)
     assert defs["analysis"].report is None
-    assert defs["confidence_chart"] is None and defs["rule_comparison"] is None
-    assert defs["rules_chart"] is None and defs["analysis"].plan is None
+    assert defs["rule_comparison"] is None and defs["analysis"].plan is None
+    sections = _rendered_sections(notebook, defs)
+    assert "No anchor is resolved or provisional" in sections["How sure"]
+    assert "No measurement plan" in sections["What to measure next"]
+    assert "resolved**" not in sections["How sure"]
     assert "invalid-setting" in {problem.rule for problem in defs["result"].errors}
     cli_file = _cli_file(sweep, tmp_path, capsys, "--relative-tolerance", "1.5")
     _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
@@ -388,9 +416,11 @@ def test_settings_that_leave_nothing_usable_are_shown_not_raised(
     assert not expected.ok
     _assert_same_result(defs["result"], expected)
     assert defs["schedule_file"] is None
-    shown = {"objective_chart", "schedule_chart", "acceptance_chart", "cli_arguments"}
-    shown |= {"confidence_chart", "rule_comparison", "rules_chart"}
-    assert shown <= set(defs)
+    # Every section still renders, and none claims what errors rule out.
+    sections = _rendered_sections(notebook, defs)
+    assert "Every anchor is resolved" not in sections["How sure"]
+    assert "nothing to measure" not in sections["What to measure next"]
+    assert defs["verdict"].state == "cannot-tune"
 
 
 def test_real_static_k_sweep_with_the_matching_controls(
@@ -482,7 +512,7 @@ def test_bad_input_is_shown_not_raised_and_agrees_with_the_cli(
         return
     _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
     # The rest of the analysis is still there beside the errors.
-    assert {"objective_chart", "schedule_chart", "acceptance_chart"} <= set(defs)
+    _rendered_sections(notebook, defs)
 
 
 def test_sliders_never_reload_the_sweep() -> None:
@@ -501,10 +531,16 @@ def test_sliders_never_reload_the_sweep() -> None:
     assert len(loading) == 1
     arguments = {argument.arg for argument in loading[0].args.args}
     assert arguments == {"experiment_picker", "fields", "root"}  # the root never changes
+    # The cell that builds the Fields from the controls (another reads Fields()'s defaults).
     (fields_cell,) = [
         cell
         for cell in cells
-        if any(isinstance(n, ast.Name) and n.id == "Fields" for n in ast.walk(cell))
+        if any(
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "Fields"
+            and node.keywords
+            for node in ast.walk(cell)
+        )
     ]
     assert {argument.arg for argument in fields_cell.args.args} == {
         "k_var_picker",
@@ -595,7 +631,7 @@ def test_export_html_runs_every_cell(tmp_path: Path) -> None:
     html = page.read_text(encoding="utf-8")
     expected = _analysed(sample)
     assert app_support.schedule_text(expected) in html
-    assert "Data health" in html and "No errors:" in html
+    assert "Data health" in html and "Ready to deploy:" in html
     # The download is eager: the static page carries the CLI's file itself.
     assert base64.b64encode(expected.to_json_text().encode()).decode() in html
 

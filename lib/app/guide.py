@@ -1,0 +1,375 @@
+"""What the dashboard says first: the verdict, the problems grouped by rule with the sidebar
+control that changes the outcome, and the controls' names and help.
+
+Every sentence here is built from the current result and settings, so what the page states is
+true for them: with errors there is no "resolved", no "nothing to measure" and no config; a
+pick whose P(eps-good) is below the confidence is named; a problem names the control of the
+app (its label), never the CLI flag the same setting has on the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+
+from lib.analysis import Analysis
+from lib.flags import flag_name
+from lib.problems import Problem, Severity
+from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, HEALTH_FIELDS, Fields, Options, Settings
+from lib.sweeps import Sweep
+
+__all__ = [
+    "CONTROL_HELP",
+    "CONTROL_LABELS",
+    "DEFAULT_EXPERIMENT",
+    "Fix",
+    "ProblemGroup",
+    "Verdict",
+    "default_experiment",
+    "in_app_words",
+    "objective_choices",
+    "pick_confidence",
+    "problem_groups",
+    "verdict",
+]
+
+#: The experiment README's quick start analyses: the dashboard opens on it where it is listed.
+DEFAULT_EXPERIMENT = "sonnet-like"
+
+#: The sidebar's label of each setting, by its field name in Fields, Settings or Options.
+CONTROL_LABELS: dict[str, str] = {
+    "batch_size_var": "Batch-size field",
+    "k_var": "K is recorded as",
+    "allow_mixed_global_k": "Allow a global K that differs between runs",
+    "objective": "Objective",
+    "direction": "Better is",
+    "uncertainty_penalty": "MAD penalty (robust sigmas)",
+    "relative_tolerance": "Tie tolerance (relative)",
+    "max_objective_relative_mad": "Noise threshold (relative MAD)",
+    "min_runs": "Minimum runs per cell",
+    "acceptance": "Acceptance metric",
+    "max_acceptance_relative_mad": "Acceptance noise threshold (relative MAD)",
+    "strict_acceptance_stability": "Unstable acceptance is an error (strict)",
+    "policy": "Decision rule",
+    "confidence": "Confidence a pick needs (P(eps-good))",
+    "interpolated_schedule": "Deploy the interpolated schedule (switch between anchors)",
+}
+
+#: What each control does, shown when the pointer rests on it.
+CONTROL_HELP: dict[str, str] = {
+    "experiment": "The experiment folder (a `vllm bench sweep serve` output) to analyse.",
+    "batch_size_var": "The record field holding each run's batch size (the anchor).",
+    "k_var": "Where a record keeps K: the seed's one-range schedule, or"
+    " num_speculative_tokens for sweeps of static-K servers.",
+    "allow_mixed_global_k": "Static-K sweeps start each server with its own"
+    " num_speculative_tokens; allow it, and deploy the largest.",
+    "objective": "The measured field the schedule optimises (numeric fields that vary).",
+    "direction": "Whether a larger value of the objective is better (throughput) or a"
+    " smaller one (latency).",
+    "uncertainty_penalty": "The seed ranks each K by its median less this many robust"
+    " sigmas (1.4826 x MAD): noisier K are penalised.",
+    "relative_tolerance": "K within this fraction of the best score tie; the smallest tied K wins.",
+    "max_objective_relative_mad": "Cells whose runs disagree more than this (MAD / median)"
+    " are rejected as too noisy to rank.",
+    "min_runs": "Cells with fewer usable runs are rejected: one run says nothing about noise.",
+    "acceptance": "An acceptance field to check for stability (optional).",
+    "max_acceptance_relative_mad": "Acceptance that varies more than this between runs is"
+    " unstable.",
+    "strict_acceptance_stability": "Reject cells with unstable acceptance instead of warning.",
+    "policy": "The seed ranks by its conservative score; the confident rule picks the"
+    " smallest K whose P(eps-good) reaches the confidence.",
+    "confidence": "How sure a pick must be: P(the K is within the tie tolerance of the best).",
+    "interpolated_schedule": "Switch K between anchors where the interpolated curves"
+    " cross, instead of at the upper anchor.",
+    "compare": "Tune another experiment with the same settings and compare the picks.",
+}
+
+#: Record fields that count or configure a run, never an objective.
+_NOT_OBJECTIVES = frozenset(
+    {*HEALTH_FIELDS, "run_number", "request_rate", "burstiness", "max_concurrency", "seed"}
+)
+
+
+def default_experiment(experiments: Mapping[str, Path]) -> str:
+    """:data:`DEFAULT_EXPERIMENT` when listed, else the first experiment.
+
+    >>> default_experiment({"a": Path("a"), "sonnet-like": Path("s")})
+    'sonnet-like'
+    >>> default_experiment({"a": Path("a")})
+    'a'
+    """
+    return DEFAULT_EXPERIMENT if DEFAULT_EXPERIMENT in experiments else next(iter(experiments))
+
+
+def objective_choices(sweep: Sweep, known: Mapping[str, Any], fields: Fields) -> list[str]:
+    """The fields that can be objectives: numeric record fields with at least two different
+    values (a field measured nowhere, such as ``request_goodput`` without ``--goodput``, or one
+    that is the same in every run, such as a bench parameter, cannot rank K), less the run
+    counters and the anchor and K fields. ``known`` objectives come first, in their order.
+    """
+    runs = sweep.runs
+    excluded = _NOT_OBJECTIVES | {fields.batch_size_var, fields.k_var, GLOBAL_K_VAR}
+    candidates = [
+        name
+        for name in sweep.metrics
+        if name not in excluded
+        and not name.startswith(("speculative_config", "record."))
+        and runs[name].drop_nulls().n_unique() > 1
+    ]
+    first = [name for name in known if name in candidates]
+    return first + sorted(set(candidates) - set(first))
+
+
+def in_app_words(text: str) -> str:
+    """``text`` with every command-line flag of a setting replaced by its control's label.
+
+    >>> in_app_words("expected >= 3 (--min-runs)")
+    'expected >= 3 (“Minimum runs per cell”)'
+    """
+    return _FLAG_PATTERN.sub(lambda match: f"“{_LABEL_OF_FLAG[match.group(0)]}”", text)
+
+
+def _labels_by_flag() -> dict[str, str]:
+    labels = {}
+    for cls in (Fields, Settings, Options):
+        for field in dataclasses.fields(cls):
+            if field.name in CONTROL_LABELS and field.metadata:
+                labels[flag_name(cls, field.name)] = CONTROL_LABELS[field.name]
+    return labels
+
+
+_LABEL_OF_FLAG = _labels_by_flag()
+# Longest first, and never a prefix of a longer flag (--k-var is not --k-var-x).
+_FLAG_PATTERN = re.compile(
+    "|".join(re.escape(flag) for flag in sorted(_LABEL_OF_FLAG, key=len, reverse=True))
+    + r"(?![\w-])"
+)
+
+
+# --------------------------------------------------------------------------- problems
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A one-click change of one control that changes the outcome."""
+
+    control: str  # a key of CONTROL_LABELS
+    value: Any
+    label: str  # the button's text
+
+
+@dataclass(frozen=True)
+class ProblemGroup:
+    """The problems of one rule: how many, one sentence naming the control that changes the
+    outcome, and the fix where one click makes it."""
+
+    rule: str
+    severity: Severity
+    problems: tuple[Problem, ...]
+    sentence: str
+    fix: Fix | None = None
+
+
+_SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.NOTE: 2}
+
+
+def problem_groups(
+    problems: tuple[Problem, ...], settings: Settings, fields: Fields
+) -> list[ProblemGroup]:
+    """``problems`` grouped by (severity, rule): errors first, then the largest groups.
+
+    A rule the sidebar can change gets a sentence that names the control and what to set
+    (:func:`_explained`); any other rule, its first message in the app's words with the count.
+    """
+    grouped: dict[tuple[Severity, str], list[Problem]] = {}
+    for problem in problems:
+        grouped.setdefault((problem.severity, problem.rule), []).append(problem)
+    groups = [
+        _explained(rule, severity, tuple(members), settings, fields)
+        for (severity, rule), members in grouped.items()
+    ]
+    return sorted(groups, key=lambda group: (_SEVERITY_ORDER[group.severity], -len(group.problems)))
+
+
+def _cells(count: int) -> str:
+    return f"{count} cell{'s' if count != 1 else ''}"
+
+
+def _explained(
+    rule: str,
+    severity: Severity,
+    problems: tuple[Problem, ...],
+    settings: Settings,
+    fields: Fields,
+) -> ProblemGroup:
+    count = len(problems)
+    label = CONTROL_LABELS
+    if rule == "too-few-runs":
+        runs = sorted({int(problem.value or 0) for problem in problems})
+        lowest = max(1, runs[0])
+        shown = " or ".join(str(number) for number in runs[:3])
+        return ProblemGroup(
+            rule,
+            severity,
+            problems,
+            f"{_cells(count)} {'has' if count == 1 else 'have'} {shown} run(s), fewer than"
+            f" “{label['min_runs']}” ({settings.min_runs}): set it to {lowest} for a"
+            " provisional schedule, or rerun those cells.",
+            Fix("min_runs", lowest, f"Set “{label['min_runs']}” to {lowest}"),
+        )
+    if rule == "noisy-objective":
+        largest = max(float(problem.value or 0) for problem in problems)
+        raised = math.ceil(largest * 100) / 100
+        fix = (
+            Fix(
+                "max_objective_relative_mad",
+                raised,
+                f"Set “{label['max_objective_relative_mad']}” to {raised:g}",
+            )
+            if raised <= 1
+            else None
+        )
+        return ProblemGroup(
+            rule,
+            severity,
+            problems,
+            f"The runs of {_cells(count)} disagree more than"
+            f" “{label['max_objective_relative_mad']}” allows"
+            f" ({settings.max_objective_relative_mad:g}; the largest is {largest:.3f}): raise it"
+            " to rank them anyway, or rerun them.",
+            fix,
+        )
+    if rule == "mixed-global-k" and severity is Severity.ERROR:
+        return ProblemGroup(
+            rule,
+            severity,
+            problems,
+            "The global K (num_speculative_tokens) differs between runs, as in a sweep of"
+            f" static-K servers: tick “{label['allow_mixed_global_k']}” to compare them (the"
+            " engine is deployed with the largest).",
+            Fix("allow_mixed_global_k", True, f"Tick “{label['allow_mixed_global_k']}”"),
+        )
+    if rule in ("missing-k", "invalid-k", "pooled-servers"):
+        other = GLOBAL_K_VAR if fields.k_var == DEFAULT_K_VAR else DEFAULT_K_VAR
+        shown_other = "num_speculative_tokens" if other == GLOBAL_K_VAR else "a one-range schedule"
+        return ProblemGroup(
+            rule,
+            severity,
+            problems,
+            f"{count} x {in_app_words(problems[0].message)}. If each server ran one K, set"
+            f" “{label['k_var']}” to {shown_other}.",
+            Fix("k_var", other, f"Set “{label['k_var']}” to {shown_other}"),
+        )
+    if rule == "unstable-acceptance" and severity is Severity.ERROR:
+        return ProblemGroup(
+            rule,
+            severity,
+            problems,
+            f"{_cells(count)} {'has' if count == 1 else 'have'} unstable acceptance: untick"
+            f" “{label['strict_acceptance_stability']}” to warn instead, or raise"
+            f" “{label['max_acceptance_relative_mad']}”.",
+            Fix(
+                "strict_acceptance_stability",
+                False,
+                f"Untick “{label['strict_acceptance_stability']}”",
+            ),
+        )
+    if rule == "missing-objective":
+        return ProblemGroup(
+            rule,
+            severity,
+            problems,
+            f"{count} x {in_app_words(problems[0].message)}: choose another"
+            f" “{label['objective']}”.",
+        )
+    if rule == "missing-anchor":
+        return ProblemGroup(
+            rule,
+            severity,
+            problems,
+            f"{count} x {in_app_words(problems[0].message)}: check"
+            f" “{label['batch_size_var']}” ({fields.batch_size_var}).",
+        )
+    first = in_app_words(problems[0].message)
+    return ProblemGroup(rule, severity, problems, first if count == 1 else f"{count} x {first}")
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+def pick_confidence(analysis: Analysis) -> pl.DataFrame:
+    """One row per decided anchor: ``anchor``, ``selected_k``, ``p_eps_good`` (the pick's
+    P(eps-good); null when the noise cannot be estimated or there is no report) and
+    ``below_confidence`` (true when that P is below the confidence or unknown)."""
+    decisions = analysis.result.decisions.select("anchor", "selected_k").drop_nulls()
+    report = analysis.report
+    if report is None:
+        probabilities = pl.DataFrame(
+            schema={"anchor": pl.Int64, "selected_k": pl.Int64, "p_eps_good": pl.Float64}
+        )
+    else:
+        probabilities = report.cells.select("anchor", pl.col("k").alias("selected_k"), "p_eps_good")
+    confidence = report.settings.confidence if report is not None else 1.0
+    return decisions.join(probabilities, on=["anchor", "selected_k"], how="left").with_columns(
+        below_confidence=pl.col("p_eps_good").is_null() | (pl.col("p_eps_good") < confidence)
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The page's first answer: ``ready`` (deploy it), ``provisional`` (a schedule, but some
+    pick is not sure enough) or ``cannot-tune`` (errors: no schedule), and why, in one line."""
+
+    state: Literal["ready", "provisional", "cannot-tune"]
+    title: str
+    reason: str
+
+
+def verdict(analysis: Analysis, groups: list[ProblemGroup], options: Options) -> Verdict:
+    """The verdict for ``analysis`` (its problems grouped as ``groups``).
+
+    - Errors: cannot tune; the reason is the largest error group's sentence.
+    - Unresolved anchors (the confident rule) or picks whose P(eps-good) is below the
+      confidence or unknown (one run per cell): provisional, naming them.
+    - Otherwise ready to deploy.
+    """
+    errors = [group for group in groups if group.severity is Severity.ERROR]
+    if errors or not analysis.result.ok:
+        more = len(errors) - 1
+        reason = errors[0].sentence if errors else "the result has errors"
+        if more > 0:
+            reason += f" ({more} more kind{'s' if more != 1 else ''} of error below)"
+        return Verdict("cannot-tune", "Cannot tune", reason)
+    picks = pick_confidence(analysis)
+    unsure = picks.filter(pl.col("below_confidence"))
+    if unsure.height:
+        unknown = unsure.filter(pl.col("p_eps_good").is_null())
+        listed = ", ".join(
+            f"batch size {row['anchor']} (K={row['selected_k']}"
+            + (f", P={row['p_eps_good']:.2f})" if row["p_eps_good"] is not None else ")")
+            for row in unsure.head(4).to_dicts()
+        )
+        extra = f" and {unsure.height - 4} more" if unsure.height > 4 else ""
+        why = (
+            "the noise cannot be estimated from one run per cell"
+            if unknown.height == unsure.height
+            else f"P(eps-good) below the confidence {options.confidence:g}"
+        )
+        return Verdict(
+            "provisional",
+            "Provisional",
+            f"{unsure.height} of {picks.height} picks are not sure enough ({why}): {listed}"
+            f"{extra}. See “What to measure next”.",
+        )
+    return Verdict(
+        "ready",
+        "Ready to deploy",
+        f"Every pick has P(eps-good) >= {options.confidence:g} and every cell passed the gates.",
+    )

@@ -1,0 +1,173 @@
+"""lib/app/guide.py: the verdict, the grouped problems and their fixes, the controls' words.
+
+Each expectation is derived from the sweep written in the test (the arithmetic in comments)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import polars as pl
+import pytest
+from sweep_builder import WORKED_EXAMPLE, grid, write_grid
+
+from lib.analysis import analyse
+from lib.app import guide
+from lib.problems import Severity
+from lib.schedule import KNOWN_OBJECTIVES
+from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Fields, Options, Settings
+from lib.sweeps import load_experiment
+
+STEADY = grid([1, 64], {0: [100.0, 100.5, 99.5], 3: [150.0, 150.5, 149.5]})
+
+
+def _verdict(
+    folder: Path, settings: Settings | None = None, options: Options | None = None
+) -> guide.Verdict:
+    settings = settings or Settings()
+    options = options or Options()
+    analysis = analyse(load_experiment(folder), settings, options)
+    groups = guide.problem_groups(analysis.result.problems, settings, Fields())
+    return guide.verdict(analysis, groups, options)
+
+
+def test_clear_winners_with_replicates_are_ready(tmp_path: Path) -> None:
+    # K=3 beats K=0 by 50 % with 0.5 % noise at both anchors: P(eps-good) is 1.
+    verdict = _verdict(write_grid(tmp_path, STEADY))
+    assert verdict.state == "ready"
+    assert verdict.title == "Ready to deploy"
+
+
+def test_one_run_per_cell_is_cannot_tune_then_provisional_with_the_fix(tmp_path: Path) -> None:
+    folder = write_grid(tmp_path, grid([1, 8], {0: [100.0], 1: [120.0], 3: [130.0]}))
+    settings = Settings()
+    analysis = analyse(load_experiment(folder), settings, Options())
+    groups = guide.problem_groups(analysis.result.problems, settings, Fields())
+    (group,) = [group for group in groups if group.rule == "too-few-runs"]
+    # 2 anchors x 3 K = 6 cells of one run each, fewer than the default 3.
+    assert len(group.problems) == 6
+    assert group.sentence.startswith("6 cells have 1 run(s), fewer than “Minimum runs per cell”")
+    assert group.fix == guide.Fix("min_runs", 1, "Set “Minimum runs per cell” to 1")
+    verdict = guide.verdict(analysis, groups, Options())
+    assert verdict.state == "cannot-tune" and verdict.reason.startswith(group.sentence)
+    # The fix applied: a schedule, but with no replicate the noise is unknown: provisional.
+    fixed = _verdict(folder, Settings(min_runs=1))
+    assert fixed.state == "provisional"
+    assert "2 of 2 picks are not sure enough" in fixed.reason
+    assert "one run per cell" in fixed.reason
+
+
+def test_a_seed_pick_below_the_confidence_is_provisional_and_named(tmp_path: Path) -> None:
+    # The worked example: the seed picks K=2 at batch size 1, whose P(eps-good) is about 0.35.
+    folder = write_grid(tmp_path, WORKED_EXAMPLE)
+    analysis = analyse(load_experiment(folder), Settings(), Options())
+    picks = guide.pick_confidence(analysis)
+    row = picks.filter(pl.col("anchor") == 1).row(0, named=True)
+    assert row["selected_k"] == 2 and row["p_eps_good"] < 0.9 and row["below_confidence"]
+    verdict = _verdict(folder)
+    assert verdict.state == "provisional"
+    assert f"batch size 1 (K=2, P={row['p_eps_good']:.2f})" in verdict.reason
+    # At a confidence of 0.3 the same pick is sure enough.
+    assert (
+        not guide.pick_confidence(
+            analyse(load_experiment(folder), Settings(), Options(confidence=0.3))
+        )
+        .filter(pl.col("anchor") == 1)["below_confidence"]
+        .item()
+    )
+
+
+def test_noisy_cells_name_the_threshold_and_offer_the_largest_mad(tmp_path: Path) -> None:
+    # K=3 at batch size 1: runs 120, 150, 180, median 150, MAD 30, relative MAD 0.2 > 0.1.
+    cells = {**STEADY, (1, 3): [120.0, 150.0, 180.0]}
+    folder = write_grid(tmp_path, cells)
+    settings = Settings()
+    analysis = analyse(load_experiment(folder), settings, Options())
+    (group,) = guide.problem_groups(analysis.result.errors, settings, Fields())
+    assert group.rule == "noisy-objective"
+    assert "the largest is 0.200" in group.sentence
+    assert group.fix is not None and group.fix.value == 0.2
+    assert group.fix.control == "max_objective_relative_mad"
+    fixed = dataclasses.replace(settings, max_objective_relative_mad=group.fix.value)
+    assert analyse(load_experiment(folder), fixed, Options()).result.ok
+
+
+def test_the_k_field_fix_points_to_the_other_choice(tmp_path: Path) -> None:
+    folder = write_grid(tmp_path, STEADY, spec="static")
+    settings = Settings()
+    analysis = analyse(load_experiment(folder), settings, Options())
+    groups = guide.problem_groups(analysis.result.problems, settings, Fields())
+    fixes = {group.rule: group.fix for group in groups if group.fix}
+    assert fixes["missing-k"] == guide.Fix(
+        "k_var", GLOBAL_K_VAR, "Set “K is recorded as” to num_speculative_tokens"
+    )
+    fields = Fields(k_var=GLOBAL_K_VAR)
+    analysis = analyse(load_experiment(folder, k_var=GLOBAL_K_VAR), settings, Options())
+    groups = guide.problem_groups(analysis.result.problems, settings, fields)
+    fixes = {group.rule: group.fix for group in groups if group.fix}
+    # Static K: each server's num_speculative_tokens is its K, so the global K differs.
+    assert fixes["mixed-global-k"].control == "allow_mixed_global_k"
+    assert DEFAULT_K_VAR != GLOBAL_K_VAR
+
+
+def test_groups_put_errors_first_then_the_largest() -> None:
+    from lib.problems import Problem
+
+    problems = (
+        Problem(Severity.WARNING, "w", "a warning"),
+        Problem(Severity.ERROR, "small", "one"),
+        Problem(Severity.ERROR, "big", "two"),
+        Problem(Severity.ERROR, "big", "two"),
+    )
+    groups = guide.problem_groups(problems, Settings(), Fields())
+    assert [(group.rule, len(group.problems)) for group in groups] == [
+        ("big", 2),
+        ("small", 1),
+        ("w", 1),
+    ]
+    assert groups[0].sentence == "2 x two"
+
+
+@pytest.mark.parametrize(
+    ("flag", "label"),
+    [
+        ("--min-runs", "Minimum runs per cell"),
+        ("--k-var", "K is recorded as"),
+        ("--allow-mixed-global-k", "Allow a global K that differs between runs"),
+        ("--max-objective-relative-mad", "Noise threshold (relative MAD)"),
+    ],
+)
+def test_flags_read_as_the_controls_labels(flag: str, label: str) -> None:
+    assert guide.in_app_words(f"try {flag} here") == f"try “{label}” here"
+
+
+def test_a_longer_word_is_not_a_flag() -> None:
+    assert guide.in_app_words("--k-varied") == "--k-varied"
+
+
+def test_objectives_are_fields_that_vary_and_are_measured(tmp_path: Path) -> None:
+    folder = write_grid(tmp_path, STEADY, request_goodput=None, burst=7.0)
+    choices = guide.objective_choices(load_experiment(folder), KNOWN_OBJECTIVES, Fields())
+    # Every record field of this sweep but output_throughput is the same in every run (or
+    # null everywhere, as request_goodput without --goodput), or a counter or the anchor.
+    assert choices == ["output_throughput"]
+
+
+def test_objectives_of_a_real_sample_put_the_known_first() -> None:
+    sweep = load_experiment(Path(__file__).parents[2] / "data" / "sample_sweeps" / "sonnet-like")
+    choices = guide.objective_choices(sweep, KNOWN_OBJECTIVES, Fields())
+    known = [name for name in KNOWN_OBJECTIVES if name in choices]
+    assert choices[: len(known)] == known and "output_throughput" in known
+    for absent in ("max_concurrency", "completed", "failed", "num_prompts", "run_number"):
+        assert absent not in choices, absent
+    for name in choices:
+        assert sweep.runs[name].drop_nulls().n_unique() > 1, name
+
+
+def test_the_default_experiment_is_the_quick_starts() -> None:
+    assert guide.default_experiment({"a": Path("a"), "sonnet-like": Path("b")}) == "sonnet-like"
+    assert guide.default_experiment({"b": Path("b"), "a": Path("a")}) == "b"
+
+
+def test_every_control_has_help() -> None:
+    assert set(guide.CONTROL_LABELS) <= set(guide.CONTROL_HELP)
