@@ -17,7 +17,10 @@ The model: ``score = log x`` when maximising, ``-log x`` when minimising, so "hi
 either way and a relative tolerance is a fixed distance. ``score = mu_K + sigma * noise`` with
 one sigma per anchor; with Jeffreys' prior the posterior is ``sigma^2 = s^2 * df / chi2_df`` and
 ``mu_K = mean_K + sigma * z_K / sqrt(n_K)`` (so each ``mu_K`` is ``mean_K + s / sqrt(n_K) * t_df``
-and the K share one sigma draw). ``P(eps-good, K) = P(mu_K >= max_j mu_j + log(1 - eps))``.
+and the K share one sigma draw). ``P(eps-good, K) = P(mu_K >= max_j mu_j + log(1 - eps))``
+is the model's (``p_model``); the P reported and decided on (``p_eps_good``) is calibrated by
+simulation (:func:`calibrated`): the flat prior ignores how close K usually are, so at high
+noise the model's P, above all the leading K's, is over-confident.
 
 Edge cases, each stated in the anchor's ``reasons``/``notes``:
 
@@ -29,7 +32,10 @@ Edge cases, each stated in the anchor's ``reasons``/``notes``:
   best single run (the smallest K within the tolerance of it), as the seed does with
   ``--min-runs 1``. The contenders are then that K, any K tied with it and the strongest
   challenger (the next best run): rerunning those gives the noise estimate where it matters.
-- Identical runs: sigma is 0, every draw equals the means, and P is exactly 0 or 1.
+- Identical runs: sigma is 0, every draw equals the means, and P is exactly 0 or 1 (nothing to
+  calibrate). With any noise a calibrated P is never exactly 0 or 1.
+- Flagged runs: the anchor is decided without them (they look like glitches), and is unresolved
+  when the leading K changes without them.
 - One K at an anchor: it is the best by definition (P = 1).
 """
 
