@@ -17,7 +17,10 @@ The model: ``score = log x`` when maximising, ``-log x`` when minimising, so "hi
 either way and a relative tolerance is a fixed distance. ``score = mu_K + sigma * noise`` with
 one sigma per anchor; with Jeffreys' prior the posterior is ``sigma^2 = s^2 * df / chi2_df`` and
 ``mu_K = mean_K + sigma * z_K / sqrt(n_K)`` (so each ``mu_K`` is ``mean_K + s / sqrt(n_K) * t_df``
-and the K share one sigma draw). ``P(eps-good, K) = P(mu_K >= max_j mu_j + log(1 - eps))``.
+and the K share one sigma draw). ``P(eps-good, K) = P(mu_K >= max_j mu_j + log(1 - eps))``
+is the model's (``p_model``); the P reported and decided on (``p_eps_good``) is calibrated by
+simulation (:func:`calibrated`): the flat prior ignores how close K usually are, so at high
+noise the model's P, above all the leading K's, is over-confident.
 
 Edge cases, each stated in the anchor's ``reasons``/``notes``:
 
@@ -29,7 +32,10 @@ Edge cases, each stated in the anchor's ``reasons``/``notes``:
   best single run (the smallest K within the tolerance of it), as the seed does with
   ``--min-runs 1``. The contenders are then that K, any K tied with it and the strongest
   challenger (the next best run): rerunning those gives the noise estimate where it matters.
-- Identical runs: sigma is 0, every draw equals the means, and P is exactly 0 or 1.
+- Identical runs: sigma is 0, every draw equals the means, and P is exactly 0 or 1 (nothing to
+  calibrate). With any noise a calibrated P is never exactly 0 or 1.
+- Flagged runs: the anchor is decided without them (they look like glitches), and is unresolved
+  when the leading K changes without them.
 - One K at an anchor: it is the best by definition (P = 1).
 """
 
@@ -54,11 +60,15 @@ from lib.sweeps import Sweep
 
 __all__ = [
     "ANCHOR_SCHEMA",
+    "CALIBRATION_CLIP",
+    "CALIBRATION_KNOTS",
     "CONFIDENCE_CELL_SCHEMA",
     "CONTENDER_PROBABILITY",
     "DEFAULT_DRAWS",
+    "LEADER_CALIBRATION",
     "MAX_RUNS_NEEDED",
     "MIN_RUNS_NEEDED",
+    "OTHER_CALIBRATION",
     "OUTLIER_FACTOR",
     "RUNS_PER_NOISE_RATIO",
     "RUN_SCHEMA",
@@ -66,8 +76,12 @@ __all__ = [
     "ConfidenceSettings",
     "apply_policy",
     "assess",
+    "calibrated",
+    "calibration_inputs",
     "eligible_cells",
+    "knot_weights",
     "log_change_percent",
+    "noise_ratio",
     "policy_differences",
 ]
 
@@ -84,6 +98,35 @@ RUNS_PER_NOISE_RATIO = 12.4
 MAX_RUNS_NEEDED = 10
 #: Fewest runs worth asking for: the sweep default, and enough for a per-cell spread.
 MIN_RUNS_NEEDED = 3
+
+#: Noise ratios (natural log of the standard error of a difference of two cell means over the
+#: tie tolerance) at which the calibration is fitted: linear in between, flat outside.
+CALIBRATION_KNOTS = (-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5)
+#: Model probabilities are clipped to [this, 1 - this] before their logit: the resolution of
+#: the default 10,000 draws, so that a P of exactly 0 or 1 from a noisy anchor stays finite.
+CALIBRATION_CLIP = 1e-4
+#: Per knot, (intercept, slope) of ``logit(calibrated) = intercept + slope * logit(model)``, for
+#: the anchor's leading K (the highest model P: the winner's curse makes it over-confident) and
+#: for the other K. Fitted by ``uv run python bench/fit_calibration.py`` (docs/confidence.md,
+#: "Calibration").
+LEADER_CALIBRATION: tuple[tuple[float, float], ...] = (
+    (0.7453, 0.6523),
+    (1.0175, 0.5904),
+    (0.6633, 0.5827),
+    (0.4422, 0.6594),
+    (0.4252, 0.6571),
+    (0.1933, 0.5206),
+    (0.0329, 0.4289),
+)
+OTHER_CALIBRATION: tuple[tuple[float, float], ...] = (
+    (-0.0815, 0.8339),
+    (0.1967, 0.8830),
+    (0.1476, 0.7872),
+    (0.2748, 0.8290),
+    (0.0734, 0.6897),
+    (0.1833, 0.6582),
+    (0.2120, 0.6888),
+)
 
 _NORMAL_STREAM = 1
 _CHI2_STREAM = 2
@@ -115,8 +158,10 @@ CONFIDENCE_CELL_SCHEMA = pl.Schema(
         "geometric_mean": pl.Float64,  # exp(mean log value): the centre the rule ranks by
         "infeasible": pl.Boolean,
         "flagged_runs": pl.Int64,
-        "p_eps_good": pl.Float64,  # null when the noise cannot be estimated
+        "p_eps_good": pl.Float64,  # calibrated (see calibrated); null when the noise is unknown
+        "p_model": pl.Float64,  # the flat-prior model's P(eps-good), before calibration
         "p_eps_good_without_flagged": pl.Float64,  # null unless the anchor has flagged runs
+        "p_model_without_flagged": pl.Float64,  # the same before calibration
         "contender": pl.Boolean,  # P(eps-good) >= CONTENDER_PROBABILITY (see the module doc)
         "runs_needed": pl.Int64,  # total runs this contender needs; null for non-contenders
         "noise_limited": pl.Boolean,  # the formula asked for more than MAX_RUNS_NEEDED
@@ -134,6 +179,8 @@ ANCHOR_SCHEMA = pl.Schema(
         "contenders": pl.List(pl.Int64),
         "pooled_log_sd": pl.Float64(),  # the anchor's noise on the log scale (~ relative noise)
         "pooled_df": pl.Int64(),  # degrees of freedom: runs minus cells (feasible cells only)
+        "noise_ratio": pl.Float64(),  # see noise_ratio; null when the noise is unknown
+        "noise_ratio_without_flagged": pl.Float64(),  # null unless the anchor has flagged runs
         "flagged_runs": pl.Int64(),
         "depends_on_flagged": pl.Boolean(),  # the pick changes when the flagged runs are left out
         "reasons": pl.List(pl.Utf8),  # why the anchor is unresolved (empty when resolved)
@@ -356,8 +403,10 @@ class _Cells:
 
 @dataclass(frozen=True)
 class _Verdict:
-    p: NDArray[np.float64] | None  # None: the noise cannot be estimated
+    p: NDArray[np.float64] | None  # calibrated; None: the noise cannot be estimated
+    model: NDArray[np.float64] | None  # the flat-prior model's P, before calibration
     log_sd: float | None
+    ratio: float | None  # noise_ratio; None when the noise is unknown or not needed
     df: int
     pick: int
     qualifying: list[int]
@@ -390,14 +439,14 @@ def _verdict(cells: _Cells, margin: float, settings: ConfidenceSettings) -> _Ver
         # Every K infeasible: they tie at the worst. One feasible K: it is the best.
         p = np.where(feasible, 1.0, 0.0) if feasible.any() else np.ones(count)
         qualifying = cells.ks[p >= settings.confidence].tolist()
-        return _Verdict(p, None, 0, qualifying[0], qualifying)
+        return _Verdict(p, p, None, None, 0, qualifying[0], qualifying)
     counts = cells.counts[feasible]
     means = cells.means[feasible]
     df = int(counts.sum() - len(counts))
     if df == 0:
         best = means.max()
         tied = [k for k, m in zip(cells.ks[feasible], means, strict=True) if m >= best + margin]
-        return _Verdict(None, None, 0, int(min(tied)), [])
+        return _Verdict(None, None, None, None, 0, int(min(tied)), [])
     log_sd = math.sqrt(float(cells.squares[feasible].sum()) / df)
     centred = means - means.max()
     if log_sd == 0.0:
@@ -407,13 +456,72 @@ def _verdict(cells: _Cells, margin: float, settings: ConfidenceSettings) -> _Ver
         mu = _posterior_noise(settings.seed, settings.draws, df, len(counts)) * spread
         mu += centred.astype(np.float32)[:, np.newaxis]
     good = mu >= mu.max(axis=0) + np.float32(margin)
+    model = np.zeros(count)
+    model[feasible] = np.count_nonzero(good, axis=1) / mu.shape[1]
     p = np.zeros(count)
-    p[feasible] = np.count_nonzero(good, axis=1) / mu.shape[1]
+    ratio = noise_ratio(log_sd, counts, margin)
+    # Rounded like the JSON (to 1e-4, the Monte-Carlo resolution): the status compares the
+    # number shown, and the last bit of a platform's exp cannot change it.
+    p[feasible] = np.round(calibrated(model[feasible], ratio), 4)
     qualifying = cells.ks[p >= settings.confidence].tolist()
     if qualifying:
-        return _Verdict(p, log_sd, df, qualifying[0], qualifying)
+        return _Verdict(p, model, log_sd, ratio, df, qualifying[0], qualifying)
     # Provisional: the highest P, ties to the smaller K (argmax returns the first).
-    return _Verdict(p, log_sd, df, int(cells.ks[np.argmax(p)]), [])
+    return _Verdict(p, model, log_sd, ratio, df, int(cells.ks[np.argmax(p)]), [])
+
+
+def noise_ratio(log_sd: float, counts: NDArray[np.int64], margin: float) -> float:
+    """How noisy an anchor is against the tie tolerance: the standard error of a difference of
+    two cell means, ``log_sd * sqrt(2 / mean(counts))``, over ``-margin = -log(1 - eps)``.
+
+    0 without noise; infinite with a zero tolerance (then any noise is large).
+    """
+    if log_sd == 0.0:
+        return 0.0
+    if margin == 0.0:
+        return math.inf
+    return log_sd * math.sqrt(2.0 / float(np.mean(counts))) / -margin
+
+
+def knot_weights(ratio: float) -> NDArray[np.float64]:
+    """Linear-interpolation weights of ``log(ratio)`` over :data:`CALIBRATION_KNOTS` (summing
+    to 1; the nearest end knot gets all the weight outside them)."""
+    knots = np.asarray(CALIBRATION_KNOTS)
+    where = min(max(math.log(ratio), knots[0]), knots[-1])
+    right = int(min(np.searchsorted(knots, where, side="right"), len(knots) - 1))
+    weights = np.zeros(len(knots))
+    share = (where - knots[right - 1]) / (knots[right] - knots[right - 1])
+    weights[right - 1] = 1.0 - share
+    weights[right] += share
+    return weights
+
+
+def calibration_inputs(model: NDArray[np.float64]) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
+    """The anchor's leading K (the highest model P; ties to the smaller K, the first) and every
+    K's logit of its model P, clipped to :data:`CALIBRATION_CLIP`."""
+    leader = np.zeros(len(model), dtype=bool)
+    leader[int(np.argmax(model))] = True
+    clipped = np.clip(model, CALIBRATION_CLIP, 1.0 - CALIBRATION_CLIP)
+    return leader, np.log(clipped / (1.0 - clipped))
+
+
+def calibrated(model: NDArray[np.float64], ratio: float) -> NDArray[np.float64]:
+    """P(eps-good) calibrated by simulation: ``expit(a + b * logit(model))`` with ``(a, b)``
+    interpolated at the anchor's :func:`noise_ratio`, one map for its leading K and one for the
+    others (:data:`LEADER_CALIBRATION`, :data:`OTHER_CALIBRATION`).
+
+    Without noise (``ratio`` 0) the model's P is exact (0 or 1) and kept as it is.
+    """
+    if ratio == 0.0:
+        return model.copy()
+    leader, logit = calibration_inputs(model)
+    weights = knot_weights(ratio)
+    lead = weights @ np.asarray(LEADER_CALIBRATION)
+    other = weights @ np.asarray(OTHER_CALIBRATION)
+    intercept = np.where(leader, lead[0], other[0])
+    slope = np.where(leader, lead[1], other[1])
+    result: NDArray[np.float64] = 1.0 / (1.0 + np.exp(-(intercept + slope * logit)))
+    return result
 
 
 def _runs_needed(
@@ -513,25 +621,33 @@ def _assess(
         flags = [flags_at.get((anchor, k), 0) for k in ks]
         reasons: list[str] = []
         notes: list[str] = []
-        pick = verdict.pick
-        resolved = bool(verdict.qualifying)
         without: _Verdict | None = None
         if sum(flags) and anchor in clean:
             without = _verdict(_aligned(clean[anchor], cells), margin, settings)
+        # Flagged runs look like glitches (a run 20 % low): the anchor is decided without them,
+        # unless the leading K changes when they are left out (then it is unresolved).
+        decision = verdict if without is None else without
+        leading = _leader(verdict, cells.ks)
+        leading_without = leading if without is None else _leader(without, cells.ks)
+        depends = leading_without != leading
+        pick = decision.pick
+        resolved = bool(decision.qualifying) and not depends
         if verdict.p is None:
             reasons.append(
                 "no replicate runs: the noise cannot be estimated, so P(eps-good) is unknown"
                 " (the provisional K is the best single run)"
             )
-        elif not resolved:
-            reasons.append(f"no K reaches P(eps-good) >= {settings.confidence:g}")
-        if without is not None and without.pick != verdict.pick:
-            resolved = False
+        elif not decision.qualifying:
             reasons.append(
-                f"the pick depends on flagged run(s): with them K={verdict.pick}, without them"
-                f" K={without.pick} (provisional: the flagged runs look like glitches; re-measure)"
+                f"no K reaches P(eps-good) >= {settings.confidence:g}"
+                + ("" if without is None else " without the flagged runs")
             )
-            pick = without.pick
+        if depends:
+            reasons.append(
+                f"the pick depends on flagged run(s): with them K={leading}, without them"
+                f" K={leading_without} (provisional: the flagged runs look like glitches;"
+                " re-measure)"
+            )
         if cells.infeasible.all():
             notes.append("every K has a zero objective here (infeasible): they tie")
         elif cells.infeasible.any():
@@ -554,9 +670,14 @@ def _assess(
             ("infeasible", cells.infeasible.tolist()),
             ("flagged_runs", flags),
             ("p_eps_good", unknown if p is None else p.tolist()),
+            ("p_model", unknown if verdict.model is None else verdict.model.tolist()),
             (
                 "p_eps_good_without_flagged",
                 unknown if without is None or without.p is None else without.p.tolist(),
+            ),
+            (
+                "p_model_without_flagged",
+                unknown if without is None or without.model is None else without.model.tolist(),
             ),
             ("contender", contenders.tolist()),
             ("runs_needed", needed),
@@ -568,12 +689,14 @@ def _assess(
             ("status", "resolved" if resolved else "unresolved"),
             ("selected_k", pick),
             ("provisional", not resolved),
-            ("qualifying_k", verdict.qualifying),
+            ("qualifying_k", decision.qualifying),
             ("contenders", cells.ks[contenders].tolist()),
             ("pooled_log_sd", verdict.log_sd),
             ("pooled_df", verdict.df),
+            ("noise_ratio", verdict.ratio),
+            ("noise_ratio_without_flagged", None if without is None else without.ratio),
             ("flagged_runs", sum(flags)),
-            ("depends_on_flagged", without is not None and without.pick != verdict.pick),
+            ("depends_on_flagged", depends),
             ("reasons", reasons),
             ("notes", notes),
         ):
@@ -593,6 +716,13 @@ def _assess(
         ),
         anchors=pl.DataFrame(anchor_columns, schema=ANCHOR_SCHEMA),
     )
+
+
+def _leader(verdict: _Verdict, ks: NDArray[np.int64]) -> int:
+    """The K with the highest P(eps-good) (ties to the smaller K); the pick without P."""
+    if verdict.p is None:
+        return verdict.pick
+    return int(ks[np.argmax(verdict.p)])
 
 
 def _aligned(clean: _Cells, full: _Cells) -> _Cells:

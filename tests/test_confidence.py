@@ -9,9 +9,12 @@ form ``P(eps-good) = P(t_df >= (log(1 - eps) - d) / (s * sqrt(1/n_a + 1/n_b)))``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -32,6 +35,9 @@ from lib.confidence import (
     ConfidenceSettings,
     apply_policy,
     assess,
+    calibrated,
+    knot_weights,
+    noise_ratio,
     policy_differences,
 )
 from lib.problems import Severity
@@ -66,9 +72,17 @@ def _report(root: Path, confidence: ConfidenceSettings | None = None, **settings
     return result, assess(result, confidence)
 
 
-def _p(report: ConfidenceReport, anchor: int) -> dict[int, float | None]:
-    rows = report.cells.filter(pl.col("anchor") == anchor).select("k", "p_eps_good").rows()
+def _p(
+    report: ConfidenceReport, anchor: int, column: str = "p_eps_good"
+) -> dict[int, float | None]:
+    rows = report.cells.filter(pl.col("anchor") == anchor).select("k", column).rows()
     return dict(rows)  # type: ignore[arg-type]
+
+
+def _model_p(report: ConfidenceReport, anchor: int) -> dict[int, float | None]:
+    """The flat-prior model's P(eps-good), before calibration: what the published worked
+    example and the closed forms give."""
+    return _p(report, anchor, "p_model")
 
 
 def _anchor(report: ConfidenceReport, anchor: int) -> dict[str, Any]:
@@ -81,7 +95,7 @@ def _anchor(report: ConfidenceReport, anchor: int) -> dict[str, Any]:
 
 def test_worked_example_reproduces_the_published_probabilities(tmp_path: Path) -> None:
     result, report = _report(_worked(tmp_path))
-    p1 = _p(report, 1)
+    p1 = _model_p(report, 1)
     # Published: P(eps-good) for K=2/3/4 = 0.35/0.65/0.24; K=0 and K=1 are far behind.
     for k, published in {2: 0.35, 3: 0.65, 4: 0.24}.items():
         assert p1[k] == pytest.approx(published, abs=0.03), (k, p1)
@@ -90,7 +104,7 @@ def test_worked_example_reproduces_the_published_probabilities(tmp_path: Path) -
     assert batch_1["status"] == "unresolved"
     assert batch_1["contenders"] == [2, 3, 4]
     # Published: batch 64 picks K=1 with P(eps-good) 0.97, under both rules.
-    assert _p(report, 64)[1] == pytest.approx(0.97, abs=0.02)
+    assert _model_p(report, 64)[1] == pytest.approx(0.97, abs=0.02)
     batch_64 = _anchor(report, 64)
     assert (batch_64["status"], batch_64["selected_k"]) == ("resolved", 1)
     assert result.decisions.filter(pl.col("anchor") == 64)["selected_k"].item() == 1
@@ -139,7 +153,7 @@ def test_two_k_probability_matches_the_closed_form(tmp_path: Path, gap_percent: 
     # K=0 is eps-good when mu_0 - mu_3 >= log(1 - eps); mu_0 - mu_3 ~ d + scale * t_4.
     expected_k0 = stats.t.sf((margin - d) / scale, df=4)
     expected_k3 = stats.t.sf((margin + d) / scale, df=4)
-    p = _p(report, 1)
+    p = _model_p(report, 1)
     assert p[0] == pytest.approx(expected_k0, abs=0.005)
     assert p[3] == pytest.approx(expected_k3, abs=0.005)
 
@@ -196,6 +210,7 @@ def test_one_run_per_cell_is_unresolved_with_unknown_probability(tmp_path: Path)
     assert row["pooled_df"] == 0 and row["pooled_log_sd"] is None
     assert any("no replicate runs" in reason for reason in row["reasons"])
     assert set(_p(report, 1).values()) == {None}
+    assert set(_model_p(report, 1).values()) == {None} and row["noise_ratio"] is None
     # The best single run is K=2 (151); K=1 (150) is within 1 % of it (0.9934), and the
     # provisional pick is the smallest K within the tolerance of the best run, as the seed's.
     assert row["selected_k"] == 1
@@ -214,6 +229,8 @@ def test_identical_runs_give_probabilities_of_exactly_zero_or_one(tmp_path: Path
     assert _p(report, 1) == {0: 0.0, 2: 1.0, 4: 1.0}
     row = _anchor(report, 1)
     assert row["pooled_log_sd"] == 0.0
+    # Exact probabilities need no calibration: the calibrated P is the model's.
+    assert row["noise_ratio"] == 0.0 and _model_p(report, 1) == _p(report, 1)
     assert (row["status"], row["selected_k"], row["qualifying_k"]) == ("resolved", 2, [2, 4])
     assert not report.runs["flagged"].any()
 
@@ -225,6 +242,26 @@ def test_a_k0_only_anchor_is_resolved(tmp_path: Path) -> None:
         row = _anchor(report, anchor)
         assert (row["status"], row["selected_k"]) == ("resolved", 0)
         assert _p(report, anchor) == {0: 1.0}
+
+
+def test_a_cell_with_zero_mad_still_has_noise(tmp_path: Path) -> None:
+    """[100, 100, 96] has MAD 0 (the median run's nearer neighbour is equal), but its runs
+    spread: the pooled noise sees it, so the probabilities are neither 0 nor 1."""
+    write_grid(tmp_path, {(1, 0): [100.0, 100.0, 96.0], (1, 1): [101.0, 100.5, 101.5]})
+    _, report = _report(tmp_path)
+    row = _anchor(report, 1)
+    logs = [np.log([100.0, 100.0, 96.0]), np.log([101.0, 100.5, 101.5])]
+    squares = sum(float(((x - x.mean()) ** 2).sum()) for x in logs)
+    assert row["pooled_log_sd"] == pytest.approx(math.sqrt(squares / 4), rel=1e-12)
+    assert all(0.0 < p < 1.0 for p in _p(report, 1).values())  # type: ignore[operator]
+    assert row["noise_ratio"] > 0
+
+
+def test_a_single_k_is_certain_without_calibration(tmp_path: Path) -> None:
+    write_grid(tmp_path, {(1, 2): [100.0, 97.0, 104.0]})
+    _, report = _report(tmp_path)
+    assert _p(report, 1) == _model_p(report, 1) == {2: 1.0}
+    assert _anchor(report, 1)["status"] == "resolved"
 
 
 def test_zero_goodput_is_infeasible_never_preferred(tmp_path: Path) -> None:
@@ -282,6 +319,86 @@ def test_an_empty_sweep_gives_empty_frames_and_no_pick(tmp_path: Path) -> None:
     assert report.cells.schema == CONFIDENCE_CELL_SCHEMA
     confident = apply_policy(result, report, "confident")
     assert not confident.ok and confident.schedule is None
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def test_noise_ratio_is_the_standard_error_of_a_difference_over_the_tolerance() -> None:
+    counts = np.array([3, 3, 5, 5])
+    margin = math.log(1 - 0.01)
+    # 2 % noise, 4 runs per cell on average: sqrt(2 / 4) * 0.02 / 0.01005 = 1.407.
+    assert noise_ratio(0.02, counts, margin) == pytest.approx(0.02 * math.sqrt(0.5) / -margin)
+    assert noise_ratio(0.0, counts, margin) == 0.0
+    assert noise_ratio(0.02, counts, 0.0) == math.inf
+
+
+@pytest.mark.parametrize(
+    ("ratio", "expected"),
+    [
+        (math.exp(0.25), {1: 0.5, 2: 0.5}),  # halfway between the knots 0 and 0.5
+        (math.exp(-5.0), {0: 1.0}),  # below the first knot: held at it
+        (math.exp(9.0), {6: 1.0}),  # above the last: held at it
+        (math.inf, {6: 1.0}),
+    ],
+)
+def test_knot_weights_interpolate_linearly_in_log_ratio(
+    ratio: float, expected: dict[int, float]
+) -> None:
+    weights = knot_weights(ratio)
+    assert weights.sum() == pytest.approx(1.0)
+    assert {i: w for i, w in enumerate(weights) if w} == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("ratio", [0.3, 1.0, 4.0, 8.0, 30.0])
+def test_calibration_is_monotone_and_strictly_inside_0_1(ratio: float) -> None:
+    grid = np.array([0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99, 1.0])
+    # A lone K is its anchor's leader; beside a K at P = 1 every K is one of the others.
+    leader = np.array([calibrated(np.array([p]), ratio)[0] for p in grid])
+    other = np.array([calibrated(np.array([1.0, p]), ratio)[1] for p in grid])
+    for mapped in (leader, other):
+        assert np.all(np.diff(mapped) >= 0)
+        assert np.all((mapped > 0) & (mapped < 1))
+
+
+def test_calibration_keeps_exact_probabilities_without_noise() -> None:
+    exact = np.array([0.0, 1.0, 1.0])
+    assert calibrated(exact, 0.0).tolist() == [0.0, 1.0, 1.0]
+
+
+def _simulator() -> ModuleType:
+    """bench/simulate_regret.py: its truth model and noise, the simulation issue 11 is judged
+    on (a script, not a package: loaded from its path)."""
+    spec = importlib.util.spec_from_file_location(
+        "simulate_regret", REPO / "bench" / "simulate_regret.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("cv", "tail"), [(0.05, "none"), (0.02, "low-runs")])
+def test_resolved_picks_are_wrong_at_most_one_minus_the_confidence(cv: float, tail: str) -> None:
+    """A small fixed seeded simulation (80 sweeps, 3 runs per cell, 400 anchors): among the
+    anchors resolved at 0.9, the share whose pick is truly more than the tolerance below the
+    best K may exceed 10 % only by less than its 95 % Wilson interval (its lower end stays at
+    or below 10 %). The seed is not the one the calibration was fitted on."""
+    simulator = _simulator()
+    resolved = wrong = 0
+    for trial in range(80):
+        rng = np.random.default_rng([20_261_130, trial])
+        model = simulator.draw_model(rng)
+        sweep = simulator.measure(model, cv, 3, tail, rng)
+        result = tune(sweep, Settings(max_objective_relative_mad=simulator.GATE_OFF))
+        report = assess(result, ConfidenceSettings(confidence=0.9, draws=2000))
+        counts = simulator.resolution_counts(model, report.anchors, 0.9)
+        resolved += counts["resolved_0.9"]
+        wrong += counts["wrong_resolved_0.9"]
+    low, _ = simulator.wilson(wrong, resolved)
+    assert resolved >= 60, resolved  # enough resolved anchors for the interval to mean much
+    assert low <= 0.1, (wrong, resolved)
 
 
 # --------------------------------------------------------------------------- outliers
@@ -404,7 +521,7 @@ def test_policy_differences_show_where_the_rules_disagree(tmp_path: Path) -> Non
     rows = {row["anchor"]: row for row in differences.to_dicts()}
     # The seed ties K=2 with K=3 at batch 1 (its MAD penalty), the confident rule leans K=4.
     assert (rows[1]["seed_k"], rows[1]["confident_k"], rows[1]["differs"]) == (2, 4, True)
-    assert rows[1]["seed_p_eps_good"] == pytest.approx(0.35, abs=0.03)
+    assert rows[1]["seed_p_eps_good"] == _p(report, 1)[2]
     assert (rows[64]["seed_k"], rows[64]["confident_k"], rows[64]["differs"]) == (1, 1, False)
 
 
@@ -421,7 +538,8 @@ def test_cli_prints_one_status_line_per_anchor(
     assert lines[1].startswith("batch_size=1: K=2 ")
     assert lines[2].startswith("batch_size=64: K=1 ")
     assert lines[3].startswith("batch_size=1: unresolved, provisional K=4")
-    assert "the reported pick K=2 has P(eps-good)=0.3" in lines[3]
+    k2 = _p(assess(_tune(sweep)), 1)[2]
+    assert f"the reported pick K=2 has P(eps-good)={k2:.2f}" in lines[3]
     assert lines[4].startswith("batch_size=64: resolved, K=1 P(eps-good)=0.9")
     assert lines[-2].startswith("--speculative-config ")
     assert lines[-1].startswith("Wrote ")

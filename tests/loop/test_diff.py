@@ -65,7 +65,8 @@ def test_a_different_workload_is_materially_different() -> None:
     first = different.rows.to_dicts()[0]
     assert first["k_changed"]
     assert first["loss_of_k_a_in_b_percent"] > 20
-    assert first["p_eps_good_of_k_a_in_b"] == 0.0
+    # Calibrated: with noise no P is exactly 0, but this one rounds to a few in 10,000.
+    assert first["p_eps_good_of_k_a_in_b"] < 0.001
 
 
 def test_a_result_json_compares_like_its_folder(tmp_path: Path) -> None:

