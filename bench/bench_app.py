@@ -24,7 +24,8 @@ the seed's (the default) or, with ``--policy confident``, the confident rule;
 - tables and text: the data-health, decision, confidence, flagged-run, rule, switch and plan
   tables, the unresolved anchors' lines, the schedule, the ``--speculative-config`` line and
   the equivalent CLI command (``lib.app_support``);
-- charts: the five ``lib.charts`` builders and the JSON text marimo sends to the browser
+- charts: the ``lib.charts`` builders (the headline, the per-anchor small charts, schedule,
+  confidence, rules) and the JSON text marimo sends to the browser
   (``to_json()``, what ``_mime_`` returns).
 
 The chart images and the plan's JSON download are made only when clicked or are tiny, so they
@@ -112,9 +113,10 @@ def chart_builders(analysis: Analysis, comparison: app_support.RuleComparison) -
     result, report = analysis.result, analysis.report
     assert report is not None
     return [
-        charts.objective_chart(result),
+        charts.headline_chart(result, report),
+        *charts.objective_charts(result),
         charts.schedule_chart(result, analysis.switch_points),
-        charts.acceptance_chart(result),
+        *charts.acceptance_charts(result),
         charts.confidence_chart(result, report),
         charts.rules_chart(comparison.seed, comparison.confident),
     ]

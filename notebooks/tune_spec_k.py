@@ -726,9 +726,15 @@ def _(analysis):
 
 
 @app.cell
+def _(analysis, result):
+    headline_chart = charts.headline_chart(result, analysis.report)
+    return (headline_chart,)
+
+
+@app.cell
 def _(result):
-    objective_chart = charts.objective_chart(result)
-    return (objective_chart,)
+    objective_charts = charts.objective_charts(result)
+    return (objective_charts,)
 
 
 @app.cell
@@ -739,21 +745,38 @@ def _(analysis, result):
 
 @app.cell
 def _(result):
-    acceptance_chart = charts.acceptance_chart(result)
-    return (acceptance_chart,)
+    acceptance_charts = charts.acceptance_charts(result)
+    return (acceptance_charts,)
 
 
 @app.cell
-def _(acceptance_chart, objective_chart, schedule_chart):
-    _no_acceptance = mo.callout("The sweep has no acceptance field to plot.", kind="neutral")
+def _(acceptance_charts, headline_chart, objective_charts, result, schedule_chart):
+    # Small charts of a fixed width wrap to the page: nothing is clipped, one column on a phone.
+    _objective = mo.vstack(
+        [
+            mo.md(charts.objective_caption(result)),
+            mo.hstack(objective_charts, wrap=True, justify="start"),
+        ]
+    )
+    _acceptance = (
+        mo.vstack(
+            [
+                mo.md(charts.acceptance_caption(result)),
+                mo.hstack(acceptance_charts, wrap=True, justify="start"),
+            ]
+        )
+        if acceptance_charts
+        else mo.callout("The sweep has no acceptance field to plot.", kind="neutral")
+    )
     mo.vstack(
         [
             mo.md("## Charts"),
             mo.ui.tabs(
                 {
-                    "Objective vs K": objective_chart,
+                    "Speed-up over K=0": headline_chart,
+                    "Objective vs K": _objective,
                     "Schedule": schedule_chart,
-                    "Acceptance vs K": acceptance_chart or _no_acceptance,
+                    "Acceptance vs K": _acceptance,
                 },
             ),
         ]
@@ -762,7 +785,14 @@ def _(acceptance_chart, objective_chart, schedule_chart):
 
 
 @app.cell
-def _(acceptance_chart, confidence_chart, objective_chart, rules_chart, schedule_chart):
+def _(
+    acceptance_charts,
+    confidence_chart,
+    headline_chart,
+    objective_charts,
+    rules_chart,
+    schedule_chart,
+):
     # vl-convert takes about a second per PNG: images are rendered when clicked.
     _images = [
         mo.download(
@@ -772,9 +802,13 @@ def _(acceptance_chart, confidence_chart, objective_chart, rules_chart, schedule
             label=f"{_name}.{_suffix}",
         )
         for _name, _chart in (
-            ("objective_vs_k", objective_chart),
+            ("speed_up", headline_chart),
+            ("objective_vs_k", charts.image_grid(objective_charts) if objective_charts else None),
             ("schedule", schedule_chart),
-            ("acceptance_vs_k", acceptance_chart),
+            (
+                "acceptance_vs_k",
+                charts.image_grid(acceptance_charts) if acceptance_charts else None,
+            ),
             ("p_eps_good", confidence_chart),
             ("seed_vs_confident", rules_chart),
         )

@@ -138,11 +138,14 @@ def test_each_sample_shows_what_lib_and_the_cli_give(
         defs, _cli_file(sample.resolve(), tmp_path, capsys), tmp_path, capsys
     )
     # The charts are built from this result: the chosen K they highlight are its decisions.
-    rows = defs["objective_chart"].to_dict()["data"]["values"]
+    rows = [row for chart in defs["objective_charts"] for row in chart.to_dict()["data"]["values"]]
     chosen = {(row["anchor"], row["k"]) for row in rows if row.get("verdict") == "chosen"}
-    assert chosen == set(
-        expected.decisions.drop_nulls("selected_k").select("anchor", "selected_k").rows()
-    )
+    decided = set(expected.decisions.drop_nulls("selected_k").select("anchor", "selected_k").rows())
+    assert chosen == decided
+    headline = defs["headline_chart"].to_dict()["data"]["values"]
+    assert {
+        (row["batch_size"], row["k"]) for row in headline if row["layer"] == "chosen"
+    } <= decided
 
 
 def test_slider_settings_reach_the_policy_and_the_export(
@@ -388,7 +391,8 @@ def test_settings_that_leave_nothing_usable_are_shown_not_raised(
     assert not expected.ok
     _assert_same_result(defs["result"], expected)
     assert defs["schedule_file"] is None
-    shown = {"objective_chart", "schedule_chart", "acceptance_chart", "cli_arguments"}
+    shown = {"headline_chart", "objective_charts", "schedule_chart", "acceptance_charts"}
+    shown |= {"cli_arguments"}
     shown |= {"confidence_chart", "rule_comparison", "rules_chart"}
     assert shown <= set(defs)
 
@@ -482,7 +486,9 @@ def test_bad_input_is_shown_not_raised_and_agrees_with_the_cli(
         return
     _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
     # The rest of the analysis is still there beside the errors.
-    assert {"objective_chart", "schedule_chart", "acceptance_chart"} <= set(defs)
+    assert {"headline_chart", "objective_charts", "schedule_chart", "acceptance_charts"} <= set(
+        defs
+    )
 
 
 def test_sliders_never_reload_the_sweep() -> None:
