@@ -1386,7 +1386,14 @@ def confidence_chart(result: TuningResult, report: ConfidenceReport) -> Chart:
     """Per batch size, every K's P(eps-good) as a bar: the K ``result`` picked, the other K
     that reach the confidence, the other contenders and the rest; a dashed rule at the
     confidence a pick needs, a purple tick at P without the flagged runs (where runs are
-    flagged), ``?`` where the noise is unknown. Panels of unresolved anchors have red titles."""
+    flagged), ``?`` where the noise is unknown. Panels of unresolved anchors have red titles.
+    Without a cell the confident rule may pick (too few runs everywhere), the chart only says
+    so."""
+    if report.cells.is_empty():
+        return _notice(
+            "P(eps-good)",
+            "No cell has enough runs (and a usable acceptance) for P(eps-good).",
+        )
     picked = result.decisions.select("anchor", pl.col("selected_k").alias("_picked"))
     anchors = report.anchors.select(
         "anchor",
