@@ -117,7 +117,7 @@ def chart_builders(analysis: Analysis, comparison: app_support.RuleComparison) -
         *charts.objective_charts(result),
         charts.schedule_chart(result, analysis.switch_points),
         *charts.acceptance_charts(result),
-        charts.confidence_chart(result, report),
+        *charts.confidence_charts(result, report),
         charts.rules_chart(comparison.seed, comparison.confident),
     ]
 

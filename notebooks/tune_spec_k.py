@@ -562,14 +562,14 @@ def _(trtllm_file):
 
 @app.cell
 def _(analysis, result):
-    confidence_chart = (
-        charts.confidence_chart(result, analysis.report) if analysis.report is not None else None
+    confidence_charts = (
+        charts.confidence_charts(result, analysis.report) if analysis.report is not None else []
     )
-    return (confidence_chart,)
+    return (confidence_charts,)
 
 
 @app.cell
-def _(analysis, confidence_chart, result):
+def _(analysis, confidence_charts, result):
     _report = analysis.report
     _intro = mo.md(
         "## How sure is each pick?\n\n"
@@ -603,7 +603,8 @@ def _(analysis, confidence_chart, result):
                 )
                 if _unresolved
                 else mo.callout(mo.md("**Every anchor is resolved.**"), kind="success"),
-                confidence_chart,
+                mo.md(charts.confidence_caption(result, _report)),
+                mo.hstack(confidence_charts, wrap=True, justify="start"),
                 mo.ui.table(
                     _table,
                     selection=None,
@@ -787,7 +788,7 @@ def _(acceptance_charts, headline_chart, objective_charts, result, schedule_char
 @app.cell
 def _(
     acceptance_charts,
-    confidence_chart,
+    confidence_charts,
     headline_chart,
     objective_charts,
     rules_chart,
@@ -809,7 +810,7 @@ def _(
                 "acceptance_vs_k",
                 charts.image_grid(acceptance_charts) if acceptance_charts else None,
             ),
-            ("p_eps_good", confidence_chart),
+            ("p_eps_good", charts.image_grid(confidence_charts) if confidence_charts else None),
             ("seed_vs_confident", rules_chart),
         )
         if _chart is not None

@@ -13,8 +13,8 @@
   second line and a vertical rule at each interpolated switch point.
 - :func:`acceptance_charts`: per batch size, acceptance length (or the chosen acceptance field)
   against K, small charts like :func:`objective_charts`.
-- :func:`confidence_chart`: per batch size, P(eps-good) of every K as bars, against the
-  confidence a pick needs; unresolved anchors stand out.
+- :func:`confidence_charts`: per batch size, P(eps-good) of every K as bars, against the
+  confidence a pick needs; unresolved anchors stand out. Small charts too.
 - :func:`rules_chart`: the schedules of the seed's rule and the confident rule, with the
   anchors where they pick differently marked.
 - :func:`comparison_chart`: two tunings' schedules (``tune-spec-k diff``), with each side's
@@ -73,7 +73,8 @@ __all__ = [
     "acceptance_metric",
     "axis_title",
     "comparison_chart",
-    "confidence_chart",
+    "confidence_caption",
+    "confidence_charts",
     "headline_chart",
     "image_grid",
     "label_rows",
@@ -149,8 +150,6 @@ _UNITS = {
     "duration": "s",
 }
 
-_FACET_COLUMNS = 4
-_FACET_WIDTH = 140
 #: The plot of one batch size's small chart: with its axes about 310 px wide, so one fits a
 #: phone (390 px) and four fit a 1280 px page.
 _SMALL_WIDTH = 240
@@ -167,7 +166,7 @@ UNRESOLVED = "unresolved"
 @dataclass(frozen=True, eq=False)
 class Chart:
     """A Vega-Lite chart: marimo shows it as is (``_mime_``), :meth:`to_dict` is the
-    specification (``alt.FacetChart.from_dict`` / ``alt.LayerChart.from_dict`` turn it back into
+    specification (``alt.LayerChart.from_dict`` / ``alt.ConcatChart.from_dict`` turn it back into
     Altair objects), :meth:`png` and :meth:`svg` render it offline with vl-convert.
 
     ``rows`` is the data as a JSON array, written by Polars: the rows are never turned into
@@ -1064,16 +1063,14 @@ def _notice(title: str, notice: str) -> Chart:
 
 
 @functools.lru_cache(maxsize=8)
-def _confidence_template(header: str, layers: frozenset[str]) -> dict[str, Any]:
-    """The confidence facets: the threshold rule, and the ``bars``, the ``without_flagged``
-    ticks and the ``unknown`` marks when ``layers`` names them (some cell has such a
-    value)."""
+def _confidence_template(layers: frozenset[str]) -> dict[str, Any]:
+    """One anchor's confidence chart: the ``threshold`` rule, and the ``bars``, the
+    ``without_flagged`` ticks and the ``unknown`` marks when ``layers`` names them."""
     x = alt.X("k:O", title="K (draft tokens per step)", axis=alt.Axis(labelAngle=0))
     y = alt.Y("p_eps_good:Q", title="P(eps-good)").scale(domain=[0, 1])
     names = list(CONFIDENCE_ROLES)
     tooltip = [
         alt.Tooltip("anchor:O", title="batch size"),
-        alt.Tooltip("status:N"),
         alt.Tooltip("k:O", title="K"),
         alt.Tooltip("role:N"),
         alt.Tooltip("p_eps_good:Q", title="P(eps-good)", format=".3f"),
@@ -1117,37 +1114,19 @@ def _confidence_template(header: str, layers: frozenset[str]) -> dict[str, Any]:
             y=alt.Y("confidence:Q", title="P(eps-good)"),
             tooltip=[alt.Tooltip("confidence:Q", title="confidence a pick needs")],
         )
-        .transform_filter(_layer("anchor"))
+        .transform_filter(_layer("threshold"))
     )
-    chart = alt.FacetChart(
+    named = [
+        ("bars", bars),
+        ("without_flagged", without_flagged),
+        ("unknown", unknown),
+        ("threshold", threshold),
+    ]
+    chart = alt.LayerChart(
         data=alt.NamedData(name=_ROWS),
-        spec=alt.LayerChart(
-            layer=[
-                layer
-                for name, layer in (
-                    ("bars", bars),
-                    ("without_flagged", without_flagged),
-                    ("unknown", unknown),
-                    ("threshold", threshold),
-                )
-                if name in layers or name == "threshold"
-            ],
-            width=_FACET_WIDTH,
-            height=_CONFIDENCE_HEIGHT,
-        ),
-        facet=alt.Facet(
-            "panel:N",
-            title=header,
-            sort=alt.EncodingSortField(field="anchor", op="min"),
-            header=alt.Header(
-                labelColor=alt.ExprRef(
-                    f"indexof('' + parent.panel, '{UNRESOLVED}') >= 0"
-                    f" ? '{VERDICTS['chosen'][0]}' : '{NEUTRAL}'"
-                ),
-                labelFontWeight="bold",
-            ),
-        ),
-        columns=_FACET_COLUMNS,
+        layer=[layer for name, layer in named if name in layers],
+        width=_SMALL_WIDTH,
+        height=_CONFIDENCE_HEIGHT,
     )
     return _without_data(chart)
 
@@ -1382,33 +1361,17 @@ def schedule_chart(result: TuningResult, switch_points: SwitchPoints | None = No
     return _chart(_schedule_template(_batch_size_title(result), layers), *rows, title=title)
 
 
-def confidence_chart(result: TuningResult, report: ConfidenceReport) -> Chart:
-    """Per batch size, every K's P(eps-good) as a bar: the K ``result`` picked, the other K
-    that reach the confidence, the other contenders and the rest; a dashed rule at the
-    confidence a pick needs, a purple tick at P without the flagged runs (where runs are
-    flagged), ``?`` where the noise is unknown. Panels of unresolved anchors have red titles.
-    Without a cell the confident rule may pick (too few runs everywhere), the chart only says
-    so."""
-    if report.cells.is_empty():
-        return _notice(
-            "P(eps-good)",
-            "No cell has enough runs (and a usable acceptance) for P(eps-good).",
-        )
+def _confidence_cells(result: TuningResult, report: ConfidenceReport) -> pl.DataFrame:
+    """One row per (anchor, K) of the report: P(eps-good) with and without the flagged runs,
+    the runs needed, and the K's role at its anchor (:data:`CONFIDENCE_ROLES`)."""
     picked = result.decisions.select("anchor", pl.col("selected_k").alias("_picked"))
-    anchors = report.anchors.select(
-        "anchor",
-        "status",
-        pl.format("{}: {}", "anchor", "status").alias("panel"),
-        pl.col("qualifying_k").alias("_qualifying"),
-    )
-    cells = (
-        report.cells.join(anchors, on="anchor", how="left")
+    qualifying = report.anchors.select("anchor", pl.col("qualifying_k").alias("_qualifying"))
+    return (
+        report.cells.join(qualifying, on="anchor", how="left")
         .join(picked, on="anchor", how="left")
         .select(
             pl.lit("cell").alias("layer"),
             "anchor",
-            "panel",
-            "status",
             "k",
             "num_runs",
             pl.col("p_eps_good").round(4),
@@ -1424,31 +1387,58 @@ def confidence_chart(result: TuningResult, report: ConfidenceReport) -> Chart:
             .alias("role"),
         )
     )
-    thresholds = anchors.select(
-        pl.lit("anchor").alias("layer"),
-        "anchor",
-        "panel",
-        pl.lit(report.settings.confidence).alias("confidence"),
-    )
-    unresolved = report.anchors.filter(pl.col("status") == UNRESOLVED).height
-    title = {
-        "text": "P(eps-good): the chance each K is within the tie tolerance"
-        f" ({report.tolerance * 100:g}%) of the best",
-        "subtitle": [
-            f"dashed: the confidence a pick needs ({report.settings.confidence:g});"
-            f" {unresolved} of {report.anchors.height} anchor(s) unresolved (red titles)",
-            "purple tick: P without the flagged runs; ?: no noise estimate (one run per cell)",
-        ],
-    }
-    layers = set()
+
+
+def _confidence_layers(cells: pl.DataFrame) -> frozenset[str]:
+    """The layers of one anchor's confidence chart that have rows (the threshold always has
+    its own row)."""
+    layers = {"threshold"}
     if cells["p_eps_good"].is_not_null().any():
         layers.add("bars")
     if cells["p_without_flagged"].is_not_null().any():
         layers.add("without_flagged")
     if cells["p_eps_good"].is_null().any():
         layers.add("unknown")
-    template = _confidence_template(_batch_size_title(result), frozenset(layers))
-    return _chart(template, cells, thresholds, title=title)
+    return frozenset(layers)
+
+
+def confidence_charts(result: TuningResult, report: ConfidenceReport) -> list[Chart]:
+    """Per batch size of the report, a small chart of every K's P(eps-good) as a bar: the K
+    ``result`` picked, the other K that reach the confidence, the other contenders and the
+    rest; a dashed rule at the confidence a pick needs, a purple tick at P without the flagged
+    runs (where runs are flagged), ``?`` where the noise is unknown. An unresolved anchor's
+    title says so in red. Empty when no cell has enough runs for P(eps-good);
+    :func:`confidence_caption` says how to read them."""
+    cells = _confidence_cells(result, report)
+    statuses = dict(report.anchors.select("anchor", "status").iter_rows())
+    built = []
+    for (anchor,), rows in sorted(cells.partition_by("anchor", as_dict=True).items()):
+        status = statuses.get(anchor, "")
+        threshold = pl.DataFrame(
+            {"layer": ["threshold"], "confidence": [report.settings.confidence]}
+        )
+        title: dict[str, Any] = {"text": f"batch size {anchor}: {status}"}
+        if status == UNRESOLVED:
+            title["color"] = VERDICTS["chosen"][0]
+        template = _confidence_template(_confidence_layers(rows))
+        built.append(_chart(template, rows, threshold, title=title))
+    return built
+
+
+def confidence_caption(result: TuningResult, report: ConfidenceReport) -> str:
+    """How to read :func:`confidence_charts`: what P(eps-good) is, the confidence, how many
+    anchors are unresolved, and the marks."""
+    if report.cells.is_empty():
+        return "No cell has enough runs (and a usable acceptance) for P(eps-good)."
+    unresolved = report.anchors.filter(pl.col("status") == UNRESOLVED).height
+    return (
+        "P(eps-good): the chance each K is within the tie tolerance"
+        f" ({report.tolerance * 100:g}%) of the best, one chart per"
+        f" {_batch_size_title(result)}. Dashed: the confidence a pick needs"
+        f" ({report.settings.confidence:g}); {unresolved} of {report.anchors.height} anchor(s)"
+        " unresolved (red titles). Purple tick: P without the flagged runs; ?: no noise"
+        " estimate (one run per cell)."
+    )
 
 
 def rules_chart(seed: TuningResult, confident: TuningResult) -> Chart:

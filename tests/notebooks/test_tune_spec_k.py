@@ -240,9 +240,11 @@ def test_the_confidence_views_on_the_worked_example(
         (1, 4, 160.0, True)
     ]
     assert flagged["file"].item().startswith("SERVE--k4-BENCH--c1/")
-    # The chart: panel titles carry the status, the picked bars are the reported picks.
-    rows = defs["confidence_chart"].to_dict()["data"]["values"]
-    assert {row["panel"] for row in rows} == {"1: unresolved", "64: resolved"}
+    # The charts: titles carry the status, the picked bars are the reported picks.
+    specs = [chart.to_dict() for chart in defs["confidence_charts"]]
+    titles = [spec["title"]["text"] for spec in specs]
+    assert titles == ["batch size 1: unresolved", "batch size 64: resolved"]
+    rows = [row for spec in specs for row in spec["data"]["values"]]
     picked = {(row["anchor"], row["k"]) for row in rows if row.get("role") == "picked"}
     assert picked == {(1, 2), (64, 1)}
     # The two rules differ at batch size 1 only.
@@ -346,7 +348,7 @@ def test_invalid_settings_leave_the_confidence_views_empty_not_broken(
     tolerance = mo.ui.slider(steps=[1.5], value=1.5)
     defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sweep), tolerance_slider=tolerance)
     assert defs["analysis"].report is None
-    assert defs["confidence_chart"] is None and defs["rule_comparison"] is None
+    assert defs["confidence_charts"] == [] and defs["rule_comparison"] is None
     assert defs["rules_chart"] is None and defs["analysis"].plan is None
     assert "invalid-setting" in {problem.rule for problem in defs["result"].errors}
     cli_file = _cli_file(sweep, tmp_path, capsys, "--relative-tolerance", "1.5")
@@ -393,7 +395,7 @@ def test_settings_that_leave_nothing_usable_are_shown_not_raised(
     assert defs["schedule_file"] is None
     shown = {"headline_chart", "objective_charts", "schedule_chart", "acceptance_charts"}
     shown |= {"cli_arguments"}
-    shown |= {"confidence_chart", "rule_comparison", "rules_chart"}
+    shown |= {"confidence_charts", "rule_comparison", "rules_chart"}
     assert shown <= set(defs)
 
 

@@ -397,13 +397,13 @@ CONFIDENCE_RUNS = {
 }
 
 
-def test_confidence_chart_shows_p_eps_good_per_k_with_the_unresolved_anchors_marked(
+def test_confidence_charts_show_p_eps_good_per_k_with_the_unresolved_anchors_marked(
     tmp_path: Path,
 ) -> None:
     analysis = _analysis(tmp_path, CONFIDENCE_RUNS)
     assert analysis.report is not None
-    spec = charts.confidence_chart(analysis.result, analysis.report).to_dict()
-    rows = _values(spec)
+    specs = [c.to_dict() for c in charts.confidence_charts(analysis.result, analysis.report)]
+    rows = [row for spec in specs for row in _values(spec)]
     bars = {(row["anchor"], row["k"]): row for row in rows if row["layer"] == "cell"}
     assert {cell: row["p_eps_good"] for cell, row in bars.items() if cell[0] == 1} == {
         (1, 0): 0.0,
@@ -419,29 +419,45 @@ def test_confidence_chart_shows_p_eps_good_per_k_with_the_unresolved_anchors_mar
         (64, 3): "other",
     }
     assert all(row["p_eps_good"] < 0.9 for cell, row in bars.items() if cell[0] == 64)
-    assert {row["panel"] for row in rows} == {"1: resolved", "64: unresolved"}
-    thresholds = [row for row in rows if row["layer"] == "anchor"]
-    assert [(row["anchor"], row["confidence"]) for row in thresholds] == [(1, 0.9), (64, 0.9)]
-    # Panels are ordered by batch size, and unresolved ones get a red title.
-    assert spec["facet"]["sort"] == {"field": "anchor", "op": "min"}
-    assert "unresolved" in str(spec["facet"]["header"]["labelColor"])
-    bar_layer = _layer_with_mark(spec, "bar")
+    # One small chart per batch size, in order; the unresolved one has a red title.
+    assert [spec["title"] for spec in specs] == [
+        {"text": "batch size 1: resolved"},
+        {"text": "batch size 64: unresolved", "color": charts.VERDICTS["chosen"][0]},
+    ]
+    thresholds = [
+        [row["confidence"] for row in _values(s) if row["layer"] == "threshold"] for s in specs
+    ]
+    assert thresholds == [[0.9], [0.9]]
+    bar_layer = _layer_with_mark(specs[0], "bar")
     assert bar_layer["encoding"]["y"]["scale"]["domain"] == [0, 1]
     assert bar_layer["encoding"]["color"]["scale"]["domain"] == list(charts.CONFIDENCE_ROLES)
-    assert "1 of 2 anchor(s) unresolved" in str(spec["title"]["subtitle"])
+    caption = charts.confidence_caption(analysis.result, analysis.report)
+    assert "1 of 2 anchor(s) unresolved" in caption
 
 
-def test_confidence_chart_marks_unknown_probabilities(tmp_path: Path) -> None:
+def test_confidence_charts_mark_unknown_probabilities(tmp_path: Path) -> None:
     # One run per cell: no noise estimate, so every P(eps-good) is unknown (null), drawn as "?".
     runs = {(1, 0): [100.0], (1, 3): [150.0]}
     root = write_grid(tmp_path, runs)
     analysis = analyse(load_experiment(root), Settings(min_runs=1))
     assert analysis.report is not None
-    spec = charts.confidence_chart(analysis.result, analysis.report).to_dict()
+    (chart,) = charts.confidence_charts(analysis.result, analysis.report)
+    spec = chart.to_dict()
     cells = [row for row in _values(spec) if row["layer"] == "cell"]
     assert [row["p_eps_good"] for row in cells] == [None, None]
     unknown = _layer_with_mark(spec, "text")
     assert unknown["mark"]["text"] == "?" and "null" in str(unknown["transform"])
+    # Without a known P there is no bar to draw: no bar layer (it would be empty).
+    assert "bar" not in [layer["mark"]["type"] for layer in _layers(spec)]
+
+
+def test_no_confidence_charts_without_a_cell_with_enough_runs(tmp_path: Path) -> None:
+    # One run per cell at --min-runs 3: no cell the confident rule may pick.
+    runs = {(1, 0): [100.0], (1, 3): [150.0]}
+    analysis = analyse(load_experiment(write_grid(tmp_path, runs)), Settings())
+    assert analysis.report is not None and analysis.report.cells.is_empty()
+    assert charts.confidence_charts(analysis.result, analysis.report) == []
+    assert "No cell has enough runs" in charts.confidence_caption(analysis.result, analysis.report)
 
 
 def test_rules_chart_draws_both_rules_and_marks_where_they_differ(tmp_path: Path) -> None:
@@ -504,7 +520,7 @@ def test_specifications_are_valid_vega_lite(result: TuningResult, tmp_path: Path
         (acceptance, alt.LayerChart),
         (charts.schedule_chart(result), alt.LayerChart),
         (charts.schedule_chart(analysis.result, analysis.switch_points), alt.LayerChart),
-        (charts.confidence_chart(analysis.result, analysis.report), alt.FacetChart),
+        (charts.confidence_charts(analysis.result, analysis.report)[0], alt.LayerChart),
         (charts.rules_chart(analysis.seed_result, confident), alt.LayerChart),
     ):
         spec = chart.to_dict()
@@ -757,7 +773,9 @@ def _every_chart(analysis: Analysis) -> dict[str, charts.Chart]:
     built |= {f"objective {i}": c for i, c in enumerate(charts.objective_charts(result))}
     built |= {f"acceptance {i}": c for i, c in enumerate(charts.acceptance_charts(result))}
     if report is not None:
-        built["confidence"] = charts.confidence_chart(result, report)
+        built |= {
+            f"confidence {i}": c for i, c in enumerate(charts.confidence_charts(result, report))
+        }
         confident = apply_policy(analysis.seed_result, report, "confident")
         built["rules"] = charts.rules_chart(analysis.seed_result, confident)
     return built
