@@ -58,6 +58,7 @@ __all__ = [
     "ACCEPTANCE_LENGTH",
     "CONFIDENCE_ROLES",
     "DOUBTS",
+    "IMAGE_WIDTH",
     "MAX_CHART_ROWS",
     "MAX_POINTS_PER_CELL",
     "MIMETYPE",
@@ -155,6 +156,8 @@ _UNITS = {
 _SMALL_WIDTH = 240
 _HEIGHT = 200
 _HEADLINE_HEIGHT = 320
+#: The plot width of an image of a chart that follows its container on screen.
+IMAGE_WIDTH = 640
 #: Ticks that stand for a score beside the points (the conservative score, P without the
 #: flagged runs): purple, apart from the verdict colours and readable on both themes.
 _SCORE_TICK = "#9467bd"
@@ -189,14 +192,26 @@ class Chart:
     def _mime_(self) -> tuple[str, str]:
         return MIMETYPE, self.to_json()
 
+    def _image_json(self) -> str:
+        """The specification for an image: an image has no container, so a chart that follows
+        its container's width is drawn :data:`IMAGE_WIDTH` px wide (vl-convert would fall
+        back to a narrow default)."""
+        if self.template.get("width") != "container":
+            return self.to_json()
+        return Chart({**self.template, "width": IMAGE_WIDTH}, self.rows).to_json()
+
     def png(self, scale: float = 2) -> bytes:
         """A PNG at ``scale`` times the screen resolution."""
         return bytes(
-            vl_convert.vegalite_to_png(self.to_json(), vl_version=_VL_CONVERT_VERSION, scale=scale)
+            vl_convert.vegalite_to_png(
+                self._image_json(), vl_version=_VL_CONVERT_VERSION, scale=scale
+            )
         )
 
     def svg(self) -> bytes:
-        return vl_convert.vegalite_to_svg(self.to_json(), vl_version=_VL_CONVERT_VERSION).encode()
+        return vl_convert.vegalite_to_svg(
+            self._image_json(), vl_version=_VL_CONVERT_VERSION
+        ).encode()
 
 
 def axis_title(field: str) -> str:
@@ -1495,8 +1510,10 @@ def acceptance_charts(result: TuningResult) -> list[Chart]:
 
 
 def acceptance_caption(result: TuningResult) -> str:
-    """How to read :func:`acceptance_charts` for ``result``."""
+    """How to read :func:`acceptance_charts` for ``result`` (or that there are none)."""
     field = acceptance_metric(result)
+    if field is None or field not in result.sweep.runs.columns:
+        return "The sweep has no acceptance field to plot."
     return (
         f"{field} against K (median with MAD error bars), one chart per"
         f" {_batch_size_title(result)}. Colour and shape: the objective cell's verdict; K=0"

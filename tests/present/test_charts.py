@@ -278,6 +278,7 @@ def test_no_acceptance_chart_without_an_acceptance_field(tmp_path: Path) -> None
     )
     assert charts.acceptance_charts(result)  # the builder writes acceptance for K>0
     assert charts.acceptance_charts(result_without) == []
+    assert charts.acceptance_caption(result_without) == "The sweep has no acceptance field to plot."
 
 
 def test_large_cells_show_evenly_spaced_runs_including_the_extremes(tmp_path: Path) -> None:
@@ -532,9 +533,14 @@ def test_specifications_are_valid_vega_lite(result: TuningResult, tmp_path: Path
 
 def test_images_render_offline(result: TuningResult) -> None:
     chart = charts.schedule_chart(result)
-    assert chart.png().startswith(b"\x89PNG\r\n\x1a\n")
+    png = chart.png(scale=1)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
     svg = chart.svg().decode()
     assert svg.startswith("<svg") and "num_speculative_tokens_per_batch_size" in svg
+    # On screen it follows its container; as an image it is IMAGE_WIDTH wide (plus its axes).
+    assert chart.to_dict()["width"] == "container"
+    width = int.from_bytes(png[16:20], "big")
+    assert charts.IMAGE_WIDTH < width < charts.IMAGE_WIDTH + 200
 
 
 def test_comparison_chart_has_both_schedules_and_their_anchors(sample_diff: DiffReport) -> None:
