@@ -123,7 +123,7 @@ def chart_builders(analysis: Analysis, comparison: app_support.RuleComparison) -
 
 
 def chart_json(built: list[Any]) -> list[str]:
-    return [chart.to_json() for chart in built if chart is not None]
+    return [chart.to_json() for chart in built]
 
 
 def timed(function: Callable[..., Any], *arguments: Any) -> tuple[Any, float]:
@@ -167,10 +167,10 @@ def run_bench(sweep_dir: Path, repeats: int, slider: str, options: Options) -> i
         built, build_ms = timed(chart_builders, analysis, comparison)
         texts, json_ms = timed(chart_json, built)
         cpu_ms = (time.process_time() - cpu_start) * 1e3
-        assert analysis.result.ok and len(texts) == 5, "the bench sweep must give a schedule"
+        assert analysis.result.ok and texts, "the bench sweep must give a schedule"
         if repetition < 2:
             # Untimed: the specifications are valid Vega-Lite with data in them.
-            assert all(chart.to_dict()["data"]["values"] for chart in built if chart is not None)
+            assert all(chart.to_dict()["data"]["values"] for chart in built)
             continue
         times = (analysis_ms, file_ms, comparison_ms, tables_ms, build_ms, json_ms)
         for name, value in zip(stages, times, strict=False):
