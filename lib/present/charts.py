@@ -492,9 +492,12 @@ def speed_up_percent(median: pl.Expr, baseline: pl.Expr, maximize: bool) -> pl.E
     is not positive (no ratio to take).
 
     >>> frame = pl.DataFrame({"m": [120.0, 16.0, 0.0], "b": [100.0, 20.0, 10.0]})
-    >>> frame.select(speed_up_percent(pl.col("m"), pl.col("b"), True).round(2))["m"].to_list()
+    >>> def percent(maximize: bool) -> list[float | None]:
+    ...     up = speed_up_percent(pl.col("m"), pl.col("b"), maximize).round(2).alias("up")
+    ...     return frame.select(up)["up"].to_list()
+    >>> percent(maximize=True)
     [20.0, -20.0, None]
-    >>> frame.select(speed_up_percent(pl.col("m"), pl.col("b"), False).round(2))["b"].to_list()
+    >>> percent(maximize=False)
     [-16.67, 25.0, None]
     """
     ratio = median / baseline if maximize else baseline / median
