@@ -495,7 +495,7 @@ def _(result, schedule_file):
 
 @app.cell
 def _(analysis, result):
-    headline_chart = charts.schedule_chart(result, analysis.switch_points)
+    headline_chart = charts.headline_chart(result, analysis.report)
     mo.output.replace(headline_chart)
     return (headline_chart,)
 
@@ -760,7 +760,8 @@ def confidence_section(analysis) -> mo.Html:
             )
             if unresolved
             else mo.callout(mo.md("**Every anchor is resolved.**"), kind="success"),
-            charts.confidence_chart(result, report),
+            mo.md(charts.confidence_caption(result, report)),
+            mo.hstack(charts.confidence_charts(result, report), wrap=True, justify="start"),
             mo.ui.table(
                 table,
                 selection=None,
@@ -859,15 +860,25 @@ def switch_section(analysis) -> mo.Html:
 
 @app.function
 def objective_section(analysis) -> mo.Html:
-    return charts.objective_chart(analysis.result)
+    # Small charts of a fixed width wrap to the page: nothing is clipped, one column on a phone.
+    result = analysis.result
+    return mo.vstack(
+        [
+            mo.md(charts.objective_caption(result)),
+            mo.hstack(charts.objective_charts(result), wrap=True, justify="start"),
+        ]
+    )
 
 
 @app.function
 def acceptance_section(analysis) -> mo.Html:
-    chart = charts.acceptance_chart(analysis.result)
-    if chart is None:
-        return mo.callout("The sweep has no acceptance field to plot.", kind="neutral")
-    return chart
+    result = analysis.result
+    shown = charts.acceptance_charts(result)
+    if not shown:
+        return mo.callout(charts.acceptance_caption(result), kind="neutral")
+    return mo.vstack(
+        [mo.md(charts.acceptance_caption(result)), mo.hstack(shown, wrap=True, justify="start")]
+    )
 
 
 @app.function
@@ -935,9 +946,9 @@ def _image(name: str, suffix: str, analysis) -> bytes:
     result, report = analysis.result, analysis.report
     chart = {
         "speed_up": lambda: charts.headline_chart(result, report),
-        "objective_vs_k": lambda: charts.objective_chart(result),
+        "objective_vs_k": lambda: charts.image_grid(charts.objective_charts(result)),
         "schedule": lambda: charts.schedule_chart(result, analysis.switch_points),
-        "p_eps_good": lambda: charts.confidence_chart(result, report),
+        "p_eps_good": lambda: charts.image_grid(charts.confidence_charts(result, report)),
     }[name]()
     return getattr(chart, suffix)()
 

@@ -1,14 +1,20 @@
 """Charts of a :class:`lib.schedule.TuningResult` for the app, as Vega-Lite specifications.
 
-- :func:`objective_chart`: per batch size, the objective against K: every run a faint point,
-  the median with MAD error bars, the conservative score the policy ranks, and each cell's
-  verdict (chosen, tied, kept, rejected) as colour and shape.
+- :func:`headline_chart`: the answer at a glance: each K's median speed-up over K=0 (%) with its
+  MAD band against batch size on a log axis, the chosen schedule over it, unresolved anchors
+  and doubtful picks marked.
+- :func:`objective_charts`: one small chart per batch size, the objective against K: every run a
+  faint point, the median with MAD error bars, the conservative score the policy ranks, and each
+  cell's verdict (chosen, tied, kept, rejected) as colour and shape. Small charts of a fixed
+  width wrap to the page's width (``mo.hstack(charts, wrap=True)``); :func:`image_grid` puts
+  them into one image.
 - :func:`schedule_chart`: the schedule as a step chart over a log batch-size axis, with the
   measured anchors marked and, given the switch-point analysis, the interpolated schedule as a
   second line and a vertical rule at each interpolated switch point.
-- :func:`acceptance_chart`: acceptance length (or the chosen acceptance field) against K.
-- :func:`confidence_chart`: per batch size, P(eps-good) of every K as bars, against the
-  confidence a pick needs; unresolved anchors stand out.
+- :func:`acceptance_charts`: per batch size, acceptance length (or the chosen acceptance field)
+  against K, small charts like :func:`objective_charts`.
+- :func:`confidence_charts`: per batch size, P(eps-good) of every K as bars, against the
+  confidence a pick needs; unresolved anchors stand out. Small charts too.
 - :func:`rules_chart`: the schedules of the seed's rule and the confident rule, with the
   anchors where they pick differently marked.
 - :func:`comparison_chart`: two tunings' schedules (``tune-spec-k diff``), with each side's
@@ -21,14 +27,19 @@ validates it against the Vega-Lite schema; a slider change then only puts new ro
 title into a copy of the template. Building and serialising Altair objects on every change
 would cost several times the policy itself.
 
-Charts are layered first and faceted by batch size second (Vega-Lite cannot layer facets), so
-every layer reads the same rows and keeps its own with a filter on ``layer``.
+Every layer of a chart reads the same rows and keeps its own with a filter on ``layer``. A
+layer whose filter would keep no row is left out of the specification: Vega warns about the
+infinite extent of an empty layer's fields (and an empty log axis "includes zero").
+
+Colours are mid-tones readable on marimo's light and dark themes; text, axes and backgrounds
+are left to the theme (marimo renders charts with Vega's ``dark`` theme in dark mode).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,24 +57,34 @@ from lib.switch_points import SwitchPoints
 __all__ = [
     "ACCEPTANCE_LENGTH",
     "CONFIDENCE_ROLES",
+    "DOUBTS",
+    "IMAGE_WIDTH",
     "MAX_CHART_ROWS",
     "MAX_POINTS_PER_CELL",
     "MIMETYPE",
+    "NEUTRAL",
     "RULES",
     "SCHEDULE_LINES",
     "SIDE_COLOURS",
     "UNRESOLVED",
     "VERDICTS",
     "Chart",
-    "acceptance_chart",
+    "acceptance_caption",
+    "acceptance_charts",
     "acceptance_metric",
     "axis_title",
     "comparison_chart",
-    "confidence_chart",
-    "objective_chart",
+    "confidence_caption",
+    "confidence_charts",
+    "headline_chart",
+    "image_grid",
+    "label_rows",
+    "objective_caption",
+    "objective_charts",
     "points_per_cell",
     "rules_chart",
     "schedule_chart",
+    "speed_up_percent",
 ]
 
 #: Above this many runs in one cell, the faint points show evenly spaced order statistics of
@@ -73,12 +94,22 @@ MAX_POINTS_PER_CELL = 60
 #: Rows one chart embeds at most (while every cell keeps at least its two extreme runs).
 MAX_CHART_ROWS = 3000
 
+#: The colour of neutral marks (runs, ticks, thresholds, baselines): a mid grey, readable on
+#: marimo's light and dark backgrounds alike (black would vanish in dark mode, white in light).
+NEUTRAL = "#8c8c8c"
+
 #: Cell verdicts, in legend order, with their colour, shape and size.
 VERDICTS: dict[str, tuple[str, str, int]] = {
     "chosen": ("#d62728", "diamond", 220),
     "tied": ("#ff7f0e", "triangle-up", 120),
     "kept": ("#4c78a8", "circle", 70),
-    "rejected": ("#9d9d9d", "cross", 90),
+    "rejected": (NEUTRAL, "cross", 90),
+}
+
+#: Why the headline chart doubts an anchor's pick, with the symbol written above the anchor.
+DOUBTS: dict[str, str] = {
+    "unresolved": "?",  # no K reaches the confidence: the pick is provisional
+    "pick below the confidence": "!",  # some K does, but not the exported one
 }
 
 #: The two schedules of the schedule chart: vLLM's steps at the anchors, and the one that
@@ -120,9 +151,16 @@ _UNITS = {
     "duration": "s",
 }
 
-_FACET_COLUMNS = 4
-_FACET_WIDTH = 140
+#: The plot of one batch size's small chart: with its axes about 310 px wide, so one fits a
+#: phone (390 px) and four fit a 1280 px page.
+_SMALL_WIDTH = 240
 _HEIGHT = 200
+_HEADLINE_HEIGHT = 320
+#: The plot width of an image of a chart that follows its container on screen.
+IMAGE_WIDTH = 640
+#: Ticks that stand for a score beside the points (the conservative score, P without the
+#: flagged runs): purple, apart from the verdict colours and readable on both themes.
+_SCORE_TICK = "#9467bd"
 _CONFIDENCE_HEIGHT = 120
 _ROWS = "rows"
 UNRESOLVED = "unresolved"
@@ -131,7 +169,7 @@ UNRESOLVED = "unresolved"
 @dataclass(frozen=True, eq=False)
 class Chart:
     """A Vega-Lite chart: marimo shows it as is (``_mime_``), :meth:`to_dict` is the
-    specification (``alt.FacetChart.from_dict`` / ``alt.LayerChart.from_dict`` turn it back into
+    specification (``alt.LayerChart.from_dict`` / ``alt.ConcatChart.from_dict`` turn it back into
     Altair objects), :meth:`png` and :meth:`svg` render it offline with vl-convert.
 
     ``rows`` is the data as a JSON array, written by Polars: the rows are never turned into
@@ -154,14 +192,26 @@ class Chart:
     def _mime_(self) -> tuple[str, str]:
         return MIMETYPE, self.to_json()
 
+    def _image_json(self) -> str:
+        """The specification for an image: an image has no container, so a chart that follows
+        its container's width is drawn :data:`IMAGE_WIDTH` px wide (vl-convert would fall
+        back to a narrow default)."""
+        if self.template.get("width") != "container":
+            return self.to_json()
+        return Chart({**self.template, "width": IMAGE_WIDTH}, self.rows).to_json()
+
     def png(self, scale: float = 2) -> bytes:
         """A PNG at ``scale`` times the screen resolution."""
         return bytes(
-            vl_convert.vegalite_to_png(self.to_json(), vl_version=_VL_CONVERT_VERSION, scale=scale)
+            vl_convert.vegalite_to_png(
+                self._image_json(), vl_version=_VL_CONVERT_VERSION, scale=scale
+            )
         )
 
     def svg(self) -> bytes:
-        return vl_convert.vegalite_to_svg(self.to_json(), vl_version=_VL_CONVERT_VERSION).encode()
+        return vl_convert.vegalite_to_svg(
+            self._image_json(), vl_version=_VL_CONVERT_VERSION
+        ).encode()
 
 
 def axis_title(field: str) -> str:
@@ -252,17 +302,19 @@ def _points_key(result: TuningResult, field: str) -> tuple[Sweep, str, int, _Exc
     return result.sweep, field, points_per_cell(result.cells.height), excluded
 
 
-def _run_points(result: TuningResult, field: str) -> str:
-    """Every run with a finite ``field`` at a usable (anchor, K), with the reason the policy
+def _run_points(result: TuningResult, field: str) -> dict[int, str]:
+    """Per anchor, every run with a finite ``field`` at a usable K, with the reason the policy
     excluded it (empty when used); thinned to :func:`points_per_cell` runs per cell; as JSON
-    rows for :func:`_chart`."""
-    return _run_rows_json(*_points_key(result, field))
+    rows for :func:`_chart`. An anchor without such a run is absent."""
+    return _run_rows_by_anchor(*_points_key(result, field))
 
 
 @functools.lru_cache(maxsize=8)
-def _run_rows_json(sweep: Sweep, field: str, most: int, excluded: _Excluded) -> str:
+def _run_rows_by_anchor(sweep: Sweep, field: str, most: int, excluded: _Excluded) -> dict[int, str]:
     """Cached with the frame: a slider change does not even write the runs again."""
-    return _excluded_marked(sweep, field, most, excluded).write_json()[1:-1]
+    runs = _excluded_marked(sweep, field, most, excluded)
+    by_anchor = runs.partition_by("anchor", as_dict=True, maintain_order=True)
+    return {anchor: rows.write_json()[1:-1] for (anchor,), rows in by_anchor.items()}
 
 
 @functools.lru_cache(maxsize=8)
@@ -354,11 +406,15 @@ def _step_rows(
     schedule: Schedule | None, layer: str, line: str, labelled: bool = False
 ) -> pl.DataFrame:
     """A step line: each range's start, then the last range's end, named ``line``; the ranges
-    of a ``labelled`` line are written beside it."""
+    of a ``labelled`` line are written beside it, on the ``label_row`` (further up) where it
+    would overlap the one before (:func:`label_rows`)."""
     ranges = list(schedule or ())
     starts = [(lo, k, f"[{lo}, {hi}]") for lo, hi, k in ranges]
+    rows: list[int] = []
     if ranges:
         _, hi, k = ranges[-1]
+        texts = [text for _, _, text in starts]
+        rows = [*label_rows([lo for lo, _, _ in starts], texts, (ranges[0][0], hi)), 0]
         starts.append((hi, k, "end"))
     return pl.DataFrame(
         starts, schema={"batch_size": pl.Int64, "k": pl.Int64, "range": pl.Utf8}, orient="row"
@@ -367,6 +423,7 @@ def _step_rows(
         pl.lit(line).alias("line"),
         pl.all(),
         pl.lit(labelled).alias("labelled"),
+        pl.Series("label_row", rows, pl.Int64),
     )
 
 
@@ -406,6 +463,11 @@ def _schedule_rows(result: TuningResult, switch_points: SwitchPoints | None) -> 
         pl.col("gain_percent").round(2),
         pl.col("note").fill_null(""),
     )
+    steps = switch_points.step_schedule.ranges
+    extent = (steps[0][0], steps[-1][1]) if steps else (1, 1)
+    # Switch labels hang from the top, one row lower wherever they would overlap.
+    rows = label_rows(switches["batch_size"].to_list(), switches["change"].to_list(), extent)
+    switches = switches.with_columns(pl.Series("label_row", rows, pl.Int64))
     deployed = _deployed(result, switch_points)
     return [
         _step_rows(switch_points.step_schedule, "step", "step", deployed == "step"),
@@ -417,6 +479,214 @@ def _schedule_rows(result: TuningResult, switch_points: SwitchPoints | None) -> 
     ]
 
 
+# --------------------------------------------------------------------------- headline rows
+
+
+def speed_up_percent(median: pl.Expr, baseline: pl.Expr, maximize: bool) -> pl.Expr:
+    """How much better ``median`` is than the K=0 ``baseline``, in percent; positive = better.
+
+    Maximised objective (throughput): ``(median / baseline - 1) x 100``. Minimised objective
+    (TPOT, latency): ``(baseline / median - 1) x 100``, the speed-up of the rate, so TPOT 20 ms
+    at K=0 and 16 ms at K is +25 % (1.25 times the tokens per second), and a slower K is
+    negative. The same convention as the decisions' ``vs_k0_percent``. Null when either value
+    is not positive (no ratio to take).
+
+    >>> frame = pl.DataFrame({"m": [120.0, 16.0, 0.0], "b": [100.0, 20.0, 10.0]})
+    >>> def percent(maximize: bool) -> list[float | None]:
+    ...     up = speed_up_percent(pl.col("m"), pl.col("b"), maximize).round(2).alias("up")
+    ...     return frame.select(up)["up"].to_list()
+    >>> percent(maximize=True)
+    [20.0, -20.0, None]
+    >>> percent(maximize=False)
+    [-16.67, 25.0, None]
+    """
+    ratio = median / baseline if maximize else baseline / median
+    return pl.when((median > 0) & (baseline > 0)).then((ratio - 1) * 100)
+
+
+def _baselines(cells: pl.DataFrame) -> pl.DataFrame:
+    """Per anchor, the median of its K=0 cell when that cell was kept and is positive: the
+    baseline a speed-up is taken against (a rejected K=0 cell is no baseline)."""
+    usable = (pl.col("k") == 0) & (pl.col("status") == "kept") & (pl.col("median") > 0)
+    return cells.filter(usable).select("anchor", pl.col("median").alias("baseline"))
+
+
+def _speed_ups(result: TuningResult) -> pl.DataFrame:
+    """Every cell with K > 0 at an anchor with a baseline, with its median speed-up over K=0
+    and the MAD band: the ratio to K=0 times 1 -/+ the cell's relative MAD (the K=0 cell's own
+    noise is not added), in percent. Cells whose speed-up is not finite are left out."""
+    maximize = result.settings.maximize
+    ratio = 1 + pl.col("speedup") / 100
+    relative_mad = pl.col("relative_mad").fill_null(0.0)
+    return (
+        result.cells.filter(pl.col("k") > 0)
+        .join(_baselines(result.cells), on="anchor", how="inner")
+        .with_columns(
+            speed_up_percent(pl.col("median"), pl.col("baseline"), maximize).alias("speedup")
+        )
+        .filter(pl.col("speedup").is_finite())
+        .select(
+            pl.when(pl.col("status") == "kept")
+            .then(pl.lit("speedup"))
+            .otherwise(pl.lit("rejected"))
+            .alias("layer"),
+            pl.col("anchor").alias("batch_size"),
+            "k",
+            pl.col("speedup").round(2),
+            ((ratio * (1 - relative_mad) - 1) * 100).round(2).alias("lo"),
+            ((ratio * (1 + relative_mad) - 1) * 100).round(2).alias("hi"),
+            "median",
+            "baseline",
+            "num_runs",
+            pl.col("reason").fill_null(""),
+        )
+        .sort("layer", "k", "batch_size")
+    )
+
+
+def _doubts(result: TuningResult, report: ConfidenceReport | None) -> pl.DataFrame:
+    """Per anchor whose pick is in doubt, the doubt (:data:`DOUBTS`) and its symbol: the
+    report says ``unresolved``, or the exported K's P(eps-good) is below the confidence (when
+    P is known). Nothing without a report."""
+    schema = {"anchor": pl.Int64, "doubt": pl.Utf8, "p_pick": pl.Float64}
+    if report is None:
+        return pl.DataFrame(schema=schema)
+    picks = result.decisions.select("anchor", pl.col("selected_k").alias("k"))
+    p_pick = picks.join(report.cells.select("anchor", "k", "p_eps_good"), on=["anchor", "k"])
+    below = pl.col("p_eps_good") < report.settings.confidence
+    return (
+        report.anchors.select("anchor", "status")
+        .join(p_pick.select("anchor", "p_eps_good"), on="anchor", how="left")
+        .select(
+            "anchor",
+            pl.when(pl.col("status") == UNRESOLVED)
+            .then(pl.lit(UNRESOLVED))
+            .when(below.fill_null(False))
+            .then(pl.lit("pick below the confidence"))
+            .alias("doubt"),
+            pl.col("p_eps_good").round(4).alias("p_pick"),
+        )
+        .drop_nulls("doubt")
+        .cast(schema)  # type: ignore[arg-type]
+    )
+
+
+def _headline_rows(result: TuningResult, report: ConfidenceReport | None) -> list[pl.DataFrame]:
+    """The rows of :func:`headline_chart`: ``speedup`` and ``rejected`` cells
+    (:func:`_speed_ups`), a ``baseline`` row at 0 % per anchor with a baseline, a ``chosen``
+    row per anchor with a pick and a baseline, a ``no_baseline`` row per other anchor with
+    cells, and a ``doubt`` row per doubtful pick (:func:`_doubts`)."""
+    baselines = _baselines(result.cells)
+    speed_ups = _speed_ups(result)
+    doubts = _doubts(result, report)
+    symbol = pl.col("doubt").replace_strict(DOUBTS, default="")
+    chosen = (
+        result.decisions.filter(pl.col("selected_k").is_not_null())
+        .join(baselines, on="anchor", how="inner")
+        .join(
+            speed_ups.filter(pl.col("layer") == "speedup").select(
+                pl.col("batch_size").alias("anchor"), "k", "speedup"
+            ),
+            left_on=["anchor", "selected_k"],
+            right_on=["anchor", "k"],
+            how="left",
+        )
+        .join(doubts, on="anchor", how="left")
+        .select(
+            pl.lit("chosen").alias("layer"),
+            pl.col("anchor").alias("batch_size"),
+            pl.col("selected_k").alias("k"),
+            # The chosen K=0 is the baseline itself.
+            pl.when(pl.col("selected_k") == 0).then(0.0).otherwise("speedup").alias("speedup"),
+            pl.col("doubt").fill_null(""),
+        )
+        .drop_nulls("speedup")
+    )
+    anchors = result.cells.select("anchor").unique().sort("anchor")
+    no_baseline = anchors.join(baselines, on="anchor", how="anti")
+    labels = ["no K=0"] * no_baseline.height
+    rows = label_rows(no_baseline["anchor"].to_list(), labels, _extent(anchors["anchor"]))
+    return [
+        speed_ups,
+        baselines.sort("anchor").select(
+            pl.lit("baseline").alias("layer"),
+            pl.col("anchor").alias("batch_size"),
+            pl.lit(0.0).alias("speedup"),
+            "baseline",
+        ),
+        chosen,
+        no_baseline.select(
+            pl.lit("no_baseline").alias("layer"),
+            pl.col("anchor").alias("batch_size"),
+            pl.lit("no kept K=0 cell: no speed-up to show").alias("note"),
+            pl.Series("label_row", rows, pl.Int64),
+        ),
+        doubts.sort("anchor").select(
+            pl.lit("doubt").alias("layer"),
+            pl.col("anchor").alias("batch_size"),
+            "doubt",
+            symbol.alias("symbol"),
+            "p_pick",
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------- label layout
+
+#: The narrowest plot labels are laid out for (a phone): labels apart there are apart on any
+#: wider plot too, since positions on a log axis scale with the width.
+_NARROWEST_PLOT_PX = 300
+#: The width of one character of an 11 px label, generously, and the space between labels.
+_LABEL_CHAR_PX = 6.5
+_LABEL_GAP_PX = 4
+#: The height of one row of labels.
+_LABEL_ROW_PX = 13
+
+
+def _label_layers(frame: pl.DataFrame, prefix: str) -> set[str]:
+    """The names of the text layers ``frame``'s labels need: one per row of labels they take
+    (``"<prefix>:<row>"``; a mark's ``dy`` cannot follow the data, and Vega-Lite drops a
+    ``yOffset`` on a continuous y, so each row is a layer)."""
+    return {f"{prefix}:{row}" for row in frame["label_row"].unique()}
+
+
+def _label_rows_in(layers: frozenset[str], prefix: str) -> list[int]:
+    """The label rows ``layers`` names for ``prefix`` (:func:`_label_layers`)."""
+    return sorted(int(name.split(":")[1]) for name in layers if name.startswith(prefix + ":"))
+
+
+def _extent(values: pl.Series) -> tuple[int, int]:
+    """The smallest and largest of positive batch sizes (1, 1 when there are none)."""
+    positive = values.filter(values > 0)
+    if positive.is_empty():
+        return 1, 1
+    return int(positive.min()), int(positive.max())  # type: ignore[arg-type]
+
+
+def label_rows(batch_sizes: list[int], texts: list[str], extent: tuple[int, int]) -> list[int]:
+    """For labels written left-aligned from ``batch_sizes`` on a log axis spanning ``extent``,
+    the row each goes on (0 = the first) so that no two labels on a row overlap on the
+    narrowest plot (300 px; further apart on a wider one). Greedy from the left: a label takes
+    the first row whose last label ends before it starts. The axis is taken to run between
+    the powers of two around ``extent``, as Vega-Lite's "nice" log scale does.
+
+    >>> label_rows([1, 2, 64], ["K=3 -> K=1", "K=1 -> K=0", "x"], (1, 256))
+    [0, 1, 0]
+    """
+    low = 2 ** math.floor(math.log2(max(extent[0], 1)))
+    span = max(math.log2(max(extent[1], 1) / low), 1.0)
+    ends: list[float] = []
+    rows = [0] * len(batch_sizes)
+    for index in sorted(range(len(batch_sizes)), key=lambda i: batch_sizes[i]):
+        start = math.log2(max(batch_sizes[index], 1) / low) / span * _NARROWEST_PLOT_PX
+        row = next((row for row, end in enumerate(ends) if end <= start), len(ends))
+        if row == len(ends):
+            ends.append(0.0)
+        ends[row] = start + len(texts[index]) * _LABEL_CHAR_PX + _LABEL_GAP_PX
+        rows[index] = row
+    return rows
+
+
 # --------------------------------------------------------------------------- templates
 
 
@@ -425,15 +695,30 @@ def _layer(name: str) -> Any:
 
 
 def _verdict_encoding() -> dict[str, Any]:
+    """Colour and shape by verdict, in one legend; size by verdict as fixed values.
+
+    Size is not a scale of ``verdict``: a size scale of a nominal field makes Vega-Lite warn
+    ("Channel size should not be used with an unsorted discrete field"), and a size legend
+    disabled beside the colour and shape legends of the same field conflicts with them
+    ("Conflicting legend property disable")."""
     names = list(VERDICTS)
     colours, shapes, sizes = (list(values) for values in zip(*VERDICTS.values(), strict=True))
     legend = alt.Legend(title="cell", orient="top")
+    *sized, (_, default_size) = zip(names, sizes, strict=True)
     return {
         "color": alt.Color("verdict:N", scale=alt.Scale(domain=names, range=colours)).legend(
             legend
         ),
         "shape": alt.Shape("verdict:N", scale=alt.Scale(domain=names, range=shapes)).legend(legend),
-        "size": alt.Size("verdict:N", scale=alt.Scale(domain=names, range=sizes)).legend(None),
+        "size": alt.SizeValue(
+            default_size,
+            condition=[
+                alt.ConditionalPredicateValueDefnumberExprRef(
+                    test=f"datum.verdict === '{name}'", value=size
+                )
+                for name, size in sized
+            ],
+        ),
     }
 
 
@@ -454,9 +739,10 @@ def _cell_tooltip(number_format: str, conservative: bool) -> list[alt.Tooltip]:
     return [*tooltip, alt.Tooltip("reason:N", title="rejected because")]
 
 
-def _cell_layers(y_title: str, conservative: bool) -> list[alt.Chart]:
-    """Faint run points, MAD error bars, a median line, optionally the conservative score, and
-    verdict-coloured medians on top."""
+def _cell_layers(y_title: str, conservative: bool, layers: frozenset[str]) -> list[alt.Chart]:
+    """Faint run points (``"run"``), MAD error bars, a median line and verdict-coloured medians
+    (``"cell"``), and the conservative score of the cells not rejected (``"score"``), as far
+    as ``layers`` names them."""
     x = alt.X("k:O", title="K (draft tokens per step)", axis=alt.Axis(labelAngle=0))
     number_format = ",.2f" if conservative else ",.3f"
     tooltip = _cell_tooltip(number_format, conservative)
@@ -467,7 +753,9 @@ def _cell_layers(y_title: str, conservative: bool) -> list[alt.Chart]:
             x=x,
             y=alt.Y("value:Q", title=y_title).scale(zero=False),
             # Runs the policy left out (failed, unusable) stay visible, in red.
-            color=alt.condition("datum.excluded != ''", alt.value("#d62728"), alt.value("#555555")),
+            color=alt.condition(
+                "datum.excluded != ''", alt.value(VERDICTS["chosen"][0]), alt.value(NEUTRAL)
+            ),
             tooltip=[
                 alt.Tooltip("run:N"),
                 alt.Tooltip("value:Q", format=number_format),
@@ -478,7 +766,7 @@ def _cell_layers(y_title: str, conservative: bool) -> list[alt.Chart]:
     )
     bars = (
         alt.Chart()
-        .mark_errorbar(ticks=alt.MarkConfig(size=10), color="#4c78a8")
+        .mark_errorbar(ticks=alt.MarkConfig(size=10), color=VERDICTS["kept"][0])
         .encode(
             x=x,
             y=alt.Y("lo:Q", title=y_title).scale(zero=False),
@@ -489,7 +777,7 @@ def _cell_layers(y_title: str, conservative: bool) -> list[alt.Chart]:
     )
     line = (
         alt.Chart()
-        .mark_line(color="#4c78a8", opacity=0.5, strokeDash=[4, 3])
+        .mark_line(color=VERDICTS["kept"][0], opacity=0.5, strokeDash=[4, 3])
         .encode(x=x, y=alt.Y("median:Q", title=y_title).scale(zero=False))
         .transform_filter(_layer("cell"))
     )
@@ -504,20 +792,18 @@ def _cell_layers(y_title: str, conservative: bool) -> list[alt.Chart]:
         )
         .transform_filter(_layer("cell"))
     )
-    layers = [runs, bars, line, medians]
-    if conservative:
-        tick = (
-            alt.Chart()
-            .mark_tick(color="#222222", thickness=2, size=14)
-            .encode(
-                x=x,
-                y=alt.Y("conservative:Q", title=y_title).scale(zero=False),
-                tooltip=tooltip,
-            )
-            .transform_filter(_layer("cell") & (alt.datum.verdict != "rejected"))
+    score = (
+        alt.Chart()
+        .mark_tick(color=_SCORE_TICK, thickness=2, size=14)
+        .encode(
+            x=x,
+            y=alt.Y("conservative:Q", title=y_title).scale(zero=False),
+            tooltip=tooltip,
         )
-        layers.insert(3, tick)
-    return layers
+        .transform_filter(_layer("cell") & (alt.datum.verdict != "rejected"))
+    )
+    named = [("run", runs), ("cell", bars), ("cell", line), ("score", score), ("cell", medians)]
+    return [chart for name, chart in named if name in layers]
 
 
 def _without_data(chart: alt.TopLevelMixin) -> dict[str, Any]:
@@ -529,15 +815,13 @@ def _without_data(chart: alt.TopLevelMixin) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=32)
-def _faceted_template(y_title: str, header: str, conservative: bool) -> dict[str, Any]:
-    chart = alt.FacetChart(
+def _small_template(y_title: str, conservative: bool, layers: frozenset[str]) -> dict[str, Any]:
+    """One batch size's chart of a field against K (:func:`_cell_layers`)."""
+    chart = alt.LayerChart(
         data=alt.NamedData(name=_ROWS),
-        spec=alt.LayerChart(
-            layer=_cell_layers(y_title, conservative), width=_FACET_WIDTH, height=_HEIGHT
-        ),
-        facet=alt.Facet("anchor:O", title=header),
-        columns=_FACET_COLUMNS,
-        resolve=alt.Resolve(scale=alt.ScaleResolveMap(y="independent")),
+        layer=_cell_layers(y_title, conservative, layers),
+        width=_SMALL_WIDTH,
+        height=_HEIGHT,
     )
     return _without_data(chart)
 
@@ -561,12 +845,16 @@ def _log_batch_size(batch_size_title: str) -> Any:
 
 
 _K_AXIS = alt.Y("k:Q", title="K (draft tokens per step)").axis(tickMinStep=1)
+#: The rows of the schedule chart whose range is written beside the line.
+_RANGE_LABEL = alt.datum.labelled & (alt.datum.range != "end")
 
 
-@functools.lru_cache(maxsize=8)
-def _schedule_template(batch_size_title: str) -> dict[str, Any]:
+@functools.lru_cache(maxsize=16)
+def _schedule_template(batch_size_title: str, layers: frozenset[str]) -> dict[str, Any]:
+    """The layers of :func:`schedule_chart` that ``layers`` names (:func:`_schedule_layers`)."""
     x = _log_batch_size(batch_size_title)
     y = _K_AXIS
+    line_encoding = _line_encoding("line", SCHEDULE_LINES, "schedule")
     lines = (
         alt.Chart()
         .mark_line(interpolate="step-after", strokeWidth=3)
@@ -574,16 +862,27 @@ def _schedule_template(batch_size_title: str) -> dict[str, Any]:
             x=x,
             y=y,
             tooltip=[alt.Tooltip("line:N", title="schedule"), "range:N", "k:Q"],
-            **_line_encoding("line", SCHEDULE_LINES, "schedule"),
+            **line_encoding,
         )
         .transform_filter(_layer("step") | _layer("interpolated"))
     )
-    labels = (
-        alt.Chart()
-        .mark_text(align="left", dx=4, dy=-8)
-        .encode(x=x, y=y, text=alt.Text("range:N"), color=alt.Color("line:N").legend(None))
-        .transform_filter(alt.datum.labelled & (alt.datum.range != "end"))
-    )
+    labels = [
+        (
+            f"range_label:{row}",
+            alt.Chart()
+            .mark_text(align="left", dx=4, dy=-8 - _LABEL_ROW_PX * row)
+            .encode(
+                x=x,
+                y=y,
+                text=alt.Text("range:N"),
+                # The lines' colour encoding, legend and all: a label layer without the legend
+                # would conflict with it ("Conflicting legend property disable").
+                color=line_encoding["color"],
+            )
+            .transform_filter(_RANGE_LABEL & (alt.datum.label_row == row)),
+        )
+        for row in _label_rows_in(layers, "range_label")
+    ]
     switches = (
         alt.Chart()
         .mark_rule(color=SCHEDULE_LINES["interpolated"][0], strokeDash=[2, 2], strokeWidth=1.5)
@@ -600,12 +899,16 @@ def _schedule_template(batch_size_title: str) -> dict[str, Any]:
         )
         .transform_filter(_layer("switch"))
     )
-    switch_labels = (
-        alt.Chart()
-        .mark_text(align="left", dx=3, baseline="top", color=SCHEDULE_LINES["interpolated"][0])
-        .encode(x=x, y=alt.value(2), text=alt.Text("change:N"))
-        .transform_filter(_layer("switch"))
-    )
+    switch_labels = [
+        (
+            f"switch_label:{row}",
+            alt.Chart()
+            .mark_text(align="left", dx=3, baseline="top", color=SCHEDULE_LINES["interpolated"][0])
+            .encode(x=x, y=alt.value(2 + _LABEL_ROW_PX * row), text=alt.Text("change:N"))
+            .transform_filter(_layer("switch") & (alt.datum.label_row == row)),
+        )
+        for row in _label_rows_in(layers, "switch_label")
+    ]
     anchors = (
         alt.Chart()
         .mark_point(filled=True, size=90, color=VERDICTS["chosen"][0], shape="diamond")
@@ -622,24 +925,170 @@ def _schedule_template(batch_size_title: str) -> dict[str, Any]:
         )
         .transform_filter(_layer("anchor"))
     )
+    named = [("line", lines), *labels, ("switch", switches), *switch_labels, ("anchor", anchors)]
     chart = alt.LayerChart(
         data=alt.NamedData(name=_ROWS),
-        layer=[lines, labels, switches, switch_labels, anchors],
-        width=520,
+        layer=[layer for name, layer in named if name in layers],
+        width="container",
         height=240,
         title=alt.TitleParams("num_speculative_tokens_per_batch_size"),
     )
     return _without_data(chart)
 
 
+@functools.lru_cache(maxsize=16)
+def _headline_template(batch_size_title: str, layers: frozenset[str]) -> dict[str, Any]:
+    """The layers of :func:`headline_chart` that ``layers`` names; the width follows the
+    container."""
+    x = _log_batch_size(batch_size_title)
+    y = alt.Y("speedup:Q", title="speed-up over K=0 (%)")
+    # Full opacity in the legend: its symbols would otherwise take the faint band's.
+    legend = alt.Legend(orient="top", symbolOpacity=1, symbolType="circle")
+    colour = alt.Color("k:O", title="K").scale(scheme="tableau10").legend(legend)
+    speed_up_tooltip = [
+        alt.Tooltip("batch_size:Q", title="batch size"),
+        alt.Tooltip("k:O", title="K"),
+        alt.Tooltip("speedup:Q", title="speed-up over K=0 %", format="+.2f"),
+        alt.Tooltip("lo:Q", title="band from %", format="+.2f"),
+        alt.Tooltip("hi:Q", title="band to %", format="+.2f"),
+        alt.Tooltip("median:Q", format=",.2f"),
+        alt.Tooltip("baseline:Q", title="K=0 median", format=",.2f"),
+        alt.Tooltip("num_runs:Q", title="runs"),
+    ]
+    band = (
+        alt.Chart()
+        .mark_area(opacity=0.15)
+        .encode(x=x, y=alt.Y("lo:Q", title="speed-up over K=0 (%)"), y2="hi:Q", color=colour)
+        .transform_filter(_layer("speedup"))
+    )
+    baseline = (
+        alt.Chart()
+        .mark_line(color=NEUTRAL, strokeDash=[4, 3], point=alt.OverlayMarkDef(color=NEUTRAL))
+        .encode(
+            x=x,
+            y=y,
+            tooltip=[
+                alt.Tooltip("batch_size:Q", title="batch size"),
+                alt.Tooltip("baseline:Q", title="K=0 median", format=",.2f"),
+            ],
+        )
+        .transform_filter(_layer("baseline"))
+    )
+    lines = (
+        alt.Chart()
+        .mark_line(point=alt.OverlayMarkDef(size=30))
+        .encode(x=x, y=y, color=colour, tooltip=speed_up_tooltip)
+        .transform_filter(_layer("speedup"))
+    )
+    rejected = (
+        alt.Chart()
+        .mark_point(shape="cross", filled=True, size=70, color=NEUTRAL)
+        .encode(
+            x=x,
+            y=y,
+            tooltip=[*speed_up_tooltip, alt.Tooltip("reason:N", title="rejected because")],
+        )
+        .transform_filter(_layer("rejected"))
+    )
+    chosen_tooltip = [
+        alt.Tooltip("batch_size:Q", title="batch size"),
+        alt.Tooltip("k:O", title="chosen K"),
+        alt.Tooltip("speedup:Q", title="speed-up over K=0 %", format="+.2f"),
+        alt.Tooltip("doubt:N"),
+    ]
+    schedule = (
+        alt.Chart()
+        .mark_line(color=NEUTRAL, strokeWidth=8, opacity=0.35)
+        .encode(x=x, y=y, tooltip=chosen_tooltip)
+        .transform_filter(_layer("chosen"))
+    )
+    chosen = (
+        alt.Chart()
+        .mark_point(shape="diamond", filled=True, size=180, opacity=1)
+        .encode(x=x, y=y, color=colour, tooltip=chosen_tooltip)
+        .transform_filter(_layer("chosen"))
+    )
+    no_baseline = (
+        alt.Chart()
+        .mark_rule(color=NEUTRAL, strokeDash=[2, 3])
+        .encode(
+            x=x,
+            tooltip=[alt.Tooltip("batch_size:Q", title="batch size"), alt.Tooltip("note:N")],
+        )
+        .transform_filter(_layer("no_baseline"))
+    )
+    no_baseline_labels = [
+        (
+            f"no_baseline_label:{row}",
+            alt.Chart()
+            .mark_text(align="left", dx=3, baseline="bottom", color=NEUTRAL, text="no K=0")
+            .encode(x=x, y=alt.value(_HEADLINE_HEIGHT - 2 - _LABEL_ROW_PX * row))
+            .transform_filter(_layer("no_baseline") & (alt.datum.label_row == row)),
+        )
+        for row in _label_rows_in(layers, "no_baseline_label")
+    ]
+    doubts = (
+        alt.Chart()
+        .mark_text(fontSize=15, fontWeight="bold", color=VERDICTS["tied"][0], baseline="top")
+        .encode(
+            x=x,
+            y=alt.value(2),
+            text=alt.Text("symbol:N"),
+            tooltip=[
+                alt.Tooltip("batch_size:Q", title="batch size"),
+                alt.Tooltip("doubt:N"),
+                alt.Tooltip("p_pick:Q", title="P(eps-good) of the pick", format=".3f"),
+            ],
+        )
+        .transform_filter(_layer("doubt"))
+    )
+    named = [
+        ("speedup", band),
+        ("baseline", baseline),
+        ("speedup", lines),
+        ("rejected", rejected),
+        ("chosen", schedule),
+        ("chosen", chosen),
+        ("no_baseline", no_baseline),
+        *no_baseline_labels,
+        ("doubt", doubts),
+    ]
+    chart = alt.LayerChart(
+        data=alt.NamedData(name=_ROWS),
+        layer=[layer for name, layer in named if name in layers],
+        width="container",
+        height=_HEADLINE_HEIGHT,
+    )
+    return _without_data(chart)
+
+
+@functools.lru_cache(maxsize=4)
+def _notice_template() -> dict[str, Any]:
+    """A chart that only says why there is nothing to draw (its rows hold the ``notice``): no
+    scale, so no empty extent for Vega to warn about."""
+    text = alt.Chart().mark_text(align="left", baseline="middle", fontSize=13, color=NEUTRAL)
+    chart = alt.LayerChart(
+        data=alt.NamedData(name=_ROWS),
+        layer=[text.encode(x=alt.value(0), y=alt.value(20), text=alt.Text("notice:N"))],
+        width="container",
+        height=40,
+    )
+    return _without_data(chart)
+
+
+def _notice(title: str, notice: str) -> Chart:
+    return _chart(_notice_template(), pl.DataFrame({"notice": [notice]}), title=title)
+
+
 @functools.lru_cache(maxsize=8)
-def _confidence_template(header: str) -> dict[str, Any]:
+def _confidence_template(layers: frozenset[str]) -> dict[str, Any]:
+    """One anchor's confidence chart: the ``threshold`` rule, and the ``bars``, the
+    ``without_flagged`` ticks and the ``unknown`` marks when ``layers`` names them."""
     x = alt.X("k:O", title="K (draft tokens per step)", axis=alt.Axis(labelAngle=0))
     y = alt.Y("p_eps_good:Q", title="P(eps-good)").scale(domain=[0, 1])
     names = list(CONFIDENCE_ROLES)
     tooltip = [
         alt.Tooltip("anchor:O", title="batch size"),
-        alt.Tooltip("status:N"),
         alt.Tooltip("k:O", title="K"),
         alt.Tooltip("role:N"),
         alt.Tooltip("p_eps_good:Q", title="P(eps-good)", format=".3f"),
@@ -662,7 +1111,7 @@ def _confidence_template(header: str) -> dict[str, Any]:
     )
     without_flagged = (
         alt.Chart()
-        .mark_tick(color="#222222", thickness=2, size=12)
+        .mark_tick(color=_SCORE_TICK, thickness=2, size=12)
         .encode(
             x=x,
             y=alt.Y("p_without_flagged:Q", title="P(eps-good)"),
@@ -672,46 +1121,41 @@ def _confidence_template(header: str) -> dict[str, Any]:
     )
     unknown = (
         alt.Chart()
-        .mark_text(text="?", dy=-6, color="#555555", fontSize=13)
+        .mark_text(text="?", dy=-6, color=NEUTRAL, fontSize=13)
         .encode(x=x, y=alt.value(_CONFIDENCE_HEIGHT), tooltip=tooltip)
         .transform_filter(_layer("cell") & (alt.datum.p_eps_good == None))  # noqa: E711
     )
     threshold = (
         alt.Chart()
-        .mark_rule(color="#222222", strokeDash=[4, 3])
+        .mark_rule(color=NEUTRAL, strokeDash=[4, 3])
         .encode(
             y=alt.Y("confidence:Q", title="P(eps-good)"),
             tooltip=[alt.Tooltip("confidence:Q", title="confidence a pick needs")],
         )
-        .transform_filter(_layer("anchor"))
+        .transform_filter(_layer("threshold"))
     )
-    chart = alt.FacetChart(
+    named = [
+        ("bars", bars),
+        ("without_flagged", without_flagged),
+        ("unknown", unknown),
+        ("threshold", threshold),
+    ]
+    chart = alt.LayerChart(
         data=alt.NamedData(name=_ROWS),
-        spec=alt.LayerChart(
-            layer=[bars, without_flagged, unknown, threshold],
-            width=_FACET_WIDTH,
-            height=_CONFIDENCE_HEIGHT,
-        ),
-        facet=alt.Facet(
-            "panel:N",
-            title=header,
-            sort=alt.EncodingSortField(field="anchor", op="min"),
-            header=alt.Header(
-                labelColor=alt.ExprRef(
-                    f"indexof('' + parent.panel, '{UNRESOLVED}') >= 0 ? '#d62728' : '#222222'"
-                ),
-                labelFontWeight="bold",
-            ),
-        ),
-        columns=_FACET_COLUMNS,
+        layer=[layer for name, layer in named if name in layers],
+        width=_SMALL_WIDTH,
+        height=_CONFIDENCE_HEIGHT,
     )
     return _without_data(chart)
 
 
 @functools.lru_cache(maxsize=8)
-def _rules_template(batch_size_title: str) -> dict[str, Any]:
+def _rules_template(batch_size_title: str, layers: frozenset[str]) -> dict[str, Any]:
+    """The layers of the rules chart that ``layers`` names: ``band`` (where the rules differ),
+    ``step`` (their schedules) and ``pick``."""
     x = _log_batch_size(batch_size_title)
     y = _K_AXIS
+    line_encoding = _line_encoding("line", RULES, "decision rule")
     lines = (
         alt.Chart()
         .mark_line(interpolate="step-after", strokeWidth=3, opacity=0.85)
@@ -719,7 +1163,7 @@ def _rules_template(batch_size_title: str) -> dict[str, Any]:
             x=x,
             y=y,
             tooltip=[alt.Tooltip("line:N", title="rule"), "range:N", "k:Q"],
-            **_line_encoding("line", RULES, "decision rule"),
+            **line_encoding,
         )
         .transform_filter(_layer("step"))
     )
@@ -729,7 +1173,8 @@ def _rules_template(batch_size_title: str) -> dict[str, Any]:
         .encode(
             x=x,
             y=y,
-            color=alt.Color("line:N").legend(None),
+            # The lines' colour encoding with its legend: see _schedule_template.
+            color=line_encoding["color"],
             shape=alt.condition(alt.datum.differs, alt.value("diamond"), alt.value("circle")),
             size=alt.condition(alt.datum.differs, alt.value(200), alt.value(40)),
             tooltip=[
@@ -743,16 +1188,20 @@ def _rules_template(batch_size_title: str) -> dict[str, Any]:
         )
         .transform_filter(_layer("pick"))
     )
-    differences = (
+    band = (
         alt.Chart()
-        .mark_rule(color="#d62728", opacity=0.25, strokeWidth=10)
+        .mark_rule(color=VERDICTS["chosen"][0], opacity=0.25, strokeWidth=10)
         .encode(x=x)
         .transform_filter(_layer("pick") & alt.datum.differs & (alt.datum.line == "seed"))
     )
     chart = alt.LayerChart(
         data=alt.NamedData(name=_ROWS),
-        layer=[differences, lines, picks],
-        width=520,
+        layer=[
+            layer
+            for name, layer in (("band", band), ("step", lines), ("pick", picks))
+            if name in layers
+        ],
+        width="container",
         height=240,
         title=alt.TitleParams("The seed's rule against the confident rule"),
     )
@@ -762,66 +1211,185 @@ def _rules_template(batch_size_title: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- charts
 
 
-def objective_chart(result: TuningResult) -> Chart:
-    """Per batch size, the objective against K (see the module docstring)."""
+def _small_charts(
+    result: TuningResult, cells: pl.DataFrame, field: str, conservative: bool
+) -> list[Chart]:
+    """One chart of ``field`` against K per anchor of ``cells`` that has a finite median (an
+    anchor whose runs were all excluded has nothing to draw), in batch-size order. Each leaves
+    out the layers it has no rows for."""
+    runs = _run_points(result, field)
+    y_title = axis_title(field)
+    picked = dict(result.decisions.select("anchor", "selected_k").iter_rows())
+    built = []
+    drawable = cells.filter(pl.col("median").is_finite())
+    for (anchor,), rows in drawable.partition_by("anchor", as_dict=True).items():
+        layers = {"cell"}
+        if anchor in runs:
+            layers.add("run")
+        if conservative and (rows["verdict"] != "rejected").any():
+            layers.add("score")
+        chosen = picked.get(anchor)
+        title = {
+            "text": f"batch size {anchor}",
+            "subtitle": "no K chosen" if chosen is None else f"K={chosen} chosen",
+        }
+        template = _small_template(y_title, conservative, frozenset(layers))
+        built.append((anchor, _chart(template, rows, runs.get(anchor, ""), title=title)))
+    return [chart for _, chart in sorted(built, key=lambda pair: pair[0])]
+
+
+def _undrawn_anchors(cells: pl.DataFrame) -> list[int]:
+    """The anchors with cells but no finite median: every run there was excluded."""
+    finite = pl.col("median").is_finite().fill_null(False)
+    undrawn = cells.group_by("anchor").agg(finite.any().alias("drawn")).filter(~pl.col("drawn"))
+    return sorted(undrawn["anchor"].to_list())
+
+
+def objective_charts(result: TuningResult) -> list[Chart]:
+    """Per batch size with cells, a small chart of the objective against K: every run a faint
+    point (excluded runs red), the median with MAD error bars, the conservative score the seed
+    ranks (a purple tick, cells not rejected only) and each cell's verdict as colour and shape.
+    Each chart has a fixed width (about 310 px), so that they wrap to the page; empty when no
+    cell has a finite median. :func:`objective_caption` says how to read them."""
+    return _small_charts(result, _objective_cells(result), result.settings.objective, True)
+
+
+def objective_caption(result: TuningResult) -> str:
+    """How to read :func:`objective_charts` for ``result``, in one paragraph: the objective, its
+    direction, the conservative score's formula, which runs the dots show, and the batch
+    sizes that have no chart."""
     settings = result.settings
-    template = _faceted_template(
-        axis_title(settings.objective), _batch_size_title(result), conservative=True
+    sign = "-" if settings.maximize else "+"
+    caption = (
+        f"{settings.objective} against K ({settings.direction}; median with MAD error bars),"
+        f" one chart per {_batch_size_title(result)}. Purple tick: conservative score (median"
+        f" {sign} {settings.uncertainty_penalty} x 1.4826 x MAD), the score the policy ranks;"
+        f" red dots: runs the policy excluded; {_runs_caption(result)}."
     )
-    title = {
-        "text": f"{settings.objective} against K ({settings.direction};"
-        " median with MAD error bars)",
-        "subtitle": [
-            f"dark tick: conservative score (median {'-' if settings.maximize else '+'} "
-            f"{settings.uncertainty_penalty} x 1.4826 x MAD), the score the policy ranks;"
-            " red dots: runs the policy excluded",
-            _runs_caption(result),
-        ],
-    }
-    runs = _run_points(result, settings.objective)
-    return _chart(template, _objective_cells(result), runs, title=title)
+    undrawn = _undrawn_anchors(result.cells)
+    if undrawn:
+        caption += (
+            f" No chart at batch size {', '.join(map(str, undrawn))}: every run there was excluded."
+        )
+    return caption
+
+
+def image_grid(charts: list[Chart], columns: int = 4) -> Chart:
+    """``charts`` in rows of ``columns``, as one chart for a single PNG or SVG: each keeps its
+    own data and title. Raises ValueError when ``charts`` is empty (there is nothing to draw)."""
+    if not charts:
+        raise ValueError("image_grid needs at least one chart")
+    parts = [
+        {key: value for key, value in chart.to_dict().items() if key not in ("$schema", "config")}
+        for chart in charts
+    ]
+    template = {"$schema": charts[0].template["$schema"], "columns": columns, "concat": parts}
+    # Every part carries its own rows; the grid's own data is an empty placeholder.
+    return Chart(template, "[]")
+
+
+def _present_layers(frames: list[pl.DataFrame]) -> frozenset[str]:
+    """The ``layer`` names that have rows."""
+    return frozenset(name for frame in frames if frame.height for name in frame["layer"].unique())
+
+
+def headline_chart(result: TuningResult, report: ConfidenceReport | None) -> Chart:
+    """The answer at a glance: per K > 0, its median speed-up over K=0 (%) against batch size
+    on a log axis, one coloured line per K with its MAD band, the K=0 baseline at 0 % (dashed),
+    and the chosen schedule over them (big diamonds on a thick grey line: the chosen K's
+    speed-up at each anchor).
+
+    - Sign: :func:`speed_up_percent`, positive = better than K=0 whichever the direction (for a
+      minimised objective such as TPOT, K=0's median over K's, less 1).
+    - Band: the speed-up's ratio to K=0 times 1 -/+ the cell's relative MAD.
+    - Cells a gate rejected are grey crosses off the lines, never part of a line or band.
+    - An anchor without a kept K=0 cell has no speed-up to show: a dashed rule says "no K=0"
+      there (nothing is made up); the chosen K there is not drawn.
+    - With a confidence ``report``, an unresolved anchor gets a "?" above it, and one whose
+      exported K has P(eps-good) below the confidence (while another K reaches it) a "!".
+    - Without a baseline anywhere, the chart only says so.
+
+    The width follows the container (from a phone to a wide screen); the height is fixed.
+    """
+    rows = _headline_rows(result, report)
+    labelled = [frame for frame in rows if "label_row" in frame.columns]
+    layers = _present_layers(rows).union(
+        *(_label_layers(frame, "no_baseline_label") for frame in labelled)
+    )
+    title = "Speed-up over K=0 by batch size"
+    if not layers & {"speedup", "baseline"}:
+        return _notice(title, "No kept K=0 cell at any batch size: no speed-up over K=0 to show.")
+    settings = result.settings
+    formula = "K's median / K=0's" if settings.maximize else "K=0's median / K's"
+    # Short lines: a subtitle does not wrap, and the chart must fit a phone.
+    subtitle = [
+        f"of {settings.objective} ({settings.direction})",
+        f"higher is better: {formula} - 1",
+        "lines: each K, with its MAD band",
+        "big diamonds: the chosen K",
+    ]
+    marks = [
+        ("rejected", "grey crosses: cells a gate rejected"),
+        ("doubt", "?: unresolved, !: pick below confidence"),
+        ("no_baseline", "no K=0: no baseline cell there"),
+    ]
+    subtitle += [line for name, line in marks if name in layers]
+    template = _headline_template(_batch_size_title(result), layers)
+    return _chart(template, *rows, title={"text": title, "subtitle": subtitle})
+
+
+def _schedule_layers(rows: list[pl.DataFrame]) -> frozenset[str]:
+    """The layers of the schedule chart that have rows: ``line`` (either schedule), a
+    ``range_label`` layer per row of range labels, ``switch`` with a ``switch_label`` layer
+    per row of their labels, and ``anchor``."""
+    present = _present_layers(rows)
+    names = {"switch", "anchor"} & present
+    if present & {"step", "interpolated"}:
+        names.add("line")
+    for frame in rows:
+        if "labelled" in frame.columns:
+            labelled = frame.filter(pl.col("labelled") & (pl.col("range") != "end"))
+            names |= _label_layers(labelled, "range_label")
+        if "change" in frame.columns:
+            names |= _label_layers(frame, "switch_label")
+    return frozenset(names)
 
 
 def schedule_chart(result: TuningResult, switch_points: SwitchPoints | None = None) -> Chart:
     """The schedule as K against batch size on a log axis; points mark the measured anchors.
     With ``switch_points``, both the step and the interpolated schedule are drawn (the subtitle
-    says which one ``result`` deploys), with a rule at each interpolated switch point."""
-    subtitle = ["diamonds: measured anchors and their chosen K; each range runs to the next"]
+    says which one ``result`` deploys), with a rule at each interpolated switch point. Labels
+    that would overlap go on further rows. Without a schedule or a decided anchor, the chart
+    only says so. The width follows the container."""
+    title_text = "num_speculative_tokens_per_batch_size"
+    rows = _schedule_rows(result, switch_points)
+    layers = _schedule_layers(rows)
+    if not layers:
+        return _notice(title_text, "No schedule and no decided batch size (see the errors).")
+    # Short lines: a subtitle does not wrap, and the chart must fit a phone.
+    subtitle = ["diamonds: anchors and their chosen K"]
     if switch_points is not None:
         subtitle[:0] = [
-            f"deployed: the {_deployed(result, switch_points)} schedule; the interpolated one"
-            " switches where the picks' interpolated speed-ups cross (dotted rules):",
-            f"expected {switch_points.mean_gain_percent:+.2f}% over the step one on average"
-            f" over batch sizes (at most {switch_points.max_gain_percent:+.2f}%)",
+            f"deployed: the {_deployed(result, switch_points)} schedule",
+            "dotted rules: interpolated switch points",
+            f"interpolated vs step: {switch_points.mean_gain_percent:+.2f}% on average"
+            f" (max {switch_points.max_gain_percent:+.2f}%)",
         ]
-    title = {"text": "num_speculative_tokens_per_batch_size", "subtitle": subtitle}
-    return _chart(
-        _schedule_template(_batch_size_title(result)),
-        *_schedule_rows(result, switch_points),
-        title=title,
-    )
+    title = {"text": title_text, "subtitle": subtitle}
+    return _chart(_schedule_template(_batch_size_title(result), layers), *rows, title=title)
 
 
-def confidence_chart(result: TuningResult, report: ConfidenceReport) -> Chart:
-    """Per batch size, every K's P(eps-good) as a bar: the K ``result`` picked, the other K
-    that reach the confidence, the other contenders and the rest; a dashed rule at the
-    confidence a pick needs, a dark tick at P without the flagged runs (where runs are
-    flagged), ``?`` where the noise is unknown. Panels of unresolved anchors have red titles."""
+def _confidence_cells(result: TuningResult, report: ConfidenceReport) -> pl.DataFrame:
+    """One row per (anchor, K) of the report: P(eps-good) with and without the flagged runs,
+    the runs needed, and the K's role at its anchor (:data:`CONFIDENCE_ROLES`)."""
     picked = result.decisions.select("anchor", pl.col("selected_k").alias("_picked"))
-    anchors = report.anchors.select(
-        "anchor",
-        "status",
-        pl.format("{}: {}", "anchor", "status").alias("panel"),
-        pl.col("qualifying_k").alias("_qualifying"),
-    )
-    cells = (
-        report.cells.join(anchors, on="anchor", how="left")
+    qualifying = report.anchors.select("anchor", pl.col("qualifying_k").alias("_qualifying"))
+    return (
+        report.cells.join(qualifying, on="anchor", how="left")
         .join(picked, on="anchor", how="left")
         .select(
             pl.lit("cell").alias("layer"),
             "anchor",
-            "panel",
-            "status",
             "k",
             "num_runs",
             pl.col("p_eps_good").round(4),
@@ -837,24 +1405,58 @@ def confidence_chart(result: TuningResult, report: ConfidenceReport) -> Chart:
             .alias("role"),
         )
     )
-    thresholds = anchors.select(
-        pl.lit("anchor").alias("layer"),
-        "anchor",
-        "panel",
-        pl.lit(report.settings.confidence).alias("confidence"),
-    )
+
+
+def _confidence_layers(cells: pl.DataFrame) -> frozenset[str]:
+    """The layers of one anchor's confidence chart that have rows (the threshold always has
+    its own row)."""
+    layers = {"threshold"}
+    if cells["p_eps_good"].is_not_null().any():
+        layers.add("bars")
+    if cells["p_without_flagged"].is_not_null().any():
+        layers.add("without_flagged")
+    if cells["p_eps_good"].is_null().any():
+        layers.add("unknown")
+    return frozenset(layers)
+
+
+def confidence_charts(result: TuningResult, report: ConfidenceReport) -> list[Chart]:
+    """Per batch size of the report, a small chart of every K's P(eps-good) as a bar: the K
+    ``result`` picked, the other K that reach the confidence, the other contenders and the
+    rest; a dashed rule at the confidence a pick needs, a purple tick at P without the flagged
+    runs (where runs are flagged), ``?`` where the noise is unknown. An unresolved anchor's
+    title says so in red. Empty when no cell has enough runs for P(eps-good);
+    :func:`confidence_caption` says how to read them."""
+    cells = _confidence_cells(result, report)
+    statuses = dict(report.anchors.select("anchor", "status").iter_rows())
+    built = []
+    for (anchor,), rows in sorted(cells.partition_by("anchor", as_dict=True).items()):
+        status = statuses.get(anchor, "")
+        threshold = pl.DataFrame(
+            {"layer": ["threshold"], "confidence": [report.settings.confidence]}
+        )
+        title: dict[str, Any] = {"text": f"batch size {anchor}: {status}"}
+        if status == UNRESOLVED:
+            title["color"] = VERDICTS["chosen"][0]
+        template = _confidence_template(_confidence_layers(rows))
+        built.append(_chart(template, rows, threshold, title=title))
+    return built
+
+
+def confidence_caption(result: TuningResult, report: ConfidenceReport) -> str:
+    """How to read :func:`confidence_charts`: what P(eps-good) is, the confidence, how many
+    anchors are unresolved, and the marks."""
+    if report.cells.is_empty():
+        return "No cell has enough runs (and a usable acceptance) for P(eps-good)."
     unresolved = report.anchors.filter(pl.col("status") == UNRESOLVED).height
-    title = {
-        "text": "P(eps-good): the chance each K is within the tie tolerance"
-        f" ({report.tolerance * 100:g}%) of the best",
-        "subtitle": [
-            f"dashed: the confidence a pick needs ({report.settings.confidence:g});"
-            f" {unresolved} of {report.anchors.height} anchor(s) unresolved (red titles)",
-            "dark tick: P without the flagged runs; ?: no noise estimate (one run per cell)",
-        ],
-    }
-    template = _confidence_template(_batch_size_title(result))
-    return _chart(template, cells, thresholds, title=title)
+    return (
+        "P(eps-good): the chance each K is within the tie tolerance"
+        f" ({report.tolerance * 100:g}%) of the best, one chart per"
+        f" {_batch_size_title(result)}. Dashed: the confidence a pick needs"
+        f" ({report.settings.confidence:g}); {unresolved} of {report.anchors.height} anchor(s)"
+        " unresolved (red titles). Purple tick: P without the flagged runs; ?: no noise"
+        " estimate (one run per cell)."
+    )
 
 
 def rules_chart(seed: TuningResult, confident: TuningResult) -> Chart:
@@ -874,17 +1476,22 @@ def rules_chart(seed: TuningResult, confident: TuningResult) -> Chart:
         for rule in RULES
     ]
     changed = differences["differs"].sum()
-    title = {
-        "text": "The seed's rule against the confident rule",
-        "subtitle": f"{changed} of {differences.height} anchor(s) pick a different K (shaded)",
-    }
-    return _chart(
-        _rules_template(_batch_size_title(seed)),
+    title_text = "The seed's rule against the confident rule"
+    rows = [
         _step_rows(seed.schedule, "step", "seed"),
         _step_rows(confident.schedule, "step", "confident"),
         *picks,
-        title=title,
-    )
+    ]
+    layers = _present_layers(rows)
+    if not layers:
+        return _notice(title_text, "Neither rule picks a K anywhere.")
+    if picks[0].filter(pl.col("differs")).height:
+        layers |= {"band"}
+    title = {
+        "text": title_text,
+        "subtitle": f"{changed} of {differences.height} anchor(s) pick a different K (shaded)",
+    }
+    return _chart(_rules_template(_batch_size_title(seed), layers), *rows, title=title)
 
 
 def acceptance_metric(result: TuningResult) -> str | None:
@@ -895,21 +1502,26 @@ def acceptance_metric(result: TuningResult) -> str | None:
     return ACCEPTANCE_LENGTH if ACCEPTANCE_LENGTH in result.sweep.runs.columns else None
 
 
-def acceptance_chart(result: TuningResult) -> Chart | None:
-    """Per batch size, acceptance against K; None when the sweep has no acceptance field."""
+def acceptance_charts(result: TuningResult) -> list[Chart]:
+    """Per batch size, acceptance against K, small charts like :func:`objective_charts` (the
+    colour and shape of a cell are the objective cell's verdict, so the chosen K stands out
+    here too); empty when the sweep has no acceptance field."""
     field = acceptance_metric(result)
     if field is None or field not in result.sweep.runs.columns:
-        return None
-    template = _faceted_template(axis_title(field), _batch_size_title(result), conservative=False)
-    title = {
-        "text": f"{field} against K (median with MAD error bars)",
-        "subtitle": [
-            "colour and shape: the objective cell's verdict; K=0 drafts nothing",
-            _runs_caption(result),
-        ],
-    }
-    runs = _run_points(result, field)
-    return _chart(template, _acceptance_cells(result, field), runs, title=title)
+        return []
+    return _small_charts(result, _acceptance_cells(result, field), field, False)
+
+
+def acceptance_caption(result: TuningResult) -> str:
+    """How to read :func:`acceptance_charts` for ``result`` (or that there are none)."""
+    field = acceptance_metric(result)
+    if field is None or field not in result.sweep.runs.columns:
+        return "The sweep has no acceptance field to plot."
+    return (
+        f"{field} against K (median with MAD error bars), one chart per"
+        f" {_batch_size_title(result)}. Colour and shape: the objective cell's verdict; K=0"
+        f" drafts nothing; {_runs_caption(result)}."
+    )
 
 
 # --------------------------------------------------------------------------- diff
@@ -950,7 +1562,10 @@ def comparison_chart(report: DiffReport) -> Chart:
             x=x,
             y=y,
             color=colour,
-            strokeDash=alt.StrokeDash("side:N", legend=None).scale(
+            # Colour, dash and shape share one legend: a channel of the same field without
+            # a legend beside one with it makes Vega-Lite warn ("Conflicting legend
+            # property disable").
+            strokeDash=alt.StrokeDash("side:N", title="schedule").scale(
                 domain=list(SIDE_COLOURS), range=[[1, 0], [6, 4]]
             ),
             tooltip=["side:N", "range:N", "k:Q"],
@@ -964,7 +1579,7 @@ def comparison_chart(report: DiffReport) -> Chart:
             x=x,
             y=y,
             color=colour,
-            shape=alt.Shape("side:N", legend=None),
+            shape=alt.Shape("side:N", title="schedule"),
             tooltip=["side:N", alt.Tooltip("batch_size:Q", title="anchor"), "k:Q"],
         )
         .transform_filter(alt.datum.layer == "anchor")
@@ -972,7 +1587,7 @@ def comparison_chart(report: DiffReport) -> Chart:
     layered = alt.LayerChart(
         data=alt.NamedData(name="rows"),
         layer=[steps, anchors],
-        width=520,
+        width="container",
         height=220,
         title=alt.TitleParams(
             "A and B: num_speculative_tokens_per_batch_size",

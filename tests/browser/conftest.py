@@ -7,6 +7,7 @@ A failed test leaves a screenshot and the server's log under ``test-artifacts/``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -15,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,21 +130,21 @@ def _wait_until_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -
     pytest.fail(f"marimo run did not answer /health in {STARTUP_TIMEOUT_S} s:\n{log.read_text()}")
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    _require_chromium()
-    if not (SAMPLE_SWEEPS / "sonnet-like").is_dir():
-        pytest.skip(f"the sample sweep {SAMPLE_SWEEPS / 'sonnet-like'} is missing")
-    root = _sweeps_root(tmp_path_factory.mktemp("sweeps"))
-    log = tmp_path_factory.mktemp("server") / "marimo.log"
+@contextlib.contextmanager
+def serving(
+    root: Path, log: Path, environment: Mapping[str, str] | None = None
+) -> Iterator[Server]:
+    """`marimo run` of the notebook on ``root``, its output in ``log``, until the block ends
+    (then terminated, and killed if it does not stop). ``environment`` is added to the
+    process's environment."""
     port = _free_port()
     command = [sys.executable, "-m", "marimo", "-q", "run", str(NOTEBOOK), "--headless"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--no-token", "--"]
     command += ["--sweeps", str(root)]
-    environment = {**os.environ, "MARIMO_SKIP_UPDATE_CHECK": "1"}
+    full_environment = {**os.environ, "MARIMO_SKIP_UPDATE_CHECK": "1", **(environment or {})}
     with log.open("wb") as output:
         process = subprocess.Popen(
-            command, cwd=REPO, env=environment, stdout=output, stderr=subprocess.STDOUT
+            command, cwd=REPO, env=full_environment, stdout=output, stderr=subprocess.STDOUT
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -158,6 +159,32 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             process.wait(timeout=10)
 
 
+@pytest.fixture(scope="module")
+def start_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., Server]]:
+    """``start_server(root, environment=None)`` starts `marimo run` on ``root`` (see
+    :func:`serving`); every server a module starts stops when the module ends."""
+    _require_chromium()
+    with contextlib.ExitStack() as running:
+
+        def start(root: Path, environment: Mapping[str, str] | None = None) -> Server:
+            log = tmp_path_factory.mktemp("server") / "marimo.log"
+            return running.enter_context(serving(root, log, environment))
+
+        yield start
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    _require_chromium()
+    if not (SAMPLE_SWEEPS / "sonnet-like").is_dir():
+        pytest.skip(f"the sample sweep {SAMPLE_SWEEPS / 'sonnet-like'} is missing")
+    root = _sweeps_root(tmp_path_factory.mktemp("sweeps"))
+    with serving(root, tmp_path_factory.mktemp("server") / "marimo.log") as running:
+        yield running
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
@@ -166,9 +193,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture(autouse=True)
-def _artifacts_on_failure(
-    request: pytest.FixtureRequest, page: Any, server: Server
-) -> Iterator[None]:
+def _artifacts_on_failure(request: pytest.FixtureRequest, page: Any) -> Iterator[None]:
     yield
     report = getattr(request.node, "report_call", None)
     if report is None or not report.failed:
@@ -176,4 +201,9 @@ def _artifacts_on_failure(
     ARTIFACTS.mkdir(exist_ok=True)
     name = request.node.name.replace("/", "_")
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-    shutil.copyfile(server.log, ARTIFACTS / f"{name}.server.log")
+    # The logs of the servers the test used (the shared one, or a module's own by root).
+    for value in request.node.funcargs.values():
+        for used in value.values() if isinstance(value, dict) else [value]:
+            if isinstance(used, Server):
+                log = ARTIFACTS / f"{name}.{used.root.name}.server.log"
+                shutil.copyfile(used.log, log)

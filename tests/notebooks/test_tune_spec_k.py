@@ -161,11 +161,18 @@ def test_each_sample_shows_what_lib_and_the_cli_give(
         defs, _cli_file(sample.resolve(), tmp_path, capsys), tmp_path, capsys
     )
     # The charts are built from this result: the chosen K they highlight are its decisions.
-    rows = notebook.objective_section(defs["analysis"]).to_dict()["data"]["values"]
+    rows = [
+        row
+        for chart in charts.objective_charts(defs["result"])
+        for row in chart.to_dict()["data"]["values"]
+    ]
     chosen = {(row["anchor"], row["k"]) for row in rows if row.get("verdict") == "chosen"}
-    assert chosen == set(
-        expected.decisions.drop_nulls("selected_k").select("anchor", "selected_k").rows()
-    )
+    decided = set(expected.decisions.drop_nulls("selected_k").select("anchor", "selected_k").rows())
+    assert chosen == decided
+    headline = defs["headline_chart"].to_dict()["data"]["values"]
+    assert {
+        (row["batch_size"], row["k"]) for row in headline if row["layer"] == "chosen"
+    } <= decided
 
 
 def test_slider_settings_reach_the_policy_and_the_export(
@@ -260,9 +267,11 @@ def test_the_confidence_views_on_the_worked_example(
         (1, 4, 160.0, True)
     ]
     assert flagged["file"].item().startswith("SERVE--k4-BENCH--c1/")
-    # The chart: panel titles carry the status, the picked bars are the reported picks.
-    rows = charts.confidence_chart(result, report).to_dict()["data"]["values"]
-    assert {row["panel"] for row in rows} == {"1: unresolved", "64: resolved"}
+    # The charts: titles carry the status, the picked bars are the reported picks.
+    specs = [chart.to_dict() for chart in charts.confidence_charts(result, report)]
+    titles = [spec["title"]["text"] for spec in specs]
+    assert titles == ["batch size 1: unresolved", "batch size 64: resolved"]
+    rows = [row for spec in specs for row in spec["data"]["values"]]
     picked = {(row["anchor"], row["k"]) for row in rows if row.get("role") == "picked"}
     assert picked == {(1, 2), (64, 1)}
     # The two rules differ at batch size 1 only.

@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import altair as alt
+import polars as pl
 import pytest
+import vl_convert
+from paths import SAMPLE_SWEEPS
 from sweep_builder import combo_name, record, write_combo, write_grid
 
 from lib.analysis import Analysis, analyse
@@ -54,6 +57,15 @@ EXPECTED_VERDICTS = {
     (64, 7): "kept",
 }
 
+# Batch size 64 has only K=0 and K=3, both too noisy (relative MAD 0.5): both are rejected, it
+# gets no K, so there is no schedule.
+NO_SCHEDULE_RUNS = {
+    (1, 0): [100.0] * 3,
+    (1, 3): [150.0] * 3,
+    (64, 0): [100.0, 200.0, 300.0],
+    (64, 3): [100.0, 200.0, 300.0],
+}
+
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> TuningResult:
@@ -80,11 +92,15 @@ def _layer_with_mark(spec: dict[str, Any], mark: str) -> dict[str, Any]:
     return found
 
 
-def test_objective_chart_marks_each_cell_with_its_verdict(result: TuningResult) -> None:
-    spec = charts.objective_chart(result).to_dict()
-    cells = [row for row in _values(spec) if row["layer"] == "cell"]
+def _rows(built: list[charts.Chart]) -> list[dict[str, Any]]:
+    """The rows of several charts together."""
+    return [row for chart in built for row in _values(chart.to_dict())]
+
+
+def test_objective_charts_mark_each_cell_with_its_verdict(result: TuningResult) -> None:
+    cells = [row for row in _rows(charts.objective_charts(result)) if row["layer"] == "cell"]
     assert {(row["anchor"], row["k"]): row["verdict"] for row in cells} == EXPECTED_VERDICTS
-    # The chosen K in the chart is the one in the decisions.
+    # The chosen K in the charts is the one in the decisions.
     chosen = {(row["anchor"], row["k"]) for row in cells if row["verdict"] == "chosen"}
     decisions = result.decisions.select("anchor", "selected_k").rows()
     assert chosen == set(decisions)
@@ -92,38 +108,49 @@ def test_objective_chart_marks_each_cell_with_its_verdict(result: TuningResult) 
     assert "relative MAD" in rejected["reason"]
 
 
-def test_objective_chart_draws_median_with_mad_error_bars(result: TuningResult) -> None:
-    spec = charts.objective_chart(result).to_dict()
-    cells = {(row["anchor"], row["k"]): row for row in _values(spec) if row["layer"] == "cell"}
+def test_objective_charts_are_one_small_chart_per_batch_size(result: TuningResult) -> None:
+    built = charts.objective_charts(result)
+    specs = [chart.to_dict() for chart in built]
+    # One per anchor, in batch-size order, each holding only its own anchor's rows.
+    assert [{row["anchor"] for row in _values(spec)} for spec in specs] == [{1}, {64}]
+    assert [spec["title"] for spec in specs] == [
+        {"text": "batch size 1", "subtitle": "K=1 chosen"},
+        {"text": "batch size 64", "subtitle": "K=0 chosen"},
+    ]
+    for spec in specs:
+        # A fixed width that fits a phone, so that the charts wrap to the page.
+        assert spec["width"] <= 300 and "facet" not in spec
+
+
+def test_objective_charts_draw_median_with_mad_error_bars(result: TuningResult) -> None:
+    first = charts.objective_charts(result)[0].to_dict()
+    cells = {(row["anchor"], row["k"]): row for row in _values(first) if row["layer"] == "cell"}
     # (1, 7): median of 100/200/300 is 200; deviations 100/0/100 have median 100.
     assert (cells[(1, 7)]["median"], cells[(1, 7)]["lo"], cells[(1, 7)]["hi"]) == (200, 100, 300)
     assert (cells[(1, 1)]["lo"], cells[(1, 1)]["hi"]) == (150, 150)
-    bars = _layer_with_mark(spec, "errorbar")
+    bars = _layer_with_mark(first, "errorbar")
     assert bars["encoding"]["y"]["field"] == "lo"
     assert bars["encoding"]["y2"]["field"] == "hi"
     # The conservative score (what the policy ranks) is drawn for kept cells only.
-    tick = _layer_with_mark(spec, "tick")
+    tick = _layer_with_mark(first, "tick")
     assert tick["encoding"]["y"]["field"] == "conservative"
     assert "rejected" in str(tick["transform"])
 
 
-def test_objective_chart_shows_every_run_as_a_faint_point(result: TuningResult) -> None:
-    spec = charts.objective_chart(result).to_dict()
-    runs = [row for row in _values(spec) if row["layer"] == "run"]
+def test_objective_charts_show_every_run_as_a_faint_point(result: TuningResult) -> None:
+    built = charts.objective_charts(result)
     by_cell: dict[tuple[int, int], list[float]] = {}
-    for row in runs:
-        by_cell.setdefault((row["anchor"], row["k"]), []).append(row["value"])
+    for row in _rows(built):
+        if row["layer"] == "run":
+            by_cell.setdefault((row["anchor"], row["k"]), []).append(row["value"])
     assert {cell: sorted(values) for cell, values in by_cell.items()} == RUNS
-    points = _layer_with_mark(spec, "circle")
+    points = _layer_with_mark(built[0].to_dict(), "circle")
     assert points["mark"]["opacity"] < 0.5
     assert "run" in str(points["transform"])
 
 
-def test_objective_chart_axes_facets_and_legend(result: TuningResult) -> None:
-    spec = charts.objective_chart(result).to_dict()
-    assert spec["facet"]["field"] == "anchor"
-    assert spec["facet"]["title"] == "batch size (max_concurrency)"
-    assert spec["resolve"]["scale"]["y"] == "independent"
+def test_objective_charts_axes_and_legend(result: TuningResult) -> None:
+    spec = charts.objective_charts(result)[0].to_dict()
     medians = _layer_with_mark(spec, "point")
     encoding = medians["encoding"]
     assert encoding["x"]["field"] == "k"
@@ -133,7 +160,22 @@ def test_objective_chart_axes_facets_and_legend(result: TuningResult) -> None:
     assert encoding["color"]["field"] == "verdict"
     assert encoding["color"]["scale"]["domain"] == ["chosen", "tied", "kept", "rejected"]
     assert encoding["shape"]["scale"]["range"][-1] == "cross"
-    assert "1.0 x 1.4826 x MAD" in str(spec["title"])
+    # Sizes are fixed values per verdict (no size scale of a nominal field, no size legend).
+    sizes = {c["test"]: c["value"] for c in encoding["size"]["condition"]}
+    assert sizes["datum.verdict === 'chosen'"] == charts.VERDICTS["chosen"][2]
+    assert encoding["size"]["value"] == charts.VERDICTS["rejected"][2]
+    caption = charts.objective_caption(result)
+    assert "1.0 x 1.4826 x MAD" in caption and "batch size (max_concurrency)" in caption
+
+
+def test_a_batch_size_without_a_kept_cell_has_no_score_layer(tmp_path: Path) -> None:
+    # Batch size 64: both cells rejected (NO_SCHEDULE_RUNS), so its chart has no
+    # conservative-score tick (an empty layer makes Vega warn "Infinite extent").
+    result = tune(load_experiment(write_grid(tmp_path, NO_SCHEDULE_RUNS)), Settings())
+    first, second = (chart.to_dict() for chart in charts.objective_charts(result))
+    assert "tick" in [layer["mark"]["type"] for layer in _layers(first)]
+    assert "tick" not in [layer["mark"]["type"] for layer in _layers(second)]
+    assert second["title"]["subtitle"] == "no K chosen"
 
 
 def test_minimised_objective_has_its_unit_and_direction(tmp_path: Path) -> None:
@@ -142,10 +184,11 @@ def test_minimised_objective_has_its_unit_and_direction(tmp_path: Path) -> None:
         load_experiment(write_grid(tmp_path, runs, objective="median_tpot_ms")),
         Settings(objective="median_tpot_ms", direction="minimize", uncertainty_penalty=2.0),
     )
-    spec = charts.objective_chart(result).to_dict()
+    (chart,) = charts.objective_charts(result)
+    spec = chart.to_dict()
     assert _layer_with_mark(spec, "point")["encoding"]["y"]["title"] == "median_tpot_ms (ms)"
-    assert "minimize" in str(spec["title"])
-    assert "median + 2.0 x 1.4826 x MAD" in str(spec["title"])
+    caption = charts.objective_caption(result)
+    assert "minimize" in caption and "median + 2.0 x 1.4826 x MAD" in caption
     chosen = [row["k"] for row in _values(spec) if row.get("verdict") == "chosen"]
     assert chosen == [3]
 
@@ -156,12 +199,24 @@ def test_excluded_runs_stay_visible_with_their_reason(tmp_path: Path) -> None:
     failed = record(1, 3, run_number=3, output_throughput=50.0, failed=4)
     write_combo(tmp_path / combo_name(1, 3), [*healthy, failed])
     result = tune(load_experiment(tmp_path), Settings())
-    runs = [
-        row for row in _values(charts.objective_chart(result).to_dict()) if row["layer"] == "run"
-    ]
+    runs = [row for row in _rows(charts.objective_charts(result)) if row["layer"] == "run"]
     excluded = [row for row in runs if row["excluded"]]
     assert [(row["k"], row["value"]) for row in excluded] == [(3, 50.0)]
     assert "failed" in excluded[0]["excluded"]
+
+
+def test_image_grid_puts_the_small_charts_into_one_image(result: TuningResult) -> None:
+    built = charts.objective_charts(result)
+    grid = charts.image_grid(built, columns=3)
+    spec = grid.to_dict()
+    assert spec["columns"] == 3
+    assert [part["title"] for part in spec["concat"]] == [c.to_dict()["title"] for c in built]
+    assert [part["data"]["values"] for part in spec["concat"]] == [
+        _values(c.to_dict()) for c in built
+    ]
+    assert grid.png().startswith(b"\x89PNG\r\n\x1a\n")
+    with pytest.raises(ValueError, match="at least one chart"):
+        charts.image_grid([])
 
 
 def test_schedule_chart_is_a_step_line_on_a_log_batch_size_axis(result: TuningResult) -> None:
@@ -183,14 +238,8 @@ def test_schedule_chart_is_a_step_line_on_a_log_batch_size_axis(result: TuningRe
 def test_schedule_chart_without_a_schedule_still_marks_the_decided_anchors(
     tmp_path: Path,
 ) -> None:
-    # Batch size 64 has only K=0 and K=3, both too noisy: it gets no K, so there is no schedule.
-    runs = {
-        (1, 0): [100.0] * 3,
-        (1, 3): [150.0] * 3,
-        (64, 0): [100.0, 200.0, 300.0],
-        (64, 3): [100.0, 200.0, 300.0],
-    }
-    result = tune(load_experiment(write_grid(tmp_path, runs)), Settings())
+    # Batch size 64 gets no K (NO_SCHEDULE_RUNS), so there is no schedule.
+    result = tune(load_experiment(write_grid(tmp_path, NO_SCHEDULE_RUNS)), Settings())
     assert result.schedule is None
     rows = _values(charts.schedule_chart(result).to_dict())
     assert [row["layer"] for row in rows] == ["anchor"]
@@ -207,8 +256,7 @@ def test_acceptance_chart_plots_the_median_acceptance_per_cell(tmp_path: Path) -
         ]
         write_combo(tmp_path / combo_name(1, k), records)
     result = tune(load_experiment(tmp_path), Settings())
-    chart = charts.acceptance_chart(result)
-    assert chart is not None
+    (chart,) = charts.acceptance_charts(result)
     spec = chart.to_dict()
     cells = {row["k"]: row for row in _values(spec) if row["layer"] == "cell"}
     assert set(cells) == {1, 3}  # K=0 drafts nothing, so it has no acceptance
@@ -228,8 +276,9 @@ def test_no_acceptance_chart_without_an_acceptance_field(tmp_path: Path) -> None
     result_without = tune(
         load_experiment(write_grid(tmp_path / "none", {(1, 0): [100.0] * 3})), Settings()
     )
-    assert charts.acceptance_chart(result) is not None  # the builder writes acceptance for K>0
-    assert charts.acceptance_chart(result_without) is None
+    assert charts.acceptance_charts(result)  # the builder writes acceptance for K>0
+    assert charts.acceptance_charts(result_without) == []
+    assert charts.acceptance_caption(result_without) == "The sweep has no acceptance field to plot."
 
 
 def test_large_cells_show_evenly_spaced_runs_including_the_extremes(tmp_path: Path) -> None:
@@ -238,13 +287,13 @@ def test_large_cells_show_evenly_spaced_runs_including_the_extremes(tmp_path: Pa
     result = tune(load_experiment(write_grid(tmp_path, runs, run_files=False)), Settings())
     most = charts.points_per_cell(result.cells.height)
     assert most == charts.MAX_POINTS_PER_CELL
-    spec = charts.objective_chart(result).to_dict()
+    spec = charts.objective_charts(result)[0].to_dict()
     shown = sorted(row["value"] for row in _values(spec) if row["layer"] == "run" and row["k"] == 0)
     assert len(shown) == most
     assert (shown[0], shown[-1]) == (values[0], values[-1])
     gaps = {round(b - a) for a, b in itertools.pairwise(shown)}
     assert gaps <= {3, 4}  # 200 / 59 = 3.4: evenly spaced ranks
-    assert f"{most} evenly spaced runs" in str(spec["title"])
+    assert f"{most} evenly spaced runs" in charts.objective_caption(result)
 
 
 def test_points_per_cell_keeps_charts_under_altairs_row_limit() -> None:
@@ -349,13 +398,13 @@ CONFIDENCE_RUNS = {
 }
 
 
-def test_confidence_chart_shows_p_eps_good_per_k_with_the_unresolved_anchors_marked(
+def test_confidence_charts_show_p_eps_good_per_k_with_the_unresolved_anchors_marked(
     tmp_path: Path,
 ) -> None:
     analysis = _analysis(tmp_path, CONFIDENCE_RUNS)
     assert analysis.report is not None
-    spec = charts.confidence_chart(analysis.result, analysis.report).to_dict()
-    rows = _values(spec)
+    specs = [c.to_dict() for c in charts.confidence_charts(analysis.result, analysis.report)]
+    rows = [row for spec in specs for row in _values(spec)]
     bars = {(row["anchor"], row["k"]): row for row in rows if row["layer"] == "cell"}
     assert {cell: row["p_eps_good"] for cell, row in bars.items() if cell[0] == 1} == {
         (1, 0): 0.0,
@@ -371,29 +420,45 @@ def test_confidence_chart_shows_p_eps_good_per_k_with_the_unresolved_anchors_mar
         (64, 3): "other",
     }
     assert all(row["p_eps_good"] < 0.9 for cell, row in bars.items() if cell[0] == 64)
-    assert {row["panel"] for row in rows} == {"1: resolved", "64: unresolved"}
-    thresholds = [row for row in rows if row["layer"] == "anchor"]
-    assert [(row["anchor"], row["confidence"]) for row in thresholds] == [(1, 0.9), (64, 0.9)]
-    # Panels are ordered by batch size, and unresolved ones get a red title.
-    assert spec["facet"]["sort"] == {"field": "anchor", "op": "min"}
-    assert "unresolved" in str(spec["facet"]["header"]["labelColor"])
-    bar_layer = _layer_with_mark(spec, "bar")
+    # One small chart per batch size, in order; the unresolved one has a red title.
+    assert [spec["title"] for spec in specs] == [
+        {"text": "batch size 1: resolved"},
+        {"text": "batch size 64: unresolved", "color": charts.VERDICTS["chosen"][0]},
+    ]
+    thresholds = [
+        [row["confidence"] for row in _values(s) if row["layer"] == "threshold"] for s in specs
+    ]
+    assert thresholds == [[0.9], [0.9]]
+    bar_layer = _layer_with_mark(specs[0], "bar")
     assert bar_layer["encoding"]["y"]["scale"]["domain"] == [0, 1]
     assert bar_layer["encoding"]["color"]["scale"]["domain"] == list(charts.CONFIDENCE_ROLES)
-    assert "1 of 2 anchor(s) unresolved" in str(spec["title"]["subtitle"])
+    caption = charts.confidence_caption(analysis.result, analysis.report)
+    assert "1 of 2 anchor(s) unresolved" in caption
 
 
-def test_confidence_chart_marks_unknown_probabilities(tmp_path: Path) -> None:
+def test_confidence_charts_mark_unknown_probabilities(tmp_path: Path) -> None:
     # One run per cell: no noise estimate, so every P(eps-good) is unknown (null), drawn as "?".
     runs = {(1, 0): [100.0], (1, 3): [150.0]}
     root = write_grid(tmp_path, runs)
     analysis = analyse(load_experiment(root), Settings(min_runs=1))
     assert analysis.report is not None
-    spec = charts.confidence_chart(analysis.result, analysis.report).to_dict()
+    (chart,) = charts.confidence_charts(analysis.result, analysis.report)
+    spec = chart.to_dict()
     cells = [row for row in _values(spec) if row["layer"] == "cell"]
     assert [row["p_eps_good"] for row in cells] == [None, None]
     unknown = _layer_with_mark(spec, "text")
     assert unknown["mark"]["text"] == "?" and "null" in str(unknown["transform"])
+    # Without a known P there is no bar to draw: no bar layer (it would be empty).
+    assert "bar" not in [layer["mark"]["type"] for layer in _layers(spec)]
+
+
+def test_no_confidence_charts_without_a_cell_with_enough_runs(tmp_path: Path) -> None:
+    # One run per cell at --min-runs 3: no cell the confident rule may pick.
+    runs = {(1, 0): [100.0], (1, 3): [150.0]}
+    analysis = analyse(load_experiment(write_grid(tmp_path, runs)), Settings())
+    assert analysis.report is not None and analysis.report.cells.is_empty()
+    assert charts.confidence_charts(analysis.result, analysis.report) == []
+    assert "No cell has enough runs" in charts.confidence_caption(analysis.result, analysis.report)
 
 
 def test_rules_chart_draws_both_rules_and_marks_where_they_differ(tmp_path: Path) -> None:
@@ -444,17 +509,19 @@ def test_rules_chart_draws_both_rules_and_marks_where_they_differ(tmp_path: Path
 
 def test_specifications_are_valid_vega_lite(result: TuningResult, tmp_path: Path) -> None:
     # Altair validates a specification against the Vega-Lite schema when it reads it back.
-    acceptance = charts.acceptance_chart(result)
-    assert acceptance is not None
+    acceptance = charts.acceptance_charts(result)[0]
     analysis = _analysis(tmp_path, CONFIDENCE_RUNS)
     assert analysis.report is not None and analysis.switch_points is not None
     confident = apply_policy(analysis.seed_result, analysis.report, "confident")
+    objective = charts.objective_charts(result)
     for chart, kind in (
-        (charts.objective_chart(result), alt.FacetChart),
-        (acceptance, alt.FacetChart),
+        (charts.headline_chart(analysis.result, analysis.report), alt.LayerChart),
+        (objective[0], alt.LayerChart),
+        (charts.image_grid(objective), alt.ConcatChart),
+        (acceptance, alt.LayerChart),
         (charts.schedule_chart(result), alt.LayerChart),
         (charts.schedule_chart(analysis.result, analysis.switch_points), alt.LayerChart),
-        (charts.confidence_chart(analysis.result, analysis.report), alt.FacetChart),
+        (charts.confidence_charts(analysis.result, analysis.report)[0], alt.LayerChart),
         (charts.rules_chart(analysis.seed_result, confident), alt.LayerChart),
     ):
         spec = chart.to_dict()
@@ -466,9 +533,14 @@ def test_specifications_are_valid_vega_lite(result: TuningResult, tmp_path: Path
 
 def test_images_render_offline(result: TuningResult) -> None:
     chart = charts.schedule_chart(result)
-    assert chart.png().startswith(b"\x89PNG\r\n\x1a\n")
+    png = chart.png(scale=1)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
     svg = chart.svg().decode()
     assert svg.startswith("<svg") and "num_speculative_tokens_per_batch_size" in svg
+    # On screen it follows its container; as an image it is IMAGE_WIDTH wide (plus its axes).
+    assert chart.to_dict()["width"] == "container"
+    width = int.from_bytes(png[16:20], "big")
+    assert charts.IMAGE_WIDTH < width < charts.IMAGE_WIDTH + 200
 
 
 def test_comparison_chart_has_both_schedules_and_their_anchors(sample_diff: DiffReport) -> None:
@@ -489,3 +561,326 @@ def test_comparison_chart_has_both_schedules_and_their_anchors(sample_diff: Diff
     ]
     assert anchors == [(1, 7), (64, 0), (128, 0), (256, 0)]
     assert "<svg" in chart.svg().decode()
+
+
+# --------------------------------------------------------------------------- headline
+
+
+def _headline_rows(spec: dict[str, Any], layer: str) -> dict[tuple[int, int], dict[str, Any]]:
+    return {(row["batch_size"], row["k"]): row for row in _values(spec) if row["layer"] == layer}
+
+
+def test_headline_speed_ups_are_each_median_against_k0(result: TuningResult) -> None:
+    spec = charts.headline_chart(result, None).to_dict()
+    medians = {cell: statistics.median(values) for cell, values in RUNS.items()}
+    expected = {
+        (anchor, k): round((median / medians[(anchor, 0)] - 1) * 100, 2)
+        for (anchor, k), median in medians.items()
+        if k
+    }
+    speed_ups = _headline_rows(spec, "speedup")
+    rejected = _headline_rows(spec, "rejected")
+    # (1, 7) was rejected by the noise gate: a grey cross, never on a line or a band.
+    assert set(rejected) == {(1, 7)} and set(speed_ups) == set(expected) - {(1, 7)}
+    assert {cell: row["speedup"] for cell, row in speed_ups.items()} == {
+        cell: expected[cell] for cell in speed_ups
+    }
+    assert speed_ups[(1, 1)]["speedup"] == 50.0 and speed_ups[(64, 3)]["speedup"] == -50.0
+    assert "relative MAD" in rejected[(1, 7)]["reason"]
+    # Identical runs: no MAD, so the band is the line itself.
+    assert all(row["lo"] == row["speedup"] == row["hi"] for row in speed_ups.values())
+    # The chosen schedule: K=1 (+50 %) at batch size 1, K=0 (the baseline, 0 %) at 64.
+    chosen = _headline_rows(spec, "chosen")
+    assert {cell: row["speedup"] for cell, row in chosen.items()} == {(1, 1): 50.0, (64, 0): 0.0}
+    baselines = [(row["batch_size"], row["speedup"]) for row in _values(spec)]
+    assert [
+        b for b, layer in zip(baselines, _values(spec), strict=True) if layer["layer"] == "baseline"
+    ] == [(1, 0.0), (64, 0.0)]
+
+
+def test_headline_band_is_the_ratio_times_one_plus_minus_the_relative_mad(tmp_path: Path) -> None:
+    # K=3: median 100, MAD 10 (relative 0.1), against K=0's 50: ratio 2, so +100 % with the
+    # band 2 x 0.9 - 1 = +80 % to 2 x 1.1 - 1 = +120 %.
+    runs = {(1, 0): [50.0] * 3, (1, 3): [90.0, 100.0, 110.0]}
+    result = tune(load_experiment(write_grid(tmp_path, runs)), Settings())
+    spec = charts.headline_chart(result, None).to_dict()
+    row = _headline_rows(spec, "speedup")[(1, 3)]
+    assert (row["lo"], row["speedup"], row["hi"]) == pytest.approx((80.0, 100.0, 120.0))
+    band = _layer_with_mark(spec, "area")
+    assert (band["encoding"]["y"]["field"], band["encoding"]["y2"]["field"]) == ("lo", "hi")
+
+
+def test_headline_of_a_minimised_objective_is_the_rate_speed_up(tmp_path: Path) -> None:
+    # TPOT 20 ms at K=0: 16 ms is 20 / 16 - 1 = +25 % (better), 25 ms is 20 / 25 - 1 = -20 %.
+    runs = {(1, 0): [20.0] * 3, (1, 1): [25.0] * 3, (1, 3): [16.0] * 3}
+    result = tune(
+        load_experiment(write_grid(tmp_path, runs, objective="median_tpot_ms")),
+        Settings(objective="median_tpot_ms", direction="minimize"),
+    )
+    spec = charts.headline_chart(result, None).to_dict()
+    speed_ups = _headline_rows(spec, "speedup")
+    assert {cell: row["speedup"] for cell, row in speed_ups.items()} == {
+        (1, 1): -20.0,
+        (1, 3): 25.0,
+    }
+    assert list(_headline_rows(spec, "chosen")) == [(1, 3)]
+    assert "K=0's median / K's - 1" in str(spec["title"]["subtitle"])
+
+
+def test_headline_says_where_there_is_no_k0_baseline(tmp_path: Path) -> None:
+    # Batch size 64 has no K=0 cell: no speed-up is drawn there, a "no K=0" rule says why.
+    runs = {(1, 0): [100.0] * 3, (1, 3): [150.0] * 3, (64, 1): [90.0] * 3, (64, 3): [80.0] * 3}
+    result = tune(load_experiment(write_grid(tmp_path, runs)), Settings())
+    spec = charts.headline_chart(result, None).to_dict()
+    drawn = {row["batch_size"] for row in _values(spec) if row["layer"] in ("speedup", "chosen")}
+    assert drawn == {1}
+    (marked,) = [row for row in _values(spec) if row["layer"] == "no_baseline"]
+    assert marked["batch_size"] == 64
+    assert "no K=0" in str(spec["title"]["subtitle"])
+    texts = [
+        layer["mark"].get("text") for layer in _layers(spec) if layer["mark"]["type"] == "text"
+    ]
+    assert "no K=0" in texts
+
+
+def test_headline_without_any_baseline_only_says_so(tmp_path: Path) -> None:
+    runs = {(1, 1): [100.0] * 3, (1, 3): [150.0] * 3}
+    result = tune(load_experiment(write_grid(tmp_path, runs)), Settings())
+    spec = charts.headline_chart(result, None).to_dict()
+    assert [row["notice"] for row in _values(spec)] == [
+        "No kept K=0 cell at any batch size: no speed-up over K=0 to show."
+    ]
+    assert "scale" not in json.dumps(spec)  # no axis, so no empty (log) domain to warn about
+
+
+def test_headline_marks_unresolved_anchors(tmp_path: Path) -> None:
+    analysis = _analysis(tmp_path, CONFIDENCE_RUNS)
+    assert analysis.report is not None
+    spec = charts.headline_chart(analysis.result, analysis.report).to_dict()
+    doubts = [row for row in _values(spec) if row["layer"] == "doubt"]
+    # Batch size 64 is unresolved (see CONFIDENCE_RUNS); batch size 1 is not.
+    assert [(row["batch_size"], row["doubt"], row["symbol"]) for row in doubts] == [
+        (64, "unresolved", "?")
+    ]
+    assert _headline_rows(spec, "chosen")[(64, 1)]["doubt"] == "unresolved"
+    assert "?: unresolved" in str(spec["title"]["subtitle"])
+    # Without a report nothing is marked (and no empty layer is left behind).
+    plain = charts.headline_chart(analysis.result, None).to_dict()
+    assert not [row for row in _values(plain) if row["layer"] == "doubt"]
+    assert '"field": "symbol"' not in json.dumps(_layers(plain))
+
+
+def test_headline_marks_a_pick_below_the_confidence(tmp_path: Path) -> None:
+    # Batch size 1 (9 runs per cell): K=3's runs 150/160/170 have median 160 and MAD 10, so
+    # the seed's score is 160 - 1.4826 x 10 = 145.2 < K=1's 150 and the seed exports K=1. But
+    # K=3 is about 6.5 % better on median with little pooled noise: K=3 reaches the confidence
+    # (the anchor is resolved) while K=1, outside the 1 % tolerance, has P(eps-good) near 0.
+    runs = {
+        (1, 0): [100.0] * 9,
+        (1, 1): [150.0] * 9,
+        (1, 3): [150.0, 160.0, 170.0] * 3,
+        (64, 0): [200.0] * 9,
+        (64, 1): [100.0] * 9,
+    }
+    analysis = _analysis(tmp_path, runs)
+    report = analysis.report
+    assert report is not None
+    anchor = report.anchors.filter(pl.col("anchor") == 1).row(0, named=True)
+    p_pick = report.cells.filter((pl.col("anchor") == 1) & (pl.col("k") == 1))["p_eps_good"][0]
+    assert analysis.result.schedule is not None and analysis.result.schedule.k_at(1) == 1
+    assert anchor["status"] == "resolved" and p_pick < report.settings.confidence
+    spec = charts.headline_chart(analysis.result, report).to_dict()
+    doubts = [row for row in _values(spec) if row["layer"] == "doubt"]
+    assert [(row["batch_size"], row["symbol"]) for row in doubts] == [(1, "!")]
+    assert doubts[0]["p_pick"] == pytest.approx(p_pick, abs=1e-4)
+
+
+def test_headline_follows_the_container_on_a_log_batch_size_axis(result: TuningResult) -> None:
+    spec = charts.headline_chart(result, None).to_dict()
+    assert spec["width"] == "container" and 300 <= spec["height"] <= 360
+    for layer in _layers(spec):
+        x = layer["encoding"]["x"]
+        assert (x["field"], x["scale"]["type"]) == ("batch_size", "log")
+    assert min(row["batch_size"] for row in _values(spec)) >= 1  # a log domain never holds 0
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def test_overlapping_labels_go_to_separate_rows() -> None:
+    # On a 300 px log axis from 1 to 256 (8 doublings, 37.5 px each), a 10-character label
+    # (69 px) at 1 reaches past 2 and 2.5 (37.5 and 49.6 px) but not past 8 (112.5 px).
+    texts = ["K=3 -> K=1"] * 4
+    assert charts.label_rows([1, 2, 8, 3], texts, (1, 256)) == [0, 1, 0, 2]
+    # Far apart, they share the first row.
+    assert charts.label_rows([1, 16, 256], texts[:3], (1, 256)) == [0, 0, 0]
+    assert charts.label_rows([], [], (1, 1)) == []
+
+
+def test_switch_point_labels_do_not_overlap(tmp_path: Path) -> None:
+    # Picks K=7, K=3, K=0 at batch sizes 1, 2, 4 (and K=0 at 256): two switches within two
+    # doublings of a 1-256 axis, closer than a label is wide, so their labels take two rows.
+    runs = {
+        (1, 0): [100.0] * 3,
+        (1, 3): [150.0] * 3,
+        (1, 7): [200.0] * 3,
+        (2, 0): [100.0] * 3,
+        (2, 3): [150.0] * 3,
+        (2, 7): [120.0] * 3,
+        (4, 0): [200.0] * 3,
+        (4, 3): [150.0] * 3,
+        (4, 7): [100.0] * 3,
+        (256, 0): [400.0] * 3,
+        (256, 3): [200.0] * 3,
+        (256, 7): [100.0] * 3,
+    }
+    analysis = _analysis(tmp_path, runs)
+    assert analysis.switch_points is not None
+    spec = charts.schedule_chart(analysis.result, analysis.switch_points).to_dict()
+    switches = [row for row in _values(spec) if row["layer"] == "switch"]
+    assert [row["change"] for row in switches] == ["K=7 -> K=3", "K=3 -> K=0"]
+    assert [row["label_row"] for row in switches] == [0, 1]
+    # Each row of labels is its own text layer, one label height lower than the last.
+    label_layers = [
+        layer
+        for layer in _layers(spec)
+        if layer["mark"]["type"] == "text" and "switch" in str(layer["transform"])
+    ]
+    assert [layer["encoding"]["y"]["value"] for layer in label_layers] == [2, 15]
+
+
+# --------------------------------------------------------------------------- every chart
+
+# Sweeps that leave some layer of some chart without rows: no schedule (64 too noisy), one run
+# per cell (rejected at --min-runs 3), no K=0 anywhere, rules that differ.
+EDGE_SWEEPS: dict[str, tuple[dict[tuple[int, int], list[float]], Settings]] = {
+    "worked": (RUNS, Settings()),
+    "no schedule": (NO_SCHEDULE_RUNS, Settings()),
+    "single run": ({(1, 0): [100.0], (1, 3): [150.0], (8, 0): [90.0], (8, 3): [80.0]}, Settings()),
+    "single run allowed": (
+        {(1, 0): [100.0], (1, 3): [150.0], (8, 0): [90.0], (8, 3): [80.0]},
+        Settings(min_runs=1),
+    ),
+    "no baseline": ({(1, 1): [100.0] * 3, (1, 3): [150.0] * 3}, Settings()),
+    "switches": (SWITCH_RUNS, Settings()),
+    "confidence": (CONFIDENCE_RUNS, Settings()),
+}
+
+
+def _every_chart(analysis: Analysis) -> dict[str, charts.Chart]:
+    """Every chart the app draws for ``analysis``, by name."""
+    result, report = analysis.result, analysis.report
+    built = {
+        "headline": charts.headline_chart(result, report),
+        "headline without a report": charts.headline_chart(result, None),
+        "schedule": charts.schedule_chart(result, analysis.switch_points),
+        "schedule without switch points": charts.schedule_chart(result),
+    }
+    built |= {f"objective {i}": c for i, c in enumerate(charts.objective_charts(result))}
+    built |= {f"acceptance {i}": c for i, c in enumerate(charts.acceptance_charts(result))}
+    if report is not None:
+        built |= {
+            f"confidence {i}": c for i, c in enumerate(charts.confidence_charts(result, report))
+        }
+        confident = apply_policy(analysis.seed_result, report, "confident")
+        built["rules"] = charts.rules_chart(analysis.seed_result, confident)
+    return built
+
+
+def _edge_charts(root: Path) -> dict[str, charts.Chart]:
+    built: dict[str, charts.Chart] = {}
+    for name, (runs, settings) in EDGE_SWEEPS.items():
+        sweep = load_experiment(write_grid(root / name.replace(" ", "-"), runs))
+        analysis = analyse(sweep, settings, Options())
+        built |= {f"{name}: {chart}": c for chart, c in _every_chart(analysis).items()}
+    for sample in sorted(SAMPLE_SWEEPS.iterdir()):
+        if sample.is_dir():
+            analysis = analyse(load_experiment(sample), Settings(), Options())
+            built |= {f"{sample.name}: {chart}": c for chart, c in _every_chart(analysis).items()}
+    return built
+
+
+@pytest.fixture(scope="module")
+def every_chart(tmp_path_factory: pytest.TempPathFactory) -> dict[str, charts.Chart]:
+    return _edge_charts(tmp_path_factory.mktemp("edges"))
+
+
+def _empty_marks(scenegraph: dict[str, Any]) -> list[str]:
+    """The marks of a rendered scenegraph that drew nothing in any panel: a layer whose filter
+    kept no row (Vega warns "Infinite extent" for its fields in a browser)."""
+    drawn: dict[str, int] = {}
+
+    def walk(node: dict[str, Any]) -> None:
+        items = node.get("items", [])
+        name = node.get("name") or ""
+        if node.get("role") == "mark" or name.endswith("_pathgroup"):
+            drawn[name] = drawn.get(name, 0) + len(items)
+        for item in items:
+            if isinstance(item, dict):
+                walk(item)
+
+    walk(scenegraph["scenegraph"])
+    return sorted(name for name, count in drawn.items() if not count)
+
+
+def test_no_chart_has_an_empty_layer(every_chart: dict[str, charts.Chart]) -> None:
+    # A chart without rows draws no panel (so no empty mark to find below), yet Vega warns
+    # about every field of its scales: a chart with nothing to draw says so in a row instead.
+    assert [name for name, chart in every_chart.items() if not _values(chart.to_dict())] == []
+    empty = {
+        name: marks
+        for name, chart in every_chart.items()
+        if (marks := _empty_marks(vl_convert.vegalite_to_scenegraph(chart.to_json())))
+    }
+    assert empty == {}
+
+
+def test_no_chart_makes_vega_lite_warn(
+    every_chart: dict[str, charts.Chart], capfd: pytest.CaptureFixture[str]
+) -> None:
+    # vl-convert prints Vega-Lite's compile warnings (legend conflicts, size of a discrete
+    # field, a dropped channel) to the process's stderr.
+    warned = {}
+    for name, chart in every_chart.items():
+        vl_convert.vegalite_to_vega(chart.to_json(), show_warnings=True)
+        printed = capfd.readouterr()
+        if printed.err or printed.out:
+            warned[name] = printed.err + printed.out
+    assert warned == {}
+
+
+def _colours(node: Any) -> set[str]:
+    """Every colour written into a specification as ``#rrggbb``."""
+    if isinstance(node, dict):
+        return set().union(*(_colours(value) for value in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_colours(value) for value in node))
+    found = set()
+    if isinstance(node, str):
+        found = {word.strip("'") for word in node.split() if word.strip("'").startswith("#")}
+    return {colour for colour in found if len(colour) == 7}
+
+
+def _luminance(colour: str) -> float:
+    """WCAG relative luminance of ``#rrggbb``."""
+    channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def test_charts_leave_text_and_background_to_the_theme(
+    every_chart: dict[str, charts.Chart],
+) -> None:
+    # marimo draws charts with Vega's dark theme in dark mode (background #333, light text):
+    # a chart must not fix its background or config, and every colour it does fix must stand
+    # out from white and from #333 alike (black ink would vanish in dark mode, white in light).
+    dark = _luminance("#333333")
+    for name, chart in every_chart.items():
+        spec = chart.to_dict()
+        assert "background" not in spec, name
+        assert set(spec.get("config", {})) <= {"view"}, name
+        for colour in _colours(spec):
+            lightness = _luminance(colour)
+            against_white = 1.05 / (lightness + 0.05)
+            against_dark = (lightness + 0.05) / (dark + 0.05)
+            assert min(against_white, against_dark) >= 1.8, (name, colour)
