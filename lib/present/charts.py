@@ -155,7 +155,7 @@ _UNITS = {
 #: phone (390 px) and four fit a 1280 px page.
 _SMALL_WIDTH = 240
 _HEIGHT = 200
-_HEADLINE_HEIGHT = 320
+_HEADLINE_HEIGHT = 240
 #: The plot width of an image of a chart that follows its container on screen.
 IMAGE_WIDTH = 640
 #: Ticks that stand for a score beside the points (the conservative score, P without the
@@ -578,10 +578,11 @@ def _headline_rows(result: TuningResult, report: ConfidenceReport | None) -> lis
     cells, and a ``doubt`` row per doubtful pick (:func:`_doubts`)."""
     baselines = _baselines(result.cells)
     speed_ups = _speed_ups(result)
-    doubts = _doubts(result, report)
+    # With errors nothing is picked (the CLI writes no schedule): no pick, no doubt about one.
+    doubts = _doubts(result, report).filter(pl.lit(result.ok))
     symbol = pl.col("doubt").replace_strict(DOUBTS, default="")
     chosen = (
-        result.decisions.filter(pl.col("selected_k").is_not_null())
+        result.decisions.filter(pl.col("selected_k").is_not_null() & pl.lit(result.ok))
         .join(baselines, on="anchor", how="inner")
         .join(
             speed_ups.filter(pl.col("layer") == "speedup").select(
@@ -1308,6 +1309,8 @@ def headline_chart(result: TuningResult, report: ConfidenceReport | None) -> Cha
     - With a confidence ``report``, an unresolved anchor gets a "?" above it, and one whose
       exported K has P(eps-good) below the confidence (while another K reaches it) a "!".
     - Without a baseline anywhere, the chart only says so.
+    - With errors (``result.ok`` false) no pick is drawn and the subtitle says why: the CLI
+      would write no schedule.
 
     The width follows the container (from a phone to a wide screen); the height is fixed.
     """
@@ -1321,19 +1324,21 @@ def headline_chart(result: TuningResult, report: ConfidenceReport | None) -> Cha
         return _notice(title, "No kept K=0 cell at any batch size: no speed-up over K=0 to show.")
     settings = result.settings
     formula = "K's median / K=0's" if settings.maximize else "K=0's median / K's"
-    # Short lines: a subtitle does not wrap, and the chart must fit a phone.
+    # Few short lines: the chart is on the first screen, a subtitle does not wrap, and the
+    # chart must fit a phone.
+    picks = "diamonds: the chosen K" if result.ok else "no pick shown: the result has errors"
     subtitle = [
-        f"of {settings.objective} ({settings.direction})",
-        f"higher is better: {formula} - 1",
-        "lines: each K, with its MAD band",
-        "big diamonds: the chosen K",
+        f"{settings.objective}: {formula} - 1, higher is better",
+        f"lines: each K with its MAD band; {picks}",
     ]
     marks = [
-        ("rejected", "grey crosses: cells a gate rejected"),
+        ("rejected", "crosses: rejected cells"),
         ("doubt", "?: unresolved, !: pick below confidence"),
-        ("no_baseline", "no K=0: no baseline cell there"),
+        ("no_baseline", "no K=0: no baseline there"),
     ]
-    subtitle += [line for name, line in marks if name in layers]
+    notes = [line for name, line in marks if name in layers]
+    if notes:
+        subtitle.append("; ".join(notes))
     template = _headline_template(_batch_size_title(result), layers)
     return _chart(template, *rows, title={"text": title, "subtitle": subtitle})
 
