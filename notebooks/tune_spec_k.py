@@ -23,10 +23,9 @@ with app.setup:
 
 
 @app.function
-def with_help(element: object, key: str, also: str = "") -> mo.Html:
-    """``element`` with its control's help (and ``also``) shown where the pointer rests on it."""
-    help_text = guide.CONTROL_HELP[key] + (f"\n{also}" if also else "")
-    return mo.Html(f'<div title="{html.escape(help_text)}">{element}</div>')
+def with_help(element: object, key: str) -> mo.Html:
+    """``element`` with its control's help shown where the pointer rests on it."""
+    return mo.Html(f'<div title="{html.escape(guide.CONTROL_HELP[key])}">{element}</div>')
 
 
 @app.function
@@ -331,18 +330,13 @@ def _(
     objective_picker,
     penalty_slider,
     policy_picker,
-    root,
     strict_checkbox,
     tolerance_slider,
 ):
     mo.sidebar(
         [
             mo.md("### Input"),
-            with_help(
-                experiment_picker,
-                "experiment",
-                f"Now: {app_support.shown_path(experiment_picker.value.relative_to(root))}",
-            ),
+            with_help(experiment_picker, "experiment"),
             with_help(k_var_picker, "k_var"),
             with_help(batch_size_var_input, "batch_size_var"),
             with_help(mixed_global_checkbox, "allow_mixed_global_k"),

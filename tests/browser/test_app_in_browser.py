@@ -230,8 +230,5 @@ def test_every_control_explains_itself(page: Any, server: Any) -> None:
         # locators reach into the control's shadow DOM, where its label is.
         helped = page.locator("div[title]").filter(has=page.get_by_text(label, exact=True))
         assert helped.first.get_attribute("title") == guide.CONTROL_HELP[key], key
-    # The picker's names may be cut in the dropdown: its help names the chosen one in full.
     picker = page.locator("div[title]").filter(has=page.get_by_text("Experiment", exact=True))
-    assert picker.first.get_attribute("title") == (
-        f"{guide.CONTROL_HELP['experiment']}\nNow: sonnet-like"
-    )
+    assert picker.first.get_attribute("title") == guide.CONTROL_HELP["experiment"]
