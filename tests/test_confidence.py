@@ -32,6 +32,7 @@ from lib.confidence import (
     CONFIDENCE_CELL_SCHEMA,
     LEADER_CALIBRATION,
     MAX_RUNS_NEEDED,
+    PEAK_CAP,
     RUN_SCHEMA,
     ConfidenceReport,
     ConfidenceSettings,
@@ -415,6 +416,19 @@ def test_leader_peak_is_zero_at_the_ends_below_the_line_and_without_noise() -> N
     # A single K, and identical runs.
     assert leader_peak(ks[:1], counts[:1], means[:1], 0.02, np.array([1.0])) == 0.0
     assert leader_peak(ks, counts, np.array([0.0, 0.2, 0.0]), 0.0, np.array([0, 1.0, 0])) == 0.0
+
+
+def test_a_sharp_real_peak_counts_only_up_to_the_cap_and_stays_resolved() -> None:
+    """moe-non-monotone, batch 128: K=3 (6694 tok/s) stands 40 % above K=1 and K=7 at 1.5 %
+    noise, 38 standard errors above their line; capped at PEAK_CAP it stays resolved (the model
+    says P = 1.0; uncapped, the discount took it to 0.006)."""
+    ks, counts = np.array([0, 1, 2]), np.array([3, 3, 3])
+    huge = leader_peak(ks, counts, np.array([0.0, 1.0, 0.0]), 0.01, np.array([0.0, 1.0, 0.0]))
+    assert huge == PEAK_CAP
+    result = tune(load_experiment(REPO / "data" / "sample_sweeps" / "moe-non-monotone"), Settings())
+    row = _anchor(assess(result), 128)
+    assert row["leader_peak"] == PEAK_CAP
+    assert (row["status"], row["selected_k"]) == ("resolved", 3)
 
 
 def test_calibration_keeps_exact_probabilities_without_noise() -> None:
