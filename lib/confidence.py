@@ -205,11 +205,17 @@ ANCHOR_SCHEMA = pl.Schema(
 
 @dataclass(frozen=True)
 class ConfidenceSettings:
-    """How sure a pick must be, and the Monte-Carlo that measures it."""
+    """How sure a pick must be, and the Monte-Carlo that measures it.
+
+    ``ordered_k``: the K are draft lengths, so a K standing alone above both neighbours is
+    doubted (:func:`leader_peak`); False where the "K" only label arms with no order between
+    them (``tune-spec-k check``), so that which code an arm gets cannot change a result.
+    """
 
     confidence: float = DEFAULT_CONFIDENCE
     seed: int = DEFAULT_SEED
     draws: int = DEFAULT_DRAWS
+    ordered_k: bool = True
 
     def invalid(self) -> list[str]:
         """Human-readable reasons why these settings cannot be used (empty when fine)."""
@@ -475,7 +481,11 @@ def _verdict(cells: _Cells, margin: float, settings: ConfidenceSettings) -> _Ver
     model[feasible] = np.count_nonzero(good, axis=1) / mu.shape[1]
     p = np.zeros(count)
     ratio = noise_ratio(log_sd, counts, margin)
-    peak = leader_peak(cells.ks[feasible], counts, means, log_sd, model[feasible])
+    peak = (
+        leader_peak(cells.ks[feasible], counts, means, log_sd, model[feasible])
+        if settings.ordered_k
+        else 0.0
+    )
     # Rounded like the JSON (to 1e-4, the Monte-Carlo resolution): the status compares the
     # number shown, and the last bit of a platform's exp cannot change it.
     p[feasible] = np.round(calibrated(model[feasible], ratio, peak), 4)

@@ -431,6 +431,25 @@ def test_a_sharp_real_peak_counts_only_up_to_the_cap_and_stays_resolved() -> Non
     assert (row["status"], row["selected_k"]) == ("resolved", 3)
 
 
+def test_unordered_k_have_no_peak_so_their_labels_cannot_change_a_result(tmp_path: Path) -> None:
+    """``tune-spec-k check`` codes its arms as K with no order between them. Batch 64 of the
+    worked example has K=1 4.3 standard errors above the line through K=0 and K=2; with
+    ``ordered_k=False`` there is no peak, and swapping the runs of K=1 and K=4 (K=1 now at an
+    end of the range) gives the same P to the same runs (a peak would have moved them by far
+    more: compare the ordered P of K=1)."""
+    cells = {k: WORKED_BATCH_64[k] for k in (0, 1, 2, 3, 4)}
+    swapped = {**cells, 1: cells[4], 4: cells[1]}
+    unordered = ConfidenceSettings(ordered_k=False)
+    _, ordered = _report(write_grid(tmp_path / "a", _cells({64: cells})))
+    _, plain = _report(write_grid(tmp_path / "b", _cells({64: cells})), unordered)
+    _, moved = _report(write_grid(tmp_path / "c", _cells({64: swapped})), unordered)
+    assert _anchor(ordered, 64)["leader_peak"] > 4 and _anchor(plain, 64)["leader_peak"] == 0.0
+    assert _p(plain, 64)[1] > _p(ordered, 64)[1]  # type: ignore[operator]
+    # The same runs get the same P, up to the Monte-Carlo error (the draws follow the columns).
+    assert _p(moved, 64)[4] == pytest.approx(_p(plain, 64)[1], abs=0.005)
+    assert _p(moved, 64)[1] == pytest.approx(_p(plain, 64)[4], abs=0.005)
+
+
 def test_calibration_keeps_exact_probabilities_without_noise() -> None:
     exact = np.array([0.0, 1.0, 1.0])
     assert calibrated(exact, 0.0, 0.0).tolist() == [0.0, 1.0, 1.0]
