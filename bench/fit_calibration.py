@@ -1,17 +1,32 @@
 """Fit the calibration of P(eps-good) (``lib.confidence.LEADER_CALIBRATION`` and
 ``OTHER_CALIBRATION``) on simulated sweeps with a known truth.
 
-    uv run python bench/fit_calibration.py [--trials 150] [--workers 2]
+    uv run python bench/fit_calibration.py [--trials 6000] [--workers 2]
 
 The sweeps are those of ``bench/simulate_regret.py`` (its truth model and noise), drawn from
 another seed than the simulator's, so that the simulator's calibration table is measured on
-sweeps the fit never saw: every noise CV (1, 2, 5, 10 %), 3 and 5 runs per cell and every
-tail model, ``--trials`` sweeps each. For every anchor with a noise estimate, each K gives one
-observation: its model P(eps-good) (``p_model``: flat prior, before calibration), whether it is
-the anchor's leading K, the anchor's noise ratio, and whether the K is truly within the tie
-tolerance of the best. Two logistic regressions (leading K, other K) of that truth on
-``logit(p_model)``, with intercept and slope linear in ``log(noise ratio)`` between the knots
-(:func:`lib.confidence.knot_weights`), fitted by iteratively reweighted least squares.
+sweeps the fit never saw, with the noise CV log-uniform over :data:`CV_RANGE`, 3 and 5 runs per
+cell and the tail models :data:`FIT_TAILS`. Two stages:
+
+1. **Logistic maps.** For every anchor with a noise estimate, each K gives one observation: its
+   model P(eps-good) (``p_model``: flat prior, before calibration), whether it is the anchor's
+   leading K, the anchor's noise ratio, the leading K's peak
+   (:func:`lib.confidence.leader_peak`), and whether the K is truly within the tie tolerance of
+   the best. Two logistic regressions of that truth, every coefficient linear in
+   ``log(noise ratio)`` between the knots (:func:`lib.confidence.knot_weights`), fitted by
+   iteratively reweighted least squares: the other K on ``logit(p_model)``; the leading K on
+   ``logit(p_model)`` and its peak, fitted on the leaders whose model P reaches
+   :data:`LEADER_FIT_FROM_LOGIT` (where picks are resolved: fitted over every leader, the map
+   bends to the many unsure ones and is over-confident at the top).
+2. **The guard.** A map calibrated on average over the noise levels is not calibrated at each:
+   the anchors of a noisy sweep that get resolved are those whose noise was under-estimated,
+   and they look like the anchors of a quieter sweep. So per knot from :data:`GUARD_FROM` up,
+   the leading K's map gets a lower intercept (:data:`SHIFTS`) and a lapse (:data:`LAPSES`:
+   its P is at most ``1 - lapse``), the least that keeps, in every stratum of the true noise
+   (:data:`STRATUM_EDGES` x runs per cell x tail model), the share of wrong picks among the
+   anchors resolved at each of :data:`CHECKED_LEVELS` at most :data:`GUARD_TARGET` x
+   ``(1 - level)``. Chosen knot by knot, from the noisiest, by coordinate descent: fewest wrong
+   picks beyond the target first, then most anchors resolved.
 
 Prints the two constants as Python, to paste into ``lib/confidence.py``. Same arguments, same
 numbers.
@@ -20,19 +35,22 @@ numbers.
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
+from numpy.typing import NDArray
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from simulate_regret import (  # noqa: E402
     ANCHORS,
+    CONFIDENCE_LEVELS,
     GATE_OFF,
     K_VALUES,
     RUN_COUNTS,
@@ -41,7 +59,14 @@ from simulate_regret import (  # noqa: E402
     measure,
 )
 
-from lib.confidence import ConfidenceSettings, assess, calibration_inputs, knot_weights  # noqa: E402
+from lib.confidence import (  # noqa: E402
+    CALIBRATION_CLIP,
+    CALIBRATION_KNOTS,
+    ConfidenceSettings,
+    assess,
+    calibration_inputs,
+    knot_weights,
+)
 from lib.schedule import tune  # noqa: E402
 from lib.settings import Settings  # noqa: E402
 
@@ -56,11 +81,43 @@ CV_RANGE = (0.005, 0.2)
 FIT_TAILS = ("none", "low-runs")
 #: Ridge on the coefficients: keeps a knot with few observations near its neighbours' fit.
 RIDGE = 1e-3
+#: The leading K's map is fitted on the leaders whose model P has at least this logit (P 0.92).
+LEADER_FIT_FROM_LOGIT = 2.5
+#: The guard's strata of the true noise CV (log-spaced), each with 3 and 5 runs and each tail
+#: model: up to 12 %,
+#: past the 10 % the simulator checks (noisier sweeps are fitted in stage 1 but not guarded:
+#: holding the bound there too would cost the anchors at 2-5 % noise most of their picks).
+STRATUM_EDGES = (0.005, 0.0085, 0.0145, 0.025, 0.042, 0.071, 0.12)
+#: The confidence levels the guard checks: those of the simulator's calibration table.
+CHECKED_LEVELS = CONFIDENCE_LEVELS
+#: The guard keeps the wrong share at most this fraction of its bound on the fitted sweeps,
+#: a margin for sweeps it never saw.
+GUARD_TARGET = 0.8
+#: The guard acts from this knot (log noise ratio 1: the standard error of a difference is
+#: 2.7 times the tolerance); below it the stage-1 map is kept.
+GUARD_FROM = 1.0
+#: The intercept shifts and lapses the guard chooses from, per knot.
+SHIFTS = tuple(-0.25 * i for i in range(17))
+LAPSES = tuple(0.01 * i for i in range(11))
 
 
-def observations(trial: int) -> list[tuple[Any, ...]]:
-    """(leader, logit, knot weights, truly eps-good) per K at every anchor of one sweep, for
-    the model P with every run and, where runs are flagged, without them (what decides)."""
+@dataclass(frozen=True)
+class Decision:
+    """What decides one anchor: the model P per K (every K feasible), the noise ratio, the
+    leading K's peak, which K are truly eps-good, and the stratum of the true noise."""
+
+    p_model: tuple[float, ...]
+    ratio: float
+    peak: float
+    good: tuple[bool, ...]
+    stratum: tuple[int, int, str] | None  # None past the last STRATUM_EDGES: not guarded
+
+
+def observations(trial: int) -> tuple[list[tuple[Any, ...]], list[Decision]]:
+    """One sweep: (leader, logit, knot weights, peak, truly eps-good) per K at every anchor
+    (peak 0 for the other K), for the model P with every run and, where runs are flagged,
+    without them; and the anchors as they are decided (without the flagged runs, where runs
+    are flagged; not those whose pick depends on them, which stay unresolved)."""
     rng = np.random.default_rng([FIT_SEED, trial])
     cv = float(np.exp(rng.uniform(np.log(CV_RANGE[0]), np.log(CV_RANGE[1]))))
     runs = RUN_COUNTS[trial % len(RUN_COUNTS)]
@@ -70,29 +127,42 @@ def observations(trial: int) -> list[tuple[Any, ...]]:
     report = assess(
         tune(sweep, Settings(max_objective_relative_mad=GATE_OFF)), ConfidenceSettings()
     )
-    rows = []
+    index = int(np.searchsorted(STRATUM_EDGES, cv, side="right")) - 1
+    stratum = (index, runs, tail) if index < len(STRATUM_EDGES) - 1 else None
+    rows: list[tuple[Any, ...]] = []
+    decisions = []
     anchors = {row["anchor"]: row for row in report.anchors.to_dicts()}
     for (anchor,), cells in report.cells.group_by("anchor", maintain_order=True):
         best = max(model.throughput(anchor, k) for k in K_VALUES)
-        good = [model.throughput(anchor, k) >= (1 - TOLERANCE) * best for k in cells["k"]]
-        for column, ratio in (
-            ("p_model", anchors[anchor]["noise_ratio"]),
-            ("p_model_without_flagged", anchors[anchor]["noise_ratio_without_flagged"]),
-        ):
+        good = [bool(model.throughput(anchor, k) >= (1 - TOLERANCE) * best) for k in cells["k"]]
+        row = anchors[anchor]
+        versions = [("p_model", row["noise_ratio"], row["leader_peak"])]
+        if row["noise_ratio_without_flagged"] is not None:
+            versions.append(
+                (
+                    "p_model_without_flagged",
+                    row["noise_ratio_without_flagged"],
+                    row["leader_peak_without_flagged"],
+                )
+            )
+        for column, ratio, peak in versions:
             if ratio is None or ratio == 0.0:
                 continue
-            feasible = ~cells["infeasible"].to_numpy()
-            leader, logit = calibration_inputs(cells[column].to_numpy()[feasible])
+            leader, logit = calibration_inputs(cells[column].to_numpy())
             weights = knot_weights(ratio)
-            truth = np.asarray(good)[feasible]
             rows += [
-                (bool(leader[i]), float(logit[i]), weights, bool(truth[i]))
-                for i in range(len(truth))
+                (bool(leader[i]), float(logit[i]), weights, peak if leader[i] else 0.0, good[i])
+                for i in range(len(good))
             ]
-    return rows
+        column, ratio, peak = versions[-1]
+        if ratio is not None and ratio > 0.0 and not row["depends_on_flagged"]:
+            decisions.append(
+                Decision(tuple(cells[column].to_list()), ratio, peak, tuple(good), stratum)
+            )
+    return rows, decisions
 
 
-def fit(design: np.ndarray, truth: np.ndarray) -> np.ndarray:
+def fit(design: NDArray[np.float64], truth: NDArray[np.float64]) -> NDArray[np.float64]:
     """Logistic regression by iteratively reweighted least squares, with a small ridge."""
     coefficients = np.zeros(design.shape[1])
     for _ in range(100):
@@ -106,6 +176,119 @@ def fit(design: np.ndarray, truth: np.ndarray) -> np.ndarray:
     return coefficients
 
 
+def fit_maps(
+    rows: list[tuple[Any, ...]],
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Stage 1: the leading K's (intercept, slope, peak slope) and the other K's (intercept,
+    slope), one row per knot."""
+    leader = np.array([row[0] for row in rows])
+    logit = np.array([row[1] for row in rows])
+    weights = np.stack([row[2] for row in rows])
+    peak = np.array([row[3] for row in rows])
+    good = np.array([row[4] for row in rows], dtype=float)
+    chosen = leader & (logit >= LEADER_FIT_FROM_LOGIT)
+    w = weights[chosen]
+    lead = fit(np.hstack([w, w * logit[chosen, None], w * peak[chosen, None]]), good[chosen])
+    w = weights[~leader]
+    other = fit(np.hstack([w, w * logit[~leader, None]]), good[~leader])
+    return lead.reshape(3, -1).T, other.reshape(2, -1).T
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """The decided anchors as arrays (one row per anchor), with the other K's calibrated P,
+    which the guard does not change."""
+
+    leader: NDArray[np.int64]
+    leader_logit: NDArray[np.float64]
+    weights: NDArray[np.float64]
+    peak: NDArray[np.float64]
+    others: NDArray[np.float64]  # calibrated P of the other K; -1 in the leader's column
+    good: NDArray[np.bool_]
+    stratum: NDArray[np.int64]
+    strata: int
+
+
+def stacked(decisions: list[Decision], other: NDArray[np.float64]) -> Stacked:
+    """The decided anchors as :class:`Stacked`, the other K mapped by ``other`` (intercept and
+    slope per knot) and rounded as ``lib.confidence`` rounds them; every sweep has the same K."""
+    p_model = np.array([d.p_model for d in decisions])
+    leader = np.argmax(p_model, axis=1)
+    clipped = np.clip(p_model, CALIBRATION_CLIP, 1 - CALIBRATION_CLIP)
+    logit = np.log(clipped / (1 - clipped))
+    weights = np.stack([knot_weights(d.ratio) for d in decisions])
+    mapped = weights @ other
+    others = np.round(1 / (1 + np.exp(-(mapped[:, :1] + mapped[:, 1:2] * logit))), 4)
+    rows = np.arange(len(decisions))
+    others[rows, leader] = -1.0
+    keys = sorted({d.stratum for d in decisions})
+    return Stacked(
+        leader=leader,
+        leader_logit=logit[rows, leader],
+        weights=weights,
+        peak=np.array([d.peak for d in decisions]),
+        others=others,
+        good=np.array([d.good for d in decisions]),
+        stratum=np.array([keys.index(d.stratum) for d in decisions]),
+        strata=len(keys),
+    )
+
+
+def excess_and_resolved(anchors: Stacked, lead: NDArray[np.float64]) -> tuple[float, int]:
+    """Wrong picks beyond GUARD_TARGET x the bound, summed over strata and levels, and the
+    anchors resolved, summed over levels, with the leading K's map ``lead`` (intercept, slope,
+    peak slope, lapse per knot), deciding as ``lib.confidence`` does (the smallest K reaching
+    the level)."""
+    mapped = anchors.weights @ lead
+    score = mapped[:, 0] + mapped[:, 1] * anchors.leader_logit + mapped[:, 2] * anchors.peak
+    p = anchors.others.copy()
+    rows = np.arange(len(p))
+    p[rows, anchors.leader] = np.round((1 - mapped[:, 3]) / (1 + np.exp(-score)), 4)
+    excess = 0.0
+    resolved_total = 0
+    for level in CHECKED_LEVELS:
+        reaches = p >= level
+        resolved = reaches.any(axis=1)
+        pick = np.argmax(reaches, axis=1)
+        wrong = resolved & ~anchors.good[rows, pick]
+        count = np.bincount(anchors.stratum[resolved], minlength=anchors.strata)
+        bad = np.bincount(anchors.stratum[wrong], minlength=anchors.strata)
+        excess += float(np.maximum(bad - GUARD_TARGET * (1 - level) * count, 0).sum())
+        resolved_total += int(resolved.sum())
+    return excess, resolved_total
+
+
+def guard(anchors: Stacked, lead: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Stage 2: per knot from GUARD_FROM, the intercept shift and lapse (see the module doc),
+    added to the stage-1 leading map; returns (intercept, slope, peak slope, lapse) per knot."""
+    current = np.hstack([lead, np.zeros((len(lead), 1))])
+    guarded = [i for i, knot in enumerate(CALIBRATION_KNOTS) if knot >= GUARD_FROM]
+    base = current[:, 0].copy()
+    for _ in range(3):
+        changed = False
+        for knot in reversed(guarded):
+            best: tuple[float, int] | None = None
+            choice = (current[knot, 0], current[knot, 3])
+            for shift, lapse in itertools.product(SHIFTS, LAPSES):
+                trial = current.copy()
+                trial[knot, 0] = base[knot] + shift
+                trial[knot, 3] = lapse
+                excess, resolved = excess_and_resolved(anchors, trial)
+                if best is None or (excess, -resolved) < (best[0], -best[1]):
+                    best = (excess, resolved)
+                    choice = (trial[knot, 0], lapse)
+            changed |= (current[knot, 0], current[knot, 3]) != choice
+            current[knot, 0], current[knot, 3] = choice
+        if not changed:
+            break
+    return current
+
+
+def _tuples(table: NDArray[np.float64]) -> str:
+    """One Python tuple per knot."""
+    return ", ".join("(" + ", ".join(f"{value:.4f}" for value in row) + ")" for row in table)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--trials", type=int, default=6000, help="simulated sweeps")
@@ -113,21 +296,19 @@ def main() -> int:
     arguments = parser.parse_args()
     with multiprocessing.get_context("fork").Pool(arguments.workers) as pool:
         parts = pool.map(observations, range(arguments.trials), chunksize=50)
-    rows = [row for part in parts for row in part]
-    frame = pl.DataFrame(rows, schema=["leader", "logit", "weights", "good"], orient="row")
-    print(f"# {arguments.trials} sweeps ({len(ANCHORS)} anchors each), {frame.height} observations")
-    for name, part in (
-        ("LEADER_CALIBRATION", frame.filter(pl.col("leader"))),
-        ("OTHER_CALIBRATION", frame.filter(~pl.col("leader"))),
-    ):
-        weights = np.stack(part["weights"].to_numpy())
-        design = np.hstack([weights, weights * part["logit"].to_numpy()[:, np.newaxis]])
-        coefficients = fit(design, part["good"].to_numpy().astype(float))
-        knots = len(weights[0])
-        pairs = ", ".join(
-            f"({coefficients[i]:.4f}, {coefficients[knots + i]:.4f})" for i in range(knots)
-        )
-        print(f"{name}: tuple[tuple[float, float], ...] = ({pairs})")
+    rows = [row for part, _ in parts for row in part]
+    decisions = [d for _, part in parts for d in part if d.stratum is not None]
+    print(f"# {arguments.trials} sweeps ({len(ANCHORS)} anchors each), {len(rows)} observations")
+    lead, other = fit_maps(rows)
+    anchors = stacked(decisions, other)
+    before = excess_and_resolved(anchors, np.hstack([lead, np.zeros((len(lead), 1))]))
+    guarded = guard(anchors, lead)
+    after = excess_and_resolved(anchors, guarded)
+    print(f"# wrong picks beyond the target / resolved: stage 1 {before}, guarded {after}")
+    print(
+        f"LEADER_CALIBRATION: tuple[tuple[float, float, float, float], ...] = ({_tuples(guarded)})"
+    )
+    print(f"OTHER_CALIBRATION: tuple[tuple[float, float], ...] = ({_tuples(other)})")
     return 0
 
 

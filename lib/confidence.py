@@ -19,8 +19,10 @@ one sigma per anchor; with Jeffreys' prior the posterior is ``sigma^2 = s^2 * df
 ``mu_K = mean_K + sigma * z_K / sqrt(n_K)`` (so each ``mu_K`` is ``mean_K + s / sqrt(n_K) * t_df``
 and the K share one sigma draw). ``P(eps-good, K) = P(mu_K >= max_j mu_j + log(1 - eps))``
 is the model's (``p_model``); the P reported and decided on (``p_eps_good``) is calibrated by
-simulation (:func:`calibrated`): the flat prior ignores how close K usually are, so at high
-noise the model's P, above all the leading K's, is over-confident.
+simulation (:func:`calibrated`): the flat prior ignores how close K usually are and that
+throughput changes smoothly with K, so at high noise the model's P, above all the leading K's,
+is over-confident, and most of all when the leading K is a lone spike above both neighbours
+(:func:`leader_peak`).
 
 Edge cases, each stated in the anchor's ``reasons``/``notes``:
 
@@ -70,6 +72,7 @@ __all__ = [
     "MIN_RUNS_NEEDED",
     "OTHER_CALIBRATION",
     "OUTLIER_FACTOR",
+    "PEAK_CAP",
     "RUNS_PER_NOISE_RATIO",
     "RUN_SCHEMA",
     "ConfidenceReport",
@@ -80,6 +83,7 @@ __all__ = [
     "calibration_inputs",
     "eligible_cells",
     "knot_weights",
+    "leader_peak",
     "log_change_percent",
     "noise_ratio",
     "policy_differences",
@@ -102,21 +106,29 @@ MIN_RUNS_NEEDED = 3
 #: Noise ratios (natural log of the standard error of a difference of two cell means over the
 #: tie tolerance) at which the calibration is fitted: linear in between, flat outside.
 CALIBRATION_KNOTS = (-1.0, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5)
+#: A leading K's peak (:func:`leader_peak`) counts up to this many standard errors. Noise
+#: makes spikes of a few; one far beyond is a real shape (the sharp peaks of a MoE sweep, as in
+#: data/sample_sweeps/moe-non-monotone), which the simulated curves never have: uncapped, the
+#: fitted discount would call such a K, far ahead of every other, almost surely not eps-good.
+PEAK_CAP = 12.0
 #: Model probabilities are clipped to [this, 1 - this] before their logit: the resolution of
 #: the default 10,000 draws, so that a P of exactly 0 or 1 from a noisy anchor stays finite.
 CALIBRATION_CLIP = 1e-4
-#: Per knot, (intercept, slope) of ``logit(calibrated) = intercept + slope * logit(model)``, for
-#: the anchor's leading K (the highest model P: the winner's curse makes it over-confident) and
-#: for the other K. Fitted by ``uv run python bench/fit_calibration.py`` (docs/confidence.md,
-#: "Calibration").
-LEADER_CALIBRATION: tuple[tuple[float, float], ...] = (
-    (0.7453, 0.6523),
-    (1.0175, 0.5904),
-    (0.6633, 0.5827),
-    (0.4422, 0.6594),
-    (0.4252, 0.6571),
-    (0.1933, 0.5206),
-    (0.0329, 0.4289),
+#: Per knot, for the anchor's leading K (the highest model P: the winner's curse makes it
+#: over-confident), ``(intercept, slope, peak_slope, lapse)`` of
+#: ``calibrated = (1 - lapse) * expit(intercept + slope * logit(model) + peak_slope * peak)``
+#: (``peak`` from :func:`leader_peak`; ``lapse``: the share of leaders wrong however sure the
+#: model is), and for the other K ``(intercept, slope)`` of
+#: ``calibrated = expit(intercept + slope * logit(model))``. Fitted by
+#: ``uv run python bench/fit_calibration.py`` (docs/confidence.md, "Calibration").
+LEADER_CALIBRATION: tuple[tuple[float, float, float, float], ...] = (
+    (1.7710, 0.6651, -0.1375, 0.0000),
+    (2.2745, 0.6215, -0.3151, 0.0000),
+    (2.1041, 0.5092, -0.3977, 0.0000),
+    (1.8867, 0.5072, -0.4275, 0.0400),
+    (0.5240, 0.7099, -0.9288, 0.0000),
+    (1.4010, 0.3742, -0.6701, 0.0000),
+    (0.4909, 0.9466, -1.3343, 0.0000),
 )
 OTHER_CALIBRATION: tuple[tuple[float, float], ...] = (
     (-0.0815, 0.8339),
@@ -181,6 +193,8 @@ ANCHOR_SCHEMA = pl.Schema(
         "pooled_df": pl.Int64(),  # degrees of freedom: runs minus cells (feasible cells only)
         "noise_ratio": pl.Float64(),  # see noise_ratio; null when the noise is unknown
         "noise_ratio_without_flagged": pl.Float64(),  # null unless the anchor has flagged runs
+        "leader_peak": pl.Float64(),  # see leader_peak; null when the noise is unknown
+        "leader_peak_without_flagged": pl.Float64(),  # null unless the anchor has flagged runs
         "flagged_runs": pl.Int64(),
         "depends_on_flagged": pl.Boolean(),  # the pick changes when the flagged runs are left out
         "reasons": pl.List(pl.Utf8),  # why the anchor is unresolved (empty when resolved)
@@ -191,11 +205,17 @@ ANCHOR_SCHEMA = pl.Schema(
 
 @dataclass(frozen=True)
 class ConfidenceSettings:
-    """How sure a pick must be, and the Monte-Carlo that measures it."""
+    """How sure a pick must be, and the Monte-Carlo that measures it.
+
+    ``ordered_k``: the K are draft lengths, so a K standing alone above both neighbours is
+    doubted (:func:`leader_peak`); False where the "K" only label arms with no order between
+    them (``tune-spec-k check``), so that which code an arm gets cannot change a result.
+    """
 
     confidence: float = DEFAULT_CONFIDENCE
     seed: int = DEFAULT_SEED
     draws: int = DEFAULT_DRAWS
+    ordered_k: bool = True
 
     def invalid(self) -> list[str]:
         """Human-readable reasons why these settings cannot be used (empty when fine)."""
@@ -407,6 +427,7 @@ class _Verdict:
     model: NDArray[np.float64] | None  # the flat-prior model's P, before calibration
     log_sd: float | None
     ratio: float | None  # noise_ratio; None when the noise is unknown or not needed
+    peak: float | None  # leader_peak; None when the noise is unknown or not needed
     df: int
     pick: int
     qualifying: list[int]
@@ -439,14 +460,14 @@ def _verdict(cells: _Cells, margin: float, settings: ConfidenceSettings) -> _Ver
         # Every K infeasible: they tie at the worst. One feasible K: it is the best.
         p = np.where(feasible, 1.0, 0.0) if feasible.any() else np.ones(count)
         qualifying = cells.ks[p >= settings.confidence].tolist()
-        return _Verdict(p, p, None, None, 0, qualifying[0], qualifying)
+        return _Verdict(p, p, None, None, None, 0, qualifying[0], qualifying)
     counts = cells.counts[feasible]
     means = cells.means[feasible]
     df = int(counts.sum() - len(counts))
     if df == 0:
         best = means.max()
         tied = [k for k, m in zip(cells.ks[feasible], means, strict=True) if m >= best + margin]
-        return _Verdict(None, None, None, None, 0, int(min(tied)), [])
+        return _Verdict(None, None, None, None, None, 0, int(min(tied)), [])
     log_sd = math.sqrt(float(cells.squares[feasible].sum()) / df)
     centred = means - means.max()
     if log_sd == 0.0:
@@ -460,14 +481,19 @@ def _verdict(cells: _Cells, margin: float, settings: ConfidenceSettings) -> _Ver
     model[feasible] = np.count_nonzero(good, axis=1) / mu.shape[1]
     p = np.zeros(count)
     ratio = noise_ratio(log_sd, counts, margin)
+    peak = (
+        leader_peak(cells.ks[feasible], counts, means, log_sd, model[feasible])
+        if settings.ordered_k
+        else 0.0
+    )
     # Rounded like the JSON (to 1e-4, the Monte-Carlo resolution): the status compares the
     # number shown, and the last bit of a platform's exp cannot change it.
-    p[feasible] = np.round(calibrated(model[feasible], ratio), 4)
+    p[feasible] = np.round(calibrated(model[feasible], ratio, peak), 4)
     qualifying = cells.ks[p >= settings.confidence].tolist()
     if qualifying:
-        return _Verdict(p, model, log_sd, ratio, df, qualifying[0], qualifying)
+        return _Verdict(p, model, log_sd, ratio, peak, df, qualifying[0], qualifying)
     # Provisional: the highest P, ties to the smaller K (argmax returns the first).
-    return _Verdict(p, model, log_sd, ratio, df, int(cells.ks[np.argmax(p)]), [])
+    return _Verdict(p, model, log_sd, ratio, peak, df, int(cells.ks[np.argmax(p)]), [])
 
 
 def noise_ratio(log_sd: float, counts: NDArray[np.int64], margin: float) -> float:
@@ -481,6 +507,38 @@ def noise_ratio(log_sd: float, counts: NDArray[np.int64], margin: float) -> floa
     if margin == 0.0:
         return math.inf
     return log_sd * math.sqrt(2.0 / float(np.mean(counts))) / -margin
+
+
+def leader_peak(
+    ks: NDArray[np.int64],
+    counts: NDArray[np.int64],
+    means: NDArray[np.float64],
+    log_sd: float,
+    model: NDArray[np.float64],
+) -> float:
+    """How far the leading K (the highest model P, as in :func:`calibration_inputs`) stands
+    above the straight line through its two neighbouring K, in standard errors of that
+    difference, at most :data:`PEAK_CAP`; 0 when it does not (or is on it), when it is the
+    smallest or the largest K, and without noise.
+
+    Throughput changes smoothly with K (more draft tokens: more accepted, more to verify), so a
+    K far above both neighbours is more likely noise than a peak. This is the shape the flat
+    prior cannot see: at 10 % noise most confidently wrong picks were such lone spikes (a K=3
+    leading where K=4 is truly better), docs/confidence.md, "Calibration".
+    """
+    leader = int(np.argmax(model))
+    if log_sd == 0.0 or leader == 0 or leader == len(ks) - 1:
+        return 0.0
+    low, high = float(ks[leader - 1]), float(ks[leader + 1])
+    # The line through the neighbours at the leader's K (unequal K steps weigh the nearer more).
+    share = (float(ks[leader]) - low) / (high - low)
+    line = (1.0 - share) * means[leader - 1] + share * means[leader + 1]
+    variance = (
+        1.0 / counts[leader]
+        + (1.0 - share) ** 2 / counts[leader - 1]
+        + share**2 / counts[leader + 1]
+    )
+    return min(max(float(means[leader] - line) / (log_sd * math.sqrt(variance)), 0.0), PEAK_CAP)
 
 
 def knot_weights(ratio: float) -> NDArray[np.float64]:
@@ -505,10 +563,12 @@ def calibration_inputs(model: NDArray[np.float64]) -> tuple[NDArray[np.bool_], N
     return leader, np.log(clipped / (1.0 - clipped))
 
 
-def calibrated(model: NDArray[np.float64], ratio: float) -> NDArray[np.float64]:
-    """P(eps-good) calibrated by simulation: ``expit(a + b * logit(model))`` with ``(a, b)``
-    interpolated at the anchor's :func:`noise_ratio`, one map for its leading K and one for the
-    others (:data:`LEADER_CALIBRATION`, :data:`OTHER_CALIBRATION`).
+def calibrated(model: NDArray[np.float64], ratio: float, peak: float) -> NDArray[np.float64]:
+    """P(eps-good) calibrated by simulation, with the constants interpolated at the anchor's
+    :func:`noise_ratio`: ``(1 - lapse) * expit(a + b * logit(model) + c * peak)`` for its
+    leading K (``peak`` from :func:`leader_peak`, ``c`` <= 0: a lone spike is doubted more the
+    noisier the anchor), ``expit(a + b * logit(model))`` for the others
+    (:data:`LEADER_CALIBRATION`, :data:`OTHER_CALIBRATION`).
 
     Without noise (``ratio`` 0) the model's P is exact (0 or 1) and kept as it is.
     """
@@ -516,11 +576,14 @@ def calibrated(model: NDArray[np.float64], ratio: float) -> NDArray[np.float64]:
         return model.copy()
     leader, logit = calibration_inputs(model)
     weights = knot_weights(ratio)
-    lead = weights @ np.asarray(LEADER_CALIBRATION)
-    other = weights @ np.asarray(OTHER_CALIBRATION)
-    intercept = np.where(leader, lead[0], other[0])
-    slope = np.where(leader, lead[1], other[1])
-    result: NDArray[np.float64] = 1.0 / (1.0 + np.exp(-(intercept + slope * logit)))
+    intercept, slope, peak_slope, lapse = weights @ np.asarray(LEADER_CALIBRATION)
+    other_intercept, other_slope = weights @ np.asarray(OTHER_CALIBRATION)
+    score = np.where(
+        leader,
+        intercept + slope * logit + peak_slope * peak,
+        other_intercept + other_slope * logit,
+    )
+    result: NDArray[np.float64] = np.where(leader, 1.0 - lapse, 1.0) / (1.0 + np.exp(-score))
     return result
 
 
@@ -695,6 +758,8 @@ def _assess(
             ("pooled_df", verdict.df),
             ("noise_ratio", verdict.ratio),
             ("noise_ratio_without_flagged", None if without is None else without.ratio),
+            ("leader_peak", verdict.peak),
+            ("leader_peak_without_flagged", None if without is None else without.peak),
             ("flagged_runs", sum(flags)),
             ("depends_on_flagged", depends),
             ("reasons", reasons),

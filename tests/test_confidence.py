@@ -28,8 +28,11 @@ from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
 from lib.confidence import (
     ANCHOR_SCHEMA,
+    CALIBRATION_KNOTS,
     CONFIDENCE_CELL_SCHEMA,
+    LEADER_CALIBRATION,
     MAX_RUNS_NEEDED,
+    PEAK_CAP,
     RUN_SCHEMA,
     ConfidenceReport,
     ConfidenceSettings,
@@ -37,6 +40,7 @@ from lib.confidence import (
     assess,
     calibrated,
     knot_weights,
+    leader_peak,
     noise_ratio,
     policy_differences,
 )
@@ -350,20 +354,105 @@ def test_knot_weights_interpolate_linearly_in_log_ratio(
     assert {i: w for i, w in enumerate(weights) if w} == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("ratio", [0.3, 1.0, 4.0, 8.0, 30.0])
-def test_calibration_is_monotone_and_strictly_inside_0_1(ratio: float) -> None:
+@pytest.mark.parametrize("ratio", [0.3, 1.0, math.e, 4.0, 8.0, 30.0])
+@pytest.mark.parametrize("peak", [0.0, 2.0, 6.0])
+def test_calibration_is_monotone_and_strictly_inside_0_1(ratio: float, peak: float) -> None:
     grid = np.array([0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99, 1.0])
     # A lone K is its anchor's leader; beside a K at P = 1 every K is one of the others.
-    leader = np.array([calibrated(np.array([p]), ratio)[0] for p in grid])
-    other = np.array([calibrated(np.array([1.0, p]), ratio)[1] for p in grid])
+    leader = np.array([calibrated(np.array([p]), ratio, peak)[0] for p in grid])
+    other = np.array([calibrated(np.array([1.0, p]), ratio, peak)[1] for p in grid])
     for mapped in (leader, other):
         assert np.all(np.diff(mapped) >= 0)
         assert np.all((mapped > 0) & (mapped < 1))
 
 
+def test_a_peaked_leader_is_doubted_and_the_lapse_caps_it() -> None:
+    """The leading K's P falls as it stands further above its neighbours' line (every knot's
+    peak slope is negative), the other K's P does not move, and at the knot with a lapse the
+    leader's P stays below 1 - lapse however sure the model is."""
+    model = np.array([0.999, 0.3])
+    for ratio in (1.0, 4.0, 12.0):
+        by_peak = [calibrated(model, ratio, peak) for peak in (0.0, 1.0, 3.0)]
+        assert by_peak[0][0] > by_peak[1][0] > by_peak[2][0]
+        assert by_peak[0][1] == by_peak[1][1] == by_peak[2][1]
+    for knot, (_, _, peak_slope, lapse) in enumerate(LEADER_CALIBRATION):
+        assert peak_slope < 0
+        ratio = math.exp(CALIBRATION_KNOTS[knot])
+        assert calibrated(np.array([1.0]), ratio, 0.0)[0] <= 1.0 - lapse
+
+
+@pytest.mark.parametrize(
+    ("ks", "means", "model"),
+    [
+        ([0, 1, 2], [0.0, 0.1, 0.05], [0.1, 0.8, 0.1]),  # K=1 above the line of 0 and 2
+        ([0, 1, 4], [0.0, 0.2, 0.4], [0.1, 0.9, 0.3]),  # unequal steps: the line at K=1 is 0.1
+    ],
+)
+def test_leader_peak_is_the_rise_above_the_neighbours_line_in_standard_errors(
+    ks: list[int], means: list[float], model: list[float]
+) -> None:
+    counts = np.array([3, 3, 3])
+    log_sd = 0.02
+    # Independently: the line by np.interp, and the variance of mean_1 - line as the sum of
+    # each mean's squared coefficient over its count (the coefficients from the line's slope).
+    line = np.interp(ks[1], [ks[0], ks[2]], [means[0], means[2]])
+    share = (ks[1] - ks[0]) / (ks[2] - ks[0])
+    coefficients = np.array([-(1 - share), 1.0, -share])
+    standard_error = log_sd * math.sqrt(float((coefficients**2 / counts).sum()))
+    expected = (means[1] - line) / standard_error
+    got = leader_peak(np.array(ks), counts, np.array(means), log_sd, np.array(model))
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert got > 3
+
+
+def test_leader_peak_is_zero_at_the_ends_below_the_line_and_without_noise() -> None:
+    ks, counts = np.array([0, 1, 2]), np.array([3, 3, 3])
+    means = np.array([0.0, 0.1, 0.3])
+    # The leader (highest model P) is the largest K: nothing beyond it to draw a line to.
+    assert leader_peak(ks, counts, means, 0.02, np.array([0.0, 0.1, 0.9])) == 0.0
+    assert leader_peak(ks, counts, means[::-1].copy(), 0.02, np.array([0.9, 0.1, 0.0])) == 0.0
+    # K=1 leads but lies below the line through K=0 and K=2 (0.15): no peak.
+    assert leader_peak(ks, counts, means, 0.02, np.array([0.1, 0.8, 0.1])) == 0.0
+    # A single K, and identical runs.
+    assert leader_peak(ks[:1], counts[:1], means[:1], 0.02, np.array([1.0])) == 0.0
+    assert leader_peak(ks, counts, np.array([0.0, 0.2, 0.0]), 0.0, np.array([0, 1.0, 0])) == 0.0
+
+
+def test_a_sharp_real_peak_counts_only_up_to_the_cap_and_stays_resolved() -> None:
+    """moe-non-monotone, batch 128: K=3 (6694 tok/s) stands 40 % above K=1 and K=7 at 1.5 %
+    noise, 38 standard errors above their line; capped at PEAK_CAP it stays resolved (the model
+    says P = 1.0; uncapped, the discount took it to 0.006)."""
+    ks, counts = np.array([0, 1, 2]), np.array([3, 3, 3])
+    huge = leader_peak(ks, counts, np.array([0.0, 1.0, 0.0]), 0.01, np.array([0.0, 1.0, 0.0]))
+    assert huge == PEAK_CAP
+    result = tune(load_experiment(REPO / "data" / "sample_sweeps" / "moe-non-monotone"), Settings())
+    row = _anchor(assess(result), 128)
+    assert row["leader_peak"] == PEAK_CAP
+    assert (row["status"], row["selected_k"]) == ("resolved", 3)
+
+
+def test_unordered_k_have_no_peak_so_their_labels_cannot_change_a_result(tmp_path: Path) -> None:
+    """``tune-spec-k check`` codes its arms as K with no order between them. Batch 64 of the
+    worked example has K=1 4.3 standard errors above the line through K=0 and K=2; with
+    ``ordered_k=False`` there is no peak, and swapping the runs of K=1 and K=4 (K=1 now at an
+    end of the range) gives the same P to the same runs (a peak would have moved them by far
+    more: compare the ordered P of K=1)."""
+    cells = {k: WORKED_BATCH_64[k] for k in (0, 1, 2, 3, 4)}
+    swapped = {**cells, 1: cells[4], 4: cells[1]}
+    unordered = ConfidenceSettings(ordered_k=False)
+    _, ordered = _report(write_grid(tmp_path / "a", _cells({64: cells})))
+    _, plain = _report(write_grid(tmp_path / "b", _cells({64: cells})), unordered)
+    _, moved = _report(write_grid(tmp_path / "c", _cells({64: swapped})), unordered)
+    assert _anchor(ordered, 64)["leader_peak"] > 4 and _anchor(plain, 64)["leader_peak"] == 0.0
+    assert _p(plain, 64)[1] > _p(ordered, 64)[1]  # type: ignore[operator]
+    # The same runs get the same P, up to the Monte-Carlo error (the draws follow the columns).
+    assert _p(moved, 64)[4] == pytest.approx(_p(plain, 64)[1], abs=0.005)
+    assert _p(moved, 64)[1] == pytest.approx(_p(plain, 64)[4], abs=0.005)
+
+
 def test_calibration_keeps_exact_probabilities_without_noise() -> None:
     exact = np.array([0.0, 1.0, 1.0])
-    assert calibrated(exact, 0.0).tolist() == [0.0, 1.0, 1.0]
+    assert calibrated(exact, 0.0, 0.0).tolist() == [0.0, 1.0, 1.0]
 
 
 def _simulator() -> ModuleType:
@@ -379,12 +468,24 @@ def _simulator() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize(("cv", "tail"), [(0.05, "none"), (0.02, "low-runs")])
-def test_resolved_picks_are_wrong_at_most_one_minus_the_confidence(cv: float, tail: str) -> None:
+@pytest.mark.parametrize(
+    ("cv", "tail", "level"),
+    [
+        (0.02, "low-runs", 0.9),
+        (0.05, "none", 0.9),
+        # Where the calibration used to fail most (19-21 % wrong at 0.8 before the peak and
+        # the guard): 10 % noise, 3 runs.
+        (0.10, "none", 0.8),
+    ],
+)
+def test_resolved_picks_are_wrong_at_most_one_minus_the_confidence(
+    cv: float, tail: str, level: float
+) -> None:
     """A small fixed seeded simulation (80 sweeps, 3 runs per cell, 400 anchors): among the
-    anchors resolved at 0.9, the share whose pick is truly more than the tolerance below the
-    best K may exceed 10 % only by less than its 95 % Wilson interval (its lower end stays at
-    or below 10 %). The seed is not the one the calibration was fitted on."""
+    anchors resolved at ``level``, the share whose pick is truly more than the tolerance below
+    the best K is at most ``1 - level`` (and so, a fortiori, does not exceed it by more than its
+    95 % Wilson interval). The seed is neither the fit's nor the simulator's. Without the
+    calibration (P = the model's) the 10 % case fails: 31 of 134 resolved wrong, 23.1 %."""
     simulator = _simulator()
     resolved = wrong = 0
     for trial in range(80):
@@ -392,13 +493,12 @@ def test_resolved_picks_are_wrong_at_most_one_minus_the_confidence(cv: float, ta
         model = simulator.draw_model(rng)
         sweep = simulator.measure(model, cv, 3, tail, rng)
         result = tune(sweep, Settings(max_objective_relative_mad=simulator.GATE_OFF))
-        report = assess(result, ConfidenceSettings(confidence=0.9, draws=2000))
-        counts = simulator.resolution_counts(model, report.anchors, 0.9)
-        resolved += counts["resolved_0.9"]
-        wrong += counts["wrong_resolved_0.9"]
-    low, _ = simulator.wilson(wrong, resolved)
-    assert resolved >= 60, resolved  # enough resolved anchors for the interval to mean much
-    assert low <= 0.1, (wrong, resolved)
+        report = assess(result, ConfidenceSettings(confidence=level, draws=2000))
+        counts = simulator.resolution_counts(model, report.anchors, level)
+        resolved += counts[f"resolved_{level}"]
+        wrong += counts[f"wrong_resolved_{level}"]
+    assert resolved >= 60, resolved  # enough resolved anchors for the share to mean much
+    assert wrong <= (1 - level) * resolved, (wrong, resolved, simulator.wilson(wrong, resolved))
 
 
 # --------------------------------------------------------------------------- outliers
@@ -593,16 +693,25 @@ def test_cli_rejects_a_negative_seed(tmp_path: Path, capsys: pytest.CaptureFixtu
 STATIC_K = "speculative_config.num_speculative_tokens"
 
 
-def test_real_three_run_sweep_is_resolved_and_both_rules_agree(real_data: Path) -> None:
+def test_real_three_run_sweep_is_resolved_but_its_close_call_and_both_rules_agree(
+    real_data: Path,
+) -> None:
+    """Batch 1 is the close call: without its flagged run K=3 leads K=5 by 1.7 % at 1.2 %
+    noise, and the calibrated P of K=3 falls just short of 0.9 (docs/confidence.md, "Real
+    sweeps"); the provisional pick is still the seed's K=3, so the schedules agree."""
     sweep = load_experiment(real_data / "qwen3-32b-fp8-eagle3-tp2", k_var=STATIC_K)
     result = tune(sweep, Settings(allow_mixed_global_k=True))
     report = assess(result)
-    assert report.anchors["status"].to_list() == ["resolved"] * 6
+    assert report.anchors["status"].to_list() == ["unresolved"] + ["resolved"] * 5
+    batch_1 = _anchor(report, 1)
+    assert (batch_1["selected_k"], batch_1["contenders"]) == (3, [3, 5])
+    assert not batch_1["depends_on_flagged"]
+    assert 0.85 < _p(report, 1, "p_eps_good_without_flagged")[3] < 0.9  # type: ignore[operator]
     confident = apply_policy(result, report, "confident")
     assert confident.schedule == result.schedule
     picked = report.cells.join(
         result.decisions.select("anchor", pl.col("selected_k").alias("k")), on=["anchor", "k"]
-    )
+    ).filter(pl.col("anchor") > 1)
     assert picked["p_eps_good"].min() >= 0.9  # type: ignore[operator]
 
 

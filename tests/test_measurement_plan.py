@@ -13,7 +13,7 @@ from sweep_builder import WORKED_EXAMPLE, write_grid
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
-from lib.confidence import MAX_RUNS_NEEDED, apply_policy, assess
+from lib.confidence import MAX_RUNS_NEEDED, ConfidenceSettings, apply_policy, assess
 from lib.measurement_plan import NEW_ANCHOR_SCHEMA, RERUN_SCHEMA, MeasurementPlan, measurement_plan
 from lib.present.text import measurement_plan_lines
 from lib.schedule import tune
@@ -21,9 +21,14 @@ from lib.settings import RESULT_FILE, Settings
 from lib.sweeps import load_experiment
 
 
-def _plan(root: Path, policy: str = "seed", **settings: Any) -> MeasurementPlan:
+def _plan(
+    root: Path,
+    policy: str = "seed",
+    confidence: ConfidenceSettings | None = None,
+    **settings: Any,
+) -> MeasurementPlan:
     result = tune(load_experiment(root), Settings(**settings))
-    report = assess(result)
+    report = assess(result, confidence)
     return measurement_plan(apply_policy(result, report, policy), report)  # type: ignore[arg-type]
 
 
@@ -73,10 +78,13 @@ def test_agreeing_neighbours_need_no_new_anchor(tmp_path: Path) -> None:
 
 
 def test_target_runs_follow_the_formula_when_below_the_cap(tmp_path: Path) -> None:
-    # Three K with the same centre and 0.8 % noise: each is eps-good with P about 0.85, short
-    # of 0.9. Their gaps are below the 1 % tolerance, so delta is the tolerance itself.
+    # Three K with the same centre and 0.8 % noise: each is eps-good with P between 0.8 and
+    # 0.97, short of 0.99. Their gaps are below the 1 % tolerance, so delta is the tolerance.
     values = {0: [99.2, 100.0, 100.8], 1: [99.28, 100.0, 100.88], 2: [99.12, 100.0, 100.8]}
-    plan = _plan(write_grid(tmp_path, {(1, k): runs for k, runs in values.items()}))
+    plan = _plan(
+        write_grid(tmp_path, {(1, k): runs for k, runs in values.items()}),
+        confidence=ConfidenceSettings(confidence=0.99),
+    )
     logs = {k: [math.log(v) for v in runs] for k, runs in values.items()}
     means = {k: sum(x) / 3 for k, x in logs.items()}
     s = math.sqrt(sum((v - means[k]) ** 2 for k, x in logs.items() for v in x) / 6)

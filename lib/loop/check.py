@@ -115,7 +115,10 @@ class CheckSettings:
         return self.options.confidence
 
     def confidence_settings(self) -> ConfidenceSettings:
-        return ConfidenceSettings(confidence=self.options.confidence, seed=self.options.seed)
+        # The arms' codes stand in for K but have no order: no shape to doubt (leader_peak).
+        return ConfidenceSettings(
+            confidence=self.options.confidence, seed=self.options.seed, ordered_k=False
+        )
 
     def invalid(self) -> list[str]:
         return self.tuning.invalid() + self.confidence_settings().invalid()
