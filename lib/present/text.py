@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -46,7 +47,15 @@ __all__ = [
 
 
 def _p(value: float | None) -> str:
-    return "unknown" if value is None else f"{value:.2f}"
+    """A probability to 2 decimals, rounded down: a P of 0.899 reads 0.89, never "0.90" beside
+    "no K reaches 0.9" (the guard against float noise keeps 0.29 reading 0.29).
+
+    >>> _p(0.899), _p(0.29), _p(1.0), _p(None)
+    ('0.89', '0.29', '1.00', 'unknown')
+    """
+    if value is None:
+        return "unknown"
+    return f"{math.floor(round(value * 100, 6)) / 100:.2f}"
 
 
 def _percent(value: float | None) -> str:
