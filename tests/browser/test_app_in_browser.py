@@ -232,3 +232,24 @@ def test_every_control_explains_itself(page: Any, server: Any) -> None:
         assert helped.first.get_attribute("title") == guide.CONTROL_HELP[key], key
     picker = page.locator("div[title]").filter(has=page.get_by_text("Experiment", exact=True))
     assert picker.first.get_attribute("title") == guide.CONTROL_HELP["experiment"]
+
+
+@pytest.mark.parametrize("width", [390, 1280, 1440, 1920])
+def test_no_chart_is_clipped_at_any_width(page: Any, server: Any, width: int) -> None:
+    """Every chart of the answer and of the chart sections lies within the page's width, and
+    the page never scrolls sideways: the headline follows the container, the per-batch-size
+    charts wrap (one column on a phone)."""
+    page.set_viewport_size({"width": width, "height": 900})
+    _open(page, server, "sonnet-like")
+    for section in ("How sure", "Objective per batch size", "Switch points"):
+        _open_section(page, section)
+    page.locator(".vega-embed canvas").nth(5).wait_for(timeout=UPDATE_TIMEOUT_MS)
+    page.wait_for_timeout(1000)
+    overflow = page.evaluate(
+        """() => {
+          const right = [...document.querySelectorAll('.vega-embed')].map(
+            chart => chart.getBoundingClientRect().right);
+          return {page: document.documentElement.scrollWidth, charts: Math.max(...right)};
+        }"""
+    )
+    assert overflow["page"] <= width and overflow["charts"] <= width, overflow
