@@ -573,9 +573,6 @@ def _(experiment_picker, fields, options, settings):
 def _(
     analysis,
     cli_arguments,
-    compare_picker,
-    comparison,
-    comparison_error,
     fix_buttons,
     options,
     problem_groups,
@@ -597,13 +594,24 @@ def _(
             "Switch points": functools.partial(switch_section, analysis),
             "Objective per batch size": functools.partial(objective_section, analysis),
             "Acceptance": functools.partial(acceptance_section, analysis),
-            "Compare with another experiment": functools.partial(
-                compare_section, compare_picker, comparison, comparison_error
-            ),
             "Downloads": functools.partial(downloads_section, analysis, trtllm_file),
         },
         multiple=True,
         lazy=True,
+    )
+    return
+
+
+@app.cell
+def _(compare_picker, comparison, comparison_error):
+    # Not lazy: the picker lives in it, and a lazy section built again while the choice is
+    # on its way could show the old content.
+    mo.accordion(
+        {
+            "Compare with another experiment": compare_section(
+                compare_picker, comparison, comparison_error
+            )
+        }
     )
     return
 

@@ -149,7 +149,7 @@ def test_charts_redrawn_after_changes_stay_quiet(page: Any, servers: dict[Path, 
     _open_every_chart(page, servers[SAMPLE_SWEEPS].url)
     _open_section(page, "Compare with another experiment")
     page.get_by_label("Compare with", exact=True).select_option(label="sonnet-like")
-    page.get_by_text("Pick an experiment to compare with.").wait_for(
+    page.get_by_text("Pick an experiment to compare with.").first.wait_for(
         state="detached", timeout=LOAD_TIMEOUT_MS
     )
     _wait_for_charts(page)
