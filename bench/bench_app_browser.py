@@ -26,19 +26,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from marimo_server import serving  # noqa: E402
+
 NOTEBOOK = ROOT / "notebooks" / "tune_spec_k.py"
 SAMPLES = ROOT / "data" / "sample_sweeps"
 CHROMIUM = "/usr/bin/chromium"
@@ -86,37 +86,6 @@ _WATCH = """() => {
     .observe(document.body, {subtree: true, childList: true, characterData: true,
                              attributes: true});
 }"""
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def served(notebook: Path, *arguments: str) -> Iterator[str]:
-    """`marimo run NOTEBOOK -- ARGUMENTS` on a free port: its URL, stopped afterwards."""
-    port = _free_port()
-    command = [sys.executable, "-m", "marimo", "-q", "run", str(notebook), "--headless"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--no-token", "--", *arguments]
-    process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.25)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
 
 
 def first_load_seconds(page: Page, url: str) -> float:
@@ -171,11 +140,15 @@ def main() -> int:
         stack.callback(browser.close)
         floor = scratch / "baseline.py"
         floor.write_text(BASELINE_NOTEBOOK)
-        floor_url = stack.enter_context(served(floor))
-        samples = stack.enter_context(served(NOTEBOOK, "--sweeps", str(SAMPLES)))
+        floor_url = stack.enter_context(serving(floor, scratch / "baseline.log"))
+        samples = stack.enter_context(
+            serving(NOTEBOOK, scratch / "samples.log", "--sweeps", str(SAMPLES))
+        )
         urls = {name: f"{samples}/?sweeps={name}" for name in experiments}
         if args.large:
-            urls[LARGE] = stack.enter_context(served(NOTEBOOK, "--sweeps", str(args.large)))
+            urls[LARGE] = stack.enter_context(
+                serving(NOTEBOOK, scratch / "large.log", "--sweeps", str(args.large))
+            )
         pages: dict[str, Page] = {}
         for name, url in urls.items():
             page = browser.new_page(viewport={"width": 1280, "height": 800})

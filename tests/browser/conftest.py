@@ -10,17 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import marimo_server
 import pytest
 from sweep_builder import WORKED_EXAMPLE, write_grid
 
@@ -29,7 +24,6 @@ NOTEBOOK = REPO / "notebooks" / "tune_spec_k.py"
 SAMPLE_SWEEPS = REPO / "data" / "sample_sweeps"
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
-STARTUP_TIMEOUT_S = 60
 
 # A sweep where both sliders visibly matter (runs per cell; the arithmetic is in the tests):
 # at batch size 1, K=1 is steady at 118, K=3 is better on median (130) but noisier (MAD 10),
@@ -95,13 +89,6 @@ def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _sweeps_root(root: Path) -> Path:
     """The folder the server may read: a copy of a sample, the slider sweep, the rules sweep, a
     sweep of one run per cell, and a copy of the sample whose summary.json was cut short."""
@@ -115,48 +102,16 @@ def _sweeps_root(root: Path) -> Path:
     return root
 
 
-def _wait_until_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"marimo run exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"marimo run did not answer /health in {STARTUP_TIMEOUT_S} s:\n{log.read_text()}")
-
-
 @contextlib.contextmanager
 def serving(
     root: Path, log: Path, environment: Mapping[str, str] | None = None
 ) -> Iterator[Server]:
-    """`marimo run` of the notebook on ``root``, its output in ``log``, until the block ends
-    (then terminated, and killed if it does not stop). ``environment`` is added to the
-    process's environment."""
-    port = _free_port()
-    command = [sys.executable, "-m", "marimo", "-q", "run", str(NOTEBOOK), "--headless"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--no-token", "--"]
-    command += ["--sweeps", str(root)]
-    full_environment = {**os.environ, "MARIMO_SKIP_UPDATE_CHECK": "1", **(environment or {})}
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            command, cwd=REPO, env=full_environment, stdout=output, stderr=subprocess.STDOUT
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_healthy(url, process, log)
+    """`marimo run` of the notebook on ``root`` (:func:`marimo_server.serving`), its output in
+    ``log``, until the block ends."""
+    with marimo_server.serving(
+        NOTEBOOK, log, "--sweeps", str(root), environment=environment
+    ) as url:
         yield Server(url=url, root=root, log=log)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
