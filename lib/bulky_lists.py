@@ -210,9 +210,7 @@ class _Scanner:
                     # Strings or objects in it: followed token by token to its end.
                     candidate = (start, list_start, depth)
                     continue
-                self.out += (bytes(view[emitted:list_start]), _PLACEHOLDER_TEXT)
-                emitted = position = list_end
-                self.shrunk = True
+                emitted = position = self._replace(view, emitted, list_start, list_end)
             elif byte in _OPENS:
                 depth += 1
             else:
@@ -221,9 +219,7 @@ class _Scanner:
                     list_start = candidate[1]
                     candidate = None
                     if _is_bulky(view[list_start:position]):
-                        self.out += (bytes(view[emitted:list_start]), _PLACEHOLDER_TEXT)
-                        emitted = position
-                        self.shrunk = True
+                        emitted = self._replace(view, emitted, list_start, position)
         if candidate is not None and candidate[0] < resume:
             # Its list is still open: followed again from its name with the next chunk.
             resume, _, resume_depth = candidate
@@ -232,6 +228,13 @@ class _Scanner:
         self.out.append(bytes(view[emitted:resume]))
         self.pending = text[resume:]
         self.depth = depth if resume_depth < 0 else resume_depth
+
+    def _replace(self, view: memoryview, emitted: int, start: int, end: int) -> int:
+        """Write out the text from ``emitted`` to the list at ``start``, then the placeholder
+        for the list; returns where the text after the list begins (``end``)."""
+        self.out += (bytes(view[emitted:start]), _PLACEHOLDER_TEXT)
+        self.shrunk = True
+        return end
 
     def _protected(self, name: bytes) -> bool:
         try:

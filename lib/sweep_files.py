@@ -138,13 +138,16 @@ def _read_json(
     that text does not parse, the file is parsed whole for the error, so the line and column
     named are the file's."""
     shrunk = False
+    large: Callable[[Iterator[bytes]], bytes] | None = None
+    if record_depth is not None:
+        depth = record_depth
 
-    def shrink(chunks: Iterator[bytes]) -> bytes:
-        nonlocal shrunk
-        text, shrunk = shrink_bulky_lists(chunks, record_depth or 1, protected)
-        return text
+        def shrink(chunks: Iterator[bytes]) -> bytes:
+            nonlocal shrunk
+            text, shrunk = shrink_bulky_lists(chunks, depth, protected)
+            return text
 
-    large = shrink if record_depth is not None else None
+        large = shrink
     raw, failure = read_file(path, large=large, large_from=SCAN_FROM_BYTES)
     if raw is None:
         log.add(*(failure or ("unreadable-file", "cannot read the file")), relative)
