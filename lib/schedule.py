@@ -54,6 +54,7 @@ __all__ = [
     "TuningResult",
     "acceptance_gate",
     "anchor_grid_gate",
+    "candidate_json",
     "cell_statistics",
     "decide",
     "decided_schedule",
@@ -1033,17 +1034,7 @@ class TuningResult:
         candidates: dict[int, list[dict[str, Any]]] = {}
         for cell in self.cells.to_dicts():
             candidates.setdefault(cell["anchor"], []).append(
-                {
-                    "batch_size": cell["anchor"],
-                    "k": cell["k"],
-                    "num_runs": cell["num_runs"],
-                    "median_objective": _finite(cell["median"]),
-                    "mad_objective": _finite(cell["mad"]),
-                    "conservative_objective": _finite(cell["conservative"]),
-                    "objective_relative_mad": _finite(cell["relative_mad"]),
-                    "median_acceptance": _finite(cell["median_acceptance"]),
-                    "acceptance_relative_mad": _finite(cell["acceptance_relative_mad"]),
-                }
+                {"batch_size": cell["anchor"], **candidate_json(cell)}
             )
         decisions = [
             {
@@ -1076,6 +1067,21 @@ class TuningResult:
     def to_json_text(self) -> str:
         """The JSON file's exact text: same input and settings give the same bytes."""
         return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+
+
+def candidate_json(cell: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell of :attr:`TuningResult.cells` as the seed's JSON candidate (without its batch
+    size): K, runs and the statistics, non-finite floats as null."""
+    return {
+        "k": cell["k"],
+        "num_runs": cell["num_runs"],
+        "median_objective": _finite(cell["median"]),
+        "mad_objective": _finite(cell["mad"]),
+        "conservative_objective": _finite(cell["conservative"]),
+        "objective_relative_mad": _finite(cell["relative_mad"]),
+        "median_acceptance": _finite(cell["median_acceptance"]),
+        "acceptance_relative_mad": _finite(cell["acceptance_relative_mad"]),
+    }
 
 
 def tune(sweep: Sweep, settings: Settings) -> TuningResult:

@@ -20,6 +20,8 @@ from typing import Literal
 from lib.flags import flag, flag_name
 
 __all__ = [
+    "CONTEXT_AUTO",
+    "CONTEXT_NONE",
     "DEFAULT_BATCH_SIZE_VAR",
     "DEFAULT_CONFIDENCE",
     "DEFAULT_K_VAR",
@@ -29,6 +31,7 @@ __all__ = [
     "HEALTH_FIELDS",
     "POLICIES",
     "RESULT_FILE",
+    "ContextSettings",
     "Direction",
     "Fields",
     "Options",
@@ -255,3 +258,50 @@ class Options:
             in_seed=False,
         ),
     )
+
+
+#: ``--context-var`` values that name no field: detect the context axis, or ignore it (the seed).
+CONTEXT_AUTO = "auto"
+CONTEXT_NONE = "none"
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    """Whether and how the sweep's prompt length becomes a second axis (:mod:`lib.context`)."""
+
+    context_var: str = field(
+        default=CONTEXT_AUTO,
+        metadata=flag(
+            "--context-var",
+            "record field holding the prompt length that the sweep varied (e.g."
+            " random_input_len); 'auto': the swept prompt-length key, else the measured mean"
+            " prompt total_input_tokens / completed; 'none': ignore the prompt length, as the"
+            " seed does",
+            in_seed=False,
+            echo="changed",
+        ),
+    )
+    context_tolerance: float = field(
+        default=0.1,
+        metadata=flag(
+            "--context-tolerance",
+            "relative difference up to which two prompt lengths are the same context point",
+            in_seed=False,
+            echo="changed",
+        ),
+    )
+
+    def invalid(self) -> list[str]:
+        """Reasons these settings cannot be used (empty when fine).
+
+        >>> ContextSettings(context_tolerance=-1).invalid()
+        ['--context-tolerance -1: expected a finite number in [0, 1)']
+        """
+        reasons = []
+        if not (math.isfinite(self.context_tolerance) and 0 <= self.context_tolerance < 1):
+            name = flag_name(ContextSettings, "context_tolerance")
+            reasons.append(f"{name} {self.context_tolerance}: expected a finite number in [0, 1)")
+        if not self.context_var.strip():
+            name = flag_name(ContextSettings, "context_var")
+            reasons.append(f"{name} {self.context_var!r}: expected a record field, auto or none")
+        return reasons

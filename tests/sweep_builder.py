@@ -260,3 +260,44 @@ GOOD_VALIDATION = {
     (64, "static-k7"): spread(3035.0),
     (64, "no-spec"): spread(3524.0),
 }
+
+
+# --------------------------------------------------------------------------- context sweeps
+
+
+def write_context_grid(
+    root: Path,
+    cells: Mapping[tuple[int, int, int], Iterable[float]],
+    *,
+    prompt_fields: Mapping[str, Any] | None = None,
+    output_len: int = 128,
+    **fields: Any,
+) -> Path:
+    """A sweep that varied the prompt length: one combo per (anchor, K, prompt tokens), one run
+    per value of ``output_throughput``. Each record holds the swept ``random_input_len`` and the
+    measured ``total_input_tokens`` / ``total_output_tokens`` of its prompts (every prompt that
+    long); ``prompt_fields`` replaces ``random_input_len`` by other fields (a function of the
+    prompt length may be given as a value: ``{"prefix_repetition_prefix_len": lambda p: p - 96}``).
+    """
+    for (anchor, k, prompt), values in cells.items():
+        swept = (
+            {"random_input_len": prompt}
+            if prompt_fields is None
+            else {
+                name: value(prompt) if callable(value) else value
+                for name, value in prompt_fields.items()
+            }
+        )
+        records = [
+            record(
+                anchor,
+                k,
+                run_number=number,
+                total_input_tokens=prompt * NUM_PROMPTS,
+                total_output_tokens=output_len * NUM_PROMPTS,
+                **{**swept, **fields, "output_throughput": value},
+            )
+            for number, value in enumerate(values)
+        ]
+        write_combo(root / f"SERVE--k{k}-BENCH--c{anchor}-p{prompt}", records)
+    return root

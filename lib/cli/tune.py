@@ -11,7 +11,7 @@ additions (confidence per anchor, switch points, the measurement plan), the
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from lib.cli.common import (
@@ -25,10 +25,12 @@ from lib.cli.common import (
     write_and_print,
 )
 from lib.flags import add_flags, from_arguments
-from lib.settings import RESULT_FILE, Fields, Options, Settings
+from lib.settings import RESULT_FILE, ContextSettings, Fields, Options, Settings
 
 if TYPE_CHECKING:
+    from lib.context import ContextAxis
     from lib.sweep_files import SweepFiles
+    from lib.sweeps import Sweep
 
 __all__ = ["TuneArgs", "main"]
 
@@ -43,6 +45,7 @@ class TuneArgs:
     fields: Fields
     settings: Settings
     options: Options
+    context: ContextSettings = field(default_factory=ContextSettings)
 
     description: ClassVar[str] = (
         "Choose vLLM's Dynamic speculative-decoding schedule"
@@ -70,6 +73,7 @@ class TuneArgs:
         add_flags(parser, Fields)
         add_flags(parser, Settings)
         add_flags(parser, Options)
+        add_flags(parser, ContextSettings)
         parser.add_argument(
             "--plan-json",
             default=None,
@@ -86,6 +90,7 @@ class TuneArgs:
             fields=from_arguments(Fields, arguments),
             settings=from_arguments(Settings, arguments),
             options=from_arguments(Options, arguments),
+            context=from_arguments(ContextSettings, arguments),
         )
 
 
@@ -106,13 +111,14 @@ def main(args: TuneArgs) -> int:
 
 def _read(args: TuneArgs) -> SweepFiles:
     """The sweep's files, only the metrics the analysis reads (run in the prefetch child)."""
+    from lib.context import context_fields_read
     from lib.sweep_files import read_sweep_files
 
     return read_sweep_files(
         args.experiment_dir,
         batch_size_var=args.fields.batch_size_var,
         k_var=args.fields.k_var,
-        metrics=args.settings.metrics_read(),
+        metrics=(*args.settings.metrics_read(), *context_fields_read(args.context.context_var)),
     )
 
 
@@ -143,8 +149,24 @@ def _tune(args: TuneArgs) -> int:
     from lib.sweeps import sweep_from
 
     sweep = sweep_from(reading.result())
+    if args.context.invalid():
+        from lib.problems import Problem, Severity
+
+        invalid = [Problem(Severity.ERROR, "invalid-setting", r) for r in args.context.invalid()]
+        print_problems(invalid, lambda count: f"{PROGRAM}: nothing written: {count} problem(s)")
+        return EXIT_BAD_INPUT
+    from lib.context import find_context_axis
+
+    axis, context_problems = find_context_axis(sweep, args.context)
+    if axis is not None:
+        return _tune_contexts(args, sweep, axis, output)
     analysis = analyse(sweep, args.settings, args.options)
     result = analysis.result
+    if context_problems:
+        import dataclasses
+
+        problems = (*result.problems, *context_problems)
+        result = dataclasses.replace(result, problems=problems)
     failed = print_problems(
         result.problems,
         lambda count: (
@@ -166,3 +188,27 @@ def _tune(args: TuneArgs) -> int:
         lines += text.measurement_plan_lines(plan)
     lines.append(text.speculative_config_line(result))
     return write_and_print(PROGRAM, writes, lines)
+
+
+def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Output) -> int:
+    """A sweep with a context axis: the seed's batch-only answer (drop-in), then the grid."""
+    from lib.context import analyse_contexts
+    from lib.present import text
+
+    analysis = analyse_contexts(sweep, axis, args.settings, args.options)
+    failed = print_problems(
+        analysis.problems,
+        lambda count: (
+            f"{PROGRAM}: no schedule written: {count} problem(s) in {args.experiment_dir}"
+        ),
+    )
+    if failed or not analysis.ok:
+        return EXIT_BAD_INPUT
+    lines = []
+    answer = analysis.answer
+    if answer is not None and analysis.deployable and answer.result.schedule is not None:
+        lines += [answer.result.schedule.json_text(), *text.decision_lines(answer.result)]
+    lines += text.context_grid_lines(analysis)
+    if answer is not None and analysis.deployable:
+        lines.append(text.speculative_config_line(answer.result))
+    return write_and_print(PROGRAM, [(output, analysis.to_json_text())], lines)

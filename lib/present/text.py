@@ -26,6 +26,8 @@ from lib.schedule import NO_SCHEDULE, TuningResult
 from lib.switch_points import SwitchPoints
 
 if TYPE_CHECKING:
+    from lib.context import ContextAnalysis
+
     # Only their types: tuning prints its lines without loading the loop's modules.
     from lib.loop.check import CheckReport
     from lib.loop.diff import DiffReport
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_lines",
     "confidence_lines",
+    "context_grid_lines",
     "decision_lines",
     "diff_lines",
     "html_list",
@@ -129,6 +132,36 @@ def confidence_lines(report: ConfidenceReport, result: TuningResult | None = Non
                 f"the reported pick K={picked} has P(eps-good)={_p(p_of.get((anchor, picked)))}"
             )
         lines.append("; ".join(parts))
+    return lines
+
+
+def context_grid_lines(analysis: ContextAnalysis) -> list[str]:
+    """The chosen K per (batch size, context point) as a table: a row per batch size, a
+    column per prompt length (decode-time context below it). ``?`` marks an unresolved pick
+    (P(eps-good) below the confidence, or a problem at that cell), ``-`` an undecided one."""
+    points = analysis.axis.points
+    rows: dict[int, dict[int, str]] = {}
+    for cell in analysis.grid():
+        k = cell["selected_k"]
+        mark = {"resolved": "", "unresolved": "?", "undecided": ""}[cell["status"]]
+        shown = "-" if k is None else f"{k}{mark}"
+        rows.setdefault(cell["batch_size"], {})[cell["prompt_tokens"]] = shown
+    head = ["batch size", *(str(point.prompt_tokens) for point in points)]
+    sub = ["(context)", *(f"~{point.context_tokens}" for point in points)]
+    body = [
+        [str(batch), *(cells.get(point.prompt_tokens, "") for point in points)]
+        for batch, cells in sorted(rows.items())
+    ]
+    table = [head, sub, *body]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = [
+        f"context grid: chosen K by batch size (rows) and prompt tokens (columns), from"
+        f" {printable(analysis.axis.field)}; ? = unresolved, - = no K"
+    ]
+    lines += [
+        "  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+        for row in table
+    ]
     return lines
 
 

@@ -1,0 +1,571 @@
+"""The context-length axis: a sweep that varied the prompt length, tuned per context point.
+
+A batch-only schedule is a short-context observation: with long prompts the verify step is
+dominated by attention over the context and speculation can pay again at high batch
+(``docs/context.md``). This module finds the context points of a sweep
+(:func:`find_context_axis`) and runs the whole analysis of :mod:`lib.analysis` once per point
+(:func:`analyse_contexts`), so every (batch anchor, context point) cell gets the seed's rules
+and the confidence model, and every problem is listed with the context it belongs to.
+
+Schema of :attr:`ContextAxis.runs` (one row per run of the sweep, in its order): the sweep's
+:attr:`~lib.sweeps.Sweep.runs` plus
+
+=================== ======== ==========================================================
+column              dtype    meaning
+=================== ======== ==========================================================
+prompt_tokens       Float64  the run's prompt length (the field's value, or the measured
+                             mean prompt); null when the record has none
+context_point       Int64    index into :attr:`ContextAxis.points`; null when unplaced
+=================== ======== ==========================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from lib.analysis import Analysis, analyse
+from lib.problems import Problem, Severity
+from lib.schedule import candidate_json
+from lib.settings import CONTEXT_AUTO, CONTEXT_NONE, ContextSettings, Options, Settings
+from lib.sweeps import Sweep
+
+__all__ = [
+    "MEASURED_PROMPT",
+    "PROMPT_LENGTH_FIELDS",
+    "ContextAnalysis",
+    "ContextAxis",
+    "ContextPoint",
+    "analyse_contexts",
+    "context_fields_read",
+    "context_points",
+    "find_context_axis",
+]
+
+#: The swept bench keys that set the prompt length, in the order ``auto`` looks for them:
+#: (fields that must all be present and are summed, fields added where present).
+#: ``random``: ``random_input_len`` tokens after a shared ``random_prefix_len``;
+#: ``prefix_repetition``: prompt = prefix + suffix exactly.
+PROMPT_LENGTH_FIELDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("random_input_len",), ("random_prefix_len",)),
+    (("prefix_repetition_prefix_len", "prefix_repetition_suffix_len"), ()),
+)
+#: The measured mean prompt of a run: prompt tokens over completed requests (client-side).
+MEASURED_PROMPT = ("total_input_tokens", "completed")
+#: The measured mean output of a run, and the swept output lengths to fall back on.
+_MEASURED_OUTPUT = ("total_output_tokens", "completed")
+_DECLARED_OUTPUT = ("random_output_len", "prefix_repetition_output_len")
+
+
+def context_fields_read(context_var: str) -> tuple[str, ...]:
+    """The record fields :func:`find_context_axis` reads for ``context_var`` (a loader that
+    keeps only some metrics must keep these too).
+
+    >>> context_fields_read("none")
+    ()
+    >>> context_fields_read("my_len")[:3]
+    ('my_len', 'total_output_tokens', 'completed')
+    """
+    if context_var == CONTEXT_NONE:
+        return ()
+    prompt: tuple[str, ...] = (context_var,)
+    if context_var == CONTEXT_AUTO:
+        prompt = (
+            *(name for required, added in PROMPT_LENGTH_FIELDS for name in (*required, *added)),
+            *MEASURED_PROMPT,
+        )
+    return tuple(dict.fromkeys((*prompt, *_MEASURED_OUTPUT, *_DECLARED_OUTPUT)))
+
+
+@dataclass(frozen=True)
+class ContextPoint:
+    """One context point of the sweep: its prompt length, the mean output length when known,
+    and the decode-time context the engine's buckets see, about ``prompt + output / 2`` (a
+    request's context grows from its prompt to prompt + output while it decodes)."""
+
+    prompt_tokens: int
+    output_tokens: int | None
+    num_runs: int
+
+    @property
+    def context_tokens(self) -> int:
+        """Decode-time context: prompt + output / 2, rounded down; the prompt alone when the
+        output length is unknown.
+
+        >>> ContextPoint(512, 128, 3).context_tokens, ContextPoint(512, None, 3).context_tokens
+        (576, 512)
+        """
+        return self.prompt_tokens + (self.output_tokens or 0) // 2
+
+    def label(self) -> str:
+        """How the point is named in text: ``512 tokens``."""
+        return f"{self.prompt_tokens} tokens"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "context_tokens": self.context_tokens,
+            "num_runs": self.num_runs,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class ContextAxis:
+    """The context points of a sweep (at least two), the runs placed on them, and what was
+    found on the way. ``field`` names where the prompt length came from."""
+
+    field: str
+    tolerance: float
+    points: tuple[ContextPoint, ...]
+    runs: pl.DataFrame
+    problems: tuple[Problem, ...]
+
+    def sweep_at(self, sweep: Sweep, index: int) -> Sweep:
+        """``sweep`` restricted to the runs of one context point. The loader's problems stay
+        with the whole sweep (reported once, not once per point)."""
+        runs = self.runs.filter(pl.col("context_point") == index).drop(
+            "prompt_tokens", "context_point"
+        )
+        return dataclasses.replace(sweep, runs=runs, problems=())
+
+
+def context_points(values: Sequence[float], tolerance: float) -> list[list[float]]:
+    """Group prompt lengths into context points: sorted, a new point starts where a length
+    exceeds the previous one by more than ``tolerance`` (relative). A chain of close lengths
+    stays one point, however far its ends lie apart; :func:`find_context_axis` checks the
+    spread within each cell.
+
+    >>> context_points([512, 4096, 515, 4000, 32768], 0.1)
+    [[512, 515], [4000, 4096], [32768]]
+    >>> context_points([100, 105, 110, 116], 0.05)
+    [[100, 105, 110], [116]]
+    >>> context_points([], 0.1)
+    []
+    """
+    groups: list[list[float]] = []
+    for value in sorted(values):
+        if groups and value <= groups[-1][-1] * (1 + tolerance):
+            groups[-1].append(value)
+        else:
+            groups.append([value])
+    return groups
+
+
+def _prompt_expression(sweep: Sweep, context_var: str) -> tuple[str, pl.Expr] | None:
+    """Where the prompt length comes from, as a label and an expression over the runs."""
+    columns = set(sweep.runs.columns)
+
+    def present(name: str) -> bool:
+        return name in columns and sweep.runs[name].is_not_null().any()
+
+    if context_var != CONTEXT_AUTO:
+        return (context_var, pl.col(context_var)) if context_var in columns else None
+    for required, added in PROMPT_LENGTH_FIELDS:
+        if all(present(name) for name in required):
+            used = [*required, *(name for name in added if present(name))]
+            total = pl.sum_horizontal(pl.col(name) for name in required)
+            for name in used[len(required) :]:
+                total = total + pl.col(name).fill_null(0)
+            label = "+".join(used)
+            # Null when a required field is missing: sum_horizontal would read it as 0.
+            missing = pl.any_horizontal(pl.col(name).is_null() for name in required)
+            return label, pl.when(~missing).then(total)
+    tokens, completed = MEASURED_PROMPT
+    if present(tokens) and present(completed):
+        measured = pl.when(pl.col(completed) > 0).then(pl.col(tokens) / pl.col(completed))
+        return f"{tokens}/{completed}", measured
+    return None
+
+
+def _output_tokens(runs: pl.DataFrame) -> pl.Series | None:
+    """The mean output length of each run: measured, else the swept output length."""
+    tokens, completed = _MEASURED_OUTPUT
+    candidates: list[pl.Expr] = []
+    if tokens in runs.columns and completed in runs.columns:
+        candidates.append(pl.when(pl.col(completed) > 0).then(pl.col(tokens) / pl.col(completed)))
+    candidates += [pl.col(name) for name in _DECLARED_OUTPUT if name in runs.columns]
+    if not candidates:
+        return None
+    return runs.select(pl.coalesce(candidates))[:, 0]
+
+
+def find_context_axis(
+    sweep: Sweep, settings: ContextSettings
+) -> tuple[ContextAxis | None, list[Problem]]:
+    """The sweep's context axis, or None when it has none (and what was noticed).
+
+    Rules:
+
+    - ``--context-var none``: no axis (the seed's behaviour).
+    - The prompt length of a run is ``--context-var``'s field; with ``auto`` the first of
+      :data:`PROMPT_LENGTH_FIELDS` some record holds, else the measured mean prompt
+      ``total_input_tokens / completed``. A field named explicitly that no record holds is an
+      error.
+    - A run without a prompt length (a failed run has no measurements) takes the context of
+      the other runs in its folder (one bench combo, one prompt length); a run whose folder
+      holds none is a warning and stays out of the grid.
+    - Lengths within ``tolerance`` of each other are one context point
+      (:func:`context_points`); fewer than two points is no axis.
+    - Prompt lengths that vary only between anchors or K (every (anchor, K) measured at a
+      single length: a dataset sampled differently per concurrency) are no axis either: a note
+      says so, since no cell can be compared across lengths.
+    - The runs of one (anchor, K, context point) cell whose prompt lengths differ by more than
+      the tolerance are an error naming their files: their median would mix contexts.
+    """
+    if settings.context_var == CONTEXT_NONE:
+        return None, []
+    source = _prompt_expression(sweep, settings.context_var)
+    if source is None:
+        if settings.context_var == CONTEXT_AUTO:
+            return None, []
+        return None, [
+            Problem(
+                Severity.ERROR,
+                "context-field-missing",
+                "no record holds the prompt-length field named by --context-var",
+                field="--context-var",
+                value=repr(settings.context_var),
+                expected="a numeric record field, e.g. random_input_len; or auto / none",
+            )
+        ]
+    label, prompt = source
+    runs = sweep.runs.with_columns(prompt.cast(pl.Float64).alias("prompt_tokens"))
+    # A failed run has no measurement: its folder (one bench combo) says its prompt length.
+    by_folder = (
+        runs.filter(pl.col("prompt_tokens").is_not_null())
+        .group_by("combo")
+        .agg(pl.col("prompt_tokens").median().alias("_folder_prompt"))
+    )
+    runs = (
+        runs.join(by_folder, on="combo", how="left", maintain_order="left")
+        .with_columns(pl.col("prompt_tokens").fill_null(pl.col("_folder_prompt")))
+        .drop("_folder_prompt")
+    )
+    placed_values = runs["prompt_tokens"].drop_nulls().to_list()
+    groups = context_points(placed_values, settings.context_tolerance)
+    if len(groups) < 2:
+        return None, []
+    bounds = [(group[0], group[-1]) for group in groups]
+
+    def point_of(value: float | None) -> int | None:
+        if value is None:
+            return None
+        return next(i for i, (low, high) in enumerate(bounds) if low <= value <= high)
+
+    runs = runs.with_columns(
+        pl.col("prompt_tokens").map_elements(point_of, return_dtype=pl.Int64).alias("context_point")
+    )
+    problems: list[Problem] = []
+    placed = runs.filter(
+        pl.col("anchor").is_not_null()
+        & pl.col("k").is_not_null()
+        & pl.col("context_point").is_not_null()
+    )
+    crossing = placed.group_by("anchor", "k").agg(pl.col("context_point").n_unique().alias("n"))
+    if placed.height and crossing["n"].max() == 1:
+        lengths = ", ".join(_tokens(_median(group)) for group in groups)
+        return None, [
+            Problem(
+                Severity.NOTE,
+                "no-context-axis",
+                "prompt lengths differ between cells but no (batch size, K) was measured at"
+                " more than one, so they are not a context axis; tuned as one context",
+                field=label,
+                value=lengths,
+                expected="the same (batch size, K) measured at several prompt lengths",
+            )
+        ]
+    unplaced = runs.filter(pl.col("context_point").is_null())
+    if unplaced.height:
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "no-prompt-length",
+                "runs without a prompt length (none in the record or its folder) are left out"
+                " of the context grid",
+                files=tuple(unplaced["source"].unique(maintain_order=True).to_list()),
+                field=label,
+                value="null",
+                expected="a prompt length",
+            )
+        )
+    problems += _mixed_cells(placed, label, settings.context_tolerance)
+    output = _output_tokens(runs)
+    points = []
+    for index, group in enumerate(groups):
+        members = runs.filter(pl.col("context_point") == index)
+        outputs = None
+        if output is not None:
+            outputs = output.filter(runs["context_point"] == index).drop_nulls()
+        output_tokens = None
+        if outputs is not None and outputs.len():
+            output_tokens = round(float(outputs.median()))  # type: ignore[arg-type]
+        points.append(ContextPoint(round(_median(group)), output_tokens, members.height))
+    axis = ContextAxis(label, settings.context_tolerance, tuple(points), runs, tuple(problems))
+    return axis, list(problems)
+
+
+def _median(values: Sequence[float]) -> float:
+    """The median of a non-empty list (the middle one, or the mean of the two middle ones)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _tokens(value: float) -> str:
+    return f"{value:g}" if value < 1e6 else f"{value:.3g}"
+
+
+def _mixed_cells(placed: pl.DataFrame, label: str, tolerance: float) -> list[Problem]:
+    """One error per (anchor, K, context point) cell whose prompt lengths spread beyond the
+    tolerance (largest over smallest)."""
+    spread = (
+        placed.group_by("anchor", "k", "context_point", maintain_order=True)
+        .agg(
+            pl.col("prompt_tokens").min().alias("low"),
+            pl.col("prompt_tokens").max().alias("high"),
+            pl.col("source").unique(maintain_order=True).alias("files"),
+        )
+        .filter(pl.col("high") > pl.col("low") * (1 + tolerance))
+        .sort("anchor", "k", "context_point")
+    )
+    return [
+        Problem(
+            Severity.ERROR,
+            "mixed-prompt-lengths",
+            "the runs of one cell were measured at prompt lengths further apart than the"
+            " context tolerance, so their median mixes contexts",
+            files=tuple(row["files"]),
+            anchor=row["anchor"],
+            k=row["k"],
+            field=label,
+            value=f"{_tokens(row['low'])} to {_tokens(row['high'])}",
+            expected=f"within {tolerance:g} of each other (--context-tolerance)",
+        )
+        for row in spread.to_dicts()
+    ]
+
+
+# --------------------------------------------------------------------------- the grid
+
+#: Rules whose problems concern the deployable schedule, not the cell's decision: a sweep
+#: measured at fixed batch sizes above 1 still gives a grid (the published evidence is such),
+#: and one warning replaces them (the schedule of such picks starts above 1: invalid).
+_SCHEDULE_RULES = ("anchors-not-from-1", "invalid-schedule")
+
+
+@dataclass(frozen=True, eq=False)
+class ContextAnalysis:
+    """The analysis per context point, the seed's pooled answer, and every problem.
+
+    ``contexts[i]`` is the whole :class:`~lib.analysis.Analysis` of ``axis.points[i]``.
+    ``pooled`` is the seed's analysis of the sweep as one context (cells mixing lengths);
+    ``answer`` is the batch-only analysis the result's seed keys come from: ``pooled`` when the
+    seed's rules accept it, else the shortest context point's (the seed's world), else None.
+    """
+
+    axis: ContextAxis
+    pooled: Analysis
+    contexts: tuple[Analysis, ...]
+    answer: Analysis | None
+    problems: tuple[Problem, ...]
+    confidence: float
+
+    @property
+    def deployable(self) -> bool:
+        """Whether a schedule can be built: every context's anchors start at 1."""
+        return self.not_deployable_reason is None
+
+    @property
+    def not_deployable_reason(self) -> str | None:
+        anchors = sorted({anchor for analysis in self.contexts for anchor in _anchors(analysis)})
+        if anchors and anchors[0] != 1:
+            return (
+                f"the batch-size anchors start at {anchors[0]}, not 1: vLLM's schedule must"
+                " cover batch size 1, so the grid cannot be deployed as measured"
+            )
+        return None
+
+    @property
+    def ok(self) -> bool:
+        """No error anywhere in the grid (the exit status of the CLI)."""
+        return not any(problem.severity is Severity.ERROR for problem in self.problems)
+
+    def grid(self) -> list[dict[str, Any]]:
+        """One object per (batch anchor, context point), by batch size then prompt length:
+        the pick, its status and P(eps-good), and every K measured there."""
+        rows = []
+        for point, analysis in zip(self.axis.points, self.contexts, strict=True):
+            rows += _grid_rows(point, analysis, self.confidence)
+        return sorted(rows, key=lambda row: (row["batch_size"], row["prompt_tokens"]))
+
+    def to_json(self) -> dict[str, Any]:
+        """The result JSON: the seed's keys of :attr:`answer` (null schedule and config when
+        there is none or the grid is not deployable), every problem, then ``context_axis``
+        and ``context_grid``."""
+        source = self.answer or self.pooled
+        data = source.result.to_json()
+        if self.answer is None or not self.deployable:
+            data["num_speculative_tokens_per_batch_size"] = None
+            data["speculative_config"] = None
+        data["problems"] = [problem.to_json() for problem in self.problems]
+        data["context_axis"] = {
+            "field": self.axis.field,
+            "tolerance": self.axis.tolerance,
+            "points": [point.to_json() for point in self.axis.points],
+            "deployable": self.deployable,
+            "not_deployable_reason": self.not_deployable_reason,
+        }
+        data["context_grid"] = self.grid()
+        return data
+
+    def to_json_text(self) -> str:
+        import json
+
+        return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+
+
+def _anchors(analysis: Analysis) -> list[int]:
+    return [int(anchor) for anchor in analysis.result.decisions["anchor"].to_list()]
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _grid_rows(point: ContextPoint, analysis: Analysis, confidence: float) -> list[dict[str, Any]]:
+    result = analysis.result
+    candidates: dict[int, list[dict[str, Any]]] = {}
+    for cell in result.cells.sort("anchor", "k").to_dicts():
+        candidates.setdefault(cell["anchor"], []).append(
+            {**candidate_json(cell), "verdict": cell["status"], "reason": cell["reason"]}
+        )
+    failing = {
+        problem.anchor
+        for problem in result.problems
+        if problem.severity is Severity.ERROR and problem.rule not in _SCHEDULE_RULES
+    }
+    rows = []
+    for decision in result.decisions.to_dicts():
+        anchor, k = decision["anchor"], decision["selected_k"]
+        block = (result.confidence or {}).get(anchor) or {}
+        p = None if k is None else block.get("p_eps_good", {}).get(str(k))
+        if k is None:
+            status = "undecided"
+        elif anchor in failing or None in failing or p is None or p < confidence:
+            status = "unresolved"
+        else:
+            status = "resolved"
+        rows.append(
+            {
+                "batch_size": anchor,
+                "prompt_tokens": point.prompt_tokens,
+                "context_tokens": point.context_tokens,
+                "selected_k": k,
+                "selected_median_objective": _finite(decision["selected_median"]),
+                "status": status,
+                "p_eps_good": p,
+                "candidates": candidates.get(anchor, []),
+            }
+        )
+    return rows
+
+
+def _in_context(problem: Problem, point: ContextPoint) -> Problem:
+    """A problem of one context point's analysis, saying which point."""
+    return dataclasses.replace(
+        problem,
+        message=f"at {point.label()}: {problem.message}",
+        extra={**problem.extra, "prompt_tokens": point.prompt_tokens},
+    )
+
+
+def analyse_contexts(
+    sweep: Sweep,
+    axis: ContextAxis,
+    settings: Settings,
+    options: Options | None = None,
+) -> ContextAnalysis:
+    """The whole analysis once per context point, and the seed's pooled answer.
+
+    Problems, in order: the loader's (once), the axis's, each context point's own (its
+    message saying which point), then what concerns the grid as a whole: a warning that the
+    seed's answer pools prompt lengths (or could not be given), and a warning when the
+    anchors do not start at 1 (the grid stands; no schedule can be deployed from it). The
+    per-point ``anchors-not-from-1`` errors are replaced by that one warning.
+    """
+    options = options or Options()
+    pooled = analyse(sweep, settings, options)
+    contexts = tuple(
+        analyse(axis.sweep_at(sweep, index), settings, options) for index in range(len(axis.points))
+    )
+    problems: list[Problem] = [*sweep.problems, *axis.problems]
+    anchors = sorted({anchor for context in contexts for anchor in _anchors(context)})
+    deployable = not anchors or anchors[0] == 1
+    for point, context in zip(axis.points, contexts, strict=True):
+        problems += [
+            _in_context(problem, point)
+            for problem in context.result.problems
+            if deployable or problem.rule not in _SCHEDULE_RULES
+        ]
+    lengths = ", ".join(str(point.prompt_tokens) for point in axis.points)
+    answer: Analysis | None = None
+    if pooled.result.ok:
+        answer = pooled
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "pooled-contexts",
+                f"the batch-only schedule (the seed's answer) pools {len(axis.points)} prompt"
+                f" lengths ({lengths} tokens) into one cell per (batch size, K); the context"
+                " grid tunes each length: export it with tune-spec-k export --format"
+                " vllm-context (a schedule per context or for a --context-mix),"
+                " vllm-rfc-48944 or vllm-pr-54801",
+                field=axis.field,
+                value=lengths,
+            )
+        )
+    else:
+        shortest = contexts[0]
+        rules = sorted({problem.rule for problem in pooled.result.errors})
+        if shortest.result.ok:
+            answer = shortest
+        given = (
+            f"the batch-only schedule given is the shortest context's ({axis.points[0].label()})"
+            if answer is not None
+            else "no batch-only schedule is given"
+        )
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "pooled-contexts",
+                f"pooled over its {len(axis.points)} prompt lengths ({lengths} tokens), the"
+                f" seed's rules reject the sweep ({len(pooled.result.errors)} errors: "
+                + ", ".join(rules)
+                + f"); {given}; the context grid tunes each length",
+                field=axis.field,
+                value=lengths,
+            )
+        )
+    analysis = ContextAnalysis(axis, pooled, contexts, answer, (), options.confidence)
+    reason = analysis.not_deployable_reason
+    if reason is not None:
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "not-deployable",
+                reason + "; the grid is reported, exports are refused",
+                field="anchor",
+                value=str(min(a for c in contexts for a in _anchors(c))),
+                expected="an anchor at batch size 1",
+            )
+        )
+    return dataclasses.replace(analysis, problems=tuple(problems))

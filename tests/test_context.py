@@ -1,0 +1,255 @@
+"""The context-length axis: finding context points, the per-point analysis, the CLI's grid."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lib.cli.main import main
+from lib.context import analyse_contexts, find_context_axis
+from lib.settings import ContextSettings, Settings
+from lib.sweeps import load_experiment
+from tests.sweep_builder import spread, write_context_grid
+
+#: Speculation (K=3) pays at batch 1 at both lengths; at batch 64 it loses at 512 prompt
+#: tokens (3000 < 4000) and wins at 8192 (2600 > 2000): the shape of PR #48944's table.
+#: Pooled over both lengths, batch 1 K=0 holds 99.5..100.5 and 79.6..80.4: median 90, MAD
+#: about 10, relative MAD 0.11 > 0.1, so the seed's rules reject the pooled sweep.
+GRID = {
+    (1, 0, 512): spread(100.0),
+    (1, 3, 512): spread(180.0),
+    (64, 0, 512): spread(4000.0),
+    (64, 3, 512): spread(3000.0),
+    (1, 0, 8192): spread(80.0),
+    (1, 3, 8192): spread(150.0),
+    (64, 0, 8192): spread(2000.0),
+    (64, 3, 8192): spread(2600.0),
+}
+#: (batch, prompt) -> K the grid must choose, from GRID's medians above.
+EXPECTED = {(1, 512): 3, (64, 512): 0, (1, 8192): 3, (64, 8192): 3}
+
+
+def _axis(root: Path, **settings: object):  # type: ignore[no-untyped-def]
+    sweep = load_experiment(root)
+    return sweep, *find_context_axis(sweep, ContextSettings(**settings))  # type: ignore[arg-type]
+
+
+def test_the_swept_prompt_length_is_the_axis(tmp_path: Path) -> None:
+    _, axis, problems = _axis(write_context_grid(tmp_path, GRID))
+    assert axis is not None and problems == []
+    assert axis.field == "random_input_len"
+    # output 128 tokens: decode-time context = prompt + 64.
+    assert [(p.prompt_tokens, p.context_tokens) for p in axis.points] == [(512, 576), (8192, 8256)]
+    assert [p.num_runs for p in axis.points] == [12, 12]
+
+
+def test_a_shared_random_prefix_is_added(tmp_path: Path) -> None:
+    root = write_context_grid(
+        tmp_path,
+        GRID,
+        prompt_fields={"random_input_len": lambda p: p - 100, "random_prefix_len": 100},
+    )
+    _, axis, _ = _axis(root)
+    assert axis is not None
+    assert axis.field == "random_input_len+random_prefix_len"
+    assert [p.prompt_tokens for p in axis.points] == [512, 8192]
+
+
+def test_prefix_repetition_prompts_are_prefix_plus_suffix(tmp_path: Path) -> None:
+    root = write_context_grid(
+        tmp_path,
+        GRID,
+        prompt_fields={
+            "prefix_repetition_prefix_len": lambda p: p - 96,
+            "prefix_repetition_suffix_len": 96,
+        },
+    )
+    _, axis, _ = _axis(root)
+    assert axis is not None
+    assert axis.field == "prefix_repetition_prefix_len+prefix_repetition_suffix_len"
+    assert [p.prompt_tokens for p in axis.points] == [512, 8192]
+
+
+def test_without_a_swept_key_the_measured_mean_prompt_is_used(tmp_path: Path) -> None:
+    root = write_context_grid(tmp_path, GRID, prompt_fields={})
+    _, axis, _ = _axis(root)
+    assert axis is not None
+    assert axis.field == "total_input_tokens/completed"
+    assert [p.prompt_tokens for p in axis.points] == [512, 8192]
+
+
+def test_a_named_field_is_used_and_a_missing_one_is_an_error(tmp_path: Path) -> None:
+    root = write_context_grid(tmp_path, GRID, prompt_fields={"my_len": lambda p: p})
+    _, axis, _ = _axis(root, context_var="my_len")
+    assert axis is not None and axis.field == "my_len"
+    _, axis, problems = _axis(root, context_var="no_such_field")
+    assert axis is None
+    assert [(p.severity.value, p.rule, p.value) for p in problems] == [
+        ("error", "context-field-missing", "'no_such_field'")
+    ]
+
+
+def test_none_ignores_the_prompt_length(tmp_path: Path) -> None:
+    _, axis, problems = _axis(write_context_grid(tmp_path, GRID), context_var="none")
+    assert axis is None and problems == []
+
+
+def test_lengths_within_the_tolerance_are_one_point(tmp_path: Path) -> None:
+    # 512 and 540 differ by 5.5 %: one point at 10 %, two at 1 %.
+    cells = {(1, k, prompt): spread(100.0 + k) for k in (0, 3) for prompt in (512, 540)}
+    root = write_context_grid(tmp_path, cells)
+    _, axis, _ = _axis(root, context_tolerance=0.1)
+    assert axis is None
+    _, axis, _ = _axis(root, context_tolerance=0.01)
+    assert axis is not None and [p.prompt_tokens for p in axis.points] == [512, 540]
+
+
+def test_a_cell_mixing_lengths_beyond_the_tolerance_is_an_error(tmp_path: Path) -> None:
+    # A chain 500 -> 540 -> 580 is one point at 10 %, but batch 1 K=0 holds both 500 and 580
+    # (16 % apart): its median would mix two contexts.
+    cells = {
+        (1, 0, 500): spread(100.0),
+        (1, 3, 540): spread(150.0),
+        (1, 0, 580): spread(90.0),
+        (1, 0, 8192): spread(80.0),
+        (1, 3, 8192): spread(150.0),
+    }
+    root = write_context_grid(tmp_path, cells)
+    _, axis, problems = _axis(root)
+    assert axis is not None
+    mixed = [p for p in problems if p.rule == "mixed-prompt-lengths"]
+    assert [(p.anchor, p.k, p.value) for p in mixed] == [(1, 0, "500 to 580")]
+    assert {f.split("/")[0] for f in mixed[0].files} == {
+        "SERVE--k0-BENCH--c1-p500",
+        "SERVE--k0-BENCH--c1-p580",
+    }
+
+
+def test_lengths_that_differ_only_between_anchors_are_no_axis(tmp_path: Path) -> None:
+    # Each concurrency sampled its own prompts: batch 1 saw 512 tokens, batch 64 saw 700.
+    cells = {
+        (1, 0, 512): spread(100.0),
+        (1, 3, 512): spread(150.0),
+        (64, 0, 700): spread(4000.0),
+        (64, 3, 700): spread(3000.0),
+    }
+    _, axis, problems = _axis(write_context_grid(tmp_path, cells))
+    assert axis is None
+    assert [(p.severity.value, p.rule) for p in problems] == [("note", "no-context-axis")]
+
+
+def test_each_context_point_is_tuned_on_its_own(tmp_path: Path) -> None:
+    sweep, axis, _ = _axis(write_context_grid(tmp_path, GRID))
+    assert axis is not None
+    analysis = analyse_contexts(sweep, axis, Settings())
+    grid = analysis.grid()
+    assert {(c["batch_size"], c["prompt_tokens"]): c["selected_k"] for c in grid} == EXPECTED
+    assert analysis.ok and analysis.deployable
+    # Pooled, the seed's rules reject the sweep (see GRID): the batch-only answer given is the
+    # shortest context's, [[1, 63, 3], [64, 64, 0]], and a warning says so.
+    assert analysis.answer is analysis.contexts[0]
+    assert analysis.to_json()["num_speculative_tokens_per_batch_size"] == [[1, 63, 3], [64, 64, 0]]
+    pooled = [p for p in analysis.problems if p.rule == "pooled-contexts"]
+    assert len(pooled) == 1 and "shortest context's (512 tokens)" in pooled[0].message
+
+
+def test_grid_cells_hold_every_candidate_and_a_status(tmp_path: Path) -> None:
+    sweep, axis, _ = _axis(write_context_grid(tmp_path, GRID))
+    assert axis is not None
+    cell = analyse_contexts(sweep, axis, Settings()).to_json()["context_grid"][1]
+    assert (cell["batch_size"], cell["prompt_tokens"], cell["context_tokens"]) == (1, 8192, 8256)
+    assert [c["k"] for c in cell["candidates"]] == [0, 3]
+    assert cell["candidates"][1]["median_objective"] == 150.0
+    assert cell["candidates"][1]["num_runs"] == 3 and cell["candidates"][1]["verdict"] == "kept"
+    # 150 vs 80, 0.5 % spread: K=3 is surely within 1 % of the best.
+    assert cell["status"] == "resolved" and cell["p_eps_good"] > 0.9
+
+
+def test_a_rejected_cell_leaves_its_pick_unresolved(tmp_path: Path) -> None:
+    cells = dict(GRID)
+    cells[(64, 3, 8192)] = [2000.0, 2600.0, 3200.0]  # relative MAD 0.23: rejected
+    sweep, axis, _ = _axis(write_context_grid(tmp_path, cells))
+    assert axis is not None
+    analysis = analyse_contexts(sweep, axis, Settings())
+    assert not analysis.ok
+    cell = next(c for c in analysis.grid() if (c["batch_size"], c["prompt_tokens"]) == (64, 8192))
+    assert cell["status"] == "unresolved"
+    noisy = [p for p in analysis.problems if p.rule == "noisy-objective"]
+    assert [(p.anchor, p.k) for p in noisy] == [(64, 3)]
+    assert noisy[0].message.startswith("at 8192 tokens: ")
+
+
+def test_pooled_answer_is_kept_when_the_seed_accepts_it(tmp_path: Path) -> None:
+    # Lengths that barely change throughput: the pooled cells stay within the noise gate.
+    cells = {
+        (anchor, k, prompt): spread(value * (1.0 if prompt == 512 else 0.97))
+        for (anchor, k), value in {(1, 0): 100.0, (1, 3): 180.0}.items()
+        for prompt in (512, 8192)
+    }
+    sweep, axis, _ = _axis(write_context_grid(tmp_path, cells))
+    assert axis is not None
+    analysis = analyse_contexts(sweep, axis, Settings())
+    assert analysis.answer is analysis.pooled
+    assert [p.rule for p in analysis.problems if p.rule == "pooled-contexts"] == ["pooled-contexts"]
+
+
+def test_fixed_batch_sizes_above_1_give_a_grid_but_no_schedule(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    # The published evidence's shape: one batch size (256), several contexts.
+    cells = {
+        (256, 0, 400): spread(2711.7),
+        (256, 3, 400): spread(2139.8),
+        (256, 0, 4000): spread(1535.9),
+        (256, 3, 4000): spread(1692.8),
+    }
+    root = write_context_grid(tmp_path / "sweep", cells)
+    out = tmp_path / "result.json"
+    assert main([str(root), "--output-json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "warning [not-deployable]" in captured.err
+    data = json.loads(out.read_text())
+    assert data["context_axis"]["deployable"] is False
+    assert "start at 256" in data["context_axis"]["not_deployable_reason"]
+    assert data["num_speculative_tokens_per_batch_size"] is None
+    assert data["speculative_config"] is None
+    # K3/no-spec: 0.79 at 400 tokens, 1.10 at 4000.
+    assert [(c["prompt_tokens"], c["selected_k"]) for c in data["context_grid"]] == [
+        (400, 0),
+        (4000, 3),
+    ]
+    assert ["256", "0", "3"] in [line.split() for line in captured.out.splitlines()]
+
+
+def test_cli_prints_the_grid_and_writes_it(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    root = write_context_grid(tmp_path / "sweep", GRID)
+    out = tmp_path / "result.json"
+    assert main([str(root), "--output-json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[[1, 63, 3], [64, 64, 0]]"
+    start = next(i for i, line in enumerate(lines) if line.startswith("context grid"))
+    assert [line.split() for line in lines[start + 1 : start + 5]] == [
+        ["batch", "size", "512", "8192"],
+        ["(context)", "~576", "~8256"],
+        ["1", "3", "3"],
+        ["64", "0", "3"],
+    ]
+    data = json.loads(out.read_text())
+    assert len(data["context_grid"]) == 4
+    assert data["context_axis"]["field"] == "random_input_len"
+
+
+def test_cli_with_context_var_none_is_the_seed(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    root = write_context_grid(tmp_path / "sweep", GRID)
+    out = tmp_path / "result.json"
+    # Pooled, the noise gate rejects batch 1 K=0 (see GRID): the seed's exit status.
+    assert main([str(root), "--output-json", str(out), "--context-var", "none"]) == 2
+    assert "noisy-objective" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("tolerance", ["-0.1", "1.5", "nan"])
+def test_cli_refuses_a_bad_tolerance(tmp_path: Path, capsys, tolerance: str) -> None:  # type: ignore[no-untyped-def]
+    root = write_context_grid(tmp_path / "sweep", GRID)
+    assert main([str(root), "--context-tolerance", tolerance]) == 2
+    assert "--context-tolerance" in capsys.readouterr().err
