@@ -32,7 +32,14 @@ import polars as pl
 from lib.analysis import Analysis, analyse
 from lib.problems import Problem, Severity
 from lib.schedule import candidate_json
-from lib.settings import CONTEXT_AUTO, CONTEXT_NONE, ContextSettings, Options, Settings
+from lib.settings import (
+    CONTEXT_AUTO,
+    CONTEXT_NONE,
+    RANDOM_PROMPT_LENGTH,
+    ContextSettings,
+    Options,
+    Settings,
+)
 from lib.sweeps import Sweep
 
 __all__ = [
@@ -52,7 +59,7 @@ __all__ = [
 #: ``random``: ``random_input_len`` tokens after a shared ``random_prefix_len``;
 #: ``prefix_repetition``: prompt = prefix + suffix exactly.
 PROMPT_LENGTH_FIELDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
-    (("random_input_len",), ("random_prefix_len",)),
+    ((RANDOM_PROMPT_LENGTH,), ("random_prefix_len",)),
     (("prefix_repetition_prefix_len", "prefix_repetition_suffix_len"), ()),
 )
 #: The measured mean prompt of a run: prompt tokens over completed requests (client-side).

@@ -30,6 +30,7 @@ __all__ = [
     "GLOBAL_K_VAR",
     "HEALTH_FIELDS",
     "POLICIES",
+    "RANDOM_PROMPT_LENGTH",
     "RESULT_FILE",
     "ContextSettings",
     "Direction",
@@ -260,6 +261,9 @@ class Options:
     )
 
 
+#: The bench key that sets the random dataset's prompt length (``--random-input-len``): what
+#: ``tune-spec-k plan --context-lengths`` sweeps and the context axis looks for first.
+RANDOM_PROMPT_LENGTH = "random_input_len"
 #: ``--context-var`` values that name no field: detect the context axis, or ignore it (the seed).
 CONTEXT_AUTO = "auto"
 CONTEXT_NONE = "none"

@@ -38,6 +38,7 @@ from lib.files import read_json, write_files
 from lib.flags import flag, flag_name
 from lib.keys import parse_json_string
 from lib.problems import Problem, Severity
+from lib.settings import RANDOM_PROMPT_LENGTH
 
 __all__ = [
     "DESIGN_FILE",
@@ -70,6 +71,9 @@ DATASET_LENGTH_FLAGS: dict[str, tuple[str | None, str | None]] = {
     "hf": (None, "--hf-output-len"),
 }
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+#: ``vllm bench serve --random-output-len``'s default.
+RANDOM_OUTPUT_LEN_DEFAULT = 128
+
 #: Prompts per bench combo when not given: enough waves at every concurrency to reach a steady
 #: state (8 per slot), and never so few that one slow request dominates (32).
 PROMPTS_PER_SLOT = 8
@@ -149,6 +153,15 @@ class SweepDesign:
     output_len: int | None = field(
         default=None, metadata=flag("--output-len", "output tokens per request")
     )
+    context_lengths: tuple[int, ...] = field(
+        default=(),
+        metadata=flag(
+            "--context-lengths",
+            "prompt lengths to sweep as a second axis (random dataset: random_input_len per"
+            " bench combo), e.g. 512,4096,32768; the servers get a --max-model-len that fits"
+            " the longest prompt and its output",
+        ),
+    )
     dataset: str = field(
         default="random",
         metadata=flag(
@@ -196,6 +209,16 @@ class SweepDesign:
     def deploy_max(self) -> int:
         """The deployment maximum batch size: the schedule's upper end and ``--max-num-seqs``."""
         return self.max_batch_size if self.max_batch_size is not None else max(self.anchors)
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens per request: ``--output-len``, else the random dataset's default."""
+        return self.output_len if self.output_len is not None else RANDOM_OUTPUT_LEN_DEFAULT
+
+    @property
+    def max_model_len_needed(self) -> int:
+        """The context a server must hold for the longest prompt and its whole output."""
+        return max(self.context_lengths, default=0) + self.output_tokens
 
     @property
     def target_model(self) -> str:
@@ -286,6 +309,30 @@ class SweepDesign:
             bad("warmup_num_prompts", self.warmup_num_prompts, ">= 0")
         if self.dataset != "random" and not self.dataset_path:
             bad("dataset", self.dataset, f"{_flag('dataset_path')} with it")
+        if any(length < 1 for length in self.context_lengths):
+            bad("context_lengths", list(self.context_lengths), "prompt lengths >= 1")
+        if len(set(self.context_lengths)) != len(self.context_lengths):
+            bad("context_lengths", list(self.context_lengths), "no repeated length")
+        if self.context_lengths and self.dataset != "random":
+            bad(
+                "context_lengths",
+                list(self.context_lengths),
+                "the random dataset (--dataset random): it sets each prompt's length",
+            )
+        if self.context_lengths and self.input_len is not None:
+            bad(
+                "input_len",
+                self.input_len,
+                f"none with {_flag('context_lengths')}, which sets the prompt lengths",
+            )
+        given = _max_model_len(self.serve_args)
+        if self.context_lengths and given is not None and given < self.max_model_len_needed:
+            bad(
+                "serve_args",
+                f"--max-model-len {given}",
+                f">= {self.max_model_len_needed}: the longest prompt"
+                f" ({max(self.context_lengths)}) and its output ({self.output_tokens})",
+            )
         if self.input_len is not None and DATASET_LENGTH_FLAGS.get(self.dataset, ("",))[0] is None:
             bad(
                 "input_len",
@@ -431,14 +478,46 @@ def prompts_for(design: SweepDesign, anchor: int) -> int:
 
 def bench_params(design: SweepDesign, anchors: Sequence[int]) -> dict[str, Any]:
     """One bench combo per anchor: ``max_concurrency`` (the anchor the tuner reads) and the
-    number of prompts."""
+    number of prompts; with context lengths, one per (anchor, length), the length as
+    ``random_input_len`` (a swept key, so every record holds it)."""
+    if not design.context_lengths:
+        return {
+            anchor_combo_name(anchor): {
+                "max_concurrency": anchor,
+                "num_prompts": prompts_for(design, anchor),
+            }
+            for anchor in sorted(anchors)
+        }
     return {
-        anchor_combo_name(anchor): {
+        f"{anchor_combo_name(anchor)}-p{length}": {
             "max_concurrency": anchor,
             "num_prompts": prompts_for(design, anchor),
+            RANDOM_PROMPT_LENGTH: length,
         }
         for anchor in sorted(anchors)
+        for length in sorted(design.context_lengths)
     }
+
+
+def _max_model_len(serve_args: str) -> int | None:
+    """The ``--max-model-len`` in extra serve arguments, if any (None when absent or unreadable).
+
+    >>> _max_model_len("--seed 0 --max-model-len 4096"), _max_model_len("--max-model-len=8k")
+    (4096, None)
+    """
+    try:
+        words = shlex.split(serve_args)
+    except ValueError:
+        return None
+    for index, word in enumerate(words):
+        value = None
+        if word == "--max-model-len" and index + 1 < len(words):
+            value = words[index + 1]
+        elif word.startswith("--max-model-len="):
+            value = word.partition("=")[2]
+        if value is not None:
+            return int(value) if value.isdigit() else None
+    return None
 
 
 # --------------------------------------------------------------------------- commands
@@ -457,6 +536,8 @@ def serve_command(design: SweepDesign) -> str:
         "--max-num-seqs",
         str(design.deploy_max),
     ]
+    if design.context_lengths and _max_model_len(design.serve_args) is None:
+        parts += ["--max-model-len", str(design.max_model_len_needed)]
     return _join(parts, design.serve_args)
 
 
@@ -678,7 +759,12 @@ def tuning_plan(
         num_runs=design.num_runs,
         results_dir=results_dir,
         experiment_name=experiment_name,
-        purpose=f"every K in {sorted(design.ks)} at every anchor in {sorted(design.anchors)}",
+        purpose=f"every K in {sorted(design.ks)} at every anchor in {sorted(design.anchors)}"
+        + (
+            f" and every prompt length in {sorted(design.context_lengths)}"
+            if design.context_lengths
+            else ""
+        ),
     )
     notes = [
         f"every server starts with num_speculative_tokens={design.startup_k} and runs K through"
@@ -686,6 +772,14 @@ def tuning_plan(
         " configuration for every candidate, K=0 included)",
         f"tune with: tune-spec-k {results_dir}/{experiment_name}",
     ]
+    if design.context_lengths:
+        holds = _max_model_len(design.serve_args) or design.max_model_len_needed
+        notes.append(
+            f"the prompt length is a second axis ({RANDOM_PROMPT_LENGTH} per bench combo);"
+            f" every server holds --max-model-len {holds}"
+            f" (the longest prompt plus {design.output_tokens} output tokens); the tuner finds"
+            " the axis itself and tunes K per (batch size, prompt length)"
+        )
     return SweepPlan("tuning", design, (step,), tuple(notes)), []
 
 

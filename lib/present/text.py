@@ -23,6 +23,7 @@ from lib.confidence import ConfidenceReport, log_change_percent
 from lib.measurement_plan import MeasurementPlan
 from lib.problems import Problem, printable
 from lib.schedule import NO_SCHEDULE, TuningResult
+from lib.settings import RANDOM_PROMPT_LENGTH
 from lib.switch_points import SwitchPoints
 
 if TYPE_CHECKING:
@@ -234,9 +235,14 @@ def sweep_plan_lines(plan: SweepPlan, plan_dir: str) -> list[str]:
     lines = [f"{plan.kind} plan: {plan.summary_line()}"]
     for step in plan.steps:
         ks = ", ".join(step.serve_params)
-        anchors = ", ".join(str(v["max_concurrency"]) for v in step.bench_params.values())
+        values = step.bench_params.values()
+        anchors = ", ".join(dict.fromkeys(str(v["max_concurrency"]) for v in values))
+        lengths = ", ".join(
+            dict.fromkeys(str(v[RANDOM_PROMPT_LENGTH]) for v in values if RANDOM_PROMPT_LENGTH in v)
+        )
+        prompts = f" x prompt tokens [{lengths}]" if lengths else ""
         lines.append(
-            f"  {step.name}: servers [{ks}] x concurrency [{anchors}] x {step.num_runs}"
+            f"  {step.name}: servers [{ks}] x concurrency [{anchors}]{prompts} x {step.num_runs}"
             f" run(s) -> {printable(f'{step.results_dir}/{step.experiment_name}')}:"
             f" {step.purpose}"
         )

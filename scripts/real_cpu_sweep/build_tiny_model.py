@@ -28,6 +28,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 VOCAB_SIZE = 4096
 SEED = 0
+#: Longest sequence the model (and its tokenizer) accepts; the context sweep builds it with 4096.
+MAX_POSITIONS = 2048
 #: Enough text for a stable 4096-token BPE; the first files in sorted order, so reruns match.
 CORPUS_BYTES = 8_000_000
 SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
@@ -58,7 +60,7 @@ def build_tokenizer(output: Path) -> PreTrainedTokenizerFast:
     )
     tokenizer.train([str(path) for path in corpus_files()], trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, **SPECIALS)
-    fast.model_max_length = 2048
+    fast.model_max_length = MAX_POSITIONS
     fast.save_pretrained(output)
     return fast
 
@@ -72,7 +74,7 @@ def build_model(output: Path, tokenizer: PreTrainedTokenizerFast) -> None:
         num_attention_heads=4,
         num_key_value_heads=4,
         head_dim=64,
-        max_position_embeddings=2048,
+        max_position_embeddings=MAX_POSITIONS,
         initializer_range=0.02,
         tie_word_embeddings=False,
         torch_dtype="bfloat16",
@@ -87,10 +89,14 @@ def build_model(output: Path, tokenizer: PreTrainedTokenizerFast) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) != 2:
-        print("usage: build_tiny_model.py OUTPUT_DIR", file=sys.stderr)
+    global MAX_POSITIONS
+    if len(sys.argv) not in (2, 3):
+        print("usage: build_tiny_model.py OUTPUT_DIR [MAX_POSITIONS]", file=sys.stderr)
         return 2
     output = Path(sys.argv[1])
+    if len(sys.argv) == 3:
+        # Positions are rotary: only the config changes, the weights are the same.
+        MAX_POSITIONS = int(sys.argv[2])
     output.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(output)
     build_model(output, tokenizer)

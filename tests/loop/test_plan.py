@@ -238,6 +238,19 @@ def test_default_anchors_are_powers_of_two_up_to_the_maximum() -> None:
         ({"speculative_options": {"method": "x"}}, "--spec-option", "the plan sets them itself"),
         ({"serve_args": "'open"}, "--serve-args", "arguments a shell can split"),
         ({"model": None}, "--model", "a value (or an earlier plan's sweep_plan.json)"),
+        ({"context_lengths": (512, 0)}, "--context-lengths", "prompt lengths >= 1"),
+        ({"context_lengths": (512, 512)}, "--context-lengths", "no repeated length"),
+        (
+            {"context_lengths": (512,), "dataset": "sonnet", "dataset_path": "s.txt"},
+            "--context-lengths",
+            "the random dataset",
+        ),
+        ({"context_lengths": (512,), "input_len": 64}, "--input-len", "none with"),
+        (
+            {"context_lengths": (512, 4096), "serve_args": "--max-model-len 2048"},
+            "--serve-args",
+            ">= 4224",  # 4096 + the default 128 output tokens
+        ),
     ],
 )
 def test_a_bad_design_names_its_flag(changes: dict[str, Any], field: str, expected: str) -> None:
@@ -266,3 +279,50 @@ def test_write_plan_reports_a_file_it_cannot_write(tmp_path: Path) -> None:
     written, problems = write_plan(planned(llama_design()), blocker / "plan")
     assert written == []
     assert [p.rule for p in problems] == ["unwritable-file"]
+
+
+def test_a_context_plan_sweeps_every_prompt_length_and_tunes_into_a_grid(tmp_path: Path) -> None:
+    """A bench combo per (anchor, length) with the length as random_input_len; the servers get
+    a --max-model-len for the longest prompt and its output; records made from the params as
+    the sweep makes them give the tuner a context axis with the planned lengths."""
+    from lib.context import analyse_contexts, find_context_axis
+    from lib.settings import ContextSettings
+
+    design = llama_design(
+        anchors=(1, 64), ks=(0, 3), context_lengths=(4096, 512), input_len=None, output_len=100
+    )
+    plan = planned(design)
+    step = plan.steps[0]
+    assert sorted(step.bench_params) == ["c1-p4096", "c1-p512", "c64-p4096", "c64-p512"]
+    assert step.bench_params["c64-p512"]["random_input_len"] == 512
+    assert "--max-model-len 4196" in plan.commands("plan")[0]  # 4096 + 100
+    assert write_plan(plan, tmp_path / "plan")[1] == []
+    serve = vllm_read_params(tmp_path / "plan" / "serve_params.json")
+    bench = vllm_read_params(tmp_path / "plan" / "bench_params.json")
+    experiment = tmp_path / "results"
+    for serve_item in serve:
+        k = serve_item["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
+        for bench_item in bench:
+            # K=3 pays except at batch 64 with short prompts.
+            short_and_busy = (
+                bench_item["max_concurrency"] == 64 and bench_item["random_input_len"] == 512
+            )
+            value = 100.0 + (-k if short_and_busy else k)
+            records = [
+                {**vllm_record(serve_item, bench_item, run), "output_throughput": value + run / 10}
+                for run in range(3)
+            ]
+            name = f"SERVE--{serve_item['_benchmark_name']}-BENCH--{bench_item['_benchmark_name']}"
+            write_combo(experiment / name, records)
+    sweep = load_experiment(experiment)
+    axis, problems = find_context_axis(sweep, ContextSettings())
+    assert axis is not None and problems == []
+    assert axis.field == "random_input_len"
+    assert [point.prompt_tokens for point in axis.points] == [512, 4096]
+    grid = analyse_contexts(sweep, axis, Settings()).grid()
+    assert {(c["batch_size"], c["prompt_tokens"]): c["selected_k"] for c in grid} == {
+        (1, 512): 3,
+        (64, 512): 0,
+        (1, 4096): 3,
+        (64, 4096): 3,
+    }
