@@ -22,6 +22,7 @@ context_point       Int64    index into :attr:`ContextAxis.points`; null when un
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -414,6 +415,41 @@ class ContextAnalysis:
             rows += _grid_rows(point, analysis, self.confidence)
         return sorted(rows, key=lambda row: (row["batch_size"], row["prompt_tokens"]))
 
+    def context_points_to_measure(self) -> list[dict[str, Any]]:
+        """Where measuring another prompt length would tell most: between two neighbouring
+        context points where some batch size picks a different K, at their geometric mean
+        (context effects are multiplicative: attention cost grows with the length). Each
+        proposal names the batch sizes that disagree and their two picks; cells without a K
+        disagree with nothing.
+
+        >>> ContextAnalysis.between(512, 8192)
+        2048
+        """
+        picks = {(c["batch_size"], c["prompt_tokens"]): c["selected_k"] for c in self.grid()}
+        batches = sorted({batch for batch, _ in picks})
+        proposals = []
+        for lower, upper in itertools.pairwise(self.axis.points):
+            disagreeing = []
+            for batch in batches:
+                below = picks.get((batch, lower.prompt_tokens))
+                above = picks.get((batch, upper.prompt_tokens))
+                if below is not None and above is not None and below != above:
+                    disagreeing.append({"batch_size": batch, "k_below": below, "k_above": above})
+            if disagreeing:
+                proposals.append(
+                    {
+                        "prompt_tokens": self.between(lower.prompt_tokens, upper.prompt_tokens),
+                        "between": [lower.prompt_tokens, upper.prompt_tokens],
+                        "batch_sizes": disagreeing,
+                    }
+                )
+        return proposals
+
+    @staticmethod
+    def between(lower: int, upper: int) -> int:
+        """The geometric mean of two prompt lengths, rounded to the nearest token."""
+        return round(math.sqrt(lower * upper))
+
     def to_json(self) -> dict[str, Any]:
         """The result JSON: the seed's keys of :attr:`answer` (null schedule and config when
         there is none or the grid is not deployable), every problem, then ``context_axis``
@@ -432,6 +468,7 @@ class ContextAnalysis:
             "not_deployable_reason": self.not_deployable_reason,
         }
         data["context_grid"] = self.grid()
+        data["context_measurement_plan"] = self.context_points_to_measure()
         return data
 
     def to_json_text(self) -> str:

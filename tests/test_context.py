@@ -253,3 +253,25 @@ def test_cli_refuses_a_bad_tolerance(tmp_path: Path, capsys, tolerance: str) -> 
     root = write_context_grid(tmp_path / "sweep", GRID)
     assert main([str(root), "--context-tolerance", tolerance]) == 2
     assert "--context-tolerance" in capsys.readouterr().err
+
+
+def test_the_plan_proposes_a_length_where_neighbouring_picks_disagree(tmp_path: Path) -> None:
+    sweep, axis, _ = _axis(write_context_grid(tmp_path, GRID))
+    assert axis is not None
+    analysis = analyse_contexts(sweep, axis, Settings())
+    # Batch 64 picks K=0 at 512 and K=3 at 8192 (EXPECTED); sqrt(512 * 8192) = 2048.
+    assert analysis.context_points_to_measure() == [
+        {
+            "prompt_tokens": 2048,
+            "between": [512, 8192],
+            "batch_sizes": [{"batch_size": 64, "k_below": 0, "k_above": 3}],
+        }
+    ]
+    assert analysis.to_json()["context_measurement_plan"] == analysis.context_points_to_measure()
+
+
+def test_no_plan_where_every_batch_size_agrees_across_lengths(tmp_path: Path) -> None:
+    cells = {key: values for key, values in GRID.items() if key[0] == 1}
+    sweep, axis, _ = _axis(write_context_grid(tmp_path, cells))
+    assert axis is not None
+    assert analyse_contexts(sweep, axis, Settings()).context_points_to_measure() == []

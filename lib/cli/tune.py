@@ -209,6 +209,7 @@ def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Outp
     if answer is not None and analysis.deployable and answer.result.schedule is not None:
         lines += [answer.result.schedule.json_text(), *text.decision_lines(answer.result)]
     lines += text.context_grid_lines(analysis)
+    lines += text.context_plan_lines(analysis)
     if answer is not None and analysis.deployable:
         lines.append(text.speculative_config_line(answer.result))
     return write_and_print(PROGRAM, [(output, analysis.to_json_text())], lines)

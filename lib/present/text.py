@@ -38,6 +38,7 @@ __all__ = [
     "check_lines",
     "confidence_lines",
     "context_grid_lines",
+    "context_plan_lines",
     "decision_lines",
     "diff_lines",
     "html_list",
@@ -163,6 +164,24 @@ def context_grid_lines(analysis: ContextAnalysis) -> list[str]:
         "  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
         for row in table
     ]
+    return lines
+
+
+def context_plan_lines(analysis: ContextAnalysis) -> list[str]:
+    """One line per context point worth measuring next (where neighbouring picks disagree)."""
+    lines = []
+    for proposal in analysis.context_points_to_measure():
+        low, high = proposal["between"]
+        where = ", ".join(
+            f"batch size {row['batch_size']} picks K={row['k_below']} at {low} and"
+            f" K={row['k_above']} at {high}"
+            for row in proposal["batch_sizes"]
+        )
+        lines.append(
+            f"measure next: prompt length {proposal['prompt_tokens']} tokens, between {low}"
+            f" and {high} ({where}): tune-spec-k plan --context-lengths"
+            f" {proposal['prompt_tokens']} with the sweep's other settings"
+        )
     return lines
 
 
