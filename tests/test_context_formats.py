@@ -1,5 +1,6 @@
 """lib/context_formats.py: reading a result's (batch x context) grid, the losses against it, the
-three context formats with their validators.
+three context formats with their validators, and ``tune-spec-k export`` on them (the CLI and
+the app's function write the same bytes).
 
 The inputs are result dicts built by hand after the grid contract (``context_axis`` and
 ``context_grid``, docs/context.md "Exports"); every expected number is derived in a comment.
@@ -10,10 +11,12 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
+from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
+from lib.cli.main import main
 from lib.context_formats import (
     CONTEXT_FORMATS,
     PR_54801_COMBINATION,
@@ -39,6 +42,7 @@ from lib.context_formats import (
     vllm_context_export,
     vllm_context_violations,
 )
+from lib.loop.export import FORMATS, ExportSettings, Format, context_export_text
 
 Medians = dict[tuple[int, int], dict[int, float]]
 
@@ -800,3 +804,120 @@ def test_every_export_is_json_ready_and_deterministic(format: Any) -> None:
     assert len(document["loss"]["cells"]) == 4
     assert json.loads(first.lines()[0]) == document["speculative_config"]
     assert first.lines()[1].startswith(f"{format}: ")
+
+
+def test_the_formats_of_the_export_command_include_the_context_formats() -> None:
+    assert get_args(Format) == FORMATS
+    assert FORMATS[2:] == CONTEXT_FORMATS
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+@pytest.mark.parametrize("format", CONTEXT_FORMATS)
+def test_the_cli_prints_the_config_first_and_writes_the_apps_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], format: str
+) -> None:
+    data = result_json(PUBLISHED)
+    source = write(tmp_path, data)
+    out = tmp_path / "out.json"
+    flags = ["--context-mix", "500:7,4000:3"]
+    assert main(["export", str(source), "--format", format, *flags, "-o", str(out)]) == EXIT_OK
+    printed = capsys.readouterr().out.splitlines()
+    written = json.loads(out.read_text())
+    assert json.loads(printed[0]) == written["speculative_config"]
+    assert printed[1].startswith(f"{format}: ")
+    assert printed[-1] == f"Wrote {out}"
+    settings = ExportSettings(format=format, context_mix="500:7,4000:3")  # type: ignore[arg-type]
+    text, problems = context_export_text(copy.deepcopy(data), settings)
+    assert problems == []
+    assert out.read_bytes() == text.encode()  # type: ignore[union-attr]
+
+
+def test_the_cli_prints_the_pr_54801_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write(tmp_path, result_json(PUBLISHED))
+    assert main(["export", str(source), "--format", "vllm-pr-54801"]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    assert json.loads(lines[0])["num_speculative_tokens_per_seq_len"] == [[1, UNBOUNDED_CONTEXT, 3]]
+    assert any(line.startswith("warning: batch 256, prompt 4000 tokens") for line in lines)
+    assert f"note: {PR_54801_COMBINATION}" in lines
+
+
+@pytest.mark.parametrize(
+    ("data", "flags", "message"),
+    [
+        (
+            {"num_speculative_tokens_per_batch_size": [[1, 8, 3]]},
+            ["--format", "vllm-context"],
+            "the file has no context_grid",
+        ),
+        (
+            result_json(PUBLISHED, deployable=False, reason="the anchors start at 8"),
+            ["--format", "vllm-rfc-48944"],
+            "cannot be deployed in any format: the anchors start at 8",
+        ),
+        (result_json(PUBLISHED), ["--format", "vllm-context", "--context-mix", "9000:1"], "9000"),
+        (result_json(PUBLISHED), ["--format", "vllm", "--context-mix", "500:1"], "applies only"),
+        (result_json(PUBLISHED), ["--format", "vllm-context", "--ctx-agg", "max"], "applies only"),
+        (
+            result_json(PUBLISHED),
+            ["--format", "vllm-pr-54801", "--legacy-field-name"],
+            "--legacy-field-name applies only to --format vllm-rfc-48944",
+        ),
+        (
+            result_json(PUBLISHED),
+            ["--format", "vllm-rfc-48944", "--global-k", "2"],
+            "below the export's largest K 3",
+        ),
+    ],
+)
+def test_bad_input_for_a_context_format_exits_2_with_the_reason(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    data: object,
+    flags: list[str],
+    message: str,
+) -> None:
+    source = write(tmp_path, data)
+    out = tmp_path / "out.json"
+    assert main(["export", str(source), *flags, "-o", str(out)]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert "Traceback" not in captured.err
+    assert captured.out == ""
+    assert not out.exists()
+
+
+def test_the_app_gets_the_same_problems_as_the_cli() -> None:
+    text, problems = context_export_text({"other": 1}, ExportSettings(format="vllm-context"))
+    assert text is None
+    assert [p.rule for p in problems] == ["no-context-grid"]
+
+
+def test_a_context_result_still_exports_its_batch_only_schedule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write(tmp_path, result_json(PUBLISHED))
+    assert main(["export", str(source), "--format", "vllm"]) == EXIT_OK
+    assert capsys.readouterr().out.splitlines() == [
+        json.dumps(
+            {"num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 256, 3]]}
+        )
+    ]
+
+
+def test_help_documents_the_context_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for text in (
+        "--context-mix PROMPT:WEIGHT,...",
+        "--ctx-agg {median,mean,max}",
+        "--legacy-field-name",
+        "vllm-pr-54801",
+        "(default: mean)",
+        "default: the shortest measured context, weight 1",
+    ):
+        assert text in help_text, text
