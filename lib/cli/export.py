@@ -1,5 +1,6 @@
-"""``tune-spec-k export JSON``: a schedule for TensorRT-LLM or vLLM, from any file holding one
-(:mod:`lib.loop.export`). Exit status: 0 written, 2 bad input."""
+"""``tune-spec-k export JSON``: a schedule for TensorRT-LLM or vLLM, from any file holding one,
+or a result's (batch x context) grid for the context formats (:mod:`lib.loop.export`,
+:mod:`lib.context_formats`). Exit status: 0 written, 2 bad input."""
 
 from __future__ import annotations
 
@@ -18,8 +19,15 @@ from lib.cli.common import (
     print_problems,
     write_and_print,
 )
+from lib.context_formats import CONTEXT_FORMATS
 from lib.flags import add_flags, from_arguments
-from lib.loop.export import ExportSettings, config_text, export_config, read_schedule
+from lib.loop.export import (
+    ExportSettings,
+    config_text,
+    export_config,
+    read_context_export,
+    read_schedule,
+)
 
 __all__ = ["ExportArgs", "main"]
 
@@ -38,8 +46,15 @@ class ExportArgs:
         "Convert a schedule for another engine: --format trtllm writes TensorRT-LLM's"
         " max_draft_len and draft_len_schedule ({batch_size_upper_bound: K}); --format vllm"
         " writes vLLM's speculative_config fields (num_speculative_tokens and"
-        " num_speculative_tokens_per_batch_size) from either kind of input.\n\nExit status: 0"
-        " written, 2 bad input."
+        " num_speculative_tokens_per_batch_size) from either kind of input.\n\nFrom a result"
+        " JSON with a context grid (a sweep that varied the prompt length), the context"
+        " formats: vllm-context (today's vLLM: a batch-only schedule for --context-mix, and"
+        " one per measured context), vllm-rfc-48944 (vLLM PR #48944's 5-item batch x context"
+        " entries) and vllm-pr-54801 (vLLM PR #54801's batch and length tables). Each is"
+        " checked against its format's rules before anything is written, and says per cell"
+        " what it loses against the measured 2-D optimum. The first line printed is the"
+        " paste-ready config; then the loss summary, the loss table, notes and warnings; -o"
+        " writes all of it as indented JSON.\n\nExit status: 0 written, 2 bad input."
     )
     example: ClassVar[str] = (
         f"example: {_COMMAND} results/tuning/speculative_k_schedule.json --format trtllm"
@@ -63,10 +78,20 @@ class ExportArgs:
 
 
 def main(args: ExportArgs) -> int:
-    """Print the exported config on one line (and write it indented with ``-o``)."""
+    """Print the exported config on one line (and write it indented with ``-o``); a context
+    format prints its loss summary, loss table, notes and warnings after it."""
     outputs = [Output("--output", Path(args.output))] if args.output else []
     if print_output_problems(_COMMAND, check_outputs(outputs, [args.source])):
         return EXIT_BAD_INPUT
+    if args.settings.format in CONTEXT_FORMATS:
+        exported, problems = read_context_export(args.source, args.settings)
+        if exported is None:
+            print_problems(
+                problems, lambda count: f"{_COMMAND}: nothing written: {count} problem(s)"
+            )
+            return EXIT_BAD_INPUT
+        text = exported.text()
+        return write_and_print(_COMMAND, [(output, text) for output in outputs], exported.lines())
     found, problems = read_schedule(args.source)
     config = None
     if found is not None:
