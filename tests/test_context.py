@@ -275,3 +275,14 @@ def test_no_plan_where_every_batch_size_agrees_across_lengths(tmp_path: Path) ->
     sweep, axis, _ = _axis(write_context_grid(tmp_path, cells))
     assert axis is not None
     assert analyse_contexts(sweep, axis, Settings()).context_points_to_measure() == []
+
+
+def test_cli_prints_each_format_s_config_as_export_does(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    root = write_context_grid(tmp_path / "sweep", GRID)
+    out = tmp_path / "result.json"
+    assert main([str(root), "--output-json", str(out)]) == 0
+    tuned = capsys.readouterr().out.splitlines()
+    for name in ("vllm-context", "vllm-rfc-48944", "vllm-pr-54801"):
+        assert main(["export", str(out), "--format", name]) == 0
+        exported = capsys.readouterr().out.splitlines()[0]
+        assert f"{name}: {exported}" in tuned

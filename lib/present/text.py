@@ -15,7 +15,7 @@ import json
 import math
 import shlex
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_lines",
     "confidence_lines",
+    "context_export_lines",
     "context_grid_lines",
     "context_plan_lines",
     "decision_lines",
@@ -182,6 +183,25 @@ def context_plan_lines(analysis: ContextAnalysis) -> list[str]:
             f" and {high} ({where}): tune-spec-k plan --context-lengths"
             f" {proposal['prompt_tokens']} with the sweep's other settings"
         )
+    return lines
+
+
+def context_export_lines(data: dict[str, Any]) -> list[str]:
+    """Per context format, the paste-ready config on one line (the default context mix: the
+    shortest context), or why there is none; ``tune-spec-k export --format F`` gives the
+    loss table and the options."""
+    from lib.context_formats import CONTEXT_FORMATS
+    from lib.loop.export import ExportSettings, export_context
+
+    lines = []
+    for name in CONTEXT_FORMATS:
+        exported, problems = export_context(data, ExportSettings(format=name), "the result")
+        if exported is None:
+            reasons = "; ".join(problem.message for problem in problems)
+            lines.append(f"{name}: none ({printable(reasons)})")
+            continue
+        lines.append(f"{name}: {json.dumps(exported.config)}")
+        lines.append("  " + exported.summary.line(name, exported.mix))
     return lines
 
 
