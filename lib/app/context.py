@@ -1,0 +1,119 @@
+"""The app's view of a sweep with a context axis: the grid, the context picker's choices, the
+heatmap's batch-only losses and each format's download, all computed by the CLI's functions
+(:mod:`lib.context`, :mod:`lib.loop.export`), so the downloads are the CLI's files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lib.analysis import Analysis, analyse
+from lib.context import ContextAnalysis, ContextAxis, analyse_contexts, find_context_axis
+from lib.context_formats import CONTEXT_FORMATS
+from lib.loop.export import CONTEXT_FILES, ExportSettings, context_export_text, export_context
+from lib.problems import Problem
+from lib.settings import ContextSettings, Options, Settings
+from lib.sweeps import Sweep
+
+__all__ = [
+    "FORMAT_LABELS",
+    "ContextDownload",
+    "SweepAnalysis",
+    "analyse_sweep",
+    "context_downloads",
+    "heatmap_losses",
+]
+
+#: What each export format is, in the picker's words.
+FORMAT_LABELS: dict[str, str] = {
+    "vllm-context": "vLLM today: one batch schedule for the context mix",
+    "vllm-rfc-48944": "vLLM RFC #48627 / PR #48944: (batch x context) 5-tuples",
+    "vllm-pr-54801": "vLLM PR #54801: batch table + seq_len table",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class SweepAnalysis:
+    """A sweep as the page shows it: ``grid`` when it has a context axis (else None), and
+    ``analysis``, the batch-only analysis the rest of the page shows: the chosen context
+    point's, or the whole sweep's. ``context_problems`` are what finding the axis noticed."""
+
+    analysis: Analysis
+    grid: ContextAnalysis | None
+    context_problems: tuple[Problem, ...]
+    point: int | None
+
+    def point_labels(self) -> dict[str, int]:
+        """The context picker's options: a label per point (prompt and decode-time context)."""
+        if self.grid is None:
+            return {}
+        return {
+            f"{point.prompt_tokens} prompt tokens (~{point.context_tokens} at decode)": index
+            for index, point in enumerate(self.grid.axis.points)
+        }
+
+
+def analyse_sweep(
+    sweep: Sweep,
+    settings: Settings,
+    options: Options,
+    context_settings: ContextSettings,
+    point: int | None = None,
+) -> SweepAnalysis:
+    """The whole sweep's analysis, per context point when it has an axis (``point``: which
+    one the page details; default the shortest, the seed's world)."""
+    axis: ContextAxis | None = None
+    problems: list[Problem] = []
+    if not context_settings.invalid():
+        axis, problems = find_context_axis(sweep, context_settings)
+    if axis is None:
+        return SweepAnalysis(analyse(sweep, settings, options), None, tuple(problems), None)
+    grid = analyse_contexts(sweep, axis, settings, options)
+    chosen = point if point is not None and 0 <= point < len(axis.points) else 0
+    return SweepAnalysis(grid.contexts[chosen], grid, tuple(problems), chosen)
+
+
+def heatmap_losses(
+    grid: ContextAnalysis, mix: str | None
+) -> tuple[dict[int, int], dict[tuple[int, int], float | None], list[Problem]]:
+    """The batch-only schedule the heatmap compares with (the vLLM export for ``mix``: K per
+    batch size) and its loss at each (batch size, prompt) against the cell's own pick, in
+    percent; empty with the export's problems when it cannot be built."""
+    exported, problems = export_context(
+        grid.to_json(), ExportSettings(format="vllm-context", context_mix=mix), "the result"
+    )
+    if exported is None:
+        return {}, {}, problems
+    batch_only = {loss.batch_size: loss.exported_k for loss in exported.losses}
+    losses: dict[tuple[int, int], float | None] = {
+        (loss.batch_size, loss.prompt_tokens): loss.loss_percent for loss in exported.losses
+    }
+    return batch_only, losses, []
+
+
+@dataclass(frozen=True)
+class ContextDownload:
+    """One format's file (the CLI's ``export -o`` text) or why there is none."""
+
+    format: str
+    filename: str
+    text: str | None
+    problems: tuple[Problem, ...]
+
+
+def context_downloads(
+    grid: ContextAnalysis, mix: str | None, ctx_agg: str = "mean"
+) -> list[ContextDownload]:
+    """Every context format's file for the grid, as ``tune-spec-k export --format F
+    --context-mix MIX -o`` writes it (and ``--ctx-agg`` for PR #48944)."""
+    data: dict[str, Any] = grid.to_json()
+    downloads = []
+    for name in CONTEXT_FORMATS:
+        settings = ExportSettings(
+            format=name,
+            context_mix=mix,
+            ctx_agg=ctx_agg if name == "vllm-rfc-48944" else "mean",  # type: ignore[arg-type]
+        )
+        text, problems = context_export_text(data, settings)
+        downloads.append(ContextDownload(name, CONTEXT_FILES[name], text, tuple(problems)))
+    return downloads

@@ -1,0 +1,79 @@
+"""lib/app/context.py: the app's context grid, its picker, the heatmap's losses and the
+downloads, which must be the CLI's files byte for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweep_builder import spread, write_context_grid
+
+from lib.app import context as view
+from lib.cli.main import main
+from lib.settings import ContextSettings, Options, Settings
+from lib.sweeps import load_experiment
+
+#: As tests/test_context.py's GRID: K=3 pays everywhere but at batch 64 with 512-token prompts.
+GRID = {
+    (1, 0, 512): spread(100.0),
+    (1, 3, 512): spread(180.0),
+    (64, 0, 512): spread(4000.0),
+    (64, 3, 512): spread(3000.0),
+    (1, 0, 8192): spread(80.0),
+    (1, 3, 8192): spread(150.0),
+    (64, 0, 8192): spread(2000.0),
+    (64, 3, 8192): spread(2600.0),
+}
+
+
+def test_the_page_details_the_chosen_context_point(tmp_path: Path) -> None:
+    sweep = load_experiment(write_context_grid(tmp_path, GRID))
+    shown = view.analyse_sweep(sweep, Settings(), Options(), ContextSettings(), point=1)
+    assert shown.grid is not None and shown.point == 1
+    assert shown.analysis is shown.grid.contexts[1]
+    # At 8192 tokens K=3 wins at both batch sizes.
+    assert shown.analysis.result.decisions["selected_k"].to_list() == [3, 3]
+    assert list(shown.point_labels()) == [
+        "512 prompt tokens (~576 at decode)",
+        "8192 prompt tokens (~8256 at decode)",
+    ]
+    # Out of range (the picker's value from another experiment): the shortest.
+    assert view.analyse_sweep(sweep, Settings(), Options(), ContextSettings(), 7).point == 0
+
+
+def test_without_an_axis_the_page_shows_the_whole_sweep(tmp_path: Path) -> None:
+    sweep = load_experiment(write_context_grid(tmp_path, GRID))
+    shown = view.analyse_sweep(sweep, Settings(), Options(), ContextSettings(context_var="none"))
+    assert shown.grid is None and shown.point is None and shown.point_labels() == {}
+
+
+def test_heatmap_losses_are_the_vllm_export_s(tmp_path: Path) -> None:
+    sweep = load_experiment(write_context_grid(tmp_path, GRID))
+    grid = view.analyse_sweep(sweep, Settings(), Options(), ContextSettings()).grid
+    assert grid is not None
+    batch_only, losses, problems = view.heatmap_losses(grid, None)
+    # The default mix is the shortest context: its picks, K=3 at 1 and K=0 at 64.
+    assert problems == [] and batch_only == {1: 3, 64: 0}
+    # Batch 64 at 8192 runs K=0 (2000) where K=3 gives 2600: 1 - 2000 / 2600 = 23.1 %.
+    assert round(losses[(64, 8192)], 1) == 23.1
+    assert losses[(1, 512)] == 0.0
+    # Weighting the long context heavily turns batch 64 to K=3.
+    batch_only, _, _ = view.heatmap_losses(grid, "512:0.1,8192:0.9")
+    assert batch_only == {1: 3, 64: 3}
+    _, _, problems = view.heatmap_losses(grid, "777:1")
+    assert problems and problems[0].severity.value == "error"
+
+
+def test_downloads_are_the_cli_s_files(tmp_path: Path) -> None:
+    root = write_context_grid(tmp_path / "sweep", GRID)
+    result = tmp_path / "result.json"
+    assert main([str(root), "--output-json", str(result)]) == 0
+    sweep = load_experiment(root)
+    grid = view.analyse_sweep(sweep, Settings(), Options(), ContextSettings()).grid
+    assert grid is not None
+    mix = "512:0.7,8192:0.3"
+    for download in view.context_downloads(grid, mix, ctx_agg="max"):
+        written = tmp_path / download.filename
+        extra = ["--ctx-agg", "max"] if download.format == "vllm-rfc-48944" else []
+        command = ["export", str(result), "--format", download.format, "--context-mix", mix]
+        assert main([*command, *extra, "-o", str(written)]) == 0
+        assert download.text == written.read_text(encoding="utf-8"), download.format
