@@ -9,15 +9,21 @@ Regenerate (byte-identical output on every run):
 
     uv run python data/sample_sweeps/generate.py
 
+`--out-dir DIR` writes somewhere else (the tests regenerate into a temporary folder and compare),
+`--only NAME` (repeatable) writes only the named experiments.
+
 Standard library only, so it runs anywhere.
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
 import json
 import math
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,13 +46,19 @@ GAP_BETWEEN_RUNS_S = 12
 
 @dataclass(frozen=True)
 class StepModel:
-    """Time of one engine step (ms) for a batch of `batch` running requests at K draft tokens.
+    """Time of one engine step (ms) for a batch of `batch` running requests at K draft tokens,
+    each request holding `context` tokens of context (prompt plus tokens generated so far).
 
-    step(B, K) = fixed + per_seq * B
-                 + [K > 0] * (spec_fixed + spec_per_seq * B)
-                 + K * (draft_fixed + draft_per_seq * B)
-                 + [K > 0 and bucket_lo < B * (K + 1) <= bucket_hi] * bucket_penalty
-                 + [B * (K + 1) > cudagraph_max_tokens] * eager_penalty
+    step(B, K, ctx) = fixed + per_seq * B
+                      + [K > 0] * (spec_fixed + spec_per_seq * B)
+                      + K * (draft_fixed + draft_per_seq * B)
+                      + [K > 0 and bucket_lo < B * (K + 1) <= bucket_hi] * bucket_penalty
+                      + [B * (K + 1) > cudagraph_max_tokens] * eager_penalty
+                      + B * ctx * (kv + K * draft_kv)
+
+    The last term is attention over the context: the target reads each request's KV cache once
+    per step, shared by all K + 1 verified positions (`kv`), and every draft position adds its
+    own attention over the context (`draft_kv`). Both are 0 in the short-context models.
     """
 
     fixed_ms: float
@@ -61,8 +73,10 @@ class StepModel:
     bucket_penalty_ms: float = 0.0
     cudagraph_max_tokens: int = 1 << 30
     eager_penalty_ms: float = 0.0
+    kv_ms_per_context_token: float = 0.0
+    draft_kv_ms_per_context_token: float = 0.0
 
-    def step_ms(self, batch: int, k: int) -> float:
+    def step_ms(self, batch: int, k: int, context: int = 0) -> float:
         tokens = batch * (k + 1)
         t = self.fixed_ms + self.per_seq_ms * batch
         if k > 0:
@@ -72,7 +86,46 @@ class StepModel:
                 t += self.bucket_penalty_ms
         if tokens > self.cudagraph_max_tokens:
             t += self.eager_penalty_ms
+        if self.kv_ms_per_context_token or self.draft_kv_ms_per_context_token:
+            per_token = self.kv_ms_per_context_token + k * self.draft_kv_ms_per_context_token
+            t += batch * context * per_token
         return t
+
+
+def logistic_in_context(short: float, long: float, mid: float, steepness: float, c: int) -> float:
+    """short at small context c, long at large c, halfway at c = mid; rounded (libm pow)."""
+    return r6(short + (long - short) / (1.0 + (mid / c) ** steepness))
+
+
+@dataclass(frozen=True)
+class ContextAcceptance:
+    """Acceptance that depends on the decode-time context c (tokens). The draft at position i
+    (1-based) is accepted, given the previous ones were, with probability alpha(c) * r(c)^(i-1):
+
+    alpha(c) = logistic_in_context(alpha_short, alpha_long, alpha_mid, alpha_steepness, c)
+    r(c)     = logistic_in_context(decay_short, decay_long, decay_mid, decay_steepness, c)
+
+    alpha is the first draft's acceptance; r < 1 makes deeper drafts fall off faster.
+    """
+
+    alpha_short: float
+    alpha_long: float
+    alpha_mid: float
+    alpha_steepness: float
+    decay_short: float
+    decay_long: float
+    decay_mid: float
+    decay_steepness: float
+
+    def alpha(self, context: int) -> float:
+        return logistic_in_context(
+            self.alpha_short, self.alpha_long, self.alpha_mid, self.alpha_steepness, context
+        )
+
+    def decay(self, context: int) -> float:
+        return logistic_in_context(
+            self.decay_short, self.decay_long, self.decay_mid, self.decay_steepness, context
+        )
 
 
 @dataclass(frozen=True)
@@ -92,14 +145,33 @@ class Experiment:
     model_id: str
     spec_method: str
     draft_model: str
-    input_len: int
+    input_len: int  # prompt length; unused when input_lens sweeps it
     input_len_varies: bool  # natural prompts: per-combo totals differ slightly from N * input_len
-    alpha: float  # per-position conditional acceptance probability
+    # Per-position conditional acceptance probability, or one that depends on the context.
+    alpha: float | ContextAcceptance
     steps: StepModel
     throughput_cv: float  # sigma of the per-run lognormal multiplier on output throughput
     acceptance_cv: float  # sigma of the per-run lognormal multiplier on alpha
     goodput: tuple[str, ...] = ()  # bench `--goodput` SLOs, e.g. ("tpot:50",)
     disturbances: tuple[Disturbance, ...] = ()
+    k_values: tuple[int, ...] = K_VALUES
+    k_max: int = K_MAX  # the global num_speculative_tokens every server starts with
+    concurrencies: tuple[int, ...] = CONCURRENCIES
+    num_prompts: Mapping[int, int] = field(default_factory=lambda: dict(NUM_PROMPTS))
+    # Prompt lengths swept as the bench parameter `random_input_len` (random dataset, every
+    # prompt exactly that long); empty: one prompt length, `input_len`.
+    input_lens: tuple[int, ...] = ()
+    summary_csv: bool = False  # write the sweep's top-level summary.csv
+
+
+@dataclass(frozen=True)
+class BenchCombo:
+    """One entry of bench_params.json: its name (the combo folder's BENCH part) and params."""
+
+    name: str
+    concurrency: int
+    input_len: int
+    params: Mapping[str, Any]
 
 
 # Llama-3.1-8B-Instruct + EAGLE-3 on one H100 (80 GB), fitted to the seed's published numbers.
@@ -129,6 +201,36 @@ QWEN3_MOE_H100 = StepModel(
     bucket_penalty_ms=16.0,
     cudagraph_max_tokens=512,
     eager_penalty_ms=9.0,
+)
+
+# Gemma-4-31B-it (FP8, `--quantization fp8` in the serve command) + its MTP assistant on one
+# H100 NVL, calibrated to the shape of the published context results (vLLM PR #48944): attention
+# over the context makes the target step grow with context while the verification of K + 1
+# positions shares one read of the KV cache, so speculation pays again at batch 256 from ~2k
+# tokens. Prefill is deliberately cheap (see README.md, "The context model").
+GEMMA4_31B_H100_NVL = StepModel(
+    fixed_ms=14.5,
+    per_seq_ms=0.25,
+    prefill_ms_per_token=0.002,
+    spec_fixed_ms=0.85,
+    spec_per_seq_ms=0.31,
+    draft_fixed_ms=0.61,
+    draft_per_seq_ms=0.011,
+    kv_ms_per_context_token=6.6e-5,
+    draft_kv_ms_per_context_token=2.3e-5,
+)
+
+# Drafts are accepted more often with more context (about 20 % of K=3 drafts at 512 prompt
+# tokens, about 45 % from 2k), and at very long context deeper drafts stop falling off.
+GEMMA4_MTP_ACCEPTANCE = ContextAcceptance(
+    alpha_short=0.45,
+    alpha_long=0.75,
+    alpha_mid=880.0,
+    alpha_steepness=6.0,
+    decay_short=0.70,
+    decay_long=0.99,
+    decay_mid=11000.0,
+    decay_steepness=3.2,
 )
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -198,19 +300,63 @@ EXPERIMENTS: tuple[Experiment, ...] = (
             Disturbance(serve="k0", bench="c128", run_multipliers=(1.0, 1.0, 0.80)),
         ),
     ),
+    Experiment(
+        name="long-context",
+        seed=5005,
+        start="20250918-090000",
+        model_id="google/gemma-4-31B-it",
+        spec_method="mtp",
+        draft_model="google/gemma-4-31B-it-assistant",
+        input_len=0,
+        input_len_varies=False,
+        alpha=GEMMA4_MTP_ACCEPTANCE,
+        steps=GEMMA4_31B_H100_NVL,
+        throughput_cv=0.01,
+        acceptance_cv=0.01,
+        k_values=(0, 1, 3, 5),
+        k_max=5,
+        concurrencies=(1, 8, 64, 256),
+        num_prompts={1: 16, 8: 64, 64: 256, 256: 1024},
+        input_lens=(512, 2048, 8192, 32768),
+        summary_csv=True,
+    ),
 )
 
 
-def expected_tokens_per_step(k: int, alpha: float) -> float:
-    """Tokens each request gains per step: 1 + alpha + ... + alpha^K."""
-    return sum(alpha**i for i in range(k + 1))
+def reach_probability(i: int, alpha: float, decay: float = 1.0) -> float:
+    """Probability that draft position i (1-based) is accepted, all before it accepted too:
+    prod_{j=1..i} alpha * decay^(j-1) = alpha^i * decay^(i(i-1)/2) (alpha^i when decay is 1)."""
+    return alpha**i * decay ** (i * (i - 1) // 2)
 
 
-def model_output_throughput(exp: Experiment, batch: int, k: int, alpha: float) -> float:
+def expected_tokens_per_step(k: int, alpha: float, decay: float = 1.0) -> float:
+    """Tokens each request gains per step: 1 + sum of the reach probabilities of positions
+    1..K (1 + alpha + ... + alpha^K when decay is 1)."""
+    return sum(reach_probability(i, alpha, decay) for i in range(k + 1))
+
+
+def decode_context(exp: Experiment, input_len: int) -> int:
+    """Mean context of a decode step: the prompt plus half the output (0 without a context
+    model, whose step time ignores context)."""
+    return input_len + OUTPUT_LEN // 2 if isinstance(exp.alpha, ContextAcceptance) else 0
+
+
+def acceptance(exp: Experiment, input_len: int) -> tuple[float, float]:
+    """(alpha, decay) of the model at this prompt length."""
+    if isinstance(exp.alpha, ContextAcceptance):
+        context = decode_context(exp, input_len)
+        return exp.alpha.alpha(context), exp.alpha.decay(context)
+    return exp.alpha, 1.0
+
+
+def model_output_throughput(
+    exp: Experiment, batch: int, k: int, alpha: float, input_len: int, decay: float = 1.0
+) -> float:
     """Output tok/s of a saturated run: each request pays OUTPUT_LEN / E decode steps of
-    step(B, K) / B and its own prefill of input_len tokens."""
-    per_token_ms = exp.steps.step_ms(batch, k) / (batch * expected_tokens_per_step(k, alpha))
-    per_request_ms = OUTPUT_LEN * per_token_ms + exp.input_len * exp.steps.prefill_ms_per_token
+    step(B, K, context) / B and its own prefill of input_len tokens."""
+    step = exp.steps.step_ms(batch, k, decode_context(exp, input_len))
+    per_token_ms = step / (batch * expected_tokens_per_step(k, alpha, decay))
+    per_request_ms = OUTPUT_LEN * per_token_ms + input_len * exp.steps.prefill_ms_per_token
     return 1000.0 * OUTPUT_LEN / per_request_ms
 
 
@@ -218,31 +364,40 @@ def serve_name(k: int) -> str:
     return f"k{k}"
 
 
-def bench_name(concurrency: int) -> str:
-    return f"c{concurrency}"
+def bench_combos(exp: Experiment) -> list[BenchCombo]:
+    """The bench combos in sweep order. One prompt length: named `c<C>`. Swept prompt lengths:
+    named as vLLM names a combo by its swept keys, `max_concurrency=C-random_input_len=L`."""
+    combos = []
+    for c in exp.concurrencies:
+        n = exp.num_prompts[c]
+        if not exp.input_lens:
+            params: dict[str, Any] = {"max_concurrency": c, "num_prompts": n}
+            if exp.goodput:
+                params["goodput"] = list(exp.goodput)
+            combos.append(BenchCombo(f"c{c}", c, exp.input_len, params))
+            continue
+        for length in exp.input_lens:
+            params = {"max_concurrency": c, "random_input_len": length, "num_prompts": n}
+            name = f"max_concurrency={c}-random_input_len={length}"
+            combos.append(BenchCombo(name, c, length, params))
+    return combos
 
 
 def speculative_config(exp: Experiment, k: int) -> dict[str, Any]:
     return {
         "method": exp.spec_method,
         "model": exp.draft_model,
-        "num_speculative_tokens": K_MAX,
+        "num_speculative_tokens": exp.k_max,
         "num_speculative_tokens_per_batch_size": [[1, MAX_NUM_SEQS, k]],
     }
 
 
 def serve_params(exp: Experiment) -> dict[str, dict[str, Any]]:
-    return {serve_name(k): {"speculative_config": speculative_config(exp, k)} for k in K_VALUES}
+    return {serve_name(k): {"speculative_config": speculative_config(exp, k)} for k in exp.k_values}
 
 
 def bench_params(exp: Experiment) -> dict[str, dict[str, Any]]:
-    params: dict[str, dict[str, Any]] = {}
-    for c in CONCURRENCIES:
-        combo: dict[str, Any] = {"max_concurrency": c, "num_prompts": NUM_PROMPTS[c]}
-        if exp.goodput:
-            combo["goodput"] = list(exp.goodput)
-        params[bench_name(c)] = combo
-    return params
+    return {combo.name: dict(combo.params) for combo in bench_combos(exp)}
 
 
 def tpot_slo_ms(exp: Experiment) -> float | None:
@@ -253,13 +408,13 @@ def tpot_slo_ms(exp: Experiment) -> float | None:
     return None
 
 
-def total_input_tokens(exp: Experiment, concurrency: int) -> int:
-    n = NUM_PROMPTS[concurrency]
+def total_input_tokens(exp: Experiment, concurrency: int, input_len: int) -> int:
+    n = exp.num_prompts[concurrency]
     if not exp.input_len_varies:
-        return n * exp.input_len
+        return n * input_len
     # The same prompts in every run and for every K (fixed dataset seed): a fixed offset per combo.
     offset_rng = random.Random(exp.seed * 1000 + concurrency)
-    return n * exp.input_len + offset_rng.randint(-n // 4, n // 4)
+    return n * input_len + offset_rng.randint(-n // 4, n // 4)
 
 
 def latency_shape(
@@ -290,11 +445,13 @@ def r6(x: float) -> float:
     return round(x, 6)
 
 
-def spec_decode_fields(num_requests: int, k: int, alpha: float) -> dict[str, Any]:
+def spec_decode_fields(
+    num_requests: int, k: int, alpha: float, decay: float = 1.0
+) -> dict[str, Any]:
     """Server-wide counters over one run: one draft per request per decode step."""
-    e = expected_tokens_per_step(k, alpha)
+    e = expected_tokens_per_step(k, alpha, decay)
     num_drafts = round(num_requests * (OUTPUT_LEN - 1) / e)
-    per_position = [round(num_drafts * alpha ** (i + 1)) for i in range(k)]
+    per_position = [round(num_drafts * reach_probability(i + 1, alpha, decay)) for i in range(k)]
     accepted = sum(per_position)
     draft_tokens = num_drafts * k
     return {
@@ -311,12 +468,13 @@ def make_record(
     exp: Experiment,
     rng: random.Random,
     k: int,
-    concurrency: int,
+    combo: BenchCombo,
     run_number: int,
     date: datetime,
 ) -> dict[str, Any]:
-    n = NUM_PROMPTS[concurrency]
-    in_tokens = total_input_tokens(exp, concurrency)
+    concurrency = combo.concurrency
+    n = exp.num_prompts[concurrency]
+    in_tokens = total_input_tokens(exp, concurrency, combo.input_len)
     out_tokens = n * OUTPUT_LEN
 
     # Draw every random number up front, in a fixed order.
@@ -326,24 +484,29 @@ def make_record(
     z_peak = rng.gauss(0.0, 1.0)
     z_shape = [rng.gauss(0.0, 1.0) for _ in range(12)]
 
-    alpha = min(exp.alpha * math.exp(exp.acceptance_cv * z_alpha), 0.98) if k > 0 else 0.0
-    spec = spec_decode_fields(n, k, alpha) if k > 0 else {}
+    mean_alpha, decay = acceptance(exp, combo.input_len)
+    alpha = min(mean_alpha * math.exp(exp.acceptance_cv * z_alpha), 0.98) if k > 0 else 0.0
+    if isinstance(exp.alpha, ContextAcceptance):
+        # Rounded like every other libm result (the older experiments predate this rule for
+        # alpha and keep their unrounded value, so their files stay byte-identical).
+        alpha = r6(alpha)
+    spec = spec_decode_fields(n, k, alpha, decay) if k > 0 else {}
     acceptance_length = spec["spec_decode_acceptance_length"] if k > 0 else 1.0
 
     disturbance = 1.0
     for d in exp.disturbances:
-        if d.serve == serve_name(k) and d.bench == bench_name(concurrency):
+        if d.serve == serve_name(k) and d.bench == combo.name:
             disturbance = d.run_multipliers[run_number]
     multiplier = math.exp(exp.throughput_cv * z_tps) * disturbance
-    tps = model_output_throughput(exp, concurrency, k, alpha) * multiplier
+    tps = model_output_throughput(exp, concurrency, k, alpha, combo.input_len, decay) * multiplier
 
     duration = r6(out_tokens / tps)
     request_throughput = n / duration
     # Little's law; the last wave drains, so the mean number in flight is a little below c.
     in_flight = concurrency * (1.0 - (concurrency - 1) / (2.0 * n))
     mean_e2el = r6(1000.0 * in_flight / request_throughput)
-    step = exp.steps.step_ms(concurrency, k)
-    ttft_model = exp.input_len * exp.steps.prefill_ms_per_token + step * (
+    step = exp.steps.step_ms(concurrency, k, decode_context(exp, combo.input_len))
+    ttft_model = combo.input_len * exp.steps.prefill_ms_per_token + step * (
         1.0 + 0.5 * math.log2(concurrency)
     )
     mean_ttft = r6(ttft_model / multiplier * math.exp(0.03 * z_ttft))
@@ -358,7 +521,7 @@ def make_record(
     latency: dict[str, float] = {}
     tpot_std = 0.0
     for i, (metric, mean) in enumerate(means.items()):
-        med, std, p99 = latency_shape(metric, concurrency, k, exp.alpha)
+        med, std, p99 = latency_shape(metric, concurrency, k, mean_alpha)
         jitter = [math.exp(0.01 * z) for z in z_shape[3 * i : 3 * i + 3]]
         median_v = r6(mean * med * jitter[0])
         std_v = r6(mean * std * jitter[1])
@@ -407,14 +570,44 @@ def make_record(
     # Keys the sweep adds: run number, serve params, bench params (the combo name last from bench).
     record["run_number"] = run_number
     record["speculative_config"] = speculative_config(exp, k)
-    record["_benchmark_name"] = bench_name(concurrency)
-    if exp.goodput:
-        record["goodput"] = list(exp.goodput)
+    record["_benchmark_name"] = combo.name
+    # The bench params (max_concurrency and num_prompts are already there with the same values).
+    record.update(combo.params)
     return record
 
 
 def dump(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+
+def csv_cell(value: Any, numeric: bool, whole: bool) -> str:
+    """One cell as pandas writes it: empty for a missing value or None, an integer column as
+    integers, any other numeric column as floats (repr), anything else as str()."""
+    if value is None:
+        return ""
+    if numeric:
+        return str(value) if whole else repr(float(value))
+    return str(value)
+
+
+def write_summary_csv(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
+    """The sweep's top-level summary.csv: vLLM writes `pd.DataFrame.from_records(all_data)
+    .to_csv(path)`, one row per run in sweep order, every key of any record a column (in
+    first-seen order), an unnamed index column first."""
+    columns = list(dict.fromkeys(key for record in records for key in record))
+    kinds = {}
+    for column in columns:
+        values = [record.get(column) for record in records]
+        present = [v for v in values if v is not None]
+        numbers = all(type(v) in (int, float) for v in present) and bool(present)
+        whole = numbers and len(present) == len(values) and all(type(v) is int for v in present)
+        kinds[column] = (numbers, whole)
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(["", *columns])
+        for index, record in enumerate(records):
+            cells = [csv_cell(record.get(column), *kinds[column]) for column in columns]
+            writer.writerow([str(index), *cells])
 
 
 def generate(exp: Experiment, out_dir: Path) -> None:
@@ -424,24 +617,35 @@ def generate(exp: Experiment, out_dir: Path) -> None:
     dump(root / "bench_params.json", bench_params(exp))
     rng = random.Random(exp.seed)
     clock = datetime.strptime(exp.start, "%Y%m%d-%H%M%S")
-    for k in K_VALUES:
+    every_run = []
+    for k in exp.k_values:
         clock += timedelta(seconds=SERVER_START_S)
-        for c in CONCURRENCIES:
-            combo = root / f"SERVE--{serve_name(k)}-BENCH--{bench_name(c)}"
-            combo.mkdir(exist_ok=True)
+        for combo in bench_combos(exp):
+            folder = root / f"SERVE--{serve_name(k)}-BENCH--{combo.name}"
+            folder.mkdir(exist_ok=True)
             runs = []
             for run_number in range(NUM_RUNS):
-                record = make_record(exp, rng, k, c, run_number, clock)
+                record = make_record(exp, rng, k, combo, run_number, clock)
                 clock += timedelta(seconds=math.ceil(record["duration"]) + GAP_BETWEEN_RUNS_S)
-                dump(combo / f"run={run_number}.json", record)
+                dump(folder / f"run={run_number}.json", record)
                 runs.append(record)
-            dump(combo / "summary.json", runs)
+            dump(folder / "summary.json", runs)
+            every_run += runs
+    if exp.summary_csv:
+        write_summary_csv(root / "summary.csv", every_run)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Write the synthetic sample sweeps.")
+    parser.add_argument("--out-dir", type=Path, default=OUT_DIR, help="default: this folder")
+    parser.add_argument(
+        "--only", action="append", choices=[exp.name for exp in EXPERIMENTS], metavar="NAME"
+    )
+    args = parser.parse_args(argv)
     for exp in EXPERIMENTS:
-        generate(exp, OUT_DIR)
-        print(f"wrote {OUT_DIR / exp.name}")
+        if args.only is None or exp.name in args.only:
+            generate(exp, args.out_dir)
+            print(f"wrote {args.out_dir / exp.name}")
 
 
 if __name__ == "__main__":
