@@ -126,3 +126,25 @@ def test_pooled_contexts_fail_the_noise_gate(sweep: Sweep) -> None:
     assert not result.ok
     rules = {problem.rule for problem in result.errors}
     assert rules == {"noisy-objective", "undecided-anchor"}
+
+
+def test_the_cli_prints_the_expected_grid_and_every_format_exports(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from lib.cli.main import main
+
+    result = tmp_path / "result.json"
+    assert main([str(SAMPLE), "--output-json", str(result)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("context grid"))
+    header = lines[start + 1].split()
+    assert header[2:] == [str(length) for length in LENGTHS]
+    printed = {}
+    for line in lines[start + 3 : start + 3 + len(BATCHES)]:
+        batch, *ks = line.split()
+        printed.update(
+            {(int(batch), length): int(k) for length, k in zip(LENGTHS, ks, strict=True)}
+        )
+    assert printed == GRID
+    for name in ("vllm-context", "vllm-rfc-48944", "vllm-pr-54801"):
+        written = tmp_path / f"{name}.json"
+        assert main(["export", str(result), "--format", name, "-o", str(written)]) == 0
+        assert written.exists()
