@@ -144,6 +144,12 @@ class GridCell:
     selected_k: int
     status: str
     medians: tuple[tuple[int, float], ...]
+    #: The conservative score of every kept candidate (``(K, score)``), what the tuner ranked.
+    scores: tuple[tuple[int, float], ...] = ()
+
+    def score(self, k: int) -> float | None:
+        """Candidate ``k``'s conservative score, its median when the file has none."""
+        return dict(self.scores).get(k, self.median(k))
 
     def median(self, k: int) -> float | None:
         """The expected objective of this cell under ``k``: the median of candidate ``k``, or
@@ -187,6 +193,8 @@ class ContextGrid:
     axis_field: str
     deployable: bool
     not_deployable_reason: str | None
+    #: The tuner's tie tolerance (``selection.relative_tolerance``): scores within it tie.
+    relative_tolerance: float = 0.0
 
     @property
     def cells(self) -> tuple[GridCell, ...]:
@@ -354,6 +362,10 @@ def context_grid_of(data: Any, source: str) -> tuple[ContextGrid | None, list[Pr
             f"selection.max_batch_size {max_batch_size} is below the largest batch anchor {top}",
         )
         return None, reader.problems
+    tie = selection.get("relative_tolerance", 0.0)
+    if isinstance(tie, bool) or not isinstance(tie, int | float) or not 0 <= tie < 1:
+        reader.bad("selection.relative_tolerance", tie, "a number in [0, 1)")
+        return None, reader.problems
     grid = ContextGrid(
         points=points,
         anchors=anchors,
@@ -366,6 +378,7 @@ def context_grid_of(data: Any, source: str) -> tuple[ContextGrid | None, list[Pr
         axis_field=str(axis.get("field", "")),
         deployable=deployable is True,
         not_deployable_reason=reason,
+        relative_tolerance=float(tie),
     )
     return grid, []
 
@@ -426,8 +439,8 @@ def _cells(
         prompt = reader.whole(raw, "prompt_tokens", path, 1)
         selected = reader.whole(raw, "selected_k", path, 0, nullable=True)
         status = raw.get("status")
-        medians = _medians(reader, raw, path)
-        if batch is None or prompt is None or medians is None:
+        candidates = _candidates(reader, raw, path)
+        if batch is None or prompt is None or candidates is None:
             continue
         point = by_prompt.get(prompt)
         if point is None:
@@ -447,7 +460,8 @@ def _cells(
             )
             continue
         undecided = selected is None or status == "undecided"
-        cell = GridCell(batch, point, -1 if undecided else selected or 0, str(status), medians)
+        chosen = -1 if undecided else selected or 0
+        cell = GridCell(batch, point, chosen, str(status), *candidates)
         if not undecided and (cell.median(cell.selected_k) or 0.0) <= 0.0:
             reader.bad(
                 f"{path}.selected_k",
@@ -461,36 +475,48 @@ def _cells(
     return cells
 
 
-def _medians(
+def _candidates(
     reader: _Reader, raw: Mapping[str, Any], path: str
-) -> tuple[tuple[int, float], ...] | None:
-    """The (K, median) of every kept candidate of a cell (a candidate without ``verdict`` is
-    kept, as the seed's are); None when a candidate is malformed."""
+) -> tuple[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]] | None:
+    """The (K, median) and the (K, conservative score) of every kept candidate of a cell (a
+    candidate without ``verdict`` is kept, as the seed's are; one without a conservative score
+    has none); None when a candidate is malformed. A conservative score may be negative (a
+    median less its MAD penalty)."""
     medians: dict[int, float] = {}
+    scores: dict[int, float] = {}
     seen: set[int] = set()
     before = len(reader.problems)
     for where, candidate in reader.objects(raw, "candidates", path):
         k = reader.whole(candidate, "k", where, 0)
         median = candidate.get("median_objective", MISSING)
+        score = candidate.get("conservative_objective")
         verdict = candidate.get("verdict", "kept")
-        if median is not None and (
-            isinstance(median, bool)
-            or not isinstance(median, int | float)
-            or not math.isfinite(median)
-            or median < 0
-        ):
+        if median is not None and not _finite_number(median, 0.0):
             reader.bad(f"{where}.median_objective", median, "a finite number >= 0 or null")
+        if score is not None and not _finite_number(score, -math.inf):
+            reader.bad(f"{where}.conservative_objective", score, "a finite number or null")
         if verdict not in ("kept", "rejected"):
             reader.bad(f"{where}.verdict", verdict, '"kept" or "rejected"')
         if k is not None and k in seen:
             reader.bad(f"{where}.k", k, "each K once per cell", f"{where} repeats K={k}")
         elif k is not None and verdict == "kept" and isinstance(median, int | float):
             medians[k] = float(median)
+            if isinstance(score, int | float):
+                scores[k] = float(score)
         if k is not None:
             seen.add(k)
     if len(reader.problems) > before:
         return None
-    return tuple(sorted(medians.items()))
+    return tuple(sorted(medians.items())), tuple(sorted(scores.items()))
+
+
+def _finite_number(value: Any, lowest: float) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and value >= lowest
+    )
 
 
 def _completeness_problems(
@@ -952,24 +978,36 @@ def _global_k_violations(config: Mapping[str, Any]) -> list[str]:
 
 def mix_choice(grid: ContextGrid, anchor_index: int, mix: ContextMix) -> int | None:
     """The one K that batch anchor ``grid.anchors[anchor_index]`` runs at every context under
-    a batch-only schedule: the K maximising (minimising, for a minimised objective) the
-    mix-weighted expected objective ``sum(weight(c) * median(K at c))`` over the context
-    points; ties go to the smallest K. Only a K kept at every context point of the anchor can
-    be chosen (its loss must be known everywhere it runs); None when there is none."""
+    a batch-only schedule, by the tuner's own rule applied to the mix: each K's score is the
+    mix-weighted conservative score ``sum(weight(c) * score(K at c))`` over the context points
+    (the median where the file has no score); every K within the tuner's relative tolerance
+    of the best score ties with it (``score / best >= 1 - tolerance``, or ``best / score`` for a
+    minimised objective; when maximising and the best is <= 0, all tie), and the smallest tied K
+    wins. With a mix of one context point this is that point's own pick. Only a K kept at every
+    context point of the anchor can be chosen (its loss must be known everywhere it runs);
+    None when there is none."""
     row = grid.rows[anchor_index]
-    best: tuple[float, int] | None = None
+    weighted: dict[int, float] = {}
     for k in grid.ks:
-        medians = [cell.median(k) for cell in row]
-        if any(median is None for median in medians):
+        scores = [cell.score(k) for cell in row]
+        if any(score is None for score in scores):
             continue
-        expected = sum(
-            mix.weight(cell.point.prompt_tokens) * (median or 0.0)
-            for cell, median in zip(row, medians, strict=True)
+        weighted[k] = sum(
+            mix.weight(cell.point.prompt_tokens) * (score or 0.0)
+            for cell, score in zip(row, scores, strict=True)
         )
-        score = expected if grid.direction == "maximize" else -expected
-        if best is None or score > best[0]:
-            best = (score, k)
-    return None if best is None else best[1]
+    if not weighted:
+        return None
+    maximize = grid.direction == "maximize"
+    best = max(weighted.values()) if maximize else min(weighted.values())
+    floor = 1 - grid.relative_tolerance
+
+    def ties(score: float) -> bool:
+        if maximize:
+            return best <= 0 or score / best >= floor
+        return score > 0 and best / score >= floor
+
+    return min(k for k, score in weighted.items() if ties(score) or score == best)
 
 
 def vllm_context_violations(

@@ -286,3 +286,22 @@ def test_cli_prints_each_format_s_config_as_export_does(tmp_path: Path, capsys) 
         assert main(["export", str(out), "--format", name]) == 0
         exported = capsys.readouterr().out.splitlines()[0]
         assert f"{name}: {exported}" in tuned
+
+
+def test_the_default_mix_exports_the_shortest_context_s_own_picks(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    # At batch 1, 512 tokens, K=1 has the higher median (200 vs 191) but a wide spread: MAD 15,
+    # conservative 200 - 1.4826 * 15 = 177.8 < K=3's 191 - 1.4826 * 1 = 189.5. The tuner picks
+    # K=3 there, so a batch-only export for that context alone must too.
+    cells = dict(GRID)
+    cells[(1, 1, 512)] = [185.0, 200.0, 215.0]
+    cells[(1, 3, 512)] = [190.0, 191.0, 192.0]
+    cells[(1, 1, 8192)] = spread(120.0)
+    cells[(64, 1, 512)] = spread(3500.0)
+    cells[(64, 1, 8192)] = spread(2200.0)
+    root = write_context_grid(tmp_path / "sweep", cells)
+    out = tmp_path / "result.json"
+    assert main([str(root), "--output-json", str(out), "--context-var", "auto"]) == 0
+    capsys.readouterr()
+    assert main(["export", str(out), "--format", "vllm-context"]) == 0
+    config = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 63, 3], [64, 64, 0]]

@@ -102,7 +102,8 @@ class ExportSettings:
             "context formats: the traffic's prompt lengths and weights, e.g. 512:0.7,8192:0.3;"
             " each length is matched to a measured context point within the context axis's"
             " tolerance, weights > 0 are normalised to sum 1. vllm-context's schedule is the"
-            " K per batch size that does best on the mix-weighted expected objective;"
+            " K per batch size with the best mix-weighted conservative score (ties within the"
+            " result's relative tolerance to the smallest K);"
             " vllm-pr-54801's tables are chosen on it; every format's mix-weighted mean loss"
             " uses it (default: the shortest measured context, weight 1)",
             metavar="PROMPT:WEIGHT,...",
