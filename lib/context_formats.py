@@ -1499,18 +1499,23 @@ class TablePair:
 def _anchor_key(
     grid: ContextGrid, index: int, batch_k: int, length_ks: Sequence[int], mix: ContextMix
 ) -> tuple[float, float] | None:
-    """How well one anchor does under ``min(batch_k, length K)``: (the loss of its mix-weighted
-    expected objective against the optimum's under the same mix, the sum of its cells' losses),
-    smaller is better; None when some cell's K was not kept there."""
+    """How well one anchor does under ``min(batch_k, length K)``, ranked as the tuner ranks:
+    (the loss of its mix-weighted conservative score against the grid's picks' under the same
+    mix, the sum of its cells' losses by the same score), smaller is better; None when some
+    cell's K was not kept there. Scores as :meth:`GridCell.score` (the median where the file
+    has none); a grid pick whose score is not > 0 is compared on medians."""
     expected = optimum = plain = 0.0
     for cell, length_k in zip(grid.rows[index], length_ks, strict=True):
-        median = cell.median(min(batch_k, length_k))
-        if median is None:
+        k = min(batch_k, length_k)
+        picked = cell.score(cell.selected_k)
+        value = cell.score(k) if picked is not None and picked > 0 else cell.median(k)
+        best = picked if picked is not None and picked > 0 else cell.optimum
+        if value is None:
             return None
         weight = mix.weight(cell.point.prompt_tokens)
-        expected += weight * median
-        optimum += weight * cell.optimum
-        plain += loss_percent(median, cell.optimum, grid.direction)
+        expected += weight * value
+        optimum += weight * best
+        plain += loss_percent(value, best, grid.direction)
     return loss_percent(expected, optimum, grid.direction), plain
 
 
@@ -1686,9 +1691,9 @@ def pr_54801_export(
     search = {
         "method": pair.method,
         "trials": pair.trials,
-        "objective": "per batch anchor, the loss of the mix-weighted expected objective against"
-        " the 2-D optimum's, summed over the anchors; ties: the smaller sum of cell losses,"
-        " then the smaller Ks",
+        "objective": "per batch anchor, the loss of the mix-weighted conservative score (the"
+        " tuner's ranking) against the grid's picks', summed over the anchors; ties: the"
+        " smaller sum of cell losses, then the smaller Ks",
     }
     notes = [
         PR_54801_COMBINATION,
