@@ -23,3 +23,20 @@ cleanup() {
   find "$TMPDIR" -maxdepth 1 -type s -delete   # ZeroMQ IPC sockets of the killed servers
 }
 trap cleanup EXIT
+
+# Runs the plan in $work/plan (its run.sh, from $work), then copies the plan's files into the
+# experiment folder $1 and, with COPY_TO set, the experiment to COPY_TO.
+run_plan_into() {
+  local experiment=$1 start
+  shift
+  start=$(date +%s)
+  (cd "$work" && bash "$work/plan/run.sh" "$@")
+  echo "sweep took $(( $(date +%s) - start )) s"
+  cp "$work/plan/serve_params.json" "$work/plan/bench_params.json" "$work/plan/command.txt" \
+    "$work/plan/sweep_plan.json" \
+    "$experiment/" 2>/dev/null || true
+  if [ -n "${COPY_TO:-}" ] && [ -d "$experiment" ]; then
+    mkdir -p "$COPY_TO" && cp -r "$experiment/." "$COPY_TO/"
+    echo "copied to $COPY_TO"
+  fi
+}

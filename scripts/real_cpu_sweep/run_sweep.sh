@@ -36,15 +36,4 @@ fi
   --results-dir "$work/results" --experiment-name real-cpu-tiny-ngram \
   -o "$work/plan")
 
-start=$(date +%s)
-(cd "$work" && bash "$work/plan/run.sh" "$@")
-echo "sweep took $(( $(date +%s) - start )) s"
-
-experiment="$work/results/real-cpu-tiny-ngram"
-cp "$work/plan/serve_params.json" "$work/plan/bench_params.json" "$work/plan/command.txt" \
-  "$work/plan/sweep_plan.json" \
-  "$experiment/" 2>/dev/null || true
-if [ -n "${COPY_TO:-}" ] && [ -d "$experiment" ]; then
-  mkdir -p "$COPY_TO" && cp -r "$experiment/." "$COPY_TO/"
-  echo "copied to $COPY_TO"
-fi
+run_plan_into "$work/results/real-cpu-tiny-ngram" "$@"
