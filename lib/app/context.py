@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from lib.analysis import Analysis, analyse
-from lib.context import ContextAnalysis, ContextAxis, analyse_contexts, find_context_axis
+from lib.context import ContextAnalysis, ContextAxis, analyse_contexts
 from lib.context_formats import CONTEXT_FORMATS
 from lib.loop.export import CONTEXT_FILES, ExportSettings, context_export_text, export_context
 from lib.problems import Problem
-from lib.settings import ContextSettings, Options, Settings
+from lib.settings import Options, Settings
 from lib.sweeps import Sweep
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "analyse_sweep",
     "context_downloads",
     "heatmap_losses",
+    "point_labels",
 ]
 
 #: What each export format is, in the picker's words.
@@ -36,41 +37,49 @@ FORMAT_LABELS: dict[str, str] = {
 class SweepAnalysis:
     """A sweep as the page shows it: ``grid`` when it has a context axis (else None), and
     ``analysis``, the batch-only analysis the rest of the page shows: the chosen context
-    point's, or the whole sweep's. ``context_problems`` are what finding the axis noticed."""
+    point's (``point``), or the whole sweep's."""
 
     analysis: Analysis
     grid: ContextAnalysis | None
-    context_problems: tuple[Problem, ...]
     point: int | None
 
-    def point_labels(self) -> dict[str, int]:
-        """The context picker's options: a label per point (prompt and decode-time context)."""
-        if self.grid is None:
-            return {}
-        return {
-            f"{point.prompt_tokens} prompt tokens (~{point.context_tokens} at decode)": index
-            for index, point in enumerate(self.grid.axis.points)
-        }
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        """Every problem of what the page shows: the whole grid's, or the analysis's."""
+        return self.grid.problems if self.grid is not None else self.analysis.result.problems
+
+    def result_text(self) -> str:
+        """The result JSON, as the CLI writes it for this sweep (the grid's when there is one)."""
+        if self.grid is not None:
+            return self.grid.to_json_text()
+        return self.analysis.result.to_json_text()
 
 
 def analyse_sweep(
     sweep: Sweep,
     settings: Settings,
     options: Options,
-    context_settings: ContextSettings,
+    axis: ContextAxis | None,
     point: int | None = None,
 ) -> SweepAnalysis:
-    """The whole sweep's analysis, per context point when it has an axis (``point``: which
-    one the page details; default the shortest, the seed's world)."""
-    axis: ContextAxis | None = None
-    problems: list[Problem] = []
-    if not context_settings.invalid():
-        axis, problems = find_context_axis(sweep, context_settings)
+    """The whole sweep's analysis, per context point when ``axis`` (from
+    :func:`lib.context.find_context_axis`) is not None; ``point``: which one the page details
+    (default, or out of range: the shortest, the seed's world)."""
     if axis is None:
-        return SweepAnalysis(analyse(sweep, settings, options), None, tuple(problems), None)
+        return SweepAnalysis(analyse(sweep, settings, options), None, None)
     grid = analyse_contexts(sweep, axis, settings, options)
     chosen = point if point is not None and 0 <= point < len(axis.points) else 0
-    return SweepAnalysis(grid.contexts[chosen], grid, tuple(problems), chosen)
+    return SweepAnalysis(grid.contexts[chosen], grid, chosen)
+
+
+def point_labels(axis: ContextAxis | None) -> dict[str, int]:
+    """The context picker's options: a label per point (prompt and decode-time context)."""
+    if axis is None:
+        return {}
+    return {
+        f"{point.prompt_tokens} prompt tokens (~{point.context_tokens} at decode)": index
+        for index, point in enumerate(axis.points)
+    }
 
 
 def heatmap_losses(

@@ -9,6 +9,7 @@ from sweep_builder import spread, write_context_grid
 
 from lib.app import context as view
 from lib.cli.main import main
+from lib.context import find_context_axis
 from lib.settings import ContextSettings, Options, Settings
 from lib.sweeps import load_experiment
 
@@ -25,30 +26,36 @@ GRID = {
 }
 
 
-def test_the_page_details_the_chosen_context_point(tmp_path: Path) -> None:
+def _shown(tmp_path: Path, point: int | None = None, **context: str) -> view.SweepAnalysis:
     sweep = load_experiment(write_context_grid(tmp_path, GRID))
-    shown = view.analyse_sweep(sweep, Settings(), Options(), ContextSettings(), point=1)
+    axis, _ = find_context_axis(sweep, ContextSettings(**context))
+    return view.analyse_sweep(sweep, Settings(), Options(), axis, point)
+
+
+def test_the_page_details_the_chosen_context_point(tmp_path: Path) -> None:
+    shown = _shown(tmp_path, point=1)
     assert shown.grid is not None and shown.point == 1
     assert shown.analysis is shown.grid.contexts[1]
     # At 8192 tokens K=3 wins at both batch sizes.
     assert shown.analysis.result.decisions["selected_k"].to_list() == [3, 3]
-    assert list(shown.point_labels()) == [
+    assert list(view.point_labels(shown.grid.axis)) == [
         "512 prompt tokens (~576 at decode)",
         "8192 prompt tokens (~8256 at decode)",
     ]
+    assert shown.problems == shown.grid.problems
+    assert shown.result_text() == shown.grid.to_json_text()
     # Out of range (the picker's value from another experiment): the shortest.
-    assert view.analyse_sweep(sweep, Settings(), Options(), ContextSettings(), 7).point == 0
+    assert _shown(tmp_path / "again", point=7).point == 0
 
 
 def test_without_an_axis_the_page_shows_the_whole_sweep(tmp_path: Path) -> None:
-    sweep = load_experiment(write_context_grid(tmp_path, GRID))
-    shown = view.analyse_sweep(sweep, Settings(), Options(), ContextSettings(context_var="none"))
-    assert shown.grid is None and shown.point is None and shown.point_labels() == {}
+    shown = _shown(tmp_path, context_var="none")
+    assert shown.grid is None and shown.point is None and view.point_labels(None) == {}
+    assert shown.result_text() == shown.analysis.result.to_json_text()
 
 
 def test_heatmap_losses_are_the_vllm_export_s(tmp_path: Path) -> None:
-    sweep = load_experiment(write_context_grid(tmp_path, GRID))
-    grid = view.analyse_sweep(sweep, Settings(), Options(), ContextSettings()).grid
+    grid = _shown(tmp_path).grid
     assert grid is not None
     batch_only, losses, problems = view.heatmap_losses(grid, None)
     # The default mix is the shortest context: its picks, K=3 at 1 and K=0 at 64.
@@ -67,8 +74,8 @@ def test_downloads_are_the_cli_s_files(tmp_path: Path) -> None:
     root = write_context_grid(tmp_path / "sweep", GRID)
     result = tmp_path / "result.json"
     assert main([str(root), "--output-json", str(result)]) == 0
-    sweep = load_experiment(root)
-    grid = view.analyse_sweep(sweep, Settings(), Options(), ContextSettings()).grid
+    axis, _ = find_context_axis(load_experiment(root), ContextSettings())
+    grid = view.analyse_sweep(load_experiment(root), Settings(), Options(), axis).grid
     assert grid is not None
     mix = "512:0.7,8192:0.3"
     for download in view.context_downloads(grid, mix, ctx_agg="max"):
