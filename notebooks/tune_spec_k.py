@@ -33,6 +33,32 @@ def labelled(key: str) -> str:
     return guide.CONTROL_LABELS[key]
 
 
+@app.function
+def setting_slider(key: str, steps: list, value: float) -> mo.ui.slider:
+    """The slider of the setting ``key``: it sends its value when released, not while dragged."""
+    return mo.ui.slider(
+        steps=steps, value=value, debounce=True, show_value=True, label=labelled(key)
+    )
+
+
+@app.function
+def sidebar_part(element: object, key: str, heading: str | None = None) -> mo.Html:
+    """``element`` (with its help) as its part of the sidebar, under ``heading`` if given.
+
+    Each control's own cell shows its part: a cell that defines a control does not run again
+    when the control's value changes, so a slider moved sends nothing to the sidebar (a cell
+    showing the whole sidebar would run again, and send it all again, on every change).
+    marimo shows the parts in the order of their cells, a part sent again in its place. These
+    cells come last in the file: each leaves an empty slot where it stands in the page. Each
+    stops when the folder holds no experiment: no sidebar then, only the page's explanation.
+    """
+    shown = [mo.md(f"### {heading}")] if heading else []
+    # In a box of its own: mo.sidebar stretches what it shows to fill the column, and parts
+    # would spread out over a tall window. Every part sets the width: marimo takes the last's.
+    part = mo.vstack([*shown, with_help(element, key)]).style(margin_bottom="0.5rem")
+    return mo.sidebar(part, width="22rem")
+
+
 @app.cell
 def _():
     _arguments = app_support.parse_app_arguments(sys.argv[1:])
@@ -97,13 +123,7 @@ def _(base_folder, experiments):
             kind="danger",
         ),
     )
-    experiment_picker = mo.ui.dropdown(
-        options=experiments,
-        value=guide.default_experiment(experiments),
-        label="Experiment",
-        full_width=True,
-    )
-    return (experiment_picker,)
+    return
 
 
 @app.cell
@@ -132,26 +152,6 @@ def _():
 
 
 @app.cell
-def _(get_k_var):
-    k_var_picker = mo.ui.dropdown(
-        options=app_support.K_VAR_CHOICES,
-        value=next(
-            name for name, field in app_support.K_VAR_CHOICES.items() if field == get_k_var()
-        ),
-        label=labelled("k_var"),
-    )
-    return (k_var_picker,)
-
-
-@app.cell
-def _():
-    batch_size_var_input = mo.ui.text(
-        value=DEFAULT_BATCH_SIZE_VAR, label=labelled("batch_size_var")
-    )
-    return (batch_size_var_input,)
-
-
-@app.cell
 def _(batch_size_var_input, k_var_picker):
     fields = Fields(batch_size_var=batch_size_var_input.value, k_var=k_var_picker.value)
     return (fields,)
@@ -169,196 +169,6 @@ def _(experiment_picker, fields, root):
         ),
     )
     return (sweep,)
-
-
-@app.cell
-def _(fields, sweep):
-    _choices = guide.objective_choices(sweep, KNOWN_OBJECTIVES, fields)
-    objective_picker = mo.ui.dropdown(
-        options=_choices or [Settings().objective],
-        value=Settings().objective
-        if Settings().objective in _choices or not _choices
-        else _choices[0],
-        searchable=True,
-        label=labelled("objective"),
-    )
-    return (objective_picker,)
-
-
-@app.cell
-def _(objective_picker):
-    direction_picker = mo.ui.radio(
-        options=["maximize", "minimize"],
-        value=app_support.default_direction(objective_picker.value),
-        inline=True,
-        label=labelled("direction"),
-    )
-    return (direction_picker,)
-
-
-@app.cell
-def _():
-    penalty_slider = mo.ui.slider(
-        steps=app_support.slider_steps(5.0, 0.1),
-        value=Settings().uncertainty_penalty,
-        debounce=True,
-        show_value=True,
-        label=labelled("uncertainty_penalty"),
-    )
-    return (penalty_slider,)
-
-
-@app.cell
-def _():
-    tolerance_slider = mo.ui.slider(
-        steps=app_support.slider_steps(0.3, 0.005),
-        value=Settings().relative_tolerance,
-        debounce=True,
-        show_value=True,
-        label=labelled("relative_tolerance"),
-    )
-    return (tolerance_slider,)
-
-
-@app.cell
-def _(get_noise):
-    noise_slider = mo.ui.slider(
-        steps=app_support.slider_steps(1.0, 0.01),
-        value=get_noise(),
-        debounce=True,
-        show_value=True,
-        label=labelled("max_objective_relative_mad"),
-    )
-    return (noise_slider,)
-
-
-@app.cell
-def _(get_min_runs):
-    min_runs_slider = mo.ui.slider(
-        start=1,
-        stop=10,
-        step=1,
-        value=get_min_runs(),
-        debounce=True,
-        show_value=True,
-        label=labelled("min_runs"),
-    )
-    return (min_runs_slider,)
-
-
-@app.cell
-def _(sweep):
-    acceptance_picker = mo.ui.dropdown(
-        options=app_support.acceptance_options(sweep),
-        value=app_support.NO_ACCEPTANCE,
-        label=labelled("acceptance"),
-    )
-    return (acceptance_picker,)
-
-
-@app.cell
-def _():
-    acceptance_noise_slider = mo.ui.slider(
-        steps=app_support.slider_steps(1.0, 0.01),
-        value=Settings().max_acceptance_relative_mad,
-        debounce=True,
-        show_value=True,
-        label=labelled("max_acceptance_relative_mad"),
-    )
-    return (acceptance_noise_slider,)
-
-
-@app.cell
-def _(get_strict):
-    strict_checkbox = mo.ui.checkbox(
-        value=get_strict(), label=labelled("strict_acceptance_stability")
-    )
-    return (strict_checkbox,)
-
-
-@app.cell
-def _(get_mixed_global):
-    mixed_global_checkbox = mo.ui.checkbox(
-        value=get_mixed_global(), label=labelled("allow_mixed_global_k")
-    )
-    return (mixed_global_checkbox,)
-
-
-@app.cell
-def _():
-    policy_picker = mo.ui.radio(
-        options=app_support.POLICY_CHOICES,
-        value=next(iter(app_support.POLICY_CHOICES)),
-        label=labelled("policy"),
-    )
-    return (policy_picker,)
-
-
-@app.cell
-def _():
-    confidence_slider = mo.ui.slider(
-        steps=app_support.slider_steps(1.0, 0.01, start=0.5),
-        value=Options().confidence,
-        debounce=True,
-        show_value=True,
-        label=labelled("confidence"),
-    )
-    return (confidence_slider,)
-
-
-@app.cell
-def _():
-    interpolated_checkbox = mo.ui.checkbox(
-        value=Options().interpolated_schedule, label=labelled("interpolated_schedule")
-    )
-    return (interpolated_checkbox,)
-
-
-@app.cell
-def _(
-    acceptance_noise_slider,
-    acceptance_picker,
-    batch_size_var_input,
-    confidence_slider,
-    direction_picker,
-    experiment_picker,
-    interpolated_checkbox,
-    k_var_picker,
-    min_runs_slider,
-    mixed_global_checkbox,
-    noise_slider,
-    objective_picker,
-    penalty_slider,
-    policy_picker,
-    strict_checkbox,
-    tolerance_slider,
-):
-    mo.sidebar(
-        [
-            mo.md("### Input"),
-            with_help(experiment_picker, "experiment"),
-            with_help(k_var_picker, "k_var"),
-            with_help(batch_size_var_input, "batch_size_var"),
-            with_help(mixed_global_checkbox, "allow_mixed_global_k"),
-            mo.md("### Policy"),
-            with_help(objective_picker, "objective"),
-            with_help(direction_picker, "direction"),
-            with_help(penalty_slider, "uncertainty_penalty"),
-            with_help(tolerance_slider, "relative_tolerance"),
-            with_help(noise_slider, "max_objective_relative_mad"),
-            with_help(min_runs_slider, "min_runs"),
-            mo.md("### Acceptance"),
-            with_help(acceptance_picker, "acceptance"),
-            with_help(acceptance_noise_slider, "max_acceptance_relative_mad"),
-            with_help(strict_checkbox, "strict_acceptance_stability"),
-            mo.md("### Decision rule"),
-            with_help(policy_picker, "policy"),
-            with_help(confidence_slider, "confidence"),
-            with_help(interpolated_checkbox, "interpolated_schedule"),
-        ],
-        width="22rem",
-    )
-    return
 
 
 @app.cell
@@ -614,6 +424,193 @@ def _(compare_picker, comparison, comparison_error):
         }
     )
     return
+
+
+@app.cell
+def _(experiments):
+    mo.stop(not experiments)
+    experiment_picker = mo.ui.dropdown(
+        options=experiments,
+        value=guide.default_experiment(experiments),
+        label="Experiment",
+        full_width=True,
+    )
+    sidebar_part(experiment_picker, "experiment", "Input")
+    return (experiment_picker,)
+
+
+@app.cell
+def _(experiments, get_k_var):
+    mo.stop(not experiments)
+    k_var_picker = mo.ui.dropdown(
+        options=app_support.K_VAR_CHOICES,
+        value=next(
+            name for name, field in app_support.K_VAR_CHOICES.items() if field == get_k_var()
+        ),
+        label=labelled("k_var"),
+    )
+    sidebar_part(k_var_picker, "k_var")
+    return (k_var_picker,)
+
+
+@app.cell
+def _(experiments):
+    mo.stop(not experiments)
+    batch_size_var_input = mo.ui.text(
+        value=DEFAULT_BATCH_SIZE_VAR, label=labelled("batch_size_var")
+    )
+    sidebar_part(batch_size_var_input, "batch_size_var")
+    return (batch_size_var_input,)
+
+
+@app.cell
+def _(experiments, get_mixed_global):
+    mo.stop(not experiments)
+    mixed_global_checkbox = mo.ui.checkbox(
+        value=get_mixed_global(), label=labelled("allow_mixed_global_k")
+    )
+    sidebar_part(mixed_global_checkbox, "allow_mixed_global_k")
+    return (mixed_global_checkbox,)
+
+
+@app.cell
+def _(fields, sweep):
+    _choices = guide.objective_choices(sweep, KNOWN_OBJECTIVES, fields)
+    objective_picker = mo.ui.dropdown(
+        options=_choices or [Settings().objective],
+        value=Settings().objective
+        if Settings().objective in _choices or not _choices
+        else _choices[0],
+        searchable=True,
+        label=labelled("objective"),
+    )
+    sidebar_part(objective_picker, "objective", "Policy")
+    return (objective_picker,)
+
+
+@app.cell
+def _(objective_picker):
+    direction_picker = mo.ui.radio(
+        options=["maximize", "minimize"],
+        value=app_support.default_direction(objective_picker.value),
+        inline=True,
+        label=labelled("direction"),
+    )
+    sidebar_part(direction_picker, "direction")
+    return (direction_picker,)
+
+
+@app.cell
+def _(experiments):
+    mo.stop(not experiments)
+    penalty_slider = setting_slider(
+        "uncertainty_penalty", app_support.slider_steps(5.0, 0.1), Settings().uncertainty_penalty
+    )
+    sidebar_part(penalty_slider, "uncertainty_penalty")
+    return (penalty_slider,)
+
+
+@app.cell
+def _(experiments):
+    mo.stop(not experiments)
+    tolerance_slider = setting_slider(
+        "relative_tolerance", app_support.slider_steps(0.3, 0.005), Settings().relative_tolerance
+    )
+    sidebar_part(tolerance_slider, "relative_tolerance")
+    return (tolerance_slider,)
+
+
+@app.cell
+def _(experiments, get_noise):
+    mo.stop(not experiments)
+    noise_slider = setting_slider(
+        "max_objective_relative_mad", app_support.slider_steps(1.0, 0.01), get_noise()
+    )
+    sidebar_part(noise_slider, "max_objective_relative_mad")
+    return (noise_slider,)
+
+
+@app.cell
+def _(experiments, get_min_runs):
+    mo.stop(not experiments)
+    # A range, not steps: the slider then reports the count itself (aria-valuenow), not its
+    # position among the steps.
+    min_runs_slider = mo.ui.slider(
+        start=1,
+        stop=10,
+        step=1,
+        value=get_min_runs(),
+        debounce=True,
+        show_value=True,
+        label=labelled("min_runs"),
+    )
+    sidebar_part(min_runs_slider, "min_runs")
+    return (min_runs_slider,)
+
+
+@app.cell
+def _(sweep):
+    acceptance_picker = mo.ui.dropdown(
+        options=app_support.acceptance_options(sweep),
+        value=app_support.NO_ACCEPTANCE,
+        label=labelled("acceptance"),
+    )
+    sidebar_part(acceptance_picker, "acceptance", "Acceptance")
+    return (acceptance_picker,)
+
+
+@app.cell
+def _(experiments):
+    mo.stop(not experiments)
+    acceptance_noise_slider = setting_slider(
+        "max_acceptance_relative_mad",
+        app_support.slider_steps(1.0, 0.01),
+        Settings().max_acceptance_relative_mad,
+    )
+    sidebar_part(acceptance_noise_slider, "max_acceptance_relative_mad")
+    return (acceptance_noise_slider,)
+
+
+@app.cell
+def _(experiments, get_strict):
+    mo.stop(not experiments)
+    strict_checkbox = mo.ui.checkbox(
+        value=get_strict(), label=labelled("strict_acceptance_stability")
+    )
+    sidebar_part(strict_checkbox, "strict_acceptance_stability")
+    return (strict_checkbox,)
+
+
+@app.cell
+def _(experiments):
+    mo.stop(not experiments)
+    policy_picker = mo.ui.radio(
+        options=app_support.POLICY_CHOICES,
+        value=next(iter(app_support.POLICY_CHOICES)),
+        label=labelled("policy"),
+    )
+    sidebar_part(policy_picker, "policy", "Decision rule")
+    return (policy_picker,)
+
+
+@app.cell
+def _(experiments):
+    mo.stop(not experiments)
+    confidence_slider = setting_slider(
+        "confidence", app_support.slider_steps(1.0, 0.01, start=0.5), Options().confidence
+    )
+    sidebar_part(confidence_slider, "confidence")
+    return (confidence_slider,)
+
+
+@app.cell
+def _(experiments):
+    mo.stop(not experiments)
+    interpolated_checkbox = mo.ui.checkbox(
+        value=Options().interpolated_schedule, label=labelled("interpolated_schedule")
+    )
+    sidebar_part(interpolated_checkbox, "interpolated_schedule")
+    return (interpolated_checkbox,)
 
 
 @app.function

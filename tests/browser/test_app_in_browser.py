@@ -7,6 +7,7 @@ derived by hand in the comments).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,9 @@ def test_the_answer_is_above_the_fold(page: Any, server: Any) -> None:
     for locator in shown:
         box = _box(page, locator)
         assert box["y"] >= 0 and box["y"] + box["height"] <= 800, (locator, box)
+    # Nothing above the title but the page's margin (50 px): a cell showing a part of the
+    # sidebar leaves an empty slot of 14 px where it stands, 16 of them 230 px.
+    assert _box(page, shown[0])["y"] < 100
 
 
 def test_one_run_per_cell_is_grouped_with_a_one_click_fix(page: Any, server: Any) -> None:
@@ -253,3 +257,130 @@ def test_no_chart_is_clipped_at_any_width(page: Any, server: Any, width: int) ->
         }"""
     )
     assert overflow["page"] <= width and overflow["charts"] <= width, overflow
+
+
+def _kernel_outputs(page: Any) -> list[str]:
+    """Every cell output the kernel sends the page, as it comes (marimo's `cell-op` messages on
+    the page's websocket: JSON with the output's HTML), and a "" for each finished run."""
+    outputs: list[str] = []
+
+    def received(payload: str | bytes) -> None:
+        message = json.loads(payload) if isinstance(payload, str) else {}
+        if message.get("op") == "completed-run":
+            outputs.append("")
+        output = (
+            (message.get("data") or {}).get("output") if message.get("op") == "cell-op" else None
+        )
+        if isinstance(output, dict) and isinstance(output.get("data"), str) and output["data"]:
+            outputs.append(output["data"])
+
+    page.on("websocket", lambda socket: socket.on("framereceived", received))
+    return outputs
+
+
+def _wait_for_run(page: Any, outputs: list[str], since: int) -> list[str]:
+    """The outputs sent after ``since`` until the kernel's run has finished."""
+    for _ in range(UPDATE_TIMEOUT_MS // 50):
+        if "" in outputs[since:]:
+            return outputs[since : outputs.index("", since)]
+        page.wait_for_timeout(50)
+    raise AssertionError(f"no run finished in {UPDATE_TIMEOUT_MS} ms")
+
+
+#: Marks every control in the sidebar and counts the nodes added to or removed from it.
+_WATCH_SIDEBAR = """() => {
+  const sidebar = document.querySelector('aside');
+  window.__sidebarChanges = 0;
+  new MutationObserver(changes => { window.__sidebarChanges += changes.length; })
+    .observe(sidebar, {subtree: true, childList: true});
+  const controls = [...sidebar.querySelectorAll('marimo-ui-element')];
+  controls.forEach(control => { control.__marked = true; });
+  return controls.length;
+}"""
+_SIDEBAR_NOW = """() => {
+  const controls = [...document.querySelector('aside').querySelectorAll('marimo-ui-element')];
+  return {controls: controls.length, marked: controls.filter(c => c.__marked).length,
+          changes: window.__sidebarChanges};
+}"""
+
+
+def test_a_slider_moved_re_renders_nothing_in_the_sidebar(page: Any, server: Any) -> None:
+    """Moving a slider runs only the cells that compute from its value: the kernel sends none
+    of the sidebar's parts again, the page keeps every control of the sidebar as it is, and
+    no error is logged."""
+    errors: list[str] = []
+    page.on(
+        "console", lambda message: errors.append(message.text) if message.type == "error" else None
+    )
+    outputs = _kernel_outputs(page)
+    _open(page, server, "sonnet-like", _schedule(server.root / "sonnet-like"))
+    page.locator(".vega-embed").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
+    # The first run sent every part of the sidebar: the test sees what the kernel sends.
+    assert any("<marimo-sidebar" in output for output in _wait_for_run(page, outputs, 0))
+    controls = page.evaluate(_WATCH_SIDEBAR)
+    assert controls == len(guide.CONTROL_HELP) - 1  # every control but the comparison's
+    sliders = ("Tie tolerance (relative)", "MAD penalty (robust sigmas)")
+    for label in (*sliders, "Confidence a pick needs (P(eps-good))", *sliders):
+        since = len(outputs)
+        _move(page, label, "ArrowRight")
+        sent = _wait_for_run(page, outputs, since)
+        # The answer was sent again (the verdict, the schedule, the chart), the sidebar not.
+        assert sent, label
+        assert not [output for output in sent if "<marimo-sidebar" in output], label
+        assert page.evaluate(_SIDEBAR_NOW) == {
+            "controls": controls,
+            "marked": controls,
+            "changes": 0,
+        }, label
+    assert errors == []
+
+
+def _labels(*keys: str) -> list[str]:
+    return [guide.CONTROL_LABELS[key] for key in keys]
+
+
+#: The sidebar, top to bottom: each heading, then its controls (by their labels).
+_SIDEBAR = [
+    "Input",
+    "Experiment",
+    *_labels("k_var", "batch_size_var", "allow_mixed_global_k"),
+    "Policy",
+    *_labels("objective", "direction", "uncertainty_penalty", "relative_tolerance"),
+    *_labels("max_objective_relative_mad", "min_runs"),
+    "Acceptance",
+    *_labels("acceptance", "max_acceptance_relative_mad", "strict_acceptance_stability"),
+    "Decision rule",
+    *_labels("policy", "confidence", "interpolated_schedule"),
+]
+
+
+def _sidebar_texts(page: Any) -> list[str]:
+    """The sidebar's headings and controls' labels, top to bottom as shown."""
+    sidebar = page.locator("aside")
+    shown = []
+    for text in set(_SIDEBAR):
+        for found in sidebar.get_by_text(text, exact=True).all():
+            shown.append((_box(page, found)["y"], text))
+    return [text for _, text in sorted(shown)]
+
+
+def test_the_sidebar_keeps_its_order_when_controls_are_built_again(page: Any, server: Any) -> None:
+    """Each control's cell shows its own part of the sidebar: the parts stand in the order of
+    their cells, and a part sent again (a new experiment builds the objective and acceptance
+    lists again, a one-click fix the minimum-runs slider) stays in its place."""
+    outputs = _kernel_outputs(page)
+    page.goto(server.url)  # the root: every experiment listed, sonnet-like opened
+    page.get_by_role("heading", name="tune-spec-k · sonnet-like").wait_for(timeout=LOAD_TIMEOUT_MS)
+    _wait_for_run(page, outputs, 0)
+    assert _sidebar_texts(page) == _SIDEBAR
+    since = len(outputs)
+    experiment = page.locator("aside").get_by_label("Experiment", exact=True)
+    experiment.select_option(label="single-run")
+    page.get_by_text("Cannot tune: 15 cells have 1 run(s)").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    assert any("<marimo-sidebar" in output for output in _wait_for_run(page, outputs, since))
+    assert _sidebar_texts(page) == _SIDEBAR
+    since = len(outputs)
+    page.get_by_role("button", name="Set “Minimum runs per cell” to 1").first.click()
+    page.get_by_text("Provisional:").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    assert any("<marimo-sidebar" in output for output in _wait_for_run(page, outputs, since))
+    assert _sidebar_texts(page) == _SIDEBAR

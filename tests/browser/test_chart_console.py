@@ -44,12 +44,6 @@ NOT_OURS = (
         r"The resource \S+/assets/(gradient|noise)-\w+\.png was preloaded using link preload"
         r" but not used"
     ),
-    # marimo's sidebar element (`<marimo-sidebar>`, from mo.sidebar) unmounts a slot "fill"
-    # it never mounted when marimo replaces the sidebar cell's output; the message is logged
-    # by marimo's Fill registry (handleFillUnmount in assets/JsonOutput-*.js). The notebook
-    # with mo.sidebar replaced by mo.vstack logs none; with every chart removed it still
-    # logs them. To drop once the notebook's sidebar no longer triggers it.
-    re.compile(r"\[handleFillUnmount\] component was expected to be defined"),
 )
 
 

@@ -144,6 +144,24 @@ def test_without_arguments_it_opens_the_bundled_samples(
     _assert_same_result(defs["result"], _analysed(first))
 
 
+def test_each_control_shows_its_own_part_of_the_sidebar_and_none_without_an_experiment(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # One part per control, each control in its own cell (so that a cell showing the sidebar
+    # never runs again because a value changed: tests/browser checks that in the page).
+    outputs, _ = run_notebook_with_outputs(notebook, monkeypatch, "--sweeps", str(SAMPLES[0]))
+    parts = [out.text for out in outputs if isinstance(out, mo.sidebar)]
+    helps = [key for key, help in guide.CONTROL_HELP.items() if html.escape(help) in str(parts)]
+    assert len(parts) == len(helps) == len(guide.CONTROL_HELP) - 1  # all but the comparison's
+    assert all(part.count("<marimo-ui-element") == 1 for part in parts)
+    # Without an experiment: the page says so, and no control is shown.
+    (tmp_path / "nothing").mkdir()
+    outputs, defs = run_notebook_with_outputs(notebook, monkeypatch, "--sweeps", str(tmp_path))
+    assert defs["experiments"] == {}
+    assert not [out for out in outputs if isinstance(out, mo.sidebar)]
+    assert any("No experiment in" in out.text for out in outputs if out is not None)
+
+
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda path: path.name)
 def test_each_sample_shows_what_lib_and_the_cli_give(
     sample: Path,
