@@ -6,19 +6,21 @@ app = marimo.App(width="medium", app_title="tune-spec-k")
 with app.setup:
     import functools
     import html
+    import json
     import sys
     from pathlib import Path
 
     import marimo as mo
 
-    from lib.analysis import analyse
+    from lib.app import context as app_context
     from lib.app import guide
     from lib.app import support as app_support
+    from lib.context import find_context_axis
     from lib.loop import export
     from lib.present import charts, tables, text
     from lib.problems import Severity
     from lib.schedule import KNOWN_OBJECTIVES
-    from lib.settings import DEFAULT_BATCH_SIZE_VAR, Fields, Options, Settings
+    from lib.settings import DEFAULT_BATCH_SIZE_VAR, ContextSettings, Fields, Options, Settings
     from lib.sweeps import load_experiment
 
 
@@ -42,7 +44,7 @@ def setting_slider(key: str, steps: list, value: float) -> mo.ui.slider:
 
 
 @app.function
-def sidebar_part(element: object, key: str, heading: str | None = None) -> mo.Html:
+def sidebar_part(element: object, key: str | None, heading: str | None = None) -> mo.Html:
     """``element`` (with its help) as its part of the sidebar, under ``heading`` if given.
 
     Each control's own cell shows its part: a cell that defines a control does not run again
@@ -53,9 +55,10 @@ def sidebar_part(element: object, key: str, heading: str | None = None) -> mo.Ht
     stops when the folder holds no experiment: no sidebar then, only the page's explanation.
     """
     shown = [mo.md(f"### {heading}")] if heading else []
+    helped = element if key is None else with_help(element, key)
     # In a box of its own: mo.sidebar stretches what it shows to fill the column, and parts
     # would spread out over a tall window. Every part sets the width: marimo takes the last's.
-    part = mo.vstack([*shown, with_help(element, key)]).style(margin_bottom="0.5rem")
+    part = mo.vstack([*shown, helped]).style(margin_bottom="0.5rem")
     return mo.sidebar(part, width="22rem")
 
 
@@ -210,17 +213,45 @@ def _(confidence_slider, interpolated_checkbox, policy_picker):
 
 
 @app.cell
-def _(options, settings, sweep):
-    # The CLI's whole analysis: the seed policy, confidence, the rule, switch points, the plan.
-    analysis = analyse(sweep, settings, options)
-    result = analysis.result
-    return analysis, result
+def _(context_controls, sweep):
+    # The prompt lengths the sweep varied, if any: the context picker's options.
+    context_axis, context_notes = find_context_axis(
+        sweep, ContextSettings(context_var=context_controls.value["context_var"].strip() or "auto")
+    )
+    return context_axis, context_notes
 
 
 @app.cell
-def _(analysis, fields, options, settings):
-    problem_groups = guide.problem_groups(analysis.result.problems, settings, fields)
-    verdict = guide.verdict(analysis, problem_groups, options)
+def _(context_axis):
+    _labels = app_context.point_labels(context_axis)
+    context_point_picker = mo.ui.dropdown(
+        options=_labels or {"the whole sweep": None},
+        value=next(iter(_labels), "the whole sweep"),
+        label="Show the schedule and details at",
+    )
+    return (context_point_picker,)
+
+
+@app.cell
+def _(context_axis, context_point_picker, options, settings, sweep):
+    # The CLI's whole analysis (per context point when the sweep varied the prompt length):
+    # the seed policy, confidence, the rule, switch points, the plan.
+    shown = app_context.analyse_sweep(
+        sweep, settings, options, context_axis, context_point_picker.value
+    )
+    analysis = shown.analysis
+    result = analysis.result
+    return analysis, result, shown
+
+
+@app.cell
+def _(context_notes, fields, options, settings, shown):
+    problem_groups = guide.problem_groups([*shown.problems, *context_notes], settings, fields)
+    verdict = (
+        guide.verdict(shown.analysis, problem_groups, options)
+        if shown.grid is None
+        else app_context.grid_verdict(shown.grid, problem_groups, options)
+    )
     return problem_groups, verdict
 
 
@@ -266,19 +297,20 @@ def _(fix_buttons, problem_groups, verdict):
 
 
 @app.cell
-def _(result):
-    # Eager bytes, so that a static HTML export carries the file too.
-    schedule_file = result.to_json_text().encode() if result.ok else None
+def _(shown):
+    # Eager bytes, so that a static HTML export carries the file too: the CLI's file.
+    schedule_file = shown.result_text().encode() if shown.ok else None
     return (schedule_file,)
 
 
 @app.cell
-def _(result, schedule_file):
-    mo.stop(schedule_file is None)
+def _(context_point_picker, result, schedule_file, shown):
+    mo.stop(schedule_file is None or not result.ok)
+    _where = "" if shown.grid is None else f" at {context_point_picker.selected_key}"
     mo.vstack(
         [
             mo.md(
-                "**Schedule** (`num_speculative_tokens_per_batch_size`):"
+                f"**Schedule{_where}** (`num_speculative_tokens_per_batch_size`):"
                 f" `{app_support.schedule_text(result)}`; for `vllm serve`:"
             ),
             # Wrapped, not scrolled: the whole line is in view and still pastes as one.
@@ -302,6 +334,30 @@ def _(analysis, result):
     headline_chart = charts.headline_chart(result, analysis.report)
     mo.output.replace(headline_chart)
     return (headline_chart,)
+
+
+@app.cell
+def _():
+    context_format_picker = mo.ui.radio(
+        options={_label: _name for _name, _label in app_context.FORMAT_LABELS.items()},
+        value=next(iter(app_context.FORMAT_LABELS.values())),
+        label="Export the (batch x context) schedule as",
+    )
+    return (context_format_picker,)
+
+
+@app.cell
+def _(context_controls, context_format_picker, context_point_picker, settings, shown):
+    mo.stop(shown.grid is None)
+    context_block = context_section(
+        shown.grid,
+        context_controls.value["context_mix"].strip() or None,
+        settings.relative_tolerance,
+        context_format_picker,
+        context_point_picker,
+    )
+    mo.output.replace(context_block)
+    return (context_block,)
 
 
 @app.cell
@@ -611,6 +667,72 @@ def _(experiments):
     )
     sidebar_part(interpolated_checkbox, "interpolated_schedule")
     return (interpolated_checkbox,)
+
+
+@app.cell
+def _(experiments):
+    mo.stop(not experiments)
+    context_controls = mo.ui.dictionary(
+        {
+            "context_var": mo.ui.text(value="auto", label=labelled("context_var")),
+            "context_mix": mo.ui.text(
+                value="", placeholder="512:0.7,8192:0.3", label=labelled("context_mix")
+            ),
+        }
+    )
+    sidebar_part(
+        mo.vstack(
+            [with_help(context_controls[_key], _key) for _key in ("context_var", "context_mix")]
+        ),
+        None,
+        "Context length",
+    )
+    return (context_controls,)
+
+
+@app.function
+def context_section(grid, mix, tolerance: float, format_picker, point_picker) -> mo.Html:
+    """The (batch x context) answer: the heatmap, the chosen format's config and its loss,
+    every format's download (the CLI's `export -o` files), the context picker."""
+    batch_only, losses, mix_problems = app_context.heatmap_losses(grid, mix)
+    heatmap = charts.context_heatmap(grid.grid(), batch_only, losses, 100 * tolerance)
+    downloads = app_context.context_downloads(grid, mix)
+    chosen = next(item for item in downloads if item.format == format_picker.value)
+    if chosen.config is None:
+        shown = mo.callout(
+            mo.Html(text.problem_list_html([*chosen.problems, *mix_problems])), kind="warn"
+        )
+    else:
+        _config = "--speculative-config " + json.dumps(chosen.config)
+        shown = mo.vstack(
+            [
+                mo.md(f"**{html.escape(chosen.summary)}**"),
+                mo.Html(
+                    '<pre style="white-space: pre-wrap; overflow-wrap: anywhere; margin: 0">'
+                    f"{html.escape(_config)}</pre>"
+                ),
+                mo.Html(text.html_list(list(chosen.remarks))),
+            ]
+        )
+    files = [
+        mo.download(
+            item.text.encode(),
+            filename=item.filename,
+            mimetype="application/json",
+            label=f"Download {item.filename}",
+        )
+        for item in downloads
+        if item.text is not None
+    ]
+    return mo.vstack(
+        [
+            heatmap,
+            with_help(format_picker, "context_format"),
+            shown,
+            mo.hstack(files, justify="start", wrap=True),
+            with_help(point_picker, "context_point"),
+        ]
+    )
 
 
 @app.function

@@ -4,14 +4,16 @@ heatmap's batch-only losses and each format's download, all computed by the CLI'
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from lib.analysis import Analysis, analyse
+from lib.app.guide import ProblemGroup, Verdict
 from lib.context import ContextAnalysis, ContextAxis, analyse_contexts
 from lib.context_formats import CONTEXT_FORMATS
-from lib.loop.export import CONTEXT_FILES, ExportSettings, context_export_text, export_context
-from lib.problems import Problem
+from lib.loop.export import CONTEXT_FILES, ExportSettings, export_context
+from lib.problems import Problem, Severity
 from lib.settings import Options, Settings
 from lib.sweeps import Sweep
 
@@ -21,6 +23,7 @@ __all__ = [
     "SweepAnalysis",
     "analyse_sweep",
     "context_downloads",
+    "grid_verdict",
     "heatmap_losses",
     "point_labels",
 ]
@@ -42,6 +45,12 @@ class SweepAnalysis:
     analysis: Analysis
     grid: ContextAnalysis | None
     point: int | None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the CLI writes its result file: the grid has no error, or the analysis is
+        ok (without an axis)."""
+        return self.grid.ok if self.grid is not None else self.analysis.result.ok
 
     @property
     def problems(self) -> tuple[Problem, ...]:
@@ -82,6 +91,42 @@ def point_labels(axis: ContextAxis | None) -> dict[str, int]:
     }
 
 
+def grid_verdict(grid: ContextAnalysis, groups: list[ProblemGroup], options: Options) -> Verdict:
+    """The page's verdict for a context grid (:func:`lib.app.guide.verdict` for one
+    context): cannot tune with an error anywhere in the grid or when it cannot be deployed;
+    provisional when some cell's pick is not resolved (P(eps-good) below the confidence, or
+    a problem there), naming them; else ready.
+    """
+    errors = [group for group in groups if group.severity is Severity.ERROR]
+    if errors:
+        more = f" ({len(errors) - 1} more kinds of error below)" if len(errors) > 1 else ""
+        return Verdict("cannot-tune", "Cannot tune", errors[0].sentence + more)
+    reason = grid.not_deployable_reason
+    if reason is not None:
+        return Verdict("cannot-tune", "No deployable schedule", reason)
+    cells = grid.grid()
+    unsure = [cell for cell in cells if cell["status"] != "resolved"]
+    if unsure:
+        listed = ", ".join(
+            f"batch size {cell['batch_size']} at {cell['prompt_tokens']} tokens"
+            f" (K={cell['selected_k']})"
+            for cell in unsure[:4]
+        )
+        extra = f" and {len(unsure) - 4} more" if len(unsure) > 4 else ""
+        return Verdict(
+            "provisional",
+            "Provisional",
+            f"{len(unsure)} of {len(cells)} (batch size, prompt length) picks are not sure"
+            f" enough (P(eps-good) below {options.confidence:g}): {listed}{extra}.",
+        )
+    return Verdict(
+        "ready",
+        "Ready to deploy",
+        f"Every (batch size, prompt length) pick has P(eps-good) >= {options.confidence:g} and"
+        " every cell passed the gates.",
+    )
+
+
 def heatmap_losses(
     grid: ContextAnalysis, mix: str | None
 ) -> tuple[dict[int, int], dict[tuple[int, int], float | None], list[Problem]]:
@@ -102,12 +147,16 @@ def heatmap_losses(
 
 @dataclass(frozen=True)
 class ContextDownload:
-    """One format's file (the CLI's ``export -o`` text) or why there is none."""
+    """One format's file (the CLI's ``export -o`` text) and what the page says of it: the
+    paste-ready config, the loss summary line, warnings and notes; or why there is none."""
 
     format: str
     filename: str
     text: str | None
     problems: tuple[Problem, ...]
+    config: Mapping[str, Any] | None = None
+    summary: str = ""
+    remarks: tuple[str, ...] = ()
 
 
 def context_downloads(
@@ -123,6 +172,19 @@ def context_downloads(
             context_mix=mix,
             ctx_agg=ctx_agg if name == "vllm-rfc-48944" else "mean",  # type: ignore[arg-type]
         )
-        text, problems = context_export_text(data, settings)
-        downloads.append(ContextDownload(name, CONTEXT_FILES[name], text, tuple(problems)))
+        exported, problems = export_context(data, settings, "the result")
+        if exported is None:
+            downloads.append(ContextDownload(name, CONTEXT_FILES[name], None, tuple(problems)))
+            continue
+        downloads.append(
+            ContextDownload(
+                name,
+                CONTEXT_FILES[name],
+                exported.text(),
+                tuple(problems),
+                exported.config,
+                exported.summary.line(name, exported.mix),
+                (*exported.warnings, *exported.notes),
+            )
+        )
     return downloads

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import polars as pl
 
 from lib.analysis import Analysis
+from lib.context import PROMPT_LENGTH_FIELDS
 from lib.flags import flag_name
 from lib.problems import Problem, Severity
 from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, HEALTH_FIELDS, Fields, Options, Settings
@@ -60,6 +61,8 @@ CONTROL_LABELS: dict[str, str] = {
     "policy": "Decision rule",
     "confidence": "Confidence a pick needs (P(eps-good))",
     "interpolated_schedule": "Deploy the interpolated schedule (switch between anchors)",
+    "context_var": "Prompt-length field (auto, none, or a field)",
+    "context_mix": "Context mix (prompt:weight, ...)",
 }
 
 #: What each control does, shown when the pointer rests on it.
@@ -89,11 +92,29 @@ CONTROL_HELP: dict[str, str] = {
     "interpolated_schedule": "Switch K between anchors where the interpolated curves"
     " cross, instead of at the upper anchor.",
     "compare": "Tune another experiment with the same settings and compare the picks.",
+    "context_var": "The record field holding the prompt length the sweep varied: auto finds"
+    " random_input_len (or the measured mean prompt); none tunes the sweep as one context.",
+    "context_mix": "The traffic's prompt lengths and weights, e.g. 512:0.7,8192:0.3: the"
+    " batch-only export and the heatmap's losses are for it (empty: the shortest context).",
+    "context_point": "Which prompt length the schedule, the headline chart and the sections"
+    " below show.",
+    "context_format": "The engine format of the (batch x context) schedule to export.",
 }
 
 #: Record fields that count or configure a run, never an objective.
 _NOT_OBJECTIVES = frozenset(
-    {*HEALTH_FIELDS, "run_number", "request_rate", "burstiness", "max_concurrency", "seed"}
+    {
+        *HEALTH_FIELDS,
+        "run_number",
+        "request_rate",
+        "burstiness",
+        "max_concurrency",
+        "seed",
+        # The prompt length a sweep varies is a second axis, not a measurement.
+        *(name for required, added in PROMPT_LENGTH_FIELDS for name in (*required, *added)),
+        "random_output_len",
+        "prefix_repetition_output_len",
+    }
 )
 
 

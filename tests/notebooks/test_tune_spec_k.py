@@ -34,11 +34,13 @@ from lib.app import support as app_support
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import build_parser, main
 from lib.cli.tune import TuneArgs
+from lib.context import analyse_contexts, find_context_axis
+from lib.loop import export
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side
 from lib.present import charts, tables
 from lib.problems import Severity
 from lib.schedule import Schedule, TuningResult
-from lib.settings import GLOBAL_K_VAR, Options, Settings
+from lib.settings import GLOBAL_K_VAR, ContextSettings, Options, Settings
 from lib.sweeps import load_experiment
 
 SAMPLE_SWEEPS = REPO / "data" / "sample_sweeps"
@@ -94,8 +96,14 @@ def _assert_exports_the_cli_file(
 def _analysed(
     folder: Path, settings: Settings | None = None, options: Options | None = None, **loading: Any
 ) -> TuningResult:
-    """What the CLI reports for ``folder``: lib on its own, without the notebook."""
-    return analyse(load_experiment(folder, **loading), settings or Settings(), options).result
+    """What the CLI reports for ``folder``: lib on its own, without the notebook (for a sweep
+    with a context axis, its shortest context point's analysis, which the page shows first)."""
+    sweep = load_experiment(folder, **loading)
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    if axis is not None:
+        grid = analyse_contexts(sweep, axis, settings or Settings(), options)
+        return grid.contexts[0].result
+    return analyse(sweep, settings or Settings(), options).result
 
 
 def _assert_same_result(shown: TuningResult, expected: TuningResult) -> None:
@@ -147,13 +155,18 @@ def test_without_arguments_it_opens_the_bundled_samples(
 def test_each_control_shows_its_own_part_of_the_sidebar_and_none_without_an_experiment(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # One part per control, each control in its own cell (so that a cell showing the sidebar
-    # never runs again because a value changed: tests/browser checks that in the page).
+    # One part per control (the two context controls, one dictionary, share one), each in its
+    # own cell (so that a cell showing the sidebar never runs again because a value changed:
+    # tests/browser checks that in the page). The comparison's, the context picker's and the
+    # export format's controls are in the page.
     outputs, _ = run_notebook_with_outputs(notebook, monkeypatch, "--sweeps", str(SAMPLES[0]))
     parts = [out.text for out in outputs if isinstance(out, mo.sidebar)]
     helps = [key for key, help in guide.CONTROL_HELP.items() if html.escape(help) in str(parts)]
-    assert len(parts) == len(helps) == len(guide.CONTROL_HELP) - 1  # all but the comparison's
-    assert all(part.count("<marimo-ui-element") == 1 for part in parts)
+    in_page = {"compare", "context_point", "context_format"}
+    assert sorted(helps) == sorted(set(guide.CONTROL_HELP) - in_page)
+    assert len(parts) == len(helps) - 1
+    counts = sorted(part.count("<marimo-ui-element") for part in parts)
+    assert counts == [1] * (len(parts) - 1) + [2]
     # Without an experiment: the page says so, and no control is shown.
     (tmp_path / "nothing").mkdir()
     outputs, defs = run_notebook_with_outputs(notebook, monkeypatch, "--sweeps", str(tmp_path))
@@ -189,7 +202,7 @@ def test_each_sample_shows_what_lib_and_the_cli_give(
     assert chosen == decided
     headline = defs["headline_chart"].to_dict()["data"]["values"]
     assert {
-        (row["batch_size"], row["k"]) for row in headline if row["layer"] == "chosen"
+        (row["batch_size"], row["k"]) for row in headline if row.get("layer") == "chosen"
     } <= decided
 
 
@@ -759,3 +772,51 @@ def test_an_experiment_that_cannot_be_tuned_is_explained(
     assert defs["comparison"] is None
     assert "cannot be tuned with these settings" in defs["comparison_error"]
     assert "noisy-objective" in defs["comparison_error"]
+
+
+def test_a_context_sweep_shows_its_grid_the_chosen_point_and_the_cli_s_files(
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sample = SAMPLE_SWEEPS / "long-context"
+    # The picker pointed at the longest prompt (index 3: 32768 tokens); a mix for the exports.
+    controls = {
+        "context_point_picker": mo.ui.dropdown({"32768": 3}, value="32768"),
+        "context_controls": mo.ui.dictionary(
+            {"context_var": mo.ui.text(value="auto"), "context_mix": mo.ui.text("512:1,32768:1")}
+        ),
+    }
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample), **controls)
+    grid = defs["shown"].grid
+    assert grid is not None and defs["shown"].point == 3
+    # The page's schedule is the 32768-token point's (data/sample_sweeps/README.md: K=5 at
+    # batch size 1, 3 elsewhere).
+    assert defs["result"].decisions["selected_k"].to_list() == [5, 3, 3, 3]
+    # The page's result download is the CLI's file, the grid included.
+    assert defs["schedule_file"] == _cli_file(sample, tmp_path, capsys)
+    block = str(defs["context_block"].text)
+    assert "Chosen K by batch size and prompt length" in block
+    result = tmp_path / "cli.json"
+    for name, filename in export.CONTEXT_FILES.items():
+        written = tmp_path / filename
+        assert (
+            main(
+                [
+                    "export",
+                    str(result),
+                    "--format",
+                    name,
+                    "--context-mix",
+                    "512:1,32768:1",
+                    "-o",
+                    str(written),
+                ]
+            )
+            == 0
+        )
+        capsys.readouterr()
+        # The download's bytes travel base64-encoded in its data URL.
+        encoded = base64.b64encode(written.read_bytes()).decode()
+        assert encoded in block, name
