@@ -93,6 +93,7 @@ def _sweeps_root(root: Path) -> Path:
     """The folder the server may read: a copy of a sample, the slider sweep, the rules sweep, a
     sweep of one run per cell, and a copy of the sample whose summary.json was cut short."""
     shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", root / "sonnet-like")
+    shutil.copytree(SAMPLE_SWEEPS / "long-context", root / "long-context")
     write_grid(root / "sliders", SLIDER_SWEEP)
     write_grid(root / "rules", WORKED_EXAMPLE)
     write_grid(root / "single-run", SINGLE_RUN_SWEEP)

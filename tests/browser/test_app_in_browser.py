@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from lib.analysis import analyse
+from lib.app import context as app_context
 from lib.app import guide
 from lib.app import support as app_support
 from lib.cli.common import EXIT_OK
 from lib.cli.main import main
+from lib.loop import export
 from lib.schedule import tune
 from lib.settings import Options, Settings
 from lib.sweeps import load_experiment
@@ -318,7 +320,9 @@ def test_a_slider_moved_re_renders_nothing_in_the_sidebar(page: Any, server: Any
     # The first run sent every part of the sidebar: the test sees what the kernel sends.
     assert any("<marimo-sidebar" in output for output in _wait_for_run(page, outputs, 0))
     controls = page.evaluate(_WATCH_SIDEBAR)
-    assert controls == len(guide.CONTROL_HELP) - 1  # every control but the comparison's
+    # Every control but those in the page (the comparison's, the context picker's and the
+    # export format's, the last two shown only for a context sweep).
+    assert controls == len(guide.CONTROL_HELP) - 3
     sliders = ("Tie tolerance (relative)", "MAD penalty (robust sigmas)")
     for label in (*sliders, "Confidence a pick needs (P(eps-good))", *sliders):
         since = len(outputs)
@@ -351,6 +355,8 @@ _SIDEBAR = [
     *_labels("acceptance", "max_acceptance_relative_mad", "strict_acceptance_stability"),
     "Decision rule",
     *_labels("policy", "confidence", "interpolated_schedule"),
+    "Context length",
+    *_labels("context_var", "context_mix"),
 ]
 
 
@@ -384,3 +390,27 @@ def test_the_sidebar_keeps_its_order_when_controls_are_built_again(page: Any, se
     page.get_by_text("Provisional:").wait_for(timeout=UPDATE_TIMEOUT_MS)
     assert any("<marimo-sidebar" in output for output in _wait_for_run(page, outputs, since))
     assert _sidebar_texts(page) == _SIDEBAR
+
+
+def test_a_context_sweep_shows_the_heatmap_and_downloads_the_cli_s_exports(
+    page: Any, server: Any, tmp_path: Path
+) -> None:
+    folder = server.root / "long-context"
+    _open(page, server, "long-context")
+    page.get_by_text("Download vllm_context_schedule.json").wait_for(timeout=LOAD_TIMEOUT_MS)
+    # The headline chart and the heatmap.
+    page.locator(".vega-embed canvas").nth(1).wait_for(timeout=UPDATE_TIMEOUT_MS)
+    result = tmp_path / "result.json"
+    assert main([str(folder), "--output-json", str(result)]) == EXIT_OK
+    for name, filename in export.CONTEXT_FILES.items():
+        with page.expect_download(timeout=UPDATE_TIMEOUT_MS) as download:
+            page.get_by_text(f"Download {filename}").click()
+        assert download.value.suggested_filename == filename
+        written = tmp_path / filename
+        assert main(["export", str(result), "--format", name, "-o", str(written)]) == EXIT_OK
+        assert Path(download.value.path()).read_bytes() == written.read_bytes(), name
+    # Choosing another format shows its config: PR #48944's 5-tuples.
+    page.get_by_text(app_context.FORMAT_LABELS["vllm-rfc-48944"]).click()
+    page.get_by_text("speculative_token_schedule", exact=False).first.wait_for(
+        timeout=UPDATE_TIMEOUT_MS
+    )
