@@ -5,7 +5,9 @@ problem and exits 2.
 
 Stdout: the schedule as JSON on one line, a line per anchor (the seed's), then tune-spec-k's
 additions (confidence per anchor, switch points, the measurement plan), the
-``--speculative-config`` to paste, and ``Wrote PATH`` last.
+``--speculative-config`` to paste, and ``Wrote PATH`` last. A sweep that varied the prompt
+length (:mod:`lib.context`) prints the seed's lines, then the grid of chosen K per (batch size,
+prompt length), the context measurement plan and each context format's paste-ready config.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ class TuneArgs:
         " `vllm bench sweep serve`: repeated runs per (batch-size anchor, K). Per anchor, every"
         " K is scored by a conservative objective (median moved against the objective by"
         " PENALTY x 1.4826 x MAD); the smallest K within the relative tolerance of the best"
-        " wins.\n\nExit status: 0 written, 2 bad input (every problem is listed)."
+        " wins. A sweep that varied the prompt length is also tuned per (batch size, prompt"
+        " length) (--context-var; docs/context.md).\n\nExit status: 0 written, 2 bad input"
+        " (every problem is listed)."
     )
     example: ClassVar[str] = (
         f"example: {PROGRAM} results/20261129_101500 --objective-var median_tpot_ms"
