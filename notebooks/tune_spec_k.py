@@ -60,19 +60,9 @@ def _():
             kind="danger",
         ),
     )
-    return (root,)
-
-
-@app.cell
-def _(root):
     start_folder, query_refusal = app_support.folder_below_root(
         root, mo.query_params().get("sweeps")
     )
-    return query_refusal, start_folder
-
-
-@app.cell
-def _(root):
     folder_browser = mo.ui.file_browser(
         initial_path=root,
         selection_mode="directory",
@@ -80,7 +70,12 @@ def _(root):
         restrict_navigation=True,
         label="Choose a folder below the root (an experiment, or a folder of experiments)",
     )
-    return (folder_browser,)
+    context_format_picker = mo.ui.radio(
+        options={_label: _name for _name, _label in app_context.FORMAT_LABELS.items()},
+        value=next(iter(app_context.FORMAT_LABELS.values())),
+        label="Export the (batch x context) schedule as",
+    )
+    return context_format_picker, folder_browser, query_refusal, root, start_folder
 
 
 @app.cell
@@ -89,13 +84,8 @@ def _(folder_browser, root, start_folder):
     base_folder = (
         app_support.folder_below_root(root, str(_browsed))[0] if _browsed else start_folder
     )
-    return (base_folder,)
-
-
-@app.cell
-def _(base_folder, root):
     experiments, experiment_refusals = app_support.find_experiments(base_folder, root)
-    return experiment_refusals, experiments
+    return base_folder, experiment_refusals, experiments
 
 
 @app.cell
@@ -163,15 +153,21 @@ def _(experiment_picker, fields, root):
 def _(
     acceptance_noise_slider,
     acceptance_picker,
+    confidence_slider,
     direction_picker,
+    experiment_picker,
+    fields,
+    interpolated_checkbox,
     min_runs_slider,
     mixed_global_checkbox,
     noise_slider,
     objective_picker,
     penalty_slider,
+    policy_picker,
     strict_checkbox,
     tolerance_slider,
 ):
+    # One cell: every cell that reads the settings also reads the options and the experiment.
     settings = Settings(
         objective=objective_picker.value,
         direction=direction_picker.value,
@@ -184,17 +180,13 @@ def _(
         relative_tolerance=tolerance_slider.value,
         allow_mixed_global_k=mixed_global_checkbox.value,
     )
-    return (settings,)
-
-
-@app.cell
-def _(confidence_slider, interpolated_checkbox, policy_picker):
     options = Options(
         policy=policy_picker.value,
         confidence=confidence_slider.value,
         interpolated_schedule=interpolated_checkbox.value,
     )
-    return (options,)
+    cli_arguments = app_support.cli_arguments(experiment_picker.value, fields, settings, options)
+    return cli_arguments, options, settings
 
 
 @app.cell
@@ -226,22 +218,24 @@ def _(context_axis, context_point_picker, options, settings, sweep):
     )
     analysis = shown.analysis
     result = analysis.result
-    return analysis, result, shown
+    # Eager bytes, so that a static HTML export carries the files too: the CLI's files.
+    schedule_file = shown.result_text().encode() if shown.ok else None
+    trtllm_file = (
+        export.trtllm_text(result.schedule, result.deploy_global_k).encode()
+        if result.ok and result.schedule
+        else None
+    )
+    return analysis, result, schedule_file, shown, trtllm_file
 
 
 @app.cell
-def _(context_notes, fields, options, settings, shown):
+def _(context_notes, fields, fix_setters, options, settings, shown):
     problem_groups = guide.problem_groups([*shown.problems, *context_notes], settings, fields)
     verdict = (
         guide.verdict(shown.analysis, problem_groups, options)
         if shown.grid is None
         else app_context.grid_verdict(shown.grid, problem_groups, options)
     )
-    return problem_groups, verdict
-
-
-@app.cell
-def _(fix_setters, problem_groups):
     # A global, so that marimo sends the buttons' clicks to the kernel wherever they are shown.
     fix_buttons = mo.ui.dictionary(
         {
@@ -250,7 +244,7 @@ def _(fix_setters, problem_groups):
             if _group.fix is not None
         }
     )
-    return (fix_buttons,)
+    return fix_buttons, problem_groups, verdict
 
 
 @app.cell
@@ -279,13 +273,6 @@ def _(fix_buttons, problem_groups, verdict):
         kind=_kind,
     )
     return
-
-
-@app.cell
-def _(shown):
-    # Eager bytes, so that a static HTML export carries the file too: the CLI's file.
-    schedule_file = shown.result_text().encode() if shown.ok else None
-    return (schedule_file,)
 
 
 @app.cell
@@ -319,16 +306,6 @@ def _(analysis, result):
     headline_chart = charts.headline_chart(result, analysis.report)
     mo.output.replace(headline_chart)
     return (headline_chart,)
-
-
-@app.cell
-def _():
-    context_format_picker = mo.ui.radio(
-        options={_label: _name for _name, _label in app_context.FORMAT_LABELS.items()},
-        value=next(iter(app_context.FORMAT_LABELS.values())),
-        label="Export the (batch x context) schedule as",
-    )
-    return (context_format_picker,)
 
 
 @app.cell
@@ -374,17 +351,6 @@ def _(base_folder, experiment_refusals, folder_browser, query_refusal, root):
 
 
 @app.cell
-def _(result):
-    # Eager bytes, like the vLLM file: a static HTML export carries it too.
-    trtllm_file = (
-        export.trtllm_text(result.schedule, result.deploy_global_k).encode()
-        if result.ok and result.schedule
-        else None
-    )
-    return (trtllm_file,)
-
-
-@app.cell
 def _(analysis, options):
     rule_comparison = app_support.compare_rules(analysis, options)
     return (rule_comparison,)
@@ -412,12 +378,6 @@ def _(analysis, compare_picker, experiment_picker, fields, options, root, settin
         root,
     )
     return comparison, comparison_error
-
-
-@app.cell
-def _(experiment_picker, fields, options, settings):
-    cli_arguments = app_support.cli_arguments(experiment_picker.value, fields, settings, options)
-    return (cli_arguments,)
 
 
 @app.cell
