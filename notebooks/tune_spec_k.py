@@ -6,7 +6,6 @@ app = marimo.App(width="medium", app_title="tune-spec-k")
 with app.setup:
     import functools
     import html
-    import json
     import sys
     from pathlib import Path
 
@@ -17,49 +16,35 @@ with app.setup:
     from lib.app import support as app_support
     from lib.context import find_context_axis
     from lib.loop import export
-    from lib.present import charts, tables, text
+    from lib.present import charts, text
     from lib.problems import Severity
     from lib.schedule import KNOWN_OBJECTIVES
     from lib.settings import DEFAULT_BATCH_SIZE_VAR, ContextSettings, Fields, Options, Settings
     from lib.sweeps import load_experiment
 
-
-@app.function
-def with_help(element: object, key: str) -> mo.Html:
-    """``element`` with its control's help shown where the pointer rests on it."""
-    return mo.Html(f'<div title="{html.escape(guide.CONTROL_HELP[key])}">{element}</div>')
-
-
-@app.function
-def labelled(key: str) -> str:
-    return guide.CONTROL_LABELS[key]
-
-
-@app.function
-def setting_slider(key: str, steps: list, value: float) -> mo.ui.slider:
-    """The slider of the setting ``key``: it sends its value when released, not while dragged."""
-    return mo.ui.slider(
-        steps=steps, value=value, debounce=True, show_value=True, label=labelled(key)
+    # The page's sections and sidebar parts: notebooks/sections.py, beside this file (from any
+    # working directory, and when the notebook is imported rather than run by marimo).
+    if str(Path(__file__).resolve().parent) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from sections import (
+        acceptance_section,
+        compare_section,
+        confidence_section,
+        context_section,
+        decisions_section,
+        downloads_section,
+        fix_action,
+        health_section,
+        labelled,
+        objective_section,
+        plan_section,
+        problems_section,
+        rules_section,
+        setting_slider,
+        sidebar_part,
+        switch_section,
+        with_help,
     )
-
-
-@app.function
-def sidebar_part(element: object, key: str | None, heading: str | None = None) -> mo.Html:
-    """``element`` (with its help) as its part of the sidebar, under ``heading`` if given.
-
-    Each control's own cell shows its part: a cell that defines a control does not run again
-    when the control's value changes, so a slider moved sends nothing to the sidebar (a cell
-    showing the whole sidebar would run again, and send it all again, on every change).
-    marimo shows the parts in the order of their cells, a part sent again in its place. These
-    cells come last in the file: each leaves an empty slot where it stands in the page. Each
-    stops when the folder holds no experiment: no sidebar then, only the page's explanation.
-    """
-    shown = [mo.md(f"### {heading}")] if heading else []
-    helped = element if key is None else with_help(element, key)
-    # In a box of its own: mo.sidebar stretches what it shows to fill the column, and parts
-    # would spread out over a tall window. Every part sets the width: marimo takes the last's.
-    part = mo.vstack([*shown, helped]).style(margin_bottom="0.5rem")
-    return mo.sidebar(part, width="22rem")
 
 
 @app.cell
@@ -75,19 +60,9 @@ def _():
             kind="danger",
         ),
     )
-    return (root,)
-
-
-@app.cell
-def _(root):
     start_folder, query_refusal = app_support.folder_below_root(
         root, mo.query_params().get("sweeps")
     )
-    return query_refusal, start_folder
-
-
-@app.cell
-def _(root):
     folder_browser = mo.ui.file_browser(
         initial_path=root,
         selection_mode="directory",
@@ -95,7 +70,12 @@ def _(root):
         restrict_navigation=True,
         label="Choose a folder below the root (an experiment, or a folder of experiments)",
     )
-    return (folder_browser,)
+    context_format_picker = mo.ui.radio(
+        options={_label: _name for _name, _label in app_context.FORMAT_LABELS.items()},
+        value=next(iter(app_context.FORMAT_LABELS.values())),
+        label="Export the (batch x context) schedule as",
+    )
+    return context_format_picker, folder_browser, query_refusal, root, start_folder
 
 
 @app.cell
@@ -104,13 +84,8 @@ def _(folder_browser, root, start_folder):
     base_folder = (
         app_support.folder_below_root(root, str(_browsed))[0] if _browsed else start_folder
     )
-    return (base_folder,)
-
-
-@app.cell
-def _(base_folder, root):
     experiments, experiment_refusals = app_support.find_experiments(base_folder, root)
-    return experiment_refusals, experiments
+    return base_folder, experiment_refusals, experiments
 
 
 @app.cell
@@ -178,15 +153,21 @@ def _(experiment_picker, fields, root):
 def _(
     acceptance_noise_slider,
     acceptance_picker,
+    confidence_slider,
     direction_picker,
+    experiment_picker,
+    fields,
+    interpolated_checkbox,
     min_runs_slider,
     mixed_global_checkbox,
     noise_slider,
     objective_picker,
     penalty_slider,
+    policy_picker,
     strict_checkbox,
     tolerance_slider,
 ):
+    # One cell: every cell that reads the settings also reads the options and the experiment.
     settings = Settings(
         objective=objective_picker.value,
         direction=direction_picker.value,
@@ -199,17 +180,13 @@ def _(
         relative_tolerance=tolerance_slider.value,
         allow_mixed_global_k=mixed_global_checkbox.value,
     )
-    return (settings,)
-
-
-@app.cell
-def _(confidence_slider, interpolated_checkbox, policy_picker):
     options = Options(
         policy=policy_picker.value,
         confidence=confidence_slider.value,
         interpolated_schedule=interpolated_checkbox.value,
     )
-    return (options,)
+    cli_arguments = app_support.cli_arguments(experiment_picker.value, fields, settings, options)
+    return cli_arguments, options, settings
 
 
 @app.cell
@@ -241,22 +218,24 @@ def _(context_axis, context_point_picker, options, settings, sweep):
     )
     analysis = shown.analysis
     result = analysis.result
-    return analysis, result, shown
+    # Eager bytes, so that a static HTML export carries the files too: the CLI's files.
+    schedule_file = shown.result_text().encode() if shown.ok else None
+    trtllm_file = (
+        export.trtllm_text(result.schedule, result.deploy_global_k).encode()
+        if result.ok and result.schedule
+        else None
+    )
+    return analysis, result, schedule_file, shown, trtllm_file
 
 
 @app.cell
-def _(context_notes, fields, options, settings, shown):
+def _(context_notes, fields, fix_setters, options, settings, shown):
     problem_groups = guide.problem_groups([*shown.problems, *context_notes], settings, fields)
     verdict = (
         guide.verdict(shown.analysis, problem_groups, options)
         if shown.grid is None
         else app_context.grid_verdict(shown.grid, problem_groups, options)
     )
-    return problem_groups, verdict
-
-
-@app.cell
-def _(fix_setters, problem_groups):
     # A global, so that marimo sends the buttons' clicks to the kernel wherever they are shown.
     fix_buttons = mo.ui.dictionary(
         {
@@ -265,7 +244,7 @@ def _(fix_setters, problem_groups):
             if _group.fix is not None
         }
     )
-    return (fix_buttons,)
+    return fix_buttons, problem_groups, verdict
 
 
 @app.cell
@@ -294,13 +273,6 @@ def _(fix_buttons, problem_groups, verdict):
         kind=_kind,
     )
     return
-
-
-@app.cell
-def _(shown):
-    # Eager bytes, so that a static HTML export carries the file too: the CLI's file.
-    schedule_file = shown.result_text().encode() if shown.ok else None
-    return (schedule_file,)
 
 
 @app.cell
@@ -334,16 +306,6 @@ def _(analysis, result):
     headline_chart = charts.headline_chart(result, analysis.report)
     mo.output.replace(headline_chart)
     return (headline_chart,)
-
-
-@app.cell
-def _():
-    context_format_picker = mo.ui.radio(
-        options={_label: _name for _name, _label in app_context.FORMAT_LABELS.items()},
-        value=next(iter(app_context.FORMAT_LABELS.values())),
-        label="Export the (batch x context) schedule as",
-    )
-    return (context_format_picker,)
 
 
 @app.cell
@@ -389,17 +351,6 @@ def _(base_folder, experiment_refusals, folder_browser, query_refusal, root):
 
 
 @app.cell
-def _(result):
-    # Eager bytes, like the vLLM file: a static HTML export carries it too.
-    trtllm_file = (
-        export.trtllm_text(result.schedule, result.deploy_global_k).encode()
-        if result.ok and result.schedule
-        else None
-    )
-    return (trtllm_file,)
-
-
-@app.cell
 def _(analysis, options):
     rule_comparison = app_support.compare_rules(analysis, options)
     return (rule_comparison,)
@@ -427,12 +378,6 @@ def _(analysis, compare_picker, experiment_picker, fields, options, root, settin
         root,
     )
     return comparison, comparison_error
-
-
-@app.cell
-def _(experiment_picker, fields, options, settings):
-    cli_arguments = app_support.cli_arguments(experiment_picker.value, fields, settings, options)
-    return (cli_arguments,)
 
 
 @app.cell
@@ -688,390 +633,6 @@ def _(experiments):
         "Context length",
     )
     return (context_controls,)
-
-
-@app.function
-def context_section(grid, mix, tolerance: float, format_picker, point_picker) -> mo.Html:
-    """The (batch x context) answer: the heatmap, the chosen format's config and its loss,
-    every format's download (the CLI's `export -o` files), the context picker."""
-    batch_only, losses, mix_problems = app_context.heatmap_losses(grid, mix)
-    heatmap = charts.context_heatmap(grid.grid(), batch_only, losses, 100 * tolerance)
-    downloads = app_context.context_downloads(grid, mix)
-    chosen = next(item for item in downloads if item.format == format_picker.value)
-    if chosen.config is None:
-        shown = mo.callout(
-            mo.Html(text.problem_list_html([*chosen.problems, *mix_problems])), kind="warn"
-        )
-    else:
-        _config = "--speculative-config " + json.dumps(chosen.config)
-        shown = mo.vstack(
-            [
-                mo.md(f"**{html.escape(chosen.summary)}**"),
-                mo.Html(
-                    '<pre style="white-space: pre-wrap; overflow-wrap: anywhere; margin: 0">'
-                    f"{html.escape(_config)}</pre>"
-                ),
-                mo.Html(text.html_list(list(chosen.remarks))),
-            ]
-        )
-    files = [
-        mo.download(
-            item.text.encode(),
-            filename=item.filename,
-            mimetype="application/json",
-            label=f"Download {item.filename}",
-        )
-        for item in downloads
-        if item.text is not None
-    ]
-    return mo.vstack(
-        [
-            heatmap,
-            with_help(format_picker, "context_format"),
-            shown,
-            mo.hstack(files, justify="start", wrap=True),
-            with_help(point_picker, "context_point"),
-        ]
-    )
-
-
-@app.function
-def fix_action(fix: guide.Fix, setters: dict) -> mo.Html:
-    """The button that applies ``fix`` to its sidebar control."""
-    return mo.ui.button(
-        label=html.escape(fix.label),
-        kind="warn",
-        on_click=lambda _: setters[fix.control](fix.value),
-    )
-
-
-@app.function
-def problems_section(groups: list, buttons: mo.ui.dictionary) -> mo.Html:
-    if not groups:
-        return mo.md("No problems.")
-    _kinds = {Severity.ERROR: "danger", Severity.WARNING: "warn", Severity.NOTE: "neutral"}
-    items = []
-    for group in groups:
-        heading = mo.hstack(
-            [
-                mo.md(html.escape(group.sentence)),
-                buttons[group.rule] if group.rule in buttons.elements else mo.md(""),
-            ],
-            justify="space-between",
-            wrap=True,
-        )
-        details = mo.accordion(
-            {
-                f"{len(group.problems)} x {group.severity.value} [{group.rule}]": mo.Html(
-                    text.problem_list_html(list(group.problems))
-                )
-            },
-            lazy=True,
-        )
-        items.append(mo.callout(mo.vstack([heading, details]), kind=_kinds[group.severity]))
-    return mo.vstack(items)
-
-
-@app.function
-def health_section(analysis) -> mo.Html:
-    result = analysis.result
-    counts = app_support.health_counts(result)
-    excluded = tables.excluded_runs_table(result)
-    rejected = tables.rejected_cells_table(result)
-    return mo.vstack(
-        [
-            mo.hstack(
-                [
-                    mo.stat(
-                        counts.runs_loaded,
-                        label="runs loaded",
-                        caption=f"from {counts.files_read} files",
-                    ),
-                    mo.stat(
-                        counts.runs_excluded, label="runs excluded", target_direction="decrease"
-                    ),
-                    mo.stat(
-                        counts.cells_rejected,
-                        label="cells rejected",
-                        caption=f"of {counts.cells} (batch size, K) cells",
-                    ),
-                    mo.stat(counts.anchors, label="batch-size anchors"),
-                    mo.stat(counts.errors, label="errors", caption=f"{counts.warnings} warnings"),
-                ],
-                widths="equal",
-                wrap=True,
-            ),
-            mo.md(
-                f"**K=0 baseline:** {app_support.baseline_text(result)}\n\n"
-                f"**Global K:** {app_support.global_k_text(result)}"
-            ),
-            mo.md("**K measured and kept per batch size**"),
-            mo.ui.table(tables.k_sets_table(result), selection=None, pagination=False),
-            mo.md("**Runs excluded, by reason**"),
-            mo.ui.table(excluded, selection=None) if excluded.height else mo.md("None."),
-            mo.md("**Cells rejected (too few runs, noise gate, acceptance)**"),
-            mo.ui.table(rejected, selection=None) if rejected.height else mo.md("None."),
-        ]
-    )
-
-
-@app.function
-def decisions_section(analysis, options, cli_arguments) -> mo.Html:
-    result = analysis.result
-    table = tables.decision_table(result, guide.pick_confidence(analysis))
-    return mo.vstack(
-        [
-            mo.md(app_support.rule_text(options)),
-            mo.md(
-                "A pick whose P(eps-good) is below the confidence (or unknown, with one run per"
-                " cell) is marked **not sure enough**."
-            ),
-            mo.ui.table(
-                table,
-                selection=None,
-                pagination=False,
-                style_cell=app_support.highlight_rows(table, "sure enough", False),
-            ),
-            mo.md(
-                "**The same on the command line:**\n\n"
-                f"```bash\n{app_support.cli_command(cli_arguments)}\n```"
-            ),
-        ]
-    )
-
-
-@app.function
-def confidence_section(analysis) -> mo.Html:
-    result, report = analysis.result, analysis.report
-    intro = mo.md(
-        "**P(eps-good)** is the probability that a K is within the tie tolerance of the best"
-        " K at its batch size, from every K's runs with the noise pooled over the anchor"
-        " (seeded, so the same sweep gives the same numbers). An anchor is **resolved** when"
-        " some K reaches the confidence; otherwise its K is **provisional**."
-    )
-    if report is None or not result.ok:
-        return mo.vstack(
-            [
-                intro,
-                mo.callout(
-                    "No anchor is resolved or provisional while the result has errors: fix"
-                    " them first (see Problems).",
-                    kind="warn",
-                ),
-            ]
-        )
-    unresolved = app_support.unresolved_lines(result, report)
-    table = tables.confidence_table(result, report)
-    flagged = tables.flagged_runs_table(report)
-    return mo.vstack(
-        [
-            intro,
-            mo.callout(
-                mo.vstack(
-                    [
-                        mo.md(
-                            f"**{len(unresolved)} unresolved anchor(s):** their K is"
-                            " provisional; “What to measure next” says what would settle"
-                            " them."
-                        ),
-                        mo.Html(text.html_list(unresolved)),
-                    ]
-                ),
-                kind="warn",
-            )
-            if unresolved
-            else mo.callout(mo.md("**Every anchor is resolved.**"), kind="success"),
-            mo.md(charts.confidence_caption(result, report)),
-            mo.hstack(charts.confidence_charts(result, report), wrap=True, justify="start"),
-            mo.ui.table(
-                table,
-                selection=None,
-                pagination=False,
-                style_cell=app_support.highlight_rows(table, "status", "unresolved"),
-            ),
-            mo.md(
-                "**Flagged runs** (far from their cell's median for this anchor's noise):"
-                " never dropped; each anchor is also decided without them."
-            ),
-            mo.ui.table(
-                flagged,
-                selection=None,
-                style_cell=app_support.highlight_rows(flagged, "the pick depends on it"),
-            )
-            if flagged.height
-            else mo.md("None."),
-        ]
-    )
-
-
-@app.function
-def plan_section(analysis) -> mo.Html:
-    plan = analysis.plan
-    if plan is None or not analysis.result.ok:
-        return mo.callout(
-            "No measurement plan while the result has errors: fix them first (see Problems).",
-            kind="warn",
-        )
-    reruns = tables.rerun_table(plan)
-    new_anchors = tables.new_anchor_table(plan)
-    return mo.vstack(
-        [
-            mo.Html(text.text_block_html(text.measurement_plan_lines(plan))),
-            mo.md("**Reruns at unresolved anchors**"),
-            mo.ui.table(reruns, selection=None) if reruns.height else mo.md("None."),
-            mo.md("**New anchors where neighbouring picks disagree**"),
-            mo.ui.table(new_anchors, selection=None) if new_anchors.height else mo.md("None."),
-            mo.download(
-                plan.to_json_text().encode(),
-                filename="measurement_plan.json",
-                mimetype="application/json",
-                label="Download measurement_plan.json (as --plan-json writes it)",
-            ),
-        ]
-    )
-
-
-@app.function
-def rules_section(comparison) -> mo.Html:
-    intro = mo.md(
-        "The seed ranks each K by its median less a MAD penalty; the confident rule picks the"
-        " smallest K whose P(eps-good) reaches the confidence. Rows where they differ are"
-        " highlighted; the sidebar's **Decision rule** chooses which one is exported."
-    )
-    if comparison is None:
-        return mo.vstack(
-            [intro, mo.callout("No comparison: the settings are invalid.", kind="warn")]
-        )
-    table = comparison.table()
-    return mo.vstack(
-        [
-            intro,
-            mo.md(comparison.summary()),
-            charts.rules_chart(comparison.seed, comparison.confident),
-            mo.ui.table(
-                table,
-                selection=None,
-                pagination=False,
-                style_cell=app_support.highlight_rows(table, "differs"),
-            ),
-        ]
-    )
-
-
-@app.function
-def switch_section(analysis) -> mo.Html:
-    switch_points = analysis.switch_points
-    intro = mo.md(
-        "vLLM switches K at the upper anchor. Interpolating each pick's speed-up over K=0 in"
-        " log batch size says where between the anchors the switch pays off."
-    )
-    if switch_points is None:
-        return mo.vstack([intro, mo.md("No switch points without a schedule (see Problems).")])
-    return mo.vstack(
-        [
-            intro,
-            charts.schedule_chart(analysis.result, switch_points),
-            mo.Html(text.text_block_html(text.switch_point_lines(switch_points))),
-            mo.ui.table(tables.switch_table(switch_points), selection=None, pagination=False)
-            if switch_points.switches.height
-            else mo.md(""),
-        ]
-    )
-
-
-@app.function
-def objective_section(analysis) -> mo.Html:
-    # Small charts of a fixed width wrap to the page: nothing is clipped, one column on a phone.
-    result = analysis.result
-    return mo.vstack(
-        [
-            mo.md(charts.objective_caption(result)),
-            mo.hstack(charts.objective_charts(result), wrap=True, justify="start"),
-        ]
-    )
-
-
-@app.function
-def acceptance_section(analysis) -> mo.Html:
-    result = analysis.result
-    shown = charts.acceptance_charts(result)
-    if not shown:
-        return mo.callout(charts.acceptance_caption(result), kind="neutral")
-    return mo.vstack(
-        [mo.md(charts.acceptance_caption(result)), mo.hstack(shown, wrap=True, justify="start")]
-    )
-
-
-@app.function
-def compare_section(picker, comparison, error) -> mo.Html:
-    intro = mo.md(
-        "After a hardware or vLLM change: the other experiment (B) is tuned with the same"
-        " settings and rule as this one (A). Per batch size, the K each schedule runs, the"
-        " objective at each pick with B against A and its interval, and for a changed K what"
-        " the other K loses in each sweep, as `tune-spec-k diff A B` prints them."
-    )
-    if comparison is not None:
-        view = mo.vstack(
-            [
-                mo.callout(
-                    mo.md(f"**{text.diff_lines(comparison)[-1]}**"),
-                    kind="warn" if comparison.material else "success",
-                ),
-                charts.comparison_chart(comparison),
-                mo.ui.table(tables.comparison_table(comparison), selection=None, pagination=False),
-            ]
-        )
-    elif error is not None:
-        view = mo.callout(error, kind="warn")
-    else:
-        view = mo.md("Pick an experiment to compare with.")
-    return mo.vstack([intro, with_help(picker, "compare"), view])
-
-
-@app.function
-def downloads_section(analysis, trtllm_file) -> mo.Html:
-    if trtllm_file is None:
-        return mo.callout("No files while the result has errors (see Problems).", kind="warn")
-    trtllm = trtllm_file.decode()
-    images = [
-        mo.download(
-            functools.partial(_image, name, suffix, analysis),
-            filename=f"{name}.{suffix}",
-            mimetype=mimetype,
-            label=f"{name}.{suffix}",
-        )
-        for name in ("speed_up", "objective_vs_k", "schedule", "p_eps_good")
-        for suffix, mimetype in (("png", "image/png"), ("svg", "image/svg+xml"))
-    ]
-    return mo.vstack(
-        [
-            mo.md(
-                "**For TensorRT-LLM** (`draft_len_schedule`: each batch-size upper bound and"
-                " its K; the same file as `tune-spec-k export --format trtllm`):\n\n"
-                f"```json\n{trtllm}```"
-            ),
-            mo.download(
-                trtllm_file,
-                filename=export.TRTLLM_FILE,
-                mimetype="application/json",
-                label=f"Download {export.TRTLLM_FILE}",
-            ),
-            mo.md("**Chart images** (rendered when clicked)"),
-            mo.hstack(images, justify="start", wrap=True),
-        ]
-    )
-
-
-@app.function
-def _image(name: str, suffix: str, analysis) -> bytes:
-    result, report = analysis.result, analysis.report
-    chart = {
-        "speed_up": lambda: charts.headline_chart(result, report),
-        "objective_vs_k": lambda: charts.image_grid(charts.objective_charts(result)),
-        "schedule": lambda: charts.schedule_chart(result, analysis.switch_points),
-        "p_eps_good": lambda: charts.image_grid(charts.confidence_charts(result, report)),
-    }[name]()
-    return getattr(chart, suffix)()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,17 @@ def load_notebook() -> ModuleType:
     return module
 
 
+def load_sections() -> ModuleType:
+    """notebooks/sections.py, the module of the page's sections the notebook imports."""
+    spec = importlib.util.spec_from_file_location(
+        "tune_spec_k_sections", NOTEBOOK.parent / "sections.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_notebook(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str, **controls: Any
 ) -> dict[str, Any]:

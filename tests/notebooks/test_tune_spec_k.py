@@ -24,7 +24,13 @@ from typing import Any
 import marimo as mo
 import polars as pl
 import pytest
-from notebook_runner import NOTEBOOK, load_notebook, run_notebook, run_notebook_with_outputs
+from notebook_runner import (
+    NOTEBOOK,
+    load_notebook,
+    load_sections,
+    run_notebook,
+    run_notebook_with_outputs,
+)
 from paths import BAD_INPUTS, REPO
 from sweep_builder import WORKED_EXAMPLE, grid, write_grid
 
@@ -112,23 +118,24 @@ def _assert_same_result(shown: TuningResult, expected: TuningResult) -> None:
     assert shown.decisions.equals(expected.decisions)
 
 
-def _rendered_sections(notebook: ModuleType, defs: dict[str, Any]) -> dict[str, str]:
+def _rendered_sections(defs: dict[str, Any]) -> dict[str, str]:
     """Each section below the answer, built as opening it in the page builds it, as HTML."""
+    sections = load_sections()
     analysis = defs["analysis"]
     built = {
-        "Problems": notebook.problems_section(defs["problem_groups"], defs["fix_buttons"]),
-        "Data health": notebook.health_section(analysis),
-        "Decisions": notebook.decisions_section(analysis, defs["options"], defs["cli_arguments"]),
-        "How sure": notebook.confidence_section(analysis),
-        "What to measure next": notebook.plan_section(analysis),
-        "Rules compared": notebook.rules_section(defs["rule_comparison"]),
-        "Switch points": notebook.switch_section(analysis),
-        "Objective per batch size": notebook.objective_section(analysis),
-        "Acceptance": notebook.acceptance_section(analysis),
-        "Compare": notebook.compare_section(
+        "Problems": sections.problems_section(defs["problem_groups"], defs["fix_buttons"]),
+        "Data health": sections.health_section(analysis),
+        "Decisions": sections.decisions_section(analysis, defs["options"], defs["cli_arguments"]),
+        "How sure": sections.confidence_section(analysis),
+        "What to measure next": sections.plan_section(analysis),
+        "Rules compared": sections.rules_section(defs["rule_comparison"]),
+        "Switch points": sections.switch_section(analysis),
+        "Objective per batch size": sections.objective_section(analysis),
+        "Acceptance": sections.acceptance_section(analysis),
+        "Compare": sections.compare_section(
             defs["compare_picker"], defs["comparison"], defs["comparison_error"]
         ),
-        "Downloads": notebook.downloads_section(analysis, defs["trtllm_file"]),
+        "Downloads": sections.downloads_section(analysis, defs["trtllm_file"]),
     }
     return {name: mo.as_html(element).text for name, element in built.items()}
 
@@ -409,7 +416,7 @@ def test_invalid_settings_leave_the_confidence_views_empty_not_broken(
     defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sweep), tolerance_slider=tolerance)
     assert defs["analysis"].report is None
     assert defs["rule_comparison"] is None and defs["analysis"].plan is None
-    sections = _rendered_sections(notebook, defs)
+    sections = _rendered_sections(defs)
     assert "No anchor is resolved or provisional" in sections["How sure"]
     assert "No measurement plan" in sections["What to measure next"]
     assert "resolved**" not in sections["How sure"]
@@ -457,7 +464,7 @@ def test_settings_that_leave_nothing_usable_are_shown_not_raised(
     _assert_same_result(defs["result"], expected)
     assert defs["schedule_file"] is None
     # Every section still renders, and none claims what errors rule out.
-    sections = _rendered_sections(notebook, defs)
+    sections = _rendered_sections(defs)
     assert "Every anchor is resolved" not in sections["How sure"]
     assert "nothing to measure" not in sections["What to measure next"]
     assert defs["verdict"].state == "cannot-tune"
@@ -552,7 +559,7 @@ def test_bad_input_is_shown_not_raised_and_agrees_with_the_cli(
         return
     _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
     # The rest of the analysis is still there beside the errors.
-    _rendered_sections(notebook, defs)
+    _rendered_sections(defs)
 
 
 def test_sliders_never_reload_the_sweep() -> None:

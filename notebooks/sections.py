@@ -1,0 +1,426 @@
+"""The page's sections and sidebar parts of notebooks/tune_spec_k.py: layout with ``mo`` only.
+
+Functions here, not ``@app.function`` cells of the notebook: marimo's run mode keeps a page
+hidden for about 30 ms per cell (up to 2 s) while it first loads, so every cell the notebook
+does not need costs its reader time before the answer shows. The notebook's setup cell imports
+this module from the notebook's own folder (marimo puts that folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+
+import marimo as mo
+
+from lib.app import context as app_context
+from lib.app import guide
+from lib.app import support as app_support
+from lib.loop import export
+from lib.present import charts, tables, text
+from lib.problems import Severity
+
+
+def with_help(element: object, key: str) -> mo.Html:
+    """``element`` with its control's help shown where the pointer rests on it."""
+    return mo.Html(f'<div title="{html.escape(guide.CONTROL_HELP[key])}">{element}</div>')
+
+
+def labelled(key: str) -> str:
+    return guide.CONTROL_LABELS[key]
+
+
+def setting_slider(key: str, steps: list, value: float) -> mo.ui.slider:
+    """The slider of the setting ``key``: it sends its value when released, not while dragged."""
+    return mo.ui.slider(
+        steps=steps, value=value, debounce=True, show_value=True, label=labelled(key)
+    )
+
+
+def sidebar_part(element: object, key: str | None, heading: str | None = None) -> mo.Html:
+    """``element`` (with its help) as its part of the sidebar, under ``heading`` if given.
+
+    Each control's own cell shows its part: a cell that defines a control does not run again
+    when the control's value changes, so a slider moved sends nothing to the sidebar (a cell
+    showing the whole sidebar would run again, and send it all again, on every change).
+    marimo shows the parts in the order of their cells, a part sent again in its place. These
+    cells come last in the file: each leaves an empty slot where it stands in the page. Each
+    stops when the folder holds no experiment: no sidebar then, only the page's explanation.
+    """
+    shown = [mo.md(f"### {heading}")] if heading else []
+    helped = element if key is None else with_help(element, key)
+    # In a box of its own: mo.sidebar stretches what it shows to fill the column, and parts
+    # would spread out over a tall window. Every part sets the width: marimo takes the last's.
+    part = mo.vstack([*shown, helped]).style(margin_bottom="0.5rem")
+    return mo.sidebar(part, width="22rem")
+
+
+def context_section(grid, mix, tolerance: float, format_picker, point_picker) -> mo.Html:
+    """The (batch x context) answer: the heatmap, the chosen format's config and its loss,
+    every format's download (the CLI's `export -o` files), the context picker."""
+    batch_only, losses, mix_problems = app_context.heatmap_losses(grid, mix)
+    heatmap = charts.context_heatmap(grid.grid(), batch_only, losses, 100 * tolerance)
+    downloads = app_context.context_downloads(grid, mix)
+    chosen = next(item for item in downloads if item.format == format_picker.value)
+    if chosen.config is None:
+        shown = mo.callout(
+            mo.Html(text.problem_list_html([*chosen.problems, *mix_problems])), kind="warn"
+        )
+    else:
+        _config = "--speculative-config " + json.dumps(chosen.config)
+        shown = mo.vstack(
+            [
+                mo.md(f"**{html.escape(chosen.summary)}**"),
+                mo.Html(
+                    '<pre style="white-space: pre-wrap; overflow-wrap: anywhere; margin: 0">'
+                    f"{html.escape(_config)}</pre>"
+                ),
+                mo.Html(text.html_list(list(chosen.remarks))),
+            ]
+        )
+    files = [
+        mo.download(
+            item.text.encode(),
+            filename=item.filename,
+            mimetype="application/json",
+            label=f"Download {item.filename}",
+        )
+        for item in downloads
+        if item.text is not None
+    ]
+    return mo.vstack(
+        [
+            heatmap,
+            with_help(format_picker, "context_format"),
+            shown,
+            mo.hstack(files, justify="start", wrap=True),
+            with_help(point_picker, "context_point"),
+        ]
+    )
+
+
+def fix_action(fix: guide.Fix, setters: dict) -> mo.Html:
+    """The button that applies ``fix`` to its sidebar control."""
+    return mo.ui.button(
+        label=html.escape(fix.label),
+        kind="warn",
+        on_click=lambda _: setters[fix.control](fix.value),
+    )
+
+
+def problems_section(groups: list, buttons: mo.ui.dictionary) -> mo.Html:
+    if not groups:
+        return mo.md("No problems.")
+    _kinds = {Severity.ERROR: "danger", Severity.WARNING: "warn", Severity.NOTE: "neutral"}
+    items = []
+    for group in groups:
+        heading = mo.hstack(
+            [
+                mo.md(html.escape(group.sentence)),
+                buttons[group.rule] if group.rule in buttons.elements else mo.md(""),
+            ],
+            justify="space-between",
+            wrap=True,
+        )
+        details = mo.accordion(
+            {
+                f"{len(group.problems)} x {group.severity.value} [{group.rule}]": mo.Html(
+                    text.problem_list_html(list(group.problems))
+                )
+            },
+            lazy=True,
+        )
+        items.append(mo.callout(mo.vstack([heading, details]), kind=_kinds[group.severity]))
+    return mo.vstack(items)
+
+
+def health_section(analysis) -> mo.Html:
+    result = analysis.result
+    counts = app_support.health_counts(result)
+    excluded = tables.excluded_runs_table(result)
+    rejected = tables.rejected_cells_table(result)
+    return mo.vstack(
+        [
+            mo.hstack(
+                [
+                    mo.stat(
+                        counts.runs_loaded,
+                        label="runs loaded",
+                        caption=f"from {counts.files_read} files",
+                    ),
+                    mo.stat(
+                        counts.runs_excluded, label="runs excluded", target_direction="decrease"
+                    ),
+                    mo.stat(
+                        counts.cells_rejected,
+                        label="cells rejected",
+                        caption=f"of {counts.cells} (batch size, K) cells",
+                    ),
+                    mo.stat(counts.anchors, label="batch-size anchors"),
+                    mo.stat(counts.errors, label="errors", caption=f"{counts.warnings} warnings"),
+                ],
+                widths="equal",
+                wrap=True,
+            ),
+            mo.md(
+                f"**K=0 baseline:** {app_support.baseline_text(result)}\n\n"
+                f"**Global K:** {app_support.global_k_text(result)}"
+            ),
+            mo.md("**K measured and kept per batch size**"),
+            mo.ui.table(tables.k_sets_table(result), selection=None, pagination=False),
+            mo.md("**Runs excluded, by reason**"),
+            mo.ui.table(excluded, selection=None) if excluded.height else mo.md("None."),
+            mo.md("**Cells rejected (too few runs, noise gate, acceptance)**"),
+            mo.ui.table(rejected, selection=None) if rejected.height else mo.md("None."),
+        ]
+    )
+
+
+def decisions_section(analysis, options, cli_arguments) -> mo.Html:
+    result = analysis.result
+    table = tables.decision_table(result, guide.pick_confidence(analysis))
+    return mo.vstack(
+        [
+            mo.md(app_support.rule_text(options)),
+            mo.md(
+                "A pick whose P(eps-good) is below the confidence (or unknown, with one run per"
+                " cell) is marked **not sure enough**."
+            ),
+            mo.ui.table(
+                table,
+                selection=None,
+                pagination=False,
+                style_cell=app_support.highlight_rows(table, "sure enough", False),
+            ),
+            mo.md(
+                "**The same on the command line:**\n\n"
+                f"```bash\n{app_support.cli_command(cli_arguments)}\n```"
+            ),
+        ]
+    )
+
+
+def confidence_section(analysis) -> mo.Html:
+    result, report = analysis.result, analysis.report
+    intro = mo.md(
+        "**P(eps-good)** is the probability that a K is within the tie tolerance of the best"
+        " K at its batch size, from every K's runs with the noise pooled over the anchor"
+        " (seeded, so the same sweep gives the same numbers). An anchor is **resolved** when"
+        " some K reaches the confidence; otherwise its K is **provisional**."
+    )
+    if report is None or not result.ok:
+        return mo.vstack(
+            [
+                intro,
+                mo.callout(
+                    "No anchor is resolved or provisional while the result has errors: fix"
+                    " them first (see Problems).",
+                    kind="warn",
+                ),
+            ]
+        )
+    unresolved = app_support.unresolved_lines(result, report)
+    table = tables.confidence_table(result, report)
+    flagged = tables.flagged_runs_table(report)
+    return mo.vstack(
+        [
+            intro,
+            mo.callout(
+                mo.vstack(
+                    [
+                        mo.md(
+                            f"**{len(unresolved)} unresolved anchor(s):** their K is"
+                            " provisional; “What to measure next” says what would settle"
+                            " them."
+                        ),
+                        mo.Html(text.html_list(unresolved)),
+                    ]
+                ),
+                kind="warn",
+            )
+            if unresolved
+            else mo.callout(mo.md("**Every anchor is resolved.**"), kind="success"),
+            mo.md(charts.confidence_caption(result, report)),
+            mo.hstack(charts.confidence_charts(result, report), wrap=True, justify="start"),
+            mo.ui.table(
+                table,
+                selection=None,
+                pagination=False,
+                style_cell=app_support.highlight_rows(table, "status", "unresolved"),
+            ),
+            mo.md(
+                "**Flagged runs** (far from their cell's median for this anchor's noise):"
+                " never dropped; each anchor is also decided without them."
+            ),
+            mo.ui.table(
+                flagged,
+                selection=None,
+                style_cell=app_support.highlight_rows(flagged, "the pick depends on it"),
+            )
+            if flagged.height
+            else mo.md("None."),
+        ]
+    )
+
+
+def plan_section(analysis) -> mo.Html:
+    plan = analysis.plan
+    if plan is None or not analysis.result.ok:
+        return mo.callout(
+            "No measurement plan while the result has errors: fix them first (see Problems).",
+            kind="warn",
+        )
+    reruns = tables.rerun_table(plan)
+    new_anchors = tables.new_anchor_table(plan)
+    return mo.vstack(
+        [
+            mo.Html(text.text_block_html(text.measurement_plan_lines(plan))),
+            mo.md("**Reruns at unresolved anchors**"),
+            mo.ui.table(reruns, selection=None) if reruns.height else mo.md("None."),
+            mo.md("**New anchors where neighbouring picks disagree**"),
+            mo.ui.table(new_anchors, selection=None) if new_anchors.height else mo.md("None."),
+            mo.download(
+                plan.to_json_text().encode(),
+                filename="measurement_plan.json",
+                mimetype="application/json",
+                label="Download measurement_plan.json (as --plan-json writes it)",
+            ),
+        ]
+    )
+
+
+def rules_section(comparison) -> mo.Html:
+    intro = mo.md(
+        "The seed ranks each K by its median less a MAD penalty; the confident rule picks the"
+        " smallest K whose P(eps-good) reaches the confidence. Rows where they differ are"
+        " highlighted; the sidebar's **Decision rule** chooses which one is exported."
+    )
+    if comparison is None:
+        return mo.vstack(
+            [intro, mo.callout("No comparison: the settings are invalid.", kind="warn")]
+        )
+    table = comparison.table()
+    return mo.vstack(
+        [
+            intro,
+            mo.md(comparison.summary()),
+            charts.rules_chart(comparison.seed, comparison.confident),
+            mo.ui.table(
+                table,
+                selection=None,
+                pagination=False,
+                style_cell=app_support.highlight_rows(table, "differs"),
+            ),
+        ]
+    )
+
+
+def switch_section(analysis) -> mo.Html:
+    switch_points = analysis.switch_points
+    intro = mo.md(
+        "vLLM switches K at the upper anchor. Interpolating each pick's speed-up over K=0 in"
+        " log batch size says where between the anchors the switch pays off."
+    )
+    if switch_points is None:
+        return mo.vstack([intro, mo.md("No switch points without a schedule (see Problems).")])
+    return mo.vstack(
+        [
+            intro,
+            charts.schedule_chart(analysis.result, switch_points),
+            mo.Html(text.text_block_html(text.switch_point_lines(switch_points))),
+            mo.ui.table(tables.switch_table(switch_points), selection=None, pagination=False)
+            if switch_points.switches.height
+            else mo.md(""),
+        ]
+    )
+
+
+def objective_section(analysis) -> mo.Html:
+    # Small charts of a fixed width wrap to the page: nothing is clipped, one column on a phone.
+    result = analysis.result
+    return mo.vstack(
+        [
+            mo.md(charts.objective_caption(result)),
+            mo.hstack(charts.objective_charts(result), wrap=True, justify="start"),
+        ]
+    )
+
+
+def acceptance_section(analysis) -> mo.Html:
+    result = analysis.result
+    shown = charts.acceptance_charts(result)
+    if not shown:
+        return mo.callout(charts.acceptance_caption(result), kind="neutral")
+    return mo.vstack(
+        [mo.md(charts.acceptance_caption(result)), mo.hstack(shown, wrap=True, justify="start")]
+    )
+
+
+def compare_section(picker, comparison, error) -> mo.Html:
+    intro = mo.md(
+        "After a hardware or vLLM change: the other experiment (B) is tuned with the same"
+        " settings and rule as this one (A). Per batch size, the K each schedule runs, the"
+        " objective at each pick with B against A and its interval, and for a changed K what"
+        " the other K loses in each sweep, as `tune-spec-k diff A B` prints them."
+    )
+    if comparison is not None:
+        view = mo.vstack(
+            [
+                mo.callout(
+                    mo.md(f"**{text.diff_lines(comparison)[-1]}**"),
+                    kind="warn" if comparison.material else "success",
+                ),
+                charts.comparison_chart(comparison),
+                mo.ui.table(tables.comparison_table(comparison), selection=None, pagination=False),
+            ]
+        )
+    elif error is not None:
+        view = mo.callout(error, kind="warn")
+    else:
+        view = mo.md("Pick an experiment to compare with.")
+    return mo.vstack([intro, with_help(picker, "compare"), view])
+
+
+def downloads_section(analysis, trtllm_file) -> mo.Html:
+    if trtllm_file is None:
+        return mo.callout("No files while the result has errors (see Problems).", kind="warn")
+    trtllm = trtllm_file.decode()
+    images = [
+        mo.download(
+            functools.partial(_image, name, suffix, analysis),
+            filename=f"{name}.{suffix}",
+            mimetype=mimetype,
+            label=f"{name}.{suffix}",
+        )
+        for name in ("speed_up", "objective_vs_k", "schedule", "p_eps_good")
+        for suffix, mimetype in (("png", "image/png"), ("svg", "image/svg+xml"))
+    ]
+    return mo.vstack(
+        [
+            mo.md(
+                "**For TensorRT-LLM** (`draft_len_schedule`: each batch-size upper bound and"
+                " its K; the same file as `tune-spec-k export --format trtllm`):\n\n"
+                f"```json\n{trtllm}```"
+            ),
+            mo.download(
+                trtllm_file,
+                filename=export.TRTLLM_FILE,
+                mimetype="application/json",
+                label=f"Download {export.TRTLLM_FILE}",
+            ),
+            mo.md("**Chart images** (rendered when clicked)"),
+            mo.hstack(images, justify="start", wrap=True),
+        ]
+    )
+
+
+def _image(name: str, suffix: str, analysis) -> bytes:
+    result, report = analysis.result, analysis.report
+    chart = {
+        "speed_up": lambda: charts.headline_chart(result, report),
+        "objective_vs_k": lambda: charts.image_grid(charts.objective_charts(result)),
+        "schedule": lambda: charts.schedule_chart(result, analysis.switch_points),
+        "p_eps_good": lambda: charts.image_grid(charts.confidence_charts(result, report)),
+    }[name]()
+    return getattr(chart, suffix)()
