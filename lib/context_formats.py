@@ -25,6 +25,7 @@ grid and choices give the same bytes (:meth:`ContextExport.text`).
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import json
 import math
@@ -149,7 +150,17 @@ class GridCell:
 
     def score(self, k: int) -> float | None:
         """Candidate ``k``'s conservative score, its median when the file has none."""
-        return dict(self.scores).get(k, self.median(k))
+        score = self._scores_by_k.get(k)
+        return self.median(k) if score is None else score
+
+    # The table searches look a cell up thousands of times: the pairs as dicts, built once.
+    @functools.cached_property
+    def _medians_by_k(self) -> dict[int, float]:
+        return dict(self.medians)
+
+    @functools.cached_property
+    def _scores_by_k(self) -> dict[int, float]:
+        return dict(self.scores)
 
     def median(self, k: int) -> float | None:
         """The expected objective of this cell under ``k``: the median of candidate ``k``, or
@@ -160,7 +171,7 @@ class GridCell:
         >>> cell.median(3), cell.median(1)
         (120.0, None)
         """
-        return dict(self.medians).get(k)
+        return self._medians_by_k.get(k)
 
     @property
     def optimum(self) -> float:
@@ -201,7 +212,7 @@ class ContextGrid:
         """Every cell, batch anchor by batch anchor, each row in context order."""
         return tuple(cell for row in self.rows for cell in row)
 
-    @property
+    @functools.cached_property
     def ks(self) -> tuple[int, ...]:
         """Every K kept somewhere in the grid, ascending."""
         return tuple(sorted({k for cell in self.cells for k, _ in cell.medians}))
@@ -591,7 +602,11 @@ class ContextMix:
 
     def weight(self, prompt_tokens: int) -> float:
         """The weight of a context point (0 when the mix leaves it out)."""
-        return dict(self.weights).get(prompt_tokens, 0.0)
+        return self._by_prompt.get(prompt_tokens, 0.0)
+
+    @functools.cached_property
+    def _by_prompt(self) -> dict[int, float]:
+        return dict(self.weights)
 
     def text(self) -> str:
         """The mix as ``--context-mix`` spells it.
