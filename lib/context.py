@@ -22,8 +22,11 @@ context_point       Int64    index into :attr:`ContextAxis.points`; null when un
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import json
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -277,7 +280,7 @@ def find_context_axis(
     )
     crossing = placed.group_by("anchor", "k").agg(pl.col("context_point").n_unique().alias("n"))
     if placed.height and crossing["n"].max() == 1:
-        lengths = ", ".join(_tokens(_median(group)) for group in groups)
+        lengths = ", ".join(_tokens(statistics.median(group)) for group in groups)
         return None, [
             Problem(
                 Severity.NOTE,
@@ -314,18 +317,9 @@ def find_context_axis(
         output_tokens = None
         if outputs is not None and outputs.len():
             output_tokens = round(float(outputs.median()))  # type: ignore[arg-type]
-        points.append(ContextPoint(round(_median(group)), output_tokens, members.height))
+        points.append(ContextPoint(round(statistics.median(group)), output_tokens, members.height))
     axis = ContextAxis(label, settings.context_tolerance, tuple(points), runs, tuple(problems))
     return axis, list(problems)
-
-
-def _median(values: Sequence[float]) -> float:
-    """The median of a non-empty list (the middle one, or the mean of the two middle ones)."""
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _tokens(value: float) -> str:
@@ -394,13 +388,7 @@ class ContextAnalysis:
 
     @property
     def not_deployable_reason(self) -> str | None:
-        anchors = sorted({anchor for analysis in self.contexts for anchor in _anchors(analysis)})
-        if anchors and anchors[0] != 1:
-            return (
-                f"the batch-size anchors start at {anchors[0]}, not 1: vLLM's schedule must"
-                " cover batch size 1, so the grid cannot be deployed as measured"
-            )
-        return None
+        return _not_deployable_reason(self.contexts)
 
     @property
     def ok(self) -> bool:
@@ -408,8 +396,13 @@ class ContextAnalysis:
         return not any(problem.severity is Severity.ERROR for problem in self.problems)
 
     def grid(self) -> list[dict[str, Any]]:
-        """One object per (batch anchor, context point), by batch size then prompt length:
-        the pick, its status and P(eps-good), and every K measured there."""
+        """One object per (batch anchor, context point), by batch size then prompt length: the
+        pick, its status and P(eps-good), and every K measured there. Built once (shared: read
+        it, do not change it)."""
+        return self._grid
+
+    @functools.cached_property
+    def _grid(self) -> list[dict[str, Any]]:
         rows = []
         for point, analysis in zip(self.axis.points, self.contexts, strict=True):
             rows += _grid_rows(point, analysis, self.confidence)
@@ -453,7 +446,12 @@ class ContextAnalysis:
     def to_json(self) -> dict[str, Any]:
         """The result JSON: the seed's keys of :attr:`answer` (null schedule and config when
         there is none or the grid is not deployable), every problem, then ``context_axis``
-        and ``context_grid``."""
+        and ``context_grid``. Built once: the CLI and the app read it for the file, the
+        heatmap and every export (shared: read it, do not change it)."""
+        return self._json
+
+    @functools.cached_property
+    def _json(self) -> dict[str, Any]:
         source = self.answer or self.pooled
         data = source.result.to_json()
         if self.answer is None or not self.deployable:
@@ -472,9 +470,19 @@ class ContextAnalysis:
         return data
 
     def to_json_text(self) -> str:
-        import json
-
         return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+
+
+def _not_deployable_reason(contexts: Sequence[Analysis]) -> str | None:
+    """Why no schedule can be built from the grid (None when one can): vLLM's schedule must
+    cover batch size 1, so the smallest anchor measured at any context must be 1."""
+    anchors = sorted({anchor for context in contexts for anchor in _anchors(context)})
+    if anchors and anchors[0] != 1:
+        return (
+            f"the batch-size anchors start at {anchors[0]}, not 1: vLLM's schedule must"
+            " cover batch size 1, so the grid cannot be deployed as measured"
+        )
+    return None
 
 
 def _anchors(analysis: Analysis) -> list[int]:
@@ -552,13 +560,12 @@ def analyse_contexts(
         analyse(axis.sweep_at(sweep, index), settings, options) for index in range(len(axis.points))
     )
     problems: list[Problem] = [*sweep.problems, *axis.problems]
-    anchors = sorted({anchor for context in contexts for anchor in _anchors(context)})
-    deployable = not anchors or anchors[0] == 1
+    reason = _not_deployable_reason(contexts)
     for point, context in zip(axis.points, contexts, strict=True):
         problems += [
             _in_context(problem, point)
             for problem in context.result.problems
-            if deployable or problem.rule not in _SCHEDULE_RULES
+            if reason is None or problem.rule not in _SCHEDULE_RULES
         ]
     lengths = ", ".join(str(point.prompt_tokens) for point in axis.points)
     answer: Analysis | None = None
@@ -599,8 +606,6 @@ def analyse_contexts(
                 value=lengths,
             )
         )
-    analysis = ContextAnalysis(axis, pooled, contexts, answer, (), options.confidence)
-    reason = analysis.not_deployable_reason
     if reason is not None:
         problems.append(
             Problem(
@@ -612,4 +617,4 @@ def analyse_contexts(
                 expected="an anchor at batch size 1",
             )
         )
-    return dataclasses.replace(analysis, problems=tuple(problems))
+    return ContextAnalysis(axis, pooled, contexts, answer, tuple(problems), options.confidence)
