@@ -301,3 +301,20 @@ def write_context_grid(
         ]
         write_combo(root / f"SERVE--k{k}-BENCH--c{anchor}-p{prompt}", records)
     return root
+
+
+#: A two-length context sweep, (anchor, K, prompt tokens) -> runs. Speculation (K=3) pays at
+#: batch 1 at both lengths; at batch 64 it loses at 512 prompt tokens (3000 < 4000) and wins
+#: at 8192 (2600 > 2000): the shape of PR #48944's table. Pooled over both lengths, batch 1 K=0
+#: holds 99.5..100.5 and 79.6..80.4: median 90, MAD about 10, relative MAD 0.11 > 0.1, so the
+#: seed's rules reject the pooled sweep.
+CONTEXT_GRID = {
+    (1, 0, 512): spread(100.0),
+    (1, 3, 512): spread(180.0),
+    (64, 0, 512): spread(4000.0),
+    (64, 3, 512): spread(3000.0),
+    (1, 0, 8192): spread(80.0),
+    (1, 3, 8192): spread(150.0),
+    (64, 0, 8192): spread(2000.0),
+    (64, 3, 8192): spread(2600.0),
+}

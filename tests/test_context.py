@@ -6,28 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from sweep_builder import CONTEXT_GRID, spread, write_context_grid
 
 from lib.cli.main import main
 from lib.context import analyse_contexts, find_context_axis
 from lib.settings import ContextSettings, Settings
 from lib.sweeps import load_experiment
-from tests.sweep_builder import spread, write_context_grid
 
-#: Speculation (K=3) pays at batch 1 at both lengths; at batch 64 it loses at 512 prompt
-#: tokens (3000 < 4000) and wins at 8192 (2600 > 2000): the shape of PR #48944's table.
-#: Pooled over both lengths, batch 1 K=0 holds 99.5..100.5 and 79.6..80.4: median 90, MAD
-#: about 10, relative MAD 0.11 > 0.1, so the seed's rules reject the pooled sweep.
-GRID = {
-    (1, 0, 512): spread(100.0),
-    (1, 3, 512): spread(180.0),
-    (64, 0, 512): spread(4000.0),
-    (64, 3, 512): spread(3000.0),
-    (1, 0, 8192): spread(80.0),
-    (1, 3, 8192): spread(150.0),
-    (64, 0, 8192): spread(2000.0),
-    (64, 3, 8192): spread(2600.0),
-}
-#: (batch, prompt) -> K the grid must choose, from GRID's medians above.
+#: (batch, prompt) -> K the grid must choose, from CONTEXT_GRID's medians (sweep_builder.py).
 EXPECTED = {(1, 512): 3, (64, 512): 0, (1, 8192): 3, (64, 8192): 3}
 
 
@@ -37,7 +23,7 @@ def _axis(root: Path, **settings: object):  # type: ignore[no-untyped-def]
 
 
 def test_the_swept_prompt_length_is_the_axis(tmp_path: Path) -> None:
-    _, axis, problems = _axis(write_context_grid(tmp_path, GRID))
+    _, axis, problems = _axis(write_context_grid(tmp_path, CONTEXT_GRID))
     assert axis is not None and problems == []
     assert axis.field == "random_input_len"
     # output 128 tokens: decode-time context = prompt + 64.
@@ -48,7 +34,7 @@ def test_the_swept_prompt_length_is_the_axis(tmp_path: Path) -> None:
 def test_a_shared_random_prefix_is_added(tmp_path: Path) -> None:
     root = write_context_grid(
         tmp_path,
-        GRID,
+        CONTEXT_GRID,
         prompt_fields={"random_input_len": lambda p: p - 100, "random_prefix_len": 100},
     )
     _, axis, _ = _axis(root)
@@ -60,7 +46,7 @@ def test_a_shared_random_prefix_is_added(tmp_path: Path) -> None:
 def test_prefix_repetition_prompts_are_prefix_plus_suffix(tmp_path: Path) -> None:
     root = write_context_grid(
         tmp_path,
-        GRID,
+        CONTEXT_GRID,
         prompt_fields={
             "prefix_repetition_prefix_len": lambda p: p - 96,
             "prefix_repetition_suffix_len": 96,
@@ -73,7 +59,7 @@ def test_prefix_repetition_prompts_are_prefix_plus_suffix(tmp_path: Path) -> Non
 
 
 def test_without_a_swept_key_the_measured_mean_prompt_is_used(tmp_path: Path) -> None:
-    root = write_context_grid(tmp_path, GRID, prompt_fields={})
+    root = write_context_grid(tmp_path, CONTEXT_GRID, prompt_fields={})
     _, axis, _ = _axis(root)
     assert axis is not None
     assert axis.field == "total_input_tokens/completed"
@@ -81,7 +67,7 @@ def test_without_a_swept_key_the_measured_mean_prompt_is_used(tmp_path: Path) ->
 
 
 def test_a_named_field_is_used_and_a_missing_one_is_an_error(tmp_path: Path) -> None:
-    root = write_context_grid(tmp_path, GRID, prompt_fields={"my_len": lambda p: p})
+    root = write_context_grid(tmp_path, CONTEXT_GRID, prompt_fields={"my_len": lambda p: p})
     _, axis, _ = _axis(root, context_var="my_len")
     assert axis is not None and axis.field == "my_len"
     _, axis, problems = _axis(root, context_var="no_such_field")
@@ -92,7 +78,7 @@ def test_a_named_field_is_used_and_a_missing_one_is_an_error(tmp_path: Path) -> 
 
 
 def test_none_ignores_the_prompt_length(tmp_path: Path) -> None:
-    _, axis, problems = _axis(write_context_grid(tmp_path, GRID), context_var="none")
+    _, axis, problems = _axis(write_context_grid(tmp_path, CONTEXT_GRID), context_var="none")
     assert axis is None and problems == []
 
 
@@ -141,14 +127,14 @@ def test_lengths_that_differ_only_between_anchors_are_no_axis(tmp_path: Path) ->
 
 
 def test_each_context_point_is_tuned_on_its_own(tmp_path: Path) -> None:
-    sweep, axis, _ = _axis(write_context_grid(tmp_path, GRID))
+    sweep, axis, _ = _axis(write_context_grid(tmp_path, CONTEXT_GRID))
     assert axis is not None
     analysis = analyse_contexts(sweep, axis, Settings())
     grid = analysis.grid()
     assert {(c["batch_size"], c["prompt_tokens"]): c["selected_k"] for c in grid} == EXPECTED
     assert analysis.ok and analysis.deployable
-    # Pooled, the seed's rules reject the sweep (see GRID): the batch-only answer given is the
-    # shortest context's, [[1, 63, 3], [64, 64, 0]], and a warning says so.
+    # Pooled, the seed's rules reject the sweep (see CONTEXT_GRID): the batch-only answer
+    # given is the shortest context's, [[1, 63, 3], [64, 64, 0]], and a warning says so.
     assert analysis.answer is analysis.contexts[0]
     assert analysis.to_json()["num_speculative_tokens_per_batch_size"] == [[1, 63, 3], [64, 64, 0]]
     pooled = [p for p in analysis.problems if p.rule == "pooled-contexts"]
@@ -156,7 +142,7 @@ def test_each_context_point_is_tuned_on_its_own(tmp_path: Path) -> None:
 
 
 def test_grid_cells_hold_every_candidate_and_a_status(tmp_path: Path) -> None:
-    sweep, axis, _ = _axis(write_context_grid(tmp_path, GRID))
+    sweep, axis, _ = _axis(write_context_grid(tmp_path, CONTEXT_GRID))
     assert axis is not None
     cell = analyse_contexts(sweep, axis, Settings()).to_json()["context_grid"][1]
     assert (cell["batch_size"], cell["prompt_tokens"], cell["context_tokens"]) == (1, 8192, 8256)
@@ -168,7 +154,7 @@ def test_grid_cells_hold_every_candidate_and_a_status(tmp_path: Path) -> None:
 
 
 def test_a_rejected_cell_leaves_its_pick_unresolved(tmp_path: Path) -> None:
-    cells = dict(GRID)
+    cells = dict(CONTEXT_GRID)
     cells[(64, 3, 8192)] = [2000.0, 2600.0, 3200.0]  # relative MAD 0.23: rejected
     sweep, axis, _ = _axis(write_context_grid(tmp_path, cells))
     assert axis is not None
@@ -222,7 +208,7 @@ def test_fixed_batch_sizes_above_1_give_a_grid_but_no_schedule(tmp_path: Path, c
 
 
 def test_cli_prints_the_grid_and_writes_it(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    root = write_context_grid(tmp_path / "sweep", GRID)
+    root = write_context_grid(tmp_path / "sweep", CONTEXT_GRID)
     out = tmp_path / "result.json"
     assert main([str(root), "--output-json", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -240,9 +226,9 @@ def test_cli_prints_the_grid_and_writes_it(tmp_path: Path, capsys) -> None:  # t
 
 
 def test_cli_with_context_var_none_is_the_seed(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    root = write_context_grid(tmp_path / "sweep", GRID)
+    root = write_context_grid(tmp_path / "sweep", CONTEXT_GRID)
     out = tmp_path / "result.json"
-    # Pooled, the noise gate rejects batch 1 K=0 (see GRID): the seed's exit status.
+    # Pooled, the noise gate rejects batch 1 K=0 (see CONTEXT_GRID): the seed's exit status.
     assert main([str(root), "--output-json", str(out), "--context-var", "none"]) == 2
     assert "noisy-objective" in capsys.readouterr().err
     assert not out.exists()
@@ -250,13 +236,13 @@ def test_cli_with_context_var_none_is_the_seed(tmp_path: Path, capsys) -> None: 
 
 @pytest.mark.parametrize("tolerance", ["-0.1", "1.5", "nan"])
 def test_cli_refuses_a_bad_tolerance(tmp_path: Path, capsys, tolerance: str) -> None:  # type: ignore[no-untyped-def]
-    root = write_context_grid(tmp_path / "sweep", GRID)
+    root = write_context_grid(tmp_path / "sweep", CONTEXT_GRID)
     assert main([str(root), "--context-tolerance", tolerance]) == 2
     assert "--context-tolerance" in capsys.readouterr().err
 
 
 def test_the_plan_proposes_a_length_where_neighbouring_picks_disagree(tmp_path: Path) -> None:
-    sweep, axis, _ = _axis(write_context_grid(tmp_path, GRID))
+    sweep, axis, _ = _axis(write_context_grid(tmp_path, CONTEXT_GRID))
     assert axis is not None
     analysis = analyse_contexts(sweep, axis, Settings())
     # Batch 64 picks K=0 at 512 and K=3 at 8192 (EXPECTED); sqrt(512 * 8192) = 2048.
@@ -271,14 +257,14 @@ def test_the_plan_proposes_a_length_where_neighbouring_picks_disagree(tmp_path: 
 
 
 def test_no_plan_where_every_batch_size_agrees_across_lengths(tmp_path: Path) -> None:
-    cells = {key: values for key, values in GRID.items() if key[0] == 1}
+    cells = {key: values for key, values in CONTEXT_GRID.items() if key[0] == 1}
     sweep, axis, _ = _axis(write_context_grid(tmp_path, cells))
     assert axis is not None
     assert analyse_contexts(sweep, axis, Settings()).context_points_to_measure() == []
 
 
 def test_cli_prints_each_format_s_config_as_export_does(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    root = write_context_grid(tmp_path / "sweep", GRID)
+    root = write_context_grid(tmp_path / "sweep", CONTEXT_GRID)
     out = tmp_path / "result.json"
     assert main([str(root), "--output-json", str(out)]) == 0
     tuned = capsys.readouterr().out.splitlines()
@@ -292,7 +278,7 @@ def test_the_default_mix_exports_the_shortest_context_s_own_picks(tmp_path: Path
     # At batch 1, 512 tokens, K=1 has the higher median (200 vs 191) but a wide spread: MAD 15,
     # conservative 200 - 1.4826 * 15 = 177.8 < K=3's 191 - 1.4826 * 1 = 189.5. The tuner picks
     # K=3 there, so a batch-only export for that context alone must too.
-    cells = dict(GRID)
+    cells = dict(CONTEXT_GRID)
     cells[(1, 1, 512)] = [185.0, 200.0, 215.0]
     cells[(1, 3, 512)] = [190.0, 191.0, 192.0]
     cells[(1, 1, 8192)] = spread(120.0)

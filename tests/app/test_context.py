@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweep_builder import spread, write_context_grid
+from sweep_builder import CONTEXT_GRID, write_context_grid
 
 from lib.app import context as view
 from lib.cli.main import main
@@ -13,21 +13,9 @@ from lib.context import find_context_axis
 from lib.settings import ContextSettings, Options, Settings
 from lib.sweeps import load_experiment
 
-#: As tests/test_context.py's GRID: K=3 pays everywhere but at batch 64 with 512-token prompts.
-GRID = {
-    (1, 0, 512): spread(100.0),
-    (1, 3, 512): spread(180.0),
-    (64, 0, 512): spread(4000.0),
-    (64, 3, 512): spread(3000.0),
-    (1, 0, 8192): spread(80.0),
-    (1, 3, 8192): spread(150.0),
-    (64, 0, 8192): spread(2000.0),
-    (64, 3, 8192): spread(2600.0),
-}
-
 
 def _shown(tmp_path: Path, point: int | None = None, **context: str) -> view.SweepAnalysis:
-    sweep = load_experiment(write_context_grid(tmp_path, GRID))
+    sweep = load_experiment(write_context_grid(tmp_path, CONTEXT_GRID))
     axis, _ = find_context_axis(sweep, ContextSettings(**context))
     return view.analyse_sweep(sweep, Settings(), Options(), axis, point)
 
@@ -71,7 +59,7 @@ def test_heatmap_losses_are_the_vllm_export_s(tmp_path: Path) -> None:
 
 
 def test_downloads_are_the_cli_s_files(tmp_path: Path) -> None:
-    root = write_context_grid(tmp_path / "sweep", GRID)
+    root = write_context_grid(tmp_path / "sweep", CONTEXT_GRID)
     result = tmp_path / "result.json"
     assert main([str(root), "--output-json", str(result)]) == 0
     axis, _ = find_context_axis(load_experiment(root), ContextSettings())
