@@ -38,22 +38,29 @@ def setting_slider(key: str, steps: list, value: float) -> mo.ui.slider:
     )
 
 
-def sidebar_part(element: object, key: str | None, heading: str | None = None) -> mo.Html:
-    """``element`` (with its help) as its part of the sidebar, under ``heading`` if given.
+def sidebar_part(*items: str | tuple[object, str | None]) -> mo.Html:
+    """One part of the sidebar: each ``str`` a heading, each ``(element, key)`` a control with
+    its help (``key`` None: the element brings its own).
 
-    Each control's own cell shows its part: a cell that defines a control does not run again
-    when the control's value changes, so a slider moved sends nothing to the sidebar (a cell
-    showing the whole sidebar would run again, and send it all again, on every change).
-    marimo shows the parts in the order of their cells, a part sent again in its place. These
-    cells come last in the file: each leaves an empty slot where it stands in the page. Each
-    stops when the folder holds no experiment: no sidebar then, only the page's explanation.
+    The cell that defines a control shows its part: a cell that defines a control does not run
+    again when the control's value changes, so a slider moved sends nothing to the sidebar (a
+    cell showing the whole sidebar would run again, and send it all again, on every change).
+    Controls that depend on nothing but the experiments share a cell and a part; one built from
+    the sweep, or one a problem's one-click fix sets (through its state), has a cell of its own,
+    so that building it again resets no other control. marimo shows the parts in the order of
+    their cells, a part sent again in its place. These cells come last in the file: each leaves
+    an empty slot where it stands in the page. Each stops when the folder holds no experiment:
+    no sidebar then, only the page's explanation.
     """
-    shown = [mo.md(f"### {heading}")] if heading else []
-    helped = element if key is None else with_help(element, key)
+    shown = [mo.md(f"### {item}") if isinstance(item, str) else _helped(*item) for item in items]
     # In a box of its own: mo.sidebar stretches what it shows to fill the column, and parts
     # would spread out over a tall window. Every part sets the width: marimo takes the last's.
-    part = mo.vstack([*shown, helped]).style(margin_bottom="0.5rem")
+    part = mo.vstack(shown).style(margin_bottom="0.5rem")
     return mo.sidebar(part, width="22rem")
+
+
+def _helped(element: object, key: str | None) -> object:
+    return element if key is None else with_help(element, key)
 
 
 def context_section(grid, mix, tolerance: float, format_picker, point_picker) -> mo.Html:
@@ -100,12 +107,14 @@ def context_section(grid, mix, tolerance: float, format_picker, point_picker) ->
     )
 
 
-def fix_action(fix: guide.Fix, setters: dict) -> mo.Html:
-    """The button that applies ``fix`` to its sidebar control."""
+def fix_action(fix: guide.Fix, set_fixable, fixable: dict) -> mo.Html:
+    """The button that applies ``fix`` to its sidebar control: it sets the state the fixable
+    controls are built from to ``fixable`` (their values now) with the fix's value, so the
+    controls built again keep the values a person gave them."""
     return mo.ui.button(
         label=html.escape(fix.label),
         kind="warn",
-        on_click=lambda _: setters[fix.control](fix.value),
+        on_click=lambda _: set_fixable({**fixable, fix.control: fix.value}),
     )
 
 

@@ -43,7 +43,6 @@ with app.setup:
         setting_slider,
         sidebar_part,
         switch_section,
-        with_help,
     )
 
 
@@ -75,68 +74,23 @@ def _():
         value=next(iter(app_context.FORMAT_LABELS.values())),
         label="Export the (batch x context) schedule as",
     )
-    return context_format_picker, folder_browser, query_refusal, root, start_folder
-
-
-@app.cell
-def _(folder_browser, root, start_folder):
-    _browsed = folder_browser.path()
-    base_folder = (
-        app_support.folder_below_root(root, str(_browsed))[0] if _browsed else start_folder
-    )
-    experiments, experiment_refusals = app_support.find_experiments(base_folder, root)
-    return base_folder, experiment_refusals, experiments
-
-
-@app.cell
-def _(base_folder, experiments):
-    mo.stop(
-        not experiments,
-        mo.callout(
-            mo.Html(
-                f"No experiment in {app_support.path_html(base_folder)}: expected"
-                " <code>summary.json</code> or <code>run=N.json</code> files (the output of"
-                " <code>vllm bench sweep serve</code>) in it or in its subfolders."
-            ),
-            kind="danger",
-        ),
-    )
-    return
-
-
-@app.cell
-def _():
-    # One state per control a problem's one-click fix may set; the control starts from it.
-    get_min_runs, set_min_runs = mo.state(Settings().min_runs)
-    get_noise, set_noise = mo.state(Settings().max_objective_relative_mad)
-    get_k_var, set_k_var = mo.state(Fields().k_var)
-    get_mixed_global, set_mixed_global = mo.state(Settings().allow_mixed_global_k)
-    get_strict, set_strict = mo.state(Settings().strict_acceptance_stability)
-    fix_setters = {
-        "min_runs": set_min_runs,
-        "max_objective_relative_mad": set_noise,
-        "k_var": set_k_var,
-        "allow_mixed_global_k": set_mixed_global,
-        "strict_acceptance_stability": set_strict,
-    }
+    # The controls a problem's one-click fix may set are built from this state: a fix sets
+    # it to their values now with its own, and their cell builds them again.
+    get_fixable, set_fixable = mo.state(guide.fixable_values(Settings(), Fields()))
     return (
-        fix_setters,
-        get_k_var,
-        get_min_runs,
-        get_mixed_global,
-        get_noise,
-        get_strict,
+        context_format_picker,
+        folder_browser,
+        get_fixable,
+        query_refusal,
+        root,
+        set_fixable,
+        start_folder,
     )
 
 
 @app.cell
-def _(batch_size_var_input, k_var_picker):
+def _(batch_size_var_input, experiment_picker, k_var_picker, root):
     fields = Fields(batch_size_var=batch_size_var_input.value, k_var=k_var_picker.value)
-    return (fields,)
-
-
-@app.cell
-def _(experiment_picker, fields, root):
     sweep = load_experiment(
         experiment_picker.value,
         batch_size_var=fields.batch_size_var,
@@ -146,7 +100,22 @@ def _(experiment_picker, fields, root):
             mo.status.progress_bar, title="Reading sweep files", remove_on_exit=True
         ),
     )
-    return (sweep,)
+    return fields, sweep
+
+
+@app.cell
+def _(context_controls, sweep):
+    # The prompt lengths the sweep varied, if any: the context picker's options.
+    context_axis, context_notes = find_context_axis(
+        sweep, ContextSettings(context_var=context_controls.value["context_var"].strip() or "auto")
+    )
+    _labels = app_context.point_labels(context_axis)
+    context_point_picker = mo.ui.dropdown(
+        options=_labels or {"the whole sweep": None},
+        value=next(iter(_labels), "the whole sweep"),
+        label="Show the schedule and details at",
+    )
+    return context_axis, context_notes, context_point_picker
 
 
 @app.cell
@@ -154,6 +123,9 @@ def _(
     acceptance_noise_slider,
     acceptance_picker,
     confidence_slider,
+    context_axis,
+    context_notes,
+    context_point_picker,
     direction_picker,
     experiment_picker,
     fields,
@@ -164,13 +136,17 @@ def _(
     objective_picker,
     penalty_slider,
     policy_picker,
+    set_fixable,
     strict_checkbox,
+    sweep,
     tolerance_slider,
 ):
-    # One cell: every cell that reads the settings also reads the options and the experiment.
+    # One cell for everything a setting changes (each would run on every change anyway): the
+    # CLI's whole analysis (per context point when the sweep varied the prompt length), the
+    # problems grouped, the verdict.
     settings = Settings(
         objective=objective_picker.value,
-        direction=direction_picker.value,
+        direction=app_support.chosen_direction(direction_picker.value, objective_picker.value),
         acceptance=app_support.acceptance_field(acceptance_picker.value),
         min_runs=min_runs_slider.value,
         uncertainty_penalty=penalty_slider.value,
@@ -186,33 +162,6 @@ def _(
         interpolated_schedule=interpolated_checkbox.value,
     )
     cli_arguments = app_support.cli_arguments(experiment_picker.value, fields, settings, options)
-    return cli_arguments, options, settings
-
-
-@app.cell
-def _(context_controls, sweep):
-    # The prompt lengths the sweep varied, if any: the context picker's options.
-    context_axis, context_notes = find_context_axis(
-        sweep, ContextSettings(context_var=context_controls.value["context_var"].strip() or "auto")
-    )
-    return context_axis, context_notes
-
-
-@app.cell
-def _(context_axis):
-    _labels = app_context.point_labels(context_axis)
-    context_point_picker = mo.ui.dropdown(
-        options=_labels or {"the whole sweep": None},
-        value=next(iter(_labels), "the whole sweep"),
-        label="Show the schedule and details at",
-    )
-    return (context_point_picker,)
-
-
-@app.cell
-def _(context_axis, context_point_picker, options, settings, sweep):
-    # The CLI's whole analysis (per context point when the sweep varied the prompt length):
-    # the seed policy, confidence, the rule, switch points, the plan.
     shown = app_context.analyse_sweep(
         sweep, settings, options, context_axis, context_point_picker.value
     )
@@ -225,37 +174,64 @@ def _(context_axis, context_point_picker, options, settings, sweep):
         if result.ok and result.schedule
         else None
     )
-    return analysis, result, schedule_file, shown, trtllm_file
-
-
-@app.cell
-def _(context_notes, fields, fix_setters, options, settings, shown):
+    rule_comparison = app_support.compare_rules(analysis, options)
     problem_groups = guide.problem_groups([*shown.problems, *context_notes], settings, fields)
     verdict = (
-        guide.verdict(shown.analysis, problem_groups, options)
+        guide.verdict(analysis, problem_groups, options)
         if shown.grid is None
         else app_context.grid_verdict(shown.grid, problem_groups, options)
     )
     # A global, so that marimo sends the buttons' clicks to the kernel wherever they are shown.
     fix_buttons = mo.ui.dictionary(
         {
-            _group.rule: fix_action(_group.fix, fix_setters)
+            _group.rule: fix_action(_group.fix, set_fixable, guide.fixable_values(settings, fields))
             for _group in problem_groups
             if _group.fix is not None
         }
     )
-    return fix_buttons, problem_groups, verdict
+    return (
+        analysis,
+        cli_arguments,
+        fix_buttons,
+        options,
+        problem_groups,
+        result,
+        rule_comparison,
+        schedule_file,
+        settings,
+        shown,
+        trtllm_file,
+        verdict,
+    )
 
 
 @app.cell
-def _(experiment_picker, root):
+def _(
+    analysis,
+    cli_arguments,
+    compare_picker,
+    context_controls,
+    context_format_picker,
+    context_point_picker,
+    experiment_picker,
+    fields,
+    fix_buttons,
+    options,
+    problem_groups,
+    result,
+    root,
+    rule_comparison,
+    schedule_file,
+    settings,
+    shown,
+    trtllm_file,
+    verdict,
+):
+    # The page, top to bottom: the experiment, the verdict with its fixes, the schedule and its
+    # config, the headline chart, the (batch x context) grid, then the sections. One cell: all
+    # of it changes with every setting, and marimo keeps a page hidden while it first loads
+    # 30 ms per cell of the notebook.
     _name = app_support.shown_path(experiment_picker.value.relative_to(root))
-    mo.md(f"# tune-spec-k · {html.escape(_name)}").style({"overflow-wrap": "anywhere"})
-    return
-
-
-@app.cell
-def _(fix_buttons, problem_groups, verdict):
     _kind = {"ready": "success", "provisional": "warn", "cannot-tune": "danger"}[verdict.state]
     # The largest error group is the reason; its fix, and the next group's, one click away.
     _fixes = [
@@ -263,24 +239,21 @@ def _(fix_buttons, problem_groups, verdict):
         for _group in problem_groups[:2]
         if _group.severity is Severity.ERROR and _group.rule in fix_buttons.elements
     ]
-    mo.callout(
-        mo.vstack(
-            [
-                mo.md(f"**{verdict.title}:** {html.escape(verdict.reason)}"),
-                mo.hstack(_fixes, justify="start", wrap=True) if _fixes else mo.md(""),
-            ]
+    _page = [
+        mo.md(f"# tune-spec-k · {html.escape(_name)}").style({"overflow-wrap": "anywhere"}),
+        mo.callout(
+            mo.vstack(
+                [
+                    mo.md(f"**{verdict.title}:** {html.escape(verdict.reason)}"),
+                    mo.hstack(_fixes, justify="start", wrap=True) if _fixes else mo.md(""),
+                ]
+            ),
+            kind=_kind,
         ),
-        kind=_kind,
-    )
-    return
-
-
-@app.cell
-def _(context_point_picker, result, schedule_file, shown):
-    mo.stop(schedule_file is None or not result.ok)
-    _where = "" if shown.grid is None else f" at {context_point_picker.selected_key}"
-    mo.vstack(
-        [
+    ]
+    if schedule_file is not None and result.ok:
+        _where = "" if shown.grid is None else f" at {context_point_picker.selected_key}"
+        _page += [
             mo.md(
                 f"**Schedule{_where}** (`num_speculative_tokens_per_batch_size`):"
                 f" `{app_support.schedule_text(result)}`; for `vllm serve`:"
@@ -297,39 +270,89 @@ def _(context_point_picker, result, schedule_file, shown):
                 label=f"Download {app_support.SCHEDULE_FILE}",
             ),
         ]
-    )
-    return
-
-
-@app.cell
-def _(analysis, result):
     headline_chart = charts.headline_chart(result, analysis.report)
-    mo.output.replace(headline_chart)
-    return (headline_chart,)
-
-
-@app.cell
-def _(context_controls, context_format_picker, context_point_picker, settings, shown):
-    mo.stop(shown.grid is None)
-    context_block = context_section(
-        shown.grid,
-        context_controls.value["context_mix"].strip() or None,
-        settings.relative_tolerance,
-        context_format_picker,
-        context_point_picker,
+    _page.append(headline_chart)
+    context_block = None
+    if shown.grid is not None:
+        context_block = context_section(
+            shown.grid,
+            context_controls.value["context_mix"].strip() or None,
+            settings.relative_tolerance,
+            context_format_picker,
+            context_point_picker,
+        )
+        _page.append(context_block)
+    # Each section is built when it is opened (a function), and again only while it is open.
+    _problem_count = sum(len(_group.problems) for _group in problem_groups)
+    _page.append(
+        mo.accordion(
+            {
+                f"Problems ({_problem_count})": functools.partial(
+                    problems_section, problem_groups, fix_buttons
+                ),
+                "Data health": functools.partial(health_section, analysis),
+                "Decisions": functools.partial(decisions_section, analysis, options, cli_arguments),
+                "How sure": functools.partial(confidence_section, analysis),
+                "What to measure next": functools.partial(plan_section, analysis),
+                "Rules compared": functools.partial(rules_section, rule_comparison),
+                "Switch points": functools.partial(switch_section, analysis),
+                "Objective per batch size": functools.partial(objective_section, analysis),
+                "Acceptance": functools.partial(acceptance_section, analysis),
+                "Downloads": functools.partial(downloads_section, analysis, trtllm_file),
+            },
+            multiple=True,
+            lazy=True,
+        )
     )
-    mo.output.replace(context_block)
-    return (context_block,)
+    # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`;
+    # nothing is read until one is picked. Not lazy: the picker lives in it, and a lazy
+    # section built again while the choice is on its way could show the old content.
+    comparison, comparison_error = app_support.compare_with(
+        str(experiment_picker.value),
+        analysis,
+        compare_picker.value,
+        app_support.diff_settings(settings, options, fields),
+        root,
+    )
+    _page.append(
+        mo.accordion(
+            {
+                "Compare with another experiment": compare_section(
+                    compare_picker, comparison, comparison_error
+                )
+            }
+        )
+    )
+    mo.output.replace(mo.vstack(_page))
+    return comparison, comparison_error, context_block, headline_chart
 
 
 @app.cell
-def _(base_folder, experiment_refusals, folder_browser, query_refusal, root):
-    _notes = [
+def _(folder_browser, query_refusal, root, start_folder):
+    _browsed = folder_browser.path()
+    base_folder = (
+        app_support.folder_below_root(root, str(_browsed))[0] if _browsed else start_folder
+    )
+    experiments, experiment_refusals = app_support.find_experiments(base_folder, root)
+    # Where the experiments were read from, below the answer; without one, all the page shows.
+    _notes = []
+    if not experiments:
+        _notes.append(
+            mo.callout(
+                mo.Html(
+                    f"No experiment in {app_support.path_html(base_folder)}: expected"
+                    " <code>summary.json</code> or <code>run=N.json</code> files (the output of"
+                    " <code>vllm bench sweep serve</code>) in it or in its subfolders."
+                ),
+                kind="danger",
+            )
+        )
+    _notes.append(
         mo.Html(
             f"Reading experiments in {app_support.path_html(base_folder)}"
             f" (root {app_support.path_html(root)})"
         )
-    ]
+    )
     if query_refusal:
         _notes.append(mo.callout(query_refusal, kind="warn"))
     if experiment_refusals:
@@ -347,84 +370,7 @@ def _(base_folder, experiment_refusals, folder_browser, query_refusal, root):
     if mo.app_meta().mode == "edit":
         _notes.append(mo.accordion({"Browse folders": folder_browser}))
     mo.vstack(_notes)
-    return
-
-
-@app.cell
-def _(analysis, options):
-    rule_comparison = app_support.compare_rules(analysis, options)
-    return (rule_comparison,)
-
-
-@app.cell
-def _(experiments):
-    compare_picker = mo.ui.dropdown(
-        options={app_support.NO_COMPARISON: None, **experiments},
-        value=app_support.NO_COMPARISON,
-        label="Compare with",
-    )
-    return (compare_picker,)
-
-
-@app.cell
-def _(analysis, compare_picker, experiment_picker, fields, options, root, settings):
-    # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`;
-    # nothing is read until one is picked.
-    comparison, comparison_error = app_support.compare_with(
-        str(experiment_picker.value),
-        analysis,
-        compare_picker.value,
-        app_support.diff_settings(settings, options, fields),
-        root,
-    )
-    return comparison, comparison_error
-
-
-@app.cell
-def _(
-    analysis,
-    cli_arguments,
-    fix_buttons,
-    options,
-    problem_groups,
-    rule_comparison,
-    trtllm_file,
-):
-    # Each section is built when it is opened (a function), and again only while it is open.
-    _problem_count = sum(len(_group.problems) for _group in problem_groups)
-    mo.accordion(
-        {
-            f"Problems ({_problem_count})": functools.partial(
-                problems_section, problem_groups, fix_buttons
-            ),
-            "Data health": functools.partial(health_section, analysis),
-            "Decisions": functools.partial(decisions_section, analysis, options, cli_arguments),
-            "How sure": functools.partial(confidence_section, analysis),
-            "What to measure next": functools.partial(plan_section, analysis),
-            "Rules compared": functools.partial(rules_section, rule_comparison),
-            "Switch points": functools.partial(switch_section, analysis),
-            "Objective per batch size": functools.partial(objective_section, analysis),
-            "Acceptance": functools.partial(acceptance_section, analysis),
-            "Downloads": functools.partial(downloads_section, analysis, trtllm_file),
-        },
-        multiple=True,
-        lazy=True,
-    )
-    return
-
-
-@app.cell
-def _(compare_picker, comparison, comparison_error):
-    # Not lazy: the picker lives in it, and a lazy section built again while the choice is
-    # on its way could show the old content.
-    mo.accordion(
-        {
-            "Compare with another experiment": compare_section(
-                compare_picker, comparison, comparison_error
-            )
-        }
-    )
-    return
+    return base_folder, experiment_refusals, experiments
 
 
 @app.cell
@@ -436,46 +382,75 @@ def _(experiments):
         label="Experiment",
         full_width=True,
     )
-    sidebar_part(experiment_picker, "experiment", "Input")
-    return (experiment_picker,)
-
-
-@app.cell
-def _(experiments, get_k_var):
-    mo.stop(not experiments)
-    k_var_picker = mo.ui.dropdown(
-        options=app_support.K_VAR_CHOICES,
-        value=next(
-            name for name, field in app_support.K_VAR_CHOICES.items() if field == get_k_var()
-        ),
-        label=labelled("k_var"),
-    )
-    sidebar_part(k_var_picker, "k_var")
-    return (k_var_picker,)
-
-
-@app.cell
-def _(experiments):
-    mo.stop(not experiments)
     batch_size_var_input = mo.ui.text(
         value=DEFAULT_BATCH_SIZE_VAR, label=labelled("batch_size_var")
     )
-    sidebar_part(batch_size_var_input, "batch_size_var")
-    return (batch_size_var_input,)
+    # Shown with the comparison, in the page.
+    compare_picker = mo.ui.dropdown(
+        options={app_support.NO_COMPARISON: None, **experiments},
+        value=app_support.NO_COMPARISON,
+        label="Compare with",
+    )
+    sidebar_part(
+        "Input", (experiment_picker, "experiment"), (batch_size_var_input, "batch_size_var")
+    )
+    return batch_size_var_input, compare_picker, experiment_picker
 
 
 @app.cell
-def _(experiments, get_mixed_global):
+def _(experiments, get_fixable):
     mo.stop(not experiments)
-    mixed_global_checkbox = mo.ui.checkbox(
-        value=get_mixed_global(), label=labelled("allow_mixed_global_k")
+    _fixable = get_fixable()
+    k_var_picker = mo.ui.dropdown(
+        options=app_support.K_VAR_CHOICES,
+        value=next(
+            name for name, field in app_support.K_VAR_CHOICES.items() if field == _fixable["k_var"]
+        ),
+        label=labelled("k_var"),
     )
-    sidebar_part(mixed_global_checkbox, "allow_mixed_global_k")
-    return (mixed_global_checkbox,)
+    mixed_global_checkbox = mo.ui.checkbox(
+        value=_fixable["allow_mixed_global_k"], label=labelled("allow_mixed_global_k")
+    )
+    # A range, not steps: the slider then reports the count itself (aria-valuenow), not its
+    # position among the steps.
+    min_runs_slider = mo.ui.slider(
+        start=1,
+        stop=10,
+        step=1,
+        value=_fixable["min_runs"],
+        debounce=True,
+        show_value=True,
+        label=labelled("min_runs"),
+    )
+    noise_slider = setting_slider(
+        "max_objective_relative_mad",
+        app_support.slider_steps(1.0, 0.01),
+        _fixable["max_objective_relative_mad"],
+    )
+    strict_checkbox = mo.ui.checkbox(
+        value=_fixable["strict_acceptance_stability"],
+        label=labelled("strict_acceptance_stability"),
+    )
+    sidebar_part(
+        (k_var_picker, "k_var"),
+        (mixed_global_checkbox, "allow_mixed_global_k"),
+        "Gates",
+        (min_runs_slider, "min_runs"),
+        (noise_slider, "max_objective_relative_mad"),
+        (strict_checkbox, "strict_acceptance_stability"),
+    )
+    return (
+        k_var_picker,
+        min_runs_slider,
+        mixed_global_checkbox,
+        noise_slider,
+        strict_checkbox,
+    )
 
 
 @app.cell
 def _(fields, sweep):
+    # Both lists come from the sweep's fields: built again for a new experiment only.
     _choices = guide.objective_choices(sweep, KNOWN_OBJECTIVES, fields)
     objective_picker = mo.ui.dropdown(
         options=_choices or [Settings().objective],
@@ -485,138 +460,45 @@ def _(fields, sweep):
         searchable=True,
         label=labelled("objective"),
     )
-    sidebar_part(objective_picker, "objective", "Policy")
-    return (objective_picker,)
-
-
-@app.cell
-def _(objective_picker):
-    direction_picker = mo.ui.radio(
-        options=["maximize", "minimize"],
-        value=app_support.default_direction(objective_picker.value),
-        inline=True,
-        label=labelled("direction"),
-    )
-    sidebar_part(direction_picker, "direction")
-    return (direction_picker,)
-
-
-@app.cell
-def _(experiments):
-    mo.stop(not experiments)
-    penalty_slider = setting_slider(
-        "uncertainty_penalty", app_support.slider_steps(5.0, 0.1), Settings().uncertainty_penalty
-    )
-    sidebar_part(penalty_slider, "uncertainty_penalty")
-    return (penalty_slider,)
-
-
-@app.cell
-def _(experiments):
-    mo.stop(not experiments)
-    tolerance_slider = setting_slider(
-        "relative_tolerance", app_support.slider_steps(0.3, 0.005), Settings().relative_tolerance
-    )
-    sidebar_part(tolerance_slider, "relative_tolerance")
-    return (tolerance_slider,)
-
-
-@app.cell
-def _(experiments, get_noise):
-    mo.stop(not experiments)
-    noise_slider = setting_slider(
-        "max_objective_relative_mad", app_support.slider_steps(1.0, 0.01), get_noise()
-    )
-    sidebar_part(noise_slider, "max_objective_relative_mad")
-    return (noise_slider,)
-
-
-@app.cell
-def _(experiments, get_min_runs):
-    mo.stop(not experiments)
-    # A range, not steps: the slider then reports the count itself (aria-valuenow), not its
-    # position among the steps.
-    min_runs_slider = mo.ui.slider(
-        start=1,
-        stop=10,
-        step=1,
-        value=get_min_runs(),
-        debounce=True,
-        show_value=True,
-        label=labelled("min_runs"),
-    )
-    sidebar_part(min_runs_slider, "min_runs")
-    return (min_runs_slider,)
-
-
-@app.cell
-def _(sweep):
     acceptance_picker = mo.ui.dropdown(
         options=app_support.acceptance_options(sweep),
         value=app_support.NO_ACCEPTANCE,
         label=labelled("acceptance"),
     )
-    sidebar_part(acceptance_picker, "acceptance", "Acceptance")
-    return (acceptance_picker,)
+    sidebar_part("Measurements", (objective_picker, "objective"), (acceptance_picker, "acceptance"))
+    return acceptance_picker, objective_picker
 
 
 @app.cell
 def _(experiments):
     mo.stop(not experiments)
+    direction_picker = mo.ui.radio(
+        options=app_support.DIRECTION_CHOICES,
+        value=app_support.USUAL_DIRECTION,
+        label=labelled("direction"),
+    )
+    penalty_slider = setting_slider(
+        "uncertainty_penalty", app_support.slider_steps(5.0, 0.1), Settings().uncertainty_penalty
+    )
+    tolerance_slider = setting_slider(
+        "relative_tolerance", app_support.slider_steps(0.3, 0.005), Settings().relative_tolerance
+    )
     acceptance_noise_slider = setting_slider(
         "max_acceptance_relative_mad",
         app_support.slider_steps(1.0, 0.01),
         Settings().max_acceptance_relative_mad,
     )
-    sidebar_part(acceptance_noise_slider, "max_acceptance_relative_mad")
-    return (acceptance_noise_slider,)
-
-
-@app.cell
-def _(experiments, get_strict):
-    mo.stop(not experiments)
-    strict_checkbox = mo.ui.checkbox(
-        value=get_strict(), label=labelled("strict_acceptance_stability")
-    )
-    sidebar_part(strict_checkbox, "strict_acceptance_stability")
-    return (strict_checkbox,)
-
-
-@app.cell
-def _(experiments):
-    mo.stop(not experiments)
     policy_picker = mo.ui.radio(
         options=app_support.POLICY_CHOICES,
         value=next(iter(app_support.POLICY_CHOICES)),
         label=labelled("policy"),
     )
-    sidebar_part(policy_picker, "policy", "Decision rule")
-    return (policy_picker,)
-
-
-@app.cell
-def _(experiments):
-    mo.stop(not experiments)
     confidence_slider = setting_slider(
         "confidence", app_support.slider_steps(1.0, 0.01, start=0.5), Options().confidence
     )
-    sidebar_part(confidence_slider, "confidence")
-    return (confidence_slider,)
-
-
-@app.cell
-def _(experiments):
-    mo.stop(not experiments)
     interpolated_checkbox = mo.ui.checkbox(
         value=Options().interpolated_schedule, label=labelled("interpolated_schedule")
     )
-    sidebar_part(interpolated_checkbox, "interpolated_schedule")
-    return (interpolated_checkbox,)
-
-
-@app.cell
-def _(experiments):
-    mo.stop(not experiments)
     context_controls = mo.ui.dictionary(
         {
             "context_var": mo.ui.text(value="auto", label=labelled("context_var")),
@@ -626,13 +508,29 @@ def _(experiments):
         }
     )
     sidebar_part(
-        mo.vstack(
-            [with_help(context_controls[_key], _key) for _key in ("context_var", "context_mix")]
-        ),
-        None,
+        "Policy",
+        (direction_picker, "direction"),
+        (penalty_slider, "uncertainty_penalty"),
+        (tolerance_slider, "relative_tolerance"),
+        (acceptance_noise_slider, "max_acceptance_relative_mad"),
+        "Decision rule",
+        (policy_picker, "policy"),
+        (confidence_slider, "confidence"),
+        (interpolated_checkbox, "interpolated_schedule"),
         "Context length",
+        (context_controls["context_var"], "context_var"),
+        (context_controls["context_mix"], "context_mix"),
     )
-    return (context_controls,)
+    return (
+        acceptance_noise_slider,
+        confidence_slider,
+        context_controls,
+        direction_picker,
+        interpolated_checkbox,
+        penalty_slider,
+        policy_picker,
+        tolerance_slider,
+    )
 
 
 if __name__ == "__main__":

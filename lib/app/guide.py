@@ -34,6 +34,7 @@ __all__ = [
     "ProblemGroup",
     "Verdict",
     "default_experiment",
+    "fixable_values",
     "in_app_words",
     "objective_choices",
     "pick_confidence",
@@ -75,7 +76,7 @@ CONTROL_HELP: dict[str, str] = {
     " num_speculative_tokens; allow it, and deploy the largest.",
     "objective": "The measured field the schedule optimises (numeric fields that vary).",
     "direction": "Whether a larger value of the objective is better (throughput) or a"
-    " smaller one (latency).",
+    " smaller one (latency); usual: smaller for latencies (*_ms), larger otherwise.",
     "uncertainty_penalty": "The seed ranks each K by its median less this many robust"
     " sigmas (1.4826 x MAD): noisier K are penalised.",
     "relative_tolerance": "K within this fraction of the best score tie; the smallest tied K wins.",
@@ -184,6 +185,22 @@ class Fix:
     control: str  # a key of CONTROL_LABELS
     value: Any
     label: str  # the button's text
+
+
+def fixable_values(settings: Settings, fields: Fields) -> dict[str, Any]:
+    """The settings a :class:`Fix` may set, by control (the app builds those controls from
+    them): the controls' values for ``settings`` and ``fields``.
+
+    >>> fixable_values(Settings(min_runs=1), Fields())["min_runs"]
+    1
+    """
+    return {
+        "k_var": fields.k_var,
+        "allow_mixed_global_k": settings.allow_mixed_global_k,
+        "min_runs": settings.min_runs,
+        "max_objective_relative_mad": settings.max_objective_relative_mad,
+        "strict_acceptance_stability": settings.strict_acceptance_stability,
+    }
 
 
 @dataclass(frozen=True)

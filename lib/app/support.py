@@ -42,6 +42,7 @@ from lib.sweep_files import holds_runs
 from lib.sweeps import Sweep
 
 __all__ = [
+    "DIRECTION_CHOICES",
     "HIGHLIGHT",
     "K_VAR_CHOICES",
     "NO_ACCEPTANCE",
@@ -49,12 +50,14 @@ __all__ = [
     "POLICY_CHOICES",
     "PREFERRED_ACCEPTANCE",
     "SCHEDULE_FILE",
+    "USUAL_DIRECTION",
     "AppArguments",
     "HealthCounts",
     "RuleComparison",
     "acceptance_field",
     "acceptance_options",
     "baseline_text",
+    "chosen_direction",
     "cli_arguments",
     "cli_command",
     "compare_rules",
@@ -97,6 +100,10 @@ POLICY_CHOICES: dict[str, Policy] = {
     "the seed's: conservative score": "seed",
     "confident: P(eps-good)": "confident",
 }
+
+#: The direction choices, as the app names them: the first follows the objective.
+USUAL_DIRECTION = "usual for the objective"
+DIRECTION_CHOICES = (USUAL_DIRECTION, "maximize", "minimize")
 
 #: Background of the rows a table highlights (unresolved anchors, rules that differ).
 HIGHLIGHT = {"backgroundColor": "#fde2e1"}
@@ -284,6 +291,21 @@ def default_direction(field: str) -> Direction:
     if field in KNOWN_OBJECTIVES:
         return KNOWN_OBJECTIVES[field]
     return "minimize" if field.endswith("_ms") else "maximize"
+
+
+def chosen_direction(choice: str, objective: str) -> Direction:
+    """The direction a choice among :data:`DIRECTION_CHOICES` means for ``objective``:
+    :data:`USUAL_DIRECTION` is :func:`default_direction` of the objective, so that a new
+    objective brings its own direction and the control needs no rebuilding.
+
+    >>> chosen_direction(USUAL_DIRECTION, "median_tpot_ms"), chosen_direction("maximize", "x_ms")
+    ('minimize', 'maximize')
+    """
+    if choice == USUAL_DIRECTION:
+        return default_direction(objective)
+    if choice not in ("maximize", "minimize"):
+        raise ValueError(f"direction {choice!r}: expected one of {DIRECTION_CHOICES}")
+    return "maximize" if choice == "maximize" else "minimize"
 
 
 def acceptance_options(sweep: Sweep) -> list[str]:

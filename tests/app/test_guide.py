@@ -13,7 +13,7 @@ from sweep_builder import WORKED_EXAMPLE, grid, write_grid
 
 from lib.analysis import analyse
 from lib.app import guide
-from lib.problems import Severity
+from lib.problems import Problem, Severity
 from lib.schedule import KNOWN_OBJECTIVES
 from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Fields, Options, Settings
 from lib.sweeps import load_experiment
@@ -171,3 +171,23 @@ def test_the_default_experiment_is_the_quick_starts() -> None:
 
 def test_every_control_has_help() -> None:
     assert set(guide.CONTROL_LABELS) <= set(guide.CONTROL_HELP)
+
+
+def test_every_fix_sets_a_control_the_app_builds_from_the_fixable_values() -> None:
+    # The app builds the controls a fix sets from one state, fixable_values: a fix of a control
+    # missing there would set nothing. One problem of each rule that has a fix.
+    def problem(rule: str, value: str | None = None) -> Problem:
+        return Problem(Severity.ERROR, rule, "a message", value=value, extra={"runs": 1})
+
+    problems = (
+        problem("too-few-runs"),
+        problem("noisy-objective", "0.25"),
+        problem("mixed-global-k"),
+        problem("missing-k"),
+        problem("unstable-acceptance"),
+    )
+    groups = guide.problem_groups(problems, Settings(), Fields())
+    fixes = {group.rule: group.fix for group in groups}
+    assert all(fix is not None for fix in fixes.values()), fixes
+    fixable = guide.fixable_values(Settings(), Fields())
+    assert {fix.control for fix in fixes.values() if fix} == set(fixable)

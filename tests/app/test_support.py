@@ -214,6 +214,16 @@ def test_directions_and_acceptance_choices(tmp_path: Path) -> None:
     assert app_support.default_direction("mean_tpot_ms") == "minimize"
     assert app_support.default_direction("p99_ttft_ms") == "minimize"
     assert app_support.default_direction("max_output_tokens_per_s") == "maximize"
+    # The direction control's first choice follows whatever objective is picked; the others
+    # hold whatever the objective.
+    usual = app_support.USUAL_DIRECTION
+    assert app_support.DIRECTION_CHOICES[0] == usual
+    assert app_support.chosen_direction(usual, "p99_ttft_ms") == "minimize"
+    assert app_support.chosen_direction(usual, "output_throughput") == "maximize"
+    assert app_support.chosen_direction("maximize", "p99_ttft_ms") == "maximize"
+    assert app_support.chosen_direction("minimize", "output_throughput") == "minimize"
+    with pytest.raises(ValueError, match="'larger'"):
+        app_support.chosen_direction("larger", "output_throughput")
     acceptance = app_support.acceptance_options(sweep)
     assert acceptance[:2] == [app_support.NO_ACCEPTANCE, "spec_decode_acceptance_length"]
     assert app_support.acceptance_field(app_support.NO_ACCEPTANCE) is None

@@ -67,7 +67,7 @@ def _wait_for_text(page: Any, text: str, timeout_ms: int) -> None:
 
 
 def _move(page: Any, label: str, key: str) -> None:
-    slider = page.get_by_role("slider", name=label)
+    slider = page.get_by_role("slider", name=label, exact=True)
     slider.focus()
     page.keyboard.press(key)
 
@@ -208,6 +208,7 @@ def test_the_answer_is_above_the_fold(page: Any, server: Any) -> None:
 
 
 def test_one_run_per_cell_is_grouped_with_a_one_click_fix(page: Any, server: Any) -> None:
+    outputs = _kernel_outputs(page)
     _open(page, server, "single-run")
     # 5 anchors x 3 K, one run each, fewer than the default 3: one sentence, not 15 errors.
     page.get_by_text("Cannot tune: 15 cells have 1 run(s)").wait_for(timeout=UPDATE_TIMEOUT_MS)
@@ -217,12 +218,30 @@ def test_one_run_per_cell_is_grouped_with_a_one_click_fix(page: Any, server: Any
     assert page.get_by_text("Every anchor is resolved").count() == 0
     _open_section(page, "What to measure next")
     page.get_by_text("No measurement plan while").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    # The other controls a fix could set keep what a person gave them when the fix builds
+    # them again: the strict acceptance box ticked, the noise threshold moved one step.
+    sidebar = page.locator("aside")
+    strict = sidebar.get_by_label(guide.CONTROL_LABELS["strict_acceptance_stability"])
+    since = len(outputs)
+    strict.check()
+    _wait_for_run(page, outputs, since)
+    noise = sidebar.get_by_role(
+        "slider", name=guide.CONTROL_LABELS["max_objective_relative_mad"], exact=True
+    )
+    before = noise.get_attribute("aria-valuenow")
+    since = len(outputs)
+    _move(page, guide.CONTROL_LABELS["max_objective_relative_mad"], "ArrowRight")
+    _wait_for_run(page, outputs, since)
+    moved = noise.get_attribute("aria-valuenow")
+    assert moved != before
     # One click sets the slider to 1: a schedule, provisional (no replicate: noise unknown).
     page.get_by_role("button", name="Set “Minimum runs per cell” to 1").first.click()
     page.get_by_text("Provisional:").wait_for(timeout=UPDATE_TIMEOUT_MS)
     page.get_by_text("--speculative-config").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
     slider = page.get_by_role("slider", name="Minimum runs per cell")
     assert slider.get_attribute("aria-valuenow") == "1"
+    assert noise.get_attribute("aria-valuenow") == moved
+    assert strict.is_checked()
     assert page.get_by_text(ERROR_TOAST).count() == 0
 
 
@@ -347,12 +366,14 @@ def _labels(*keys: str) -> list[str]:
 _SIDEBAR = [
     "Input",
     "Experiment",
-    *_labels("k_var", "batch_size_var", "allow_mixed_global_k"),
+    *_labels("batch_size_var", "k_var", "allow_mixed_global_k"),
+    "Gates",
+    *_labels("min_runs", "max_objective_relative_mad", "strict_acceptance_stability"),
+    "Measurements",
+    *_labels("objective", "acceptance"),
     "Policy",
-    *_labels("objective", "direction", "uncertainty_penalty", "relative_tolerance"),
-    *_labels("max_objective_relative_mad", "min_runs"),
-    "Acceptance",
-    *_labels("acceptance", "max_acceptance_relative_mad", "strict_acceptance_stability"),
+    *_labels("direction", "uncertainty_penalty", "relative_tolerance"),
+    *_labels("max_acceptance_relative_mad"),
     "Decision rule",
     *_labels("policy", "confidence", "interpolated_schedule"),
     "Context length",
@@ -371,9 +392,10 @@ def _sidebar_texts(page: Any) -> list[str]:
 
 
 def test_the_sidebar_keeps_its_order_when_controls_are_built_again(page: Any, server: Any) -> None:
-    """Each control's cell shows its own part of the sidebar: the parts stand in the order of
-    their cells, and a part sent again (a new experiment builds the objective and acceptance
-    lists again, a one-click fix the minimum-runs slider) stays in its place."""
+    """Each part of the sidebar is shown by the cell that builds its controls: the parts
+    stand in the order of their cells, and a part sent again (a new experiment builds the
+    objective and acceptance lists again, a one-click fix the minimum-runs slider) stays in
+    its place."""
     outputs = _kernel_outputs(page)
     page.goto(server.url)  # the root: every experiment listed, sonnet-like opened
     page.get_by_role("heading", name="tune-spec-k · sonnet-like").wait_for(timeout=LOAD_TIMEOUT_MS)

@@ -159,21 +159,29 @@ def test_without_arguments_it_opens_the_bundled_samples(
     _assert_same_result(defs["result"], _analysed(first))
 
 
-def test_each_control_shows_its_own_part_of_the_sidebar_and_none_without_an_experiment(
+def test_every_control_is_in_the_sidebar_grouped_by_what_builds_it_again(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # One part per control (the two context controls, one dictionary, share one), each in its
-    # own cell (so that a cell showing the sidebar never runs again because a value changed:
-    # tests/browser checks that in the page). The comparison's, the context picker's and the
-    # export format's controls are in the page.
-    outputs, _ = run_notebook_with_outputs(notebook, monkeypatch, "--sweeps", str(SAMPLES[0]))
+    # Every control but the comparison's, the context picker's and the export format's (in the
+    # page) is in the sidebar, in four parts, one per cell: the experiment's, the controls a
+    # one-click fix sets (built from one state, so a fix builds them alone again), the lists
+    # built from the sweep, and the rest (built once per folder). A part sent again for a
+    # change of one of these sends no control of another.
+    outputs, defs = run_notebook_with_outputs(notebook, monkeypatch, "--sweeps", str(SAMPLES[0]))
     parts = [out.text for out in outputs if isinstance(out, mo.sidebar)]
-    helps = [key for key, help in guide.CONTROL_HELP.items() if html.escape(help) in str(parts)]
+    keys_of = [
+        {key for key, help in guide.CONTROL_HELP.items() if html.escape(help) in part}
+        for part in parts
+    ]
     in_page = {"compare", "context_point", "context_format"}
-    assert sorted(helps) == sorted(set(guide.CONTROL_HELP) - in_page)
-    assert len(parts) == len(helps) - 1
-    counts = sorted(part.count("<marimo-ui-element") for part in parts)
-    assert counts == [1] * (len(parts) - 1) + [2]
+    assert set().union(*keys_of) == set(guide.CONTROL_HELP) - in_page
+    assert len(keys_of) == 4
+    assert keys_of[0] == {"experiment", "batch_size_var"}
+    assert keys_of[1] == set(defs["get_fixable"]())
+    assert keys_of[2] == {"objective", "acceptance"}
+    # One input per control shown (the two context fields: a dictionary's two).
+    for part, keys in zip(parts, keys_of, strict=True):
+        assert part.count("<marimo-ui-element") == len(keys), keys
     # Without an experiment: the page says so, and no control is shown.
     (tmp_path / "nothing").mkdir()
     outputs, defs = run_notebook_with_outputs(notebook, monkeypatch, "--sweeps", str(tmp_path))
@@ -576,23 +584,10 @@ def test_sliders_never_reload_the_sweep() -> None:
         )
     ]
     assert len(loading) == 1
+    # The experiment, the two field names and the root (which never changes): the Fields are
+    # built from the two field controls in the same cell.
     arguments = {argument.arg for argument in loading[0].args.args}
-    assert arguments == {"experiment_picker", "fields", "root"}  # the root never changes
-    # The cell that builds the Fields from the controls (another reads Fields()'s defaults).
-    (fields_cell,) = [
-        cell
-        for cell in cells
-        if any(
-            isinstance(node, ast.Call)
-            and getattr(node.func, "id", None) == "Fields"
-            and node.keywords
-            for node in ast.walk(cell)
-        )
-    ]
-    assert {argument.arg for argument in fields_cell.args.args} == {
-        "k_var_picker",
-        "batch_size_var_input",
-    }
+    assert arguments == {"experiment_picker", "k_var_picker", "batch_size_var_input", "root"}
 
 
 def test_missing_root_stops_with_a_callout(
