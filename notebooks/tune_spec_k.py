@@ -208,29 +208,20 @@ def _(
 @app.cell
 def _(
     analysis,
-    cli_arguments,
-    compare_picker,
-    context_controls,
-    context_format_picker,
     context_point_picker,
     experiment_picker,
-    fields,
     fix_buttons,
-    options,
     problem_groups,
     result,
     root,
-    rule_comparison,
     schedule_file,
-    settings,
     shown,
-    trtllm_file,
     verdict,
 ):
-    # The page, top to bottom: the experiment, the verdict with its fixes, the schedule and its
-    # config, the headline chart, the (batch x context) grid, then the sections. One cell: all
-    # of it changes with every setting, and marimo keeps a page hidden while it first loads
-    # 30 ms per cell of the notebook.
+    # The answer, top to bottom: the experiment, the verdict with its fixes, the schedule and
+    # its config, the headline chart. One cell, apart from the rest of the page so that it
+    # shows first: all of it changes with every setting, and marimo keeps a page hidden while
+    # it first loads 30 ms per cell of the notebook.
     _name = app_support.shown_path(experiment_picker.value.relative_to(root))
     _kind = {"ready": "success", "provisional": "warn", "cannot-tune": "danger"}[verdict.state]
     # The largest error group is the reason; its fix, and the next group's, one click away.
@@ -272,6 +263,31 @@ def _(
         ]
     headline_chart = charts.headline_chart(result, analysis.report)
     _page.append(headline_chart)
+    mo.output.replace(mo.vstack(_page))
+    return (headline_chart,)
+
+
+@app.cell
+def _(
+    analysis,
+    cli_arguments,
+    compare_picker,
+    context_controls,
+    context_format_picker,
+    context_point_picker,
+    experiment_picker,
+    fields,
+    fix_buttons,
+    options,
+    problem_groups,
+    root,
+    rule_comparison,
+    settings,
+    shown,
+    trtllm_file,
+):
+    # Below the answer: the (batch x context) grid, then the sections.
+    _page = []
     context_block = None
     if shown.grid is not None:
         context_block = context_section(
@@ -324,7 +340,7 @@ def _(
         )
     )
     mo.output.replace(mo.vstack(_page))
-    return comparison, comparison_error, context_block, headline_chart
+    return comparison, comparison_error, context_block
 
 
 @app.cell
