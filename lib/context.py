@@ -139,11 +139,18 @@ class ContextAxis:
 
     def sweep_at(self, sweep: Sweep, index: int) -> Sweep:
         """``sweep`` restricted to the runs of one context point. The loader's problems stay
-        with the whole sweep (reported once, not once per point)."""
-        runs = self.runs.filter(pl.col("context_point") == index).drop(
-            "prompt_tokens", "context_point"
-        )
-        return dataclasses.replace(sweep, runs=runs, problems=())
+        with the whole sweep (reported once, not once per point).
+
+        The same object for the same axis, sweep and point: the analysis's caches, which
+        compare sweeps by identity, then serve an app's slider moved on a context sweep as
+        they serve one on a batch-only sweep."""
+        return _sweep_at(self, sweep, index)
+
+
+@functools.lru_cache(maxsize=32)
+def _sweep_at(axis: ContextAxis, sweep: Sweep, index: int) -> Sweep:
+    runs = axis.runs.filter(pl.col("context_point") == index).drop("prompt_tokens", "context_point")
+    return dataclasses.replace(sweep, runs=runs, problems=())
 
 
 def context_points(values: Sequence[float], tolerance: float) -> list[list[float]]:

@@ -19,6 +19,8 @@ every problem found, and the CLI refuses to write when any problem is an error.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -1084,19 +1086,37 @@ def candidate_json(cell: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def tune(sweep: Sweep, settings: Settings) -> TuningResult:
-    """Apply the seed's policy to a loaded sweep, collecting every problem on the way.
+@dataclass(frozen=True, eq=False)
+class _GatedRuns:
+    """What the run-level gates leave: their problems, the excluded runs, the placed runs with
+    an excluded run's objective and acceptance blanked, and the configured global K."""
 
-    Settings that cannot be used (:meth:`Settings.invalid`) tune nothing: the result holds the
-    loader's problems and one ``invalid-setting`` error per reason, and no cell, because what
-    the gates would say under such settings (an objective that is a file name, a tolerance
-    past 100 %) is not true of the sweep."""
-    problems: list[Problem] = list(sweep.problems)
-    invalid = settings.invalid()
-    if invalid:
-        problems += [Problem(Severity.ERROR, "invalid-setting", reason) for reason in invalid]
-        return _untuned(sweep, settings, problems)
+    problems: tuple[Problem, ...]
+    excluded: pl.DataFrame
+    usable: pl.DataFrame
+    configured_global: int | None
+
+
+def _run_gate_settings(settings: Settings) -> Settings:
+    """The settings the run-level gates read (objective, direction, acceptance, a global K
+    that differs), the others at their defaults: the key of :func:`_run_gates`' cache."""
+    return dataclasses.replace(
+        Settings(),
+        objective=settings.objective,
+        direction=settings.direction,
+        acceptance=settings.acceptance,
+        allow_mixed_global_k=settings.allow_mixed_global_k,
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _run_gates(sweep: Sweep, settings: Settings) -> _GatedRuns:
+    """The gates that judge runs, not cells (health, objective, global K, server, unplaced).
+
+    Cached (sweeps compare by identity; their frames are immutable): a slider that moves the
+    minimum runs, the penalty, the noise threshold or the tolerance reuses them."""
     runs = sweep.runs
+    problems: list[Problem] = []
     health_excluded, found = health_gate(runs)
     problems += found
     objective_excluded, found = objective_gate(runs, settings, sweep.non_numeric)
@@ -1131,6 +1151,26 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
         for column in dict.fromkeys([settings.objective, settings.acceptance])
         if column in placed.columns
     )
+
+    return _GatedRuns(tuple(problems), excluded, usable, configured_global)
+
+
+def tune(sweep: Sweep, settings: Settings) -> TuningResult:
+    """Apply the seed's policy to a loaded sweep, collecting every problem on the way.
+
+    Settings that cannot be used (:meth:`Settings.invalid`) tune nothing: the result holds the
+    loader's problems and one ``invalid-setting`` error per reason, and no cell, because what
+    the gates would say under such settings (an objective that is a file name, a tolerance
+    past 100 %) is not true of the sweep."""
+    problems: list[Problem] = list(sweep.problems)
+    invalid = settings.invalid()
+    if invalid:
+        problems += [Problem(Severity.ERROR, "invalid-setting", reason) for reason in invalid]
+        return _untuned(sweep, settings, problems)
+    runs = sweep.runs
+    gated = _run_gates(sweep, _run_gate_settings(settings))
+    problems += gated.problems
+    excluded, usable, configured_global = gated.excluded, gated.usable, gated.configured_global
 
     cells = cell_statistics(usable, settings)
     reasons = []

@@ -31,6 +31,20 @@ def test_the_swept_prompt_length_is_the_axis(tmp_path: Path) -> None:
     assert [p.num_runs for p in axis.points] == [12, 12]
 
 
+def test_a_point_s_sweep_is_one_object_so_the_analysis_caches_serve_it(tmp_path: Path) -> None:
+    # The analysis caches compare sweeps by identity: a slider moved in the app analyses each
+    # point again, and must hand the caches the same sweep; another sweep gets its own.
+    sweep, axis, _ = _axis(write_context_grid(tmp_path, CONTEXT_GRID))
+    assert axis is not None
+    first = axis.sweep_at(sweep, 0)
+    assert axis.sweep_at(sweep, 0) is first
+    assert axis.sweep_at(sweep, 1) is not first
+    assert first.runs.height == axis.points[0].num_runs
+    again = load_experiment(tmp_path)
+    assert axis.sweep_at(again, 0) is not first
+    assert axis.sweep_at(again, 0).runs.equals(first.runs)
+
+
 def test_a_shared_random_prefix_is_added(tmp_path: Path) -> None:
     root = write_context_grid(
         tmp_path,

@@ -237,6 +237,30 @@ def test_mixed_global_is_a_note_when_allowed(tmp_path: Path) -> None:
     assert result.configured_global_k == 7
 
 
+def test_one_sweep_tuned_again_with_other_settings_is_tuned_as_a_fresh_one(
+    tmp_path: Path,
+) -> None:
+    # tune keeps what the run-level gates found per sweep and gate settings (the app's sliders
+    # reuse it): each setting those gates read must give what a freshly loaded sweep gives.
+    root = _mixed_global(tmp_path)
+    write_grid(root, grid([1], {0: [0.0]}), global_k=7)  # a zero: minimising rejects it
+    shared = load_experiment(root)
+    for settings in [
+        Settings(),
+        Settings(allow_mixed_global_k=True),
+        Settings(allow_mixed_global_k=True, direction="minimize"),
+        Settings(allow_mixed_global_k=True, objective="median_tpot_ms"),
+        Settings(allow_mixed_global_k=True, relative_tolerance=0.2, min_runs=4),
+        Settings(),
+    ]:
+        fresh = tune(load_experiment(root), settings)
+        again = tune(shared, settings)
+        assert again.problems == fresh.problems, settings
+        assert again.excluded_runs.equals(fresh.excluded_runs), settings
+        assert again.cells.equals(fresh.cells), settings
+        assert again.schedule == fresh.schedule, settings
+
+
 def test_k_above_the_global(tmp_path: Path) -> None:
     root = _healthy_grid(tmp_path)
     write_grid(root, grid([1, 64], {9: [200.0] * 3}))
