@@ -107,15 +107,19 @@ def context_section(grid, mix, tolerance: float, format_picker, point_picker) ->
     )
 
 
-def fix_action(fix: guide.Fix, set_fixable, fixable: dict) -> mo.Html:
-    """The button that applies ``fix`` to its sidebar control: it sets the state the fixable
-    controls are built from to ``fixable`` (their values now) with the fix's value, so the
-    controls built again keep the values a person gave them."""
-    return mo.ui.button(
-        label=html.escape(fix.label),
-        kind="warn",
-        on_click=lambda _: set_fixable({**fixable, fix.control: fix.value}),
-    )
+def fix_action(fix: guide.Fix, set_k_var, set_fixable, fixable: dict) -> mo.Html:
+    """The button that applies ``fix`` to its sidebar control. The K field has a state of its
+    own; the other fixable controls are built from one state, which the fix sets to their
+    values now (``fixable``) with its own, so the controls built again keep the values a person
+    gave them."""
+
+    def apply(_: object) -> None:
+        if fix.control == "k_var":
+            set_k_var(fix.value)
+        else:
+            set_fixable({**fixable, fix.control: fix.value})
+
+    return mo.ui.button(label=html.escape(fix.label), kind="warn", on_click=apply)
 
 
 def problems_section(groups: list, buttons: mo.ui.dictionary) -> mo.Html:

@@ -74,16 +74,20 @@ def _():
         value=next(iter(app_context.FORMAT_LABELS.values())),
         label="Export the (batch x context) schedule as",
     )
-    # The controls a problem's one-click fix may set are built from this state: a fix sets
-    # it to their values now with its own, and their cell builds them again.
-    get_fixable, set_fixable = mo.state(guide.fixable_values(Settings(), Fields()))
+    # The controls a problem's one-click fix may set are built from these states: the K field
+    # from its own (a new K field reads the sweep again), the others from one, which a fix sets
+    # to their values now with its own; their cells build them again.
+    get_k_var, set_k_var = mo.state(Fields().k_var)
+    get_fixable, set_fixable = mo.state(guide.fixable_values(Settings()))
     return (
         context_format_picker,
         folder_browser,
         get_fixable,
+        get_k_var,
         query_refusal,
         root,
         set_fixable,
+        set_k_var,
         start_folder,
     )
 
@@ -137,6 +141,7 @@ def _(
     penalty_slider,
     policy_picker,
     set_fixable,
+    set_k_var,
     strict_checkbox,
     sweep,
     tolerance_slider,
@@ -184,7 +189,9 @@ def _(
     # A global, so that marimo sends the buttons' clicks to the kernel wherever they are shown.
     fix_buttons = mo.ui.dictionary(
         {
-            _group.rule: fix_action(_group.fix, set_fixable, guide.fixable_values(settings, fields))
+            _group.rule: fix_action(
+                _group.fix, set_k_var, set_fixable, guide.fixable_values(settings)
+            )
             for _group in problem_groups
             if _group.fix is not None
         }
@@ -414,16 +421,23 @@ def _(experiments):
 
 
 @app.cell
-def _(experiments, get_fixable):
+def _(experiments, get_k_var):
     mo.stop(not experiments)
-    _fixable = get_fixable()
     k_var_picker = mo.ui.dropdown(
         options=app_support.K_VAR_CHOICES,
         value=next(
-            name for name, field in app_support.K_VAR_CHOICES.items() if field == _fixable["k_var"]
+            name for name, field in app_support.K_VAR_CHOICES.items() if field == get_k_var()
         ),
         label=labelled("k_var"),
     )
+    sidebar_part((k_var_picker, "k_var"))
+    return (k_var_picker,)
+
+
+@app.cell
+def _(experiments, get_fixable):
+    mo.stop(not experiments)
+    _fixable = get_fixable()
     mixed_global_checkbox = mo.ui.checkbox(
         value=_fixable["allow_mixed_global_k"], label=labelled("allow_mixed_global_k")
     )
@@ -448,7 +462,6 @@ def _(experiments, get_fixable):
         label=labelled("strict_acceptance_stability"),
     )
     sidebar_part(
-        (k_var_picker, "k_var"),
         (mixed_global_checkbox, "allow_mixed_global_k"),
         "Gates",
         (min_runs_slider, "min_runs"),
@@ -456,7 +469,6 @@ def _(experiments, get_fixable):
         (strict_checkbox, "strict_acceptance_stability"),
     )
     return (
-        k_var_picker,
         min_runs_slider,
         mixed_global_checkbox,
         noise_slider,

@@ -187,15 +187,15 @@ class Fix:
     label: str  # the button's text
 
 
-def fixable_values(settings: Settings, fields: Fields) -> dict[str, Any]:
-    """The settings a :class:`Fix` may set, by control (the app builds those controls from
-    them): the controls' values for ``settings`` and ``fields``.
+def fixable_values(settings: Settings) -> dict[str, Any]:
+    """The settings a :class:`Fix` may set that the app builds from one state, by control:
+    their values in ``settings``. The K field, which a fix may set too, has a state of its own:
+    a new K field reads the sweep again, and the other controls must not cause that.
 
-    >>> fixable_values(Settings(min_runs=1), Fields())["min_runs"]
+    >>> fixable_values(Settings(min_runs=1))["min_runs"]
     1
     """
     return {
-        "k_var": fields.k_var,
         "allow_mixed_global_k": settings.allow_mixed_global_k,
         "min_runs": settings.min_runs,
         "max_objective_relative_mad": settings.max_objective_relative_mad,

@@ -174,8 +174,9 @@ def test_every_control_has_help() -> None:
 
 
 def test_every_fix_sets_a_control_the_app_builds_from_the_fixable_values() -> None:
-    # The app builds the controls a fix sets from one state, fixable_values: a fix of a control
-    # missing there would set nothing. One problem of each rule that has a fix.
+    # The app builds the controls a fix sets from one state, fixable_values, and the K field
+    # from its own: a fix of any other control would set nothing. One problem of each rule
+    # that has a fix.
     def problem(rule: str, value: str | None = None) -> Problem:
         return Problem(Severity.ERROR, rule, "a message", value=value, extra={"runs": 1})
 
@@ -189,5 +190,5 @@ def test_every_fix_sets_a_control_the_app_builds_from_the_fixable_values() -> No
     groups = guide.problem_groups(problems, Settings(), Fields())
     fixes = {group.rule: group.fix for group in groups}
     assert all(fix is not None for fix in fixes.values()), fixes
-    fixable = guide.fixable_values(Settings(), Fields())
-    assert {fix.control for fix in fixes.values() if fix} == set(fixable)
+    fixable = guide.fixable_values(Settings())
+    assert {fix.control for fix in fixes.values() if fix} == {*fixable, "k_var"}

@@ -219,8 +219,16 @@ def test_one_run_per_cell_is_grouped_with_a_one_click_fix(page: Any, server: Any
     _open_section(page, "What to measure next")
     page.get_by_text("No measurement plan while").wait_for(timeout=UPDATE_TIMEOUT_MS)
     # The other controls a fix could set keep what a person gave them when the fix builds
-    # them again: the strict acceptance box ticked, the noise threshold moved one step.
+    # them again: the strict acceptance box ticked, the noise threshold moved one step; and
+    # the sweep is not read again, so the acceptance metric chosen (a list built from the
+    # sweep) stays.
     sidebar = page.locator("aside")
+    acceptance = sidebar.get_by_label(guide.CONTROL_LABELS["acceptance"], exact=True)
+    since = len(outputs)
+    acceptance.select_option(index=1)
+    _wait_for_run(page, outputs, since)
+    chosen = acceptance.input_value()
+    assert chosen != app_support.NO_ACCEPTANCE
     strict = sidebar.get_by_label(guide.CONTROL_LABELS["strict_acceptance_stability"])
     since = len(outputs)
     strict.check()
@@ -242,6 +250,7 @@ def test_one_run_per_cell_is_grouped_with_a_one_click_fix(page: Any, server: Any
     assert slider.get_attribute("aria-valuenow") == "1"
     assert noise.get_attribute("aria-valuenow") == moved
     assert strict.is_checked()
+    assert acceptance.input_value() == chosen
     assert page.get_by_text(ERROR_TOAST).count() == 0
 
 

@@ -163,10 +163,11 @@ def test_every_control_is_in_the_sidebar_grouped_by_what_builds_it_again(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # Every control but the comparison's, the context picker's and the export format's (in the
-    # page) is in the sidebar, in four parts, one per cell: the experiment's, the controls a
-    # one-click fix sets (built from one state, so a fix builds them alone again), the lists
-    # built from the sweep, and the rest (built once per folder). A part sent again for a
-    # change of one of these sends no control of another.
+    # page) is in the sidebar, in five parts, one per cell: the experiment's, the K field (its
+    # own state: a new K field reads the sweep again), the other controls a one-click fix sets
+    # (built from one state, so a fix builds them alone again), the lists built from the sweep,
+    # and the rest (built once per folder). A part sent again for a change of one of these
+    # sends no control of another.
     outputs, defs = run_notebook_with_outputs(notebook, monkeypatch, "--sweeps", str(SAMPLES[0]))
     parts = [out.text for out in outputs if isinstance(out, mo.sidebar)]
     keys_of = [
@@ -175,10 +176,11 @@ def test_every_control_is_in_the_sidebar_grouped_by_what_builds_it_again(
     ]
     in_page = {"compare", "context_point", "context_format"}
     assert set().union(*keys_of) == set(guide.CONTROL_HELP) - in_page
-    assert len(keys_of) == 4
+    assert len(keys_of) == 5
     assert keys_of[0] == {"experiment", "batch_size_var"}
-    assert keys_of[1] == set(defs["get_fixable"]())
-    assert keys_of[2] == {"objective", "acceptance"}
+    assert keys_of[1] == {"k_var"}
+    assert keys_of[2] == set(defs["get_fixable"]())
+    assert keys_of[3] == {"objective", "acceptance"}
     # One input per control shown (the two context fields: a dictionary's two).
     for part, keys in zip(parts, keys_of, strict=True):
         assert part.count("<marimo-ui-element") == len(keys), keys
