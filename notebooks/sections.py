@@ -38,29 +38,25 @@ def setting_slider(key: str, steps: list, value: float) -> mo.ui.slider:
     )
 
 
-def sidebar_part(*items: str | tuple[object, str | None]) -> mo.Html:
+def sidebar_part(*items: str | tuple[object, str]) -> mo.Html:
     """One part of the sidebar: each ``str`` a heading, each ``(element, key)`` a control with
-    its help (``key`` None: the element brings its own).
+    its help.
 
-    The cell that defines a control shows its part: a cell that defines a control does not run
-    again when the control's value changes, so a slider moved sends nothing to the sidebar (a
-    cell showing the whole sidebar would run again, and send it all again, on every change).
-    Controls that depend on nothing but the experiments share a cell and a part; one built from
-    the sweep, or one a problem's one-click fix sets (through its state), has a cell of its own,
-    so that building it again resets no other control. marimo shows the parts in the order of
-    their cells, a part sent again in its place. These cells come last in the file: each leaves
-    an empty slot where it stands in the page. Each stops when the folder holds no experiment:
-    no sidebar then, only the page's explanation.
+    The cell that defines a group of controls shows their part: a cell that defines a control
+    does not run again when the control's value changes, so a slider moved sends nothing to the
+    sidebar (a cell showing the whole sidebar would run again, and send it all again, on every
+    change). Controls share a cell, and a part, when the same thing builds them again: the
+    experiments, the sweep, the state a one-click fix sets; the K field has a cell of its own,
+    since building it again reads the sweep again. marimo shows the parts in the order of their
+    cells, a part sent again in its place. These cells come last in the file: each leaves an
+    empty slot where it stands in the page. Each stops when the folder holds no experiment: no
+    sidebar then, only the page's explanation.
     """
-    shown = [mo.md(f"### {item}") if isinstance(item, str) else _helped(*item) for item in items]
+    shown = [mo.md(f"### {item}") if isinstance(item, str) else with_help(*item) for item in items]
     # In a box of its own: mo.sidebar stretches what it shows to fill the column, and parts
     # would spread out over a tall window. Every part sets the width: marimo takes the last's.
     part = mo.vstack(shown).style(margin_bottom="0.5rem")
     return mo.sidebar(part, width="22rem")
-
-
-def _helped(element: object, key: str | None) -> object:
-    return element if key is None else with_help(element, key)
 
 
 def context_section(grid, mix, tolerance: float, format_picker, point_picker) -> mo.Html:

@@ -187,11 +187,10 @@ def _(
         else app_context.grid_verdict(shown.grid, problem_groups, options)
     )
     # A global, so that marimo sends the buttons' clicks to the kernel wherever they are shown.
+    _fixable = guide.fixable_values(settings)
     fix_buttons = mo.ui.dictionary(
         {
-            _group.rule: fix_action(
-                _group.fix, set_k_var, set_fixable, guide.fixable_values(settings)
-            )
+            _group.rule: fix_action(_group.fix, set_k_var, set_fixable, _fixable)
             for _group in problem_groups
             if _group.fix is not None
         }
