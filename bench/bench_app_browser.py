@@ -132,9 +132,11 @@ def first_load_seconds(page: Page, url: str) -> float:
     return time.perf_counter() - start
 
 
-def release_ms(page: Page, slider: str) -> tuple[float, float]:
-    """One step of ``slider`` to the right: key press -> the answer's last change (the page's
-    when it has no answer), and -> the page's last change."""
+def release_ms(page: Page, slider: str, *, answer_shown: bool = True) -> tuple[float, float]:
+    """One step of ``slider`` to the right: key press -> the answer's last change, and -> the
+    page's last change. A page without an answer (``answer_shown`` false: the baseline) gives
+    the page's last change for both; on the dashboard an answer that did not change stops the
+    bench (the answer was not found, or it did not run again)."""
     control = page.get_by_role("slider", name=slider).first
     control.focus()
     page.evaluate("window.__lastChange = 0; window.__lastAnswer = 0")
@@ -146,7 +148,11 @@ def release_ms(page: Page, slider: str) -> tuple[float, float]:
             "[window.__lastChange, window.__lastAnswer, performance.now()]"
         )
         if last and now - last >= QUIET_MS:
-            return float(answer or last) - start, float(last) - start
+            if not answer_shown:
+                answer = last
+            if not answer:
+                raise SystemExit(f"the answer did not change after moving {slider!r}")
+            return float(answer) - start, float(last) - start
         if now - start > 30_000:
             raise SystemExit(f"the page did not settle 30 s after moving {slider!r}")
 
@@ -217,7 +223,9 @@ def main() -> int:
         settle(floor_page)
         for round_number in range(args.rounds):
             slider = SLIDERS[round_number % len(SLIDERS)]
-            baseline.append(release_ms(floor_page, "Tie tolerance (relative)")[1])
+            baseline.append(
+                release_ms(floor_page, "Tie tolerance (relative)", answer_shown=False)[1]
+            )
             for name, page in pages.items():
                 answer, page_settled = release_ms(page, slider)
                 answers[name].append(answer)
