@@ -59,6 +59,136 @@ def sidebar_part(*items: str | tuple[object, str]) -> mo.Html:
     return mo.sidebar(part, width="22rem")
 
 
+def answer_view(
+    name: str,
+    verdict,
+    problem_groups: list,
+    fix_buttons: mo.ui.dictionary,
+    result,
+    schedule_file: bytes | None,
+    point_label: str | None,
+    headline_chart,
+) -> mo.Html:
+    """The answer, top to bottom: the experiment's full name, the verdict with the fixes of the
+    two largest error groups (the largest is the reason), the schedule (at ``point_label``, the
+    context point shown, if any), its `vllm serve` config and the download of
+    ``schedule_file`` (only when the CLI writes that file), the headline chart."""
+    kind = {"ready": "success", "provisional": "warn", "cannot-tune": "danger"}[verdict.state]
+    fixes = [
+        fix_buttons[group.rule]
+        for group in problem_groups[:2]
+        if group.severity is Severity.ERROR and group.rule in fix_buttons.elements
+    ]
+    page = [
+        mo.md(f"# tune-spec-k · {html.escape(name)}").style({"overflow-wrap": "anywhere"}),
+        mo.callout(
+            mo.vstack(
+                [
+                    mo.md(f"**{verdict.title}:** {html.escape(verdict.reason)}"),
+                    mo.hstack(fixes, justify="start", wrap=True) if fixes else mo.md(""),
+                ]
+            ),
+            kind=kind,
+        ),
+    ]
+    if schedule_file is not None and result.ok:
+        where = "" if point_label is None else f" at {point_label}"
+        page += [
+            mo.md(
+                f"**Schedule{where}** (`num_speculative_tokens_per_batch_size`):"
+                f" `{app_support.schedule_text(result)}`; for `vllm serve`:"
+            ),
+            # Wrapped, not scrolled: the whole line is in view and still pastes as one.
+            mo.Html(
+                '<pre style="white-space: pre-wrap; overflow-wrap: anywhere; margin: 0">'
+                f"{html.escape(text.speculative_config_line(result))}</pre>"
+            ),
+            mo.download(
+                schedule_file,
+                filename=app_support.SCHEDULE_FILE,
+                mimetype="application/json",
+                label=f"Download {app_support.SCHEDULE_FILE}",
+            ),
+        ]
+    page.append(headline_chart)
+    return mo.vstack(page)
+
+
+def sections_accordion(
+    problem_groups: list,
+    fix_buttons: mo.ui.dictionary,
+    analysis,
+    options,
+    cli_arguments: list[str],
+    rule_comparison,
+    trtllm_file: bytes | None,
+) -> mo.Html:
+    """The sections below the answer, each built when it is opened (a function), and again
+    only while it is open."""
+    problem_count = sum(len(group.problems) for group in problem_groups)
+    return mo.accordion(
+        {
+            f"Problems ({problem_count})": functools.partial(
+                problems_section, problem_groups, fix_buttons
+            ),
+            "Data health": functools.partial(health_section, analysis),
+            "Decisions": functools.partial(decisions_section, analysis, options, cli_arguments),
+            "How sure": functools.partial(confidence_section, analysis),
+            "What to measure next": functools.partial(plan_section, analysis),
+            "Rules compared": functools.partial(rules_section, rule_comparison),
+            "Switch points": functools.partial(switch_section, analysis),
+            "Objective per batch size": functools.partial(objective_section, analysis),
+            "Acceptance": functools.partial(acceptance_section, analysis),
+            "Downloads": functools.partial(downloads_section, analysis, trtllm_file),
+        },
+        multiple=True,
+        lazy=True,
+    )
+
+
+def reading_notes(
+    root, base_folder, experiments: dict, query_refusal: str | None, refusals: list, browser
+) -> mo.Html:
+    """Where the experiments were read from (the folder, the root), what was refused and why,
+    and, when no experiment was found, what was expected; in `marimo edit`, the folder
+    browser."""
+    notes = []
+    if not experiments:
+        notes.append(
+            mo.callout(
+                mo.Html(
+                    f"No experiment in {app_support.path_html(base_folder)}: expected"
+                    " <code>summary.json</code> or <code>run=N.json</code> files (the output of"
+                    " <code>vllm bench sweep serve</code>) in it or in its subfolders."
+                ),
+                kind="danger",
+            )
+        )
+    notes.append(
+        mo.Html(
+            f"Reading experiments in {app_support.path_html(base_folder)}"
+            f" (root {app_support.path_html(root)})"
+        )
+    )
+    if query_refusal:
+        notes.append(mo.callout(query_refusal, kind="warn"))
+    if refusals:
+        notes.append(
+            mo.callout(
+                mo.vstack(
+                    [
+                        mo.md("**Not listed:** everything the app reads must lie inside the root."),
+                        mo.Html(text.html_list(refusals)),
+                    ]
+                ),
+                kind="warn",
+            )
+        )
+    if mo.app_meta().mode == "edit":
+        notes.append(mo.accordion({"Browse folders": browser}))
+    return mo.vstack(notes)
+
+
 def context_section(grid, mix, tolerance: float, format_picker, point_picker) -> mo.Html:
     """The (batch x context) answer: the heatmap, the chosen format's config and its loss,
     every format's download (the CLI's `export -o` files), the context picker."""

@@ -5,7 +5,6 @@ app = marimo.App(width="medium", app_title="tune-spec-k")
 
 with app.setup:
     import functools
-    import html
     import sys
     from pathlib import Path
 
@@ -16,8 +15,7 @@ with app.setup:
     from lib.app import support as app_support
     from lib.context import find_context_axis
     from lib.loop import export
-    from lib.present import charts, text
-    from lib.problems import Severity
+    from lib.present import charts
     from lib.schedule import KNOWN_OBJECTIVES
     from lib.settings import DEFAULT_BATCH_SIZE_VAR, ContextSettings, Fields, Options, Settings
     from lib.sweeps import load_experiment
@@ -27,22 +25,15 @@ with app.setup:
     if str(Path(__file__).resolve().parent) not in sys.path:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
     from sections import (
-        acceptance_section,
+        answer_view,
         compare_section,
-        confidence_section,
         context_section,
-        decisions_section,
-        downloads_section,
         fix_action,
-        health_section,
         labelled,
-        objective_section,
-        plan_section,
-        problems_section,
-        rules_section,
+        reading_notes,
+        sections_accordion,
         setting_slider,
         sidebar_part,
-        switch_section,
     )
 
 
@@ -224,52 +215,21 @@ def _(
     shown,
     verdict,
 ):
-    # The answer, top to bottom: the experiment, the verdict with its fixes, the schedule and
-    # its config, the headline chart. One cell, apart from the rest of the page so that it
-    # shows first: all of it changes with every setting, and marimo keeps a page hidden while
-    # it first loads 30 ms per cell of the notebook.
-    _name = app_support.shown_path(experiment_picker.value.relative_to(root))
-    _kind = {"ready": "success", "provisional": "warn", "cannot-tune": "danger"}[verdict.state]
-    # The largest error group is the reason; its fix, and the next group's, one click away.
-    _fixes = [
-        fix_buttons[_group.rule]
-        for _group in problem_groups[:2]
-        if _group.severity is Severity.ERROR and _group.rule in fix_buttons.elements
-    ]
-    _page = [
-        mo.md(f"# tune-spec-k · {html.escape(_name)}").style({"overflow-wrap": "anywhere"}),
-        mo.callout(
-            mo.vstack(
-                [
-                    mo.md(f"**{verdict.title}:** {html.escape(verdict.reason)}"),
-                    mo.hstack(_fixes, justify="start", wrap=True) if _fixes else mo.md(""),
-                ]
-            ),
-            kind=_kind,
-        ),
-    ]
-    if schedule_file is not None and result.ok:
-        _where = "" if shown.grid is None else f" at {context_point_picker.selected_key}"
-        _page += [
-            mo.md(
-                f"**Schedule{_where}** (`num_speculative_tokens_per_batch_size`):"
-                f" `{app_support.schedule_text(result)}`; for `vllm serve`:"
-            ),
-            # Wrapped, not scrolled: the whole line is in view and still pastes as one.
-            mo.Html(
-                '<pre style="white-space: pre-wrap; overflow-wrap: anywhere; margin: 0">'
-                f"{html.escape(text.speculative_config_line(result))}</pre>"
-            ),
-            mo.download(
-                schedule_file,
-                filename=app_support.SCHEDULE_FILE,
-                mimetype="application/json",
-                label=f"Download {app_support.SCHEDULE_FILE}",
-            ),
-        ]
+    # The answer in a cell of its own, apart from the rest of the page, so that it shows
+    # first: all of it changes with every setting.
     headline_chart = charts.headline_chart(result, analysis.report)
-    _page.append(headline_chart)
-    mo.output.replace(mo.vstack(_page))
+    mo.output.replace(
+        answer_view(
+            app_support.shown_path(experiment_picker.value.relative_to(root)),
+            verdict,
+            problem_groups,
+            fix_buttons,
+            result,
+            schedule_file,
+            None if shown.grid is None else context_point_picker.selected_key,
+            headline_chart,
+        )
+    )
     return (headline_chart,)
 
 
@@ -304,26 +264,15 @@ def _(
             context_point_picker,
         )
         _page.append(context_block)
-    # Each section is built when it is opened (a function), and again only while it is open.
-    _problem_count = sum(len(_group.problems) for _group in problem_groups)
     _page.append(
-        mo.accordion(
-            {
-                f"Problems ({_problem_count})": functools.partial(
-                    problems_section, problem_groups, fix_buttons
-                ),
-                "Data health": functools.partial(health_section, analysis),
-                "Decisions": functools.partial(decisions_section, analysis, options, cli_arguments),
-                "How sure": functools.partial(confidence_section, analysis),
-                "What to measure next": functools.partial(plan_section, analysis),
-                "Rules compared": functools.partial(rules_section, rule_comparison),
-                "Switch points": functools.partial(switch_section, analysis),
-                "Objective per batch size": functools.partial(objective_section, analysis),
-                "Acceptance": functools.partial(acceptance_section, analysis),
-                "Downloads": functools.partial(downloads_section, analysis, trtllm_file),
-            },
-            multiple=True,
-            lazy=True,
+        sections_accordion(
+            problem_groups,
+            fix_buttons,
+            analysis,
+            options,
+            cli_arguments,
+            rule_comparison,
+            trtllm_file,
         )
     )
     # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`;
@@ -357,41 +306,9 @@ def _(folder_browser, query_refusal, root, start_folder):
     )
     experiments, experiment_refusals = app_support.find_experiments(base_folder, root)
     # Where the experiments were read from, below the answer; without one, all the page shows.
-    _notes = []
-    if not experiments:
-        _notes.append(
-            mo.callout(
-                mo.Html(
-                    f"No experiment in {app_support.path_html(base_folder)}: expected"
-                    " <code>summary.json</code> or <code>run=N.json</code> files (the output of"
-                    " <code>vllm bench sweep serve</code>) in it or in its subfolders."
-                ),
-                kind="danger",
-            )
-        )
-    _notes.append(
-        mo.Html(
-            f"Reading experiments in {app_support.path_html(base_folder)}"
-            f" (root {app_support.path_html(root)})"
-        )
+    reading_notes(
+        root, base_folder, experiments, query_refusal, experiment_refusals, folder_browser
     )
-    if query_refusal:
-        _notes.append(mo.callout(query_refusal, kind="warn"))
-    if experiment_refusals:
-        _notes.append(
-            mo.callout(
-                mo.vstack(
-                    [
-                        mo.md("**Not listed:** everything the app reads must lie inside the root."),
-                        mo.Html(text.html_list(experiment_refusals)),
-                    ]
-                ),
-                kind="warn",
-            )
-        )
-    if mo.app_meta().mode == "edit":
-        _notes.append(mo.accordion({"Browse folders": folder_browser}))
-    mo.vstack(_notes)
     return base_folder, experiment_refusals, experiments
 
 
