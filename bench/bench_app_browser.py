@@ -14,9 +14,9 @@ Measured, each against baselines run in the same process:
   whose only other cell prints the slider's value (what marimo itself costs for a release).
 - **first load -> headline chart**: a fresh page on the experiment until the first chart is
   drawn (its ``.vega-embed`` visible). Baselines: the one-slider notebook until its value
-  shows (marimo's frontend loaded, a kernel started), and a one-cell notebook that draws the
-  same experiment's headline chart and nothing else (no control, no sidebar, no section: what
-  marimo and Vega cost for that chart).
+  shows (marimo's frontend loaded, a kernel started), and a one-cell notebook that analyses the
+  experiment as the dashboard does at its defaults and draws its headline chart, nothing else
+  (no control, no sidebar, no section: what marimo, the analysis and Vega cost for that chart).
 
 Experiments: every bundled sample (`data/sample_sweeps/`), and with `--large` a 20,000-run sweep
 (`bench/make_large_sweep.py`). Rounds interleave the experiments, so a slow spell of the
@@ -92,16 +92,19 @@ with app.setup:
 
     import marimo as mo
 
-    from lib.analysis import analyse
+    from lib.app.context import analyse_sweep
+    from lib.context import find_context_axis
     from lib.present import charts
-    from lib.settings import Settings
+    from lib.settings import ContextSettings, Options, Settings
     from lib.sweeps import load_experiment
 
 
 @app.cell
 def _():
+    # The dashboard's analysis at its defaults: per context point, the first shown.
     _sweep = load_experiment(Path(mo.query_params().get("sweeps")))
-    _analysis = analyse(_sweep, Settings())
+    _axis, _ = find_context_axis(_sweep, ContextSettings())
+    _analysis = analyse_sweep(_sweep, Settings(), Options(), _axis, 0).analysis
     charts.headline_chart(_analysis.result, _analysis.report)
     return
 """
