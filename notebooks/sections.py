@@ -1,4 +1,5 @@
-"""The page's sections and sidebar parts of notebooks/tune_spec_k.py: layout with ``mo`` only.
+"""The layout of notebooks/tune_spec_k.py, with ``mo`` only: the answer, the sections below it,
+where the experiments were read, and the sidebar's parts.
 
 Functions here, not ``@app.function`` cells of the notebook: marimo's run mode keeps a page
 hidden for about 30 ms per cell (up to 2 s) while it first loads, so every cell the notebook

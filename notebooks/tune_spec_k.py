@@ -20,7 +20,7 @@ with app.setup:
     from lib.settings import DEFAULT_BATCH_SIZE_VAR, ContextSettings, Fields, Options, Settings
     from lib.sweeps import load_experiment
 
-    # The page's sections and sidebar parts: notebooks/sections.py, beside this file (from any
+    # The page's layout and the sidebar's parts: notebooks/sections.py, beside this file (from any
     # working directory, and when the notebook is imported rather than run by marimo).
     if str(Path(__file__).resolve().parent) not in sys.path:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
