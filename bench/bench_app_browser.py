@@ -52,6 +52,7 @@ SLIDERS = (
     "Confidence a pick needs (P(eps-good))",
 )
 QUIET_MS = 600
+VIEWPORT = {"width": 1280, "height": 800}  # the issue's first screen
 LARGE = "large (20,000 runs)"
 TARGET_SAMPLE_MS = 250
 TARGET_LARGE_MS = 500
@@ -128,10 +129,12 @@ _WATCH = """() => {
 }"""
 
 
-def first_load_seconds(page: Page, url: str) -> float:
+def first_load_seconds(page: Page, url: str, ready: str = ".vega-embed") -> float:
+    """``page`` opened on ``url`` until ``ready`` (a selector; by default the first chart) is
+    visible: seconds."""
     start = time.perf_counter()
     page.goto(url)
-    page.locator(".vega-embed").first.wait_for(timeout=120_000)
+    page.locator(ready).first.wait_for(timeout=120_000)
     return time.perf_counter() - start
 
 
@@ -172,12 +175,9 @@ def settle(page: Page) -> None:
 
 
 def _fresh_load(browser: Browser, url: str, ready: str) -> float:
-    """A fresh page on ``url`` until ``ready`` (a CSS selector) is visible: seconds."""
-    page = browser.new_page(viewport={"width": 1280, "height": 800})
-    start = time.perf_counter()
-    page.goto(url)
-    page.locator(ready).first.wait_for(timeout=120_000)
-    seconds = time.perf_counter() - start
+    """:func:`first_load_seconds` on a page of its own, closed after."""
+    page = browser.new_page(viewport=VIEWPORT)
+    seconds = first_load_seconds(page, url, ready)
     page.close()
     return seconds
 
@@ -214,15 +214,12 @@ def main() -> int:
             )
         pages: dict[str, Page] = {}
         for name, url in urls.items():
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page = browser.new_page(viewport=VIEWPORT)
             loads[name].append(first_load_seconds(page, url))
             settle(page)
             pages[name] = page
-        floor_page = browser.new_page(viewport={"width": 1280, "height": 800})
-        start = time.perf_counter()
-        floor_page.goto(floor_url)
-        floor_page.get_by_text("value").first.wait_for(timeout=60_000)
-        floor_loads.append(time.perf_counter() - start)
+        floor_page = browser.new_page(viewport=VIEWPORT)
+        floor_loads.append(first_load_seconds(floor_page, floor_url, "text=value"))
         settle(floor_page)
         for round_number in range(args.rounds):
             slider = SLIDERS[round_number % len(SLIDERS)]
