@@ -77,6 +77,7 @@ class Flag:
     parse: Callable[[str], Any] | None = None
     repeat: bool = False
     echo: Literal["always", "changed"] = "always"
+    choices: Callable[[], tuple[str, ...]] | None = None
 
 
 def flag(
@@ -88,10 +89,12 @@ def flag(
     parse: Callable[[str], Any] | None = None,
     repeat: bool = False,
     echo: Literal["always", "changed"] = "always",
+    choices: Callable[[], tuple[str, ...]] | None = None,
 ) -> dict[str, Flag]:
     """The metadata of a field that is a command-line flag: ``field(default=...,
-    metadata=flag("--name", "help"))``."""
-    return {_KEY: Flag(name, help, in_seed, metavar, parse, repeat, echo)}
+    metadata=flag("--name", "help"))``. ``choices``: where the values come from a registry
+    rather than a ``Literal``, the function that lists them (called when a parser is built)."""
+    return {_KEY: Flag(name, help, in_seed, metavar, parse, repeat, echo, choices)}
 
 
 def whole_number_argument(text: str) -> int:
@@ -207,6 +210,8 @@ def add_flags(
             continue
         spec = _spec(field)
         kind, choices = _shape(hints[field.name])
+        if spec.choices is not None:
+            choices = spec.choices()
         default = _default(field)
         text = ("(not in the seed) " if not spec.in_seed else "") + spec.help
         if default not in (None, False, (), {}):

@@ -27,12 +27,14 @@ __all__ = [
     "DEFAULT_K_VAR",
     "DEFAULT_SEED",
     "DERIVED_COLUMNS",
+    "ENGINE_FIELDS",
     "GLOBAL_K_VAR",
     "HEALTH_FIELDS",
     "POLICIES",
     "RANDOM_PROMPT_LENGTH",
     "RESULT_FILE",
     "ContextSettings",
+    "DeploySettings",
     "Direction",
     "Fields",
     "Options",
@@ -259,6 +261,62 @@ class Options:
             in_seed=False,
         ),
     )
+
+
+#: Record fields that state the server's settings the capture rule reads (a sweep that put
+#: them in its serve params has them in every record), each setting's spellings in order; a
+#: ``compilation_config`` is kept by the loader (:attr:`lib.sweeps.Sweep.compilation_configs`).
+ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
+    "max_cudagraph_capture_size": ("max_cudagraph_capture_size", "max-cudagraph-capture-size"),
+    "max_num_seqs": ("max_num_seqs", "max-num-seqs"),
+    "max_num_batched_tokens": ("max_num_batched_tokens", "max-num-batched-tokens"),
+}
+
+
+@dataclass(frozen=True)
+class DeploySettings:
+    """The serving engine's settings a schedule must respect (:mod:`lib.deploy.constraints`):
+    vLLM's CUDA-graph capture ceiling and the largest batch it schedules. None: read from the
+    sweep (its records, a saved server config), else assumed from vLLM's defaults and said so.
+    """
+
+    max_cudagraph_capture_size: int | None = field(
+        default=None,
+        metadata=flag(
+            "--max-cudagraph-capture-size",
+            "vLLM: the server's final max_cudagraph_capture_size C (its /server_info); with it,"
+            " the schedule is capped so that every batch size b runs b*(1+K) <= C tokens per"
+            " decode step, inside CUDA graphs (capped ranges are marked 'capped, not"
+            " measured'); without it C is read from the sweep, else assumed (vLLM's default:"
+            " 512, 1024 on SM100 GPUs from vLLM 0.33) and the ranges past it are only named",
+            in_seed=False,
+            metavar="C",
+        ),
+    )
+    max_num_seqs: int | None = field(
+        default=None,
+        metadata=flag(
+            "--max-num-seqs",
+            "vLLM: the server's max_num_seqs; the capture rule is checked for every batch size"
+            " up to it (vLLM carries the last range's K that far); default: the sweep's, else"
+            " vLLM's 256 or the largest anchor if larger",
+            in_seed=False,
+            metavar="N",
+        ),
+    )
+
+    def invalid(self) -> list[str]:
+        """Reasons these settings cannot be used (empty when fine), by flag name.
+
+        >>> DeploySettings(max_num_seqs=0).invalid()
+        ['--max-num-seqs 0: expected >= 1']
+        """
+        reasons = []
+        for name in ("max_cudagraph_capture_size", "max_num_seqs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                reasons.append(f"{flag_name(DeploySettings, name)} {value}: expected >= 1")
+        return reasons
 
 
 #: The bench key that sets the random dataset's prompt length (``--random-input-len``): what

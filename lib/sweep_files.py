@@ -170,6 +170,8 @@ _RENAMED = frozenset(name for name, renamed in _TOP_LEVEL_NAMES.items() if renam
 
 
 _SPECULATIVE_PREFIXES = ("speculative_config.", "speculative-config.")
+#: The record fields a serve combo's ``compilation_config`` may be under.
+_COMPILATION_NAMES = ("compilation_config", "compilation-config")
 
 
 def _flatten(
@@ -281,6 +283,8 @@ class _Reader:
         self.log = log
         self.derived: dict[str, list[Any]] = {name: [] for name in DERIVED_COLUMNS}
         self.speculative_configs: dict[bytes, dict[str, Any]] = {}
+        # Each distinct compilation_config a serve combo set (the capture ceiling's source).
+        self.compilation_configs: dict[bytes, dict[str, Any]] = {}
         self.kept = kept
         # kept is None: every metric.
         self.numbers: list[dict[str, float | None]] = []
@@ -298,7 +302,7 @@ class _Reader:
                 for key in (batch_size_var, "speculative_config", k_var, GLOBAL_K_VAR)
                 for name in top_level_names(key)
             )
-        )
+        ) + tuple(name for name in _COMPILATION_NAMES if name not in top_level_names(k_var))
         self._config_names = frozenset(top_level_names("speculative_config"))
         self._protected = frozenset((*self._names, *HEALTH_FIELDS, "run_number", *(kept or ())))
         self._previous_fingerprint: bytes | None = None
@@ -441,10 +445,21 @@ class _Reader:
         anchor = self._anchor(record, found)
         k, speculation = self._k(record, anchor, found)
         global_k = self._global_k(record, found) if speculation else None
+        self._compilation(record)
         params = _Params(anchor, k, speculation, global_k, tuple(found))
         self._previous_fingerprint = fingerprint
         self._previous_params = params
         return params
+
+    def _compilation(self, record: dict[str, Any]) -> None:
+        """Keep the record's ``compilation_config`` (a dict, or JSON text of one), once per
+        distinct value: the sweep's statement of the CUDA-graph capture settings."""
+        for name in _COMPILATION_NAMES:
+            config = parse_json_string(record.get(name))
+            if isinstance(config, dict):
+                key = orjson.dumps(config, option=orjson.OPT_SORT_KEYS)
+                self.compilation_configs.setdefault(key, config)
+                return
 
     def _unhealthy(self, record: dict[str, Any], where: str) -> bool:
         """Whether a health field the record has is not a count (logging each one).
@@ -815,6 +830,7 @@ class SweepFiles:
     columns: dict[str, list[Any]]
     first_seen: dict[str, tuple[int, int]]
     texts: dict[str, dict[int, Any]]
+    compilation_configs: tuple[dict[str, Any], ...] = ()
 
 
 def read_sweep_files(
@@ -963,6 +979,7 @@ def _read(
         input_files=tuple(input_files),
         problems=tuple(log.problems()),
         speculative_configs=tuple(reader.speculative_configs.values()),
+        compilation_configs=tuple(reader.compilation_configs.values()),
         derived=reader.derived,
         metrics=None if metrics is None else tuple(metrics),
         kept=kept,

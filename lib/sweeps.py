@@ -58,6 +58,8 @@ class Sweep:
     problems: tuple[Problem, ...]
     non_numeric: dict[str, dict[int, str]] = field(default_factory=dict)
     speculative_configs: tuple[dict[str, Any], ...] = ()
+    #: Each distinct ``compilation_config`` the serve combos set (none when none did).
+    compilation_configs: tuple[dict[str, Any], ...] = ()
 
     @property
     def metrics(self) -> list[str]:
@@ -127,6 +129,7 @@ def sweep_from(files: SweepFiles) -> Sweep:
         problems=files.problems,
         non_numeric=non_numeric,
         speculative_configs=files.speculative_configs,
+        compilation_configs=files.compilation_configs,
     )
 
 

@@ -18,7 +18,6 @@ import marimo as mo
 from lib.app import context as app_context
 from lib.app import guide
 from lib.app import support as app_support
-from lib.loop import export
 from lib.present import charts, tables, text
 from lib.problems import Severity
 
@@ -522,10 +521,9 @@ def compare_section(picker, comparison, error) -> mo.Html:
     return mo.vstack([intro, with_help(picker, "compare"), view])
 
 
-def downloads_section(analysis, trtllm_file) -> mo.Html:
-    if trtllm_file is None:
+def downloads_section(analysis, engine_files) -> mo.Html:
+    if engine_files is None:
         return mo.callout("No files while the result has errors (see Problems).", kind="warn")
-    trtllm = trtllm_file.decode()
     images = [
         mo.download(
             functools.partial(_image, name, suffix, analysis),
@@ -538,19 +536,30 @@ def downloads_section(analysis, trtllm_file) -> mo.Html:
     ]
     return mo.vstack(
         [
-            mo.md(
-                "**For TensorRT-LLM** (`draft_len_schedule`: each batch-size upper bound and"
-                " its K; the same file as `tune-spec-k export --format trtllm`):\n\n"
-                f"```json\n{trtllm}```"
-            ),
-            mo.download(
-                trtllm_file,
-                filename=export.TRTLLM_FILE,
-                mimetype="application/json",
-                label=f"Download {export.TRTLLM_FILE}",
-            ),
+            *(_engine_file(download) for download in engine_files),
             mo.md("**Chart images** (rendered when clicked)"),
             mo.hstack(images, justify="start", wrap=True),
+        ]
+    )
+
+
+def _engine_file(download) -> mo.Html:
+    """One engine format's file: what it is, its text and download, what the export says of
+    it (the same file and lines as `tune-spec-k export RESULT --format F`)."""
+    title = f"**{download.label}** (`tune-spec-k export RESULT --format {download.format}`)"
+    if download.text is None:
+        reasons = "; ".join(problem.message for problem in download.problems)
+        return mo.md(f"{title}: none. {html.escape(reasons)}")
+    remarks = "\n".join(f"- {html.escape(line)}" for line in download.lines[1:])
+    return mo.vstack(
+        [
+            mo.md(f"{title}:\n\n```json\n{download.text}```\n\n{remarks}"),
+            mo.download(
+                download.text.encode(),
+                filename=download.filename,
+                mimetype="application/json",
+                label=f"Download {download.filename}",
+            ),
         ]
     )
 

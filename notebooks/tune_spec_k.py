@@ -14,7 +14,6 @@ with app.setup:
     from lib.app import guide
     from lib.app import support as app_support
     from lib.context import find_context_axis
-    from lib.loop import export
     from lib.present import charts
     from lib.schedule import KNOWN_OBJECTIVES
     from lib.settings import DEFAULT_BATCH_SIZE_VAR, ContextSettings, Fields, Options, Settings
@@ -165,10 +164,8 @@ def _(
     result = analysis.result
     # Eager bytes, so that a static HTML export carries the files too: the CLI's files.
     schedule_file = shown.result_text().encode() if shown.ok else None
-    trtllm_file = (
-        export.trtllm_text(result.schedule, result.deploy_global_k).encode()
-        if result.ok and result.schedule
-        else None
+    engine_files = (
+        app_context.engine_downloads(result) if result.ok and result.schedule else None
     )
     rule_comparison = app_support.compare_rules(analysis, options)
     problem_groups = guide.problem_groups([*shown.problems, *context_notes], settings, fields)
@@ -197,7 +194,7 @@ def _(
         schedule_file,
         settings,
         shown,
-        trtllm_file,
+        engine_files,
         verdict,
     )
 
@@ -250,7 +247,7 @@ def _(
     rule_comparison,
     settings,
     shown,
-    trtllm_file,
+    engine_files,
 ):
     # Below the answer: the (batch x context) grid, then the sections.
     _page = []
@@ -272,7 +269,7 @@ def _(
             options,
             cli_arguments,
             rule_comparison,
-            trtllm_file,
+            engine_files,
         )
     )
     # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`;

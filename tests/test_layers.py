@@ -3,7 +3,8 @@ layers below it, Altair lives only in the presentation layer, and the CLI's path
 what they need.
 
     lib/*.py      core: settings, loading, the policy, confidence, the analysis
-    lib/loop/     plan, check, diff, export       (imports the core)
+    lib/deploy/   decisions, constraints, the engine formats' registry (imports the core)
+    lib/loop/     plan, check, diff, export       (imports the deploy layer and the core)
     lib/present/  text, tables, charts            (imports the loop and the core)
     lib/cli/      the command line                (imports all of the above)
     lib/app/      the app's support module        (imports all of the above, not the CLI)
@@ -22,7 +23,7 @@ from paths import REPO, SAMPLE_SWEEPS
 
 LIB = REPO / "lib"
 #: Layer of each folder of lib/, lowest first; the two interfaces share the top.
-LAYERS = {"": 0, "loop": 1, "present": 2, "cli": 3, "app": 3}
+LAYERS = {"": 0, "deploy": 1, "loop": 2, "present": 3, "cli": 4, "app": 4}
 #: Third-party packages only the named modules may import.
 CONFINED = {"altair": {"lib.present.charts"}, "vl_convert": {"lib.present.charts"}}
 #: Never imported by lib at all: the app's framework and the optional vLLM.

@@ -1,6 +1,7 @@
 """The app's view of a sweep with a context axis: the grid, the context picker's choices, the
 heatmap's batch-only losses and each format's download, all computed by the CLI's functions
-(:mod:`lib.context`, :mod:`lib.loop.export`), so the downloads are the CLI's files."""
+(:mod:`lib.context`, :mod:`lib.deploy`), so the downloads are the CLI's files. The engine
+formats' downloads iterate the registry (:func:`lib.deploy.registry.formats`)."""
 
 from __future__ import annotations
 
@@ -11,29 +12,32 @@ from typing import Any
 from lib.analysis import Analysis, analyse
 from lib.app.guide import ProblemGroup, Verdict
 from lib.context import ContextAnalysis, ContextAxis, analyse_contexts
-from lib.context_formats import CONTEXT_FORMATS
-from lib.loop.export import CONTEXT_FILES, ExportSettings, export_context
+from lib.context_formats import ContextExport
+from lib.deploy.decisions import decisions_of
+from lib.deploy.registry import export, formats
+from lib.deploy.settings import ExportSettings
+from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
+from lib.loop.export import export_data
 from lib.problems import Problem, Severity
-from lib.settings import Options, Settings
+from lib.schedule import TuningResult
+from lib.settings import DeploySettings, Options, Settings
 from lib.sweeps import Sweep
 
 __all__ = [
     "FORMAT_LABELS",
     "ContextDownload",
+    "EngineDownload",
     "SweepAnalysis",
     "analyse_sweep",
     "context_downloads",
+    "engine_downloads",
     "grid_verdict",
     "heatmap_losses",
     "point_labels",
 ]
 
-#: What each export format is, in the picker's words.
-FORMAT_LABELS: dict[str, str] = {
-    "vllm-context": "vLLM today: one batch schedule for the context mix",
-    "vllm-rfc-48944": "vLLM RFC #48627 / PR #48944: (batch x context) 5-tuples",
-    "vllm-pr-54801": "vLLM PR #54801: batch table + seq_len table",
-}
+#: What each context format is, in the picker's words (each format's registered label).
+FORMAT_LABELS: dict[str, str] = {f.name: f.label for f in formats() if f.needs_grid}
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +79,8 @@ def analyse_sweep(
     :func:`lib.context.find_context_axis`) is not None; ``point``: which one the page details
     (default, or out of range: the shortest, the seed's world)."""
     if axis is None:
-        return SweepAnalysis(analyse(sweep, settings, options), None, None)
+        deployed, _ = deploy_analysis(analyse(sweep, settings, options), DeploySettings())
+        return SweepAnalysis(deployed, None, None)
     grid = analyse_contexts(sweep, axis, settings, options)
     chosen = point if point is not None and 0 <= point < len(axis.points) else 0
     return SweepAnalysis(grid.contexts[chosen], grid, chosen)
@@ -133,10 +138,10 @@ def heatmap_losses(
     """The batch-only schedule the heatmap compares with (the vLLM export for ``mix``: K per
     batch size) and its loss at each (batch size, prompt) against the cell's own pick, in
     percent; empty with the export's problems when it cannot be built."""
-    exported, problems = export_context(
-        grid.to_json(), ExportSettings(format="vllm-context", context_mix=mix), "the result"
+    exported, problems = export_data(
+        grid.to_json(), ExportSettings(format="vllm-context", context_mix=mix)
     )
-    if exported is None:
+    if not isinstance(exported, ContextExport):
         return {}, {}, problems
     batch_only = {loss.batch_size: loss.exported_k for loss in exported.losses}
     losses: dict[tuple[int, int], float | None] = {
@@ -166,25 +171,64 @@ def context_downloads(
     --context-mix MIX -o`` writes it (and ``--ctx-agg`` for PR #48944)."""
     data: dict[str, Any] = grid.to_json()
     downloads = []
-    for name in CONTEXT_FORMATS:
+    for engine_format in formats():
+        if not engine_format.needs_grid:
+            continue
+        name = engine_format.name
         settings = ExportSettings(
             format=name,
             context_mix=mix,
-            ctx_agg=ctx_agg if name == "vllm-rfc-48944" else "mean",  # type: ignore[arg-type]
+            ctx_agg=ctx_agg if "ctx_agg" in engine_format.flags else "mean",  # type: ignore[arg-type]
         )
-        exported, problems = export_context(data, settings, "the result")
-        if exported is None:
-            downloads.append(ContextDownload(name, CONTEXT_FILES[name], None, tuple(problems)))
+        exported, problems = export_data(data, settings)
+        if not isinstance(exported, ContextExport):
+            downloads.append(ContextDownload(name, engine_format.file_name, None, tuple(problems)))
             continue
         downloads.append(
             ContextDownload(
                 name,
-                CONTEXT_FILES[name],
+                engine_format.file_name,
                 exported.text(),
                 tuple(problems),
                 exported.config,
                 exported.summary.line(name, exported.mix),
                 (*exported.warnings, *exported.notes),
+            )
+        )
+    return downloads
+
+
+@dataclass(frozen=True)
+class EngineDownload:
+    """One batch-only engine format's file for the page: what ``tune-spec-k export RESULT
+    --format F -o`` writes (``text``), the lines it prints (config, paste line, notes,
+    warnings), or why there is none (``problems``)."""
+
+    format: str
+    label: str
+    filename: str
+    text: str | None
+    lines: tuple[str, ...]
+    problems: tuple[Problem, ...]
+
+
+def engine_downloads(result: TuningResult) -> list[EngineDownload]:
+    """Every registered batch-only format's export of the result (its schedule must exist)."""
+    facts, _ = sweep_engine_facts(result.sweep)
+    decisions = decisions_of(result, facts)
+    downloads = []
+    for engine_format in formats():
+        if engine_format.needs_grid:
+            continue
+        exported, problems = export(decisions, ExportSettings(format=engine_format.name))
+        downloads.append(
+            EngineDownload(
+                engine_format.name,
+                engine_format.label,
+                engine_format.file_name,
+                None if exported is None else exported.text(),
+                () if exported is None else tuple(exported.lines()),
+                tuple(problems),
             )
         )
     return downloads

@@ -21,9 +21,9 @@ from lib.cli.common import (
     print_problems,
     write_and_print,
 )
+from lib.deploy.decisions import read_decisions
 from lib.flags import add_flags, from_arguments
 from lib.loop.check import CheckSettings, check_deployment
-from lib.loop.export import read_schedule
 from lib.present.text import check_lines
 from lib.settings import Fields, Options, Settings
 
@@ -99,7 +99,7 @@ def main(args: CheckArgs) -> int:
         return EXIT_BAD_INPUT
     schedule = None
     if args.schedule_file:
-        found, problems = read_schedule(args.schedule_file)
+        found, problems = read_decisions(args.schedule_file)
         if found is None:
             print_problems(problems, lambda count: f"{_COMMAND}: cannot read the schedule")
             return EXIT_BAD_INPUT

@@ -5,7 +5,6 @@ or a result's (batch x context) grid for the context formats (:mod:`lib.loop.exp
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -19,15 +18,10 @@ from lib.cli.common import (
     print_problems,
     write_and_print,
 )
-from lib.context_formats import CONTEXT_FORMATS
+from lib.deploy.settings import ExportSettings
 from lib.flags import add_flags, from_arguments
-from lib.loop.export import (
-    ExportSettings,
-    config_text,
-    export_config,
-    read_context_export,
-    read_schedule,
-)
+from lib.loop.export import export_file
+from lib.settings import DeploySettings
 
 __all__ = ["ExportArgs", "main"]
 
@@ -41,12 +35,15 @@ class ExportArgs:
     source: str
     output: str | None
     settings: ExportSettings
+    deploy: DeploySettings
 
     description: ClassVar[str] = (
         "Convert a schedule for another engine: --format trtllm writes TensorRT-LLM's"
         " max_draft_len and draft_len_schedule ({batch_size_upper_bound: K}); --format vllm"
         " writes vLLM's speculative_config fields (num_speculative_tokens and"
-        " num_speculative_tokens_per_batch_size) from either kind of input.\n\nFrom a result"
+        " num_speculative_tokens_per_batch_size), capped to the CUDA-graph capture ceiling"
+        " when --max-cudagraph-capture-size is known; --format sglang writes SGLang's"
+        " --speculative-adaptive-config file; from any kind of input.\n\nFrom a result"
         " JSON with a context grid (a sweep that varied the prompt length), the context"
         " formats: vllm-context (today's vLLM: a batch-only schedule for --context-mix, and"
         " one per measured context), vllm-rfc-48944 (vLLM PR #48944's 5-item batch x context"
@@ -70,34 +67,29 @@ class ExportArgs:
             " draft_len_schedule (bare or with max_draft_len)",
         )
         add_flags(parser, ExportSettings)
+        add_flags(parser, DeploySettings)
         parser.add_argument("-o", "--output", help="write the JSON here too")
 
     @classmethod
     def from_cli_args(cls, arguments: argparse.Namespace) -> ExportArgs:
-        return cls(arguments.source, arguments.output, from_arguments(ExportSettings, arguments))
+        return cls(
+            arguments.source,
+            arguments.output,
+            from_arguments(ExportSettings, arguments),
+            from_arguments(DeploySettings, arguments),
+        )
 
 
 def main(args: ExportArgs) -> int:
-    """Print the exported config on one line (and write it indented with ``-o``); a context
-    format prints its loss summary, loss table, notes and warnings after it."""
+    """Print the exported config on one line (and write its file with ``-o``), then what the
+    format adds: the line to paste, a context format's loss summary and table, notes and
+    warnings."""
     outputs = [Output("--output", Path(args.output))] if args.output else []
     if print_output_problems(_COMMAND, check_outputs(outputs, [args.source])):
         return EXIT_BAD_INPUT
-    if args.settings.format in CONTEXT_FORMATS:
-        exported, problems = read_context_export(args.source, args.settings)
-        if exported is None:
-            print_problems(
-                problems, lambda count: f"{_COMMAND}: nothing written: {count} problem(s)"
-            )
-            return EXIT_BAD_INPUT
-        text = exported.text()
-        return write_and_print(_COMMAND, [(output, text) for output in outputs], exported.lines())
-    found, problems = read_schedule(args.source)
-    config = None
-    if found is not None:
-        config, problems = export_config(found, args.settings)
-    if config is None:
+    exported, problems = export_file(args.source, args.settings, args.deploy)
+    if exported is None:
         print_problems(problems, lambda count: f"{_COMMAND}: nothing written: {count} problem(s)")
         return EXIT_BAD_INPUT
-    files = [(output, config_text(config)) for output in outputs]
-    return write_and_print(_COMMAND, files, [json.dumps(config)])
+    text = exported.text()
+    return write_and_print(_COMMAND, [(output, text) for output in outputs], exported.lines())

@@ -27,7 +27,15 @@ from lib.cli.common import (
     write_and_print,
 )
 from lib.flags import add_flags, from_arguments
-from lib.settings import RESULT_FILE, ContextSettings, Fields, Options, Settings
+from lib.settings import (
+    ENGINE_FIELDS,
+    RESULT_FILE,
+    ContextSettings,
+    DeploySettings,
+    Fields,
+    Options,
+    Settings,
+)
 
 if TYPE_CHECKING:
     from lib.context import ContextAxis
@@ -48,6 +56,7 @@ class TuneArgs:
     settings: Settings
     options: Options
     context: ContextSettings = field(default_factory=ContextSettings)
+    deploy: DeploySettings = field(default_factory=DeploySettings)
 
     description: ClassVar[str] = (
         "Choose vLLM's Dynamic speculative-decoding schedule"
@@ -78,6 +87,7 @@ class TuneArgs:
         add_flags(parser, Settings)
         add_flags(parser, Options)
         add_flags(parser, ContextSettings)
+        add_flags(parser, DeploySettings)
         parser.add_argument(
             "--plan-json",
             default=None,
@@ -95,6 +105,7 @@ class TuneArgs:
             settings=from_arguments(Settings, arguments),
             options=from_arguments(Options, arguments),
             context=from_arguments(ContextSettings, arguments),
+            deploy=from_arguments(DeploySettings, arguments),
         )
 
 
@@ -122,7 +133,11 @@ def _read(args: TuneArgs) -> SweepFiles:
         args.experiment_dir,
         batch_size_var=args.fields.batch_size_var,
         k_var=args.fields.k_var,
-        metrics=(*args.settings.metrics_read(), *context_fields_read(args.context.context_var)),
+        metrics=(
+            *args.settings.metrics_read(),
+            *context_fields_read(args.context.context_var),
+            *(name for names in ENGINE_FIELDS.values() for name in names),
+        ),
     )
 
 
@@ -153,10 +168,11 @@ def _tune(args: TuneArgs) -> int:
     from lib.sweeps import sweep_from
 
     sweep = sweep_from(reading.result())
-    if args.context.invalid():
+    if args.context.invalid() or args.deploy.invalid():
         from lib.problems import Problem, Severity
 
-        invalid = [Problem(Severity.ERROR, "invalid-setting", r) for r in args.context.invalid()]
+        reasons = [*args.context.invalid(), *args.deploy.invalid()]
+        invalid = [Problem(Severity.ERROR, "invalid-setting", r) for r in reasons]
         print_problems(invalid, lambda count: f"{PROGRAM}: nothing written: {count} problem(s)")
         return EXIT_BAD_INPUT
     from lib.context import find_context_axis
@@ -164,7 +180,9 @@ def _tune(args: TuneArgs) -> int:
     axis, context_problems = find_context_axis(sweep, args.context)
     if axis is not None:
         return _tune_contexts(args, sweep, axis, output)
-    analysis = analyse(sweep, args.settings, args.options)
+    from lib.deploy.tuning import deploy_analysis
+
+    analysis, deployment = deploy_analysis(analyse(sweep, args.settings, args.options), args.deploy)
     result = analysis.result
     if context_problems:
         import dataclasses
@@ -190,6 +208,8 @@ def _tune(args: TuneArgs) -> int:
         lines += text.switch_point_lines(analysis.switch_points)
     if plan is not None:
         lines += text.measurement_plan_lines(plan)
+    if deployment is not None:
+        lines += deployment.lines()
     lines.append(text.speculative_config_line(result))
     return write_and_print(PROGRAM, writes, lines)
 

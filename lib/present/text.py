@@ -187,21 +187,27 @@ def context_plan_lines(analysis: ContextAnalysis) -> list[str]:
 
 
 def context_export_lines(data: dict[str, Any]) -> list[str]:
-    """Per context format, the paste-ready config on one line (the default context mix: the
-    shortest context), or why there is none; ``tune-spec-k export --format F`` gives the
-    loss table and the options."""
-    from lib.context_formats import CONTEXT_FORMATS
-    from lib.loop.export import ExportSettings, export_context
+    """Per context format of the registry, the paste-ready config on one line (the default
+    context mix: the shortest context), or why there is none; ``tune-spec-k export --format F``
+    gives the loss table and the options."""
+    from lib.deploy.registry import formats
+    from lib.deploy.settings import ExportSettings
+    from lib.loop.export import export_data
 
     lines = []
-    for name in CONTEXT_FORMATS:
-        exported, problems = export_context(data, ExportSettings(format=name), "the result")
+    for engine_format in formats():
+        if not engine_format.needs_grid:
+            continue
+        name = engine_format.name
+        exported, problems = export_data(data, ExportSettings(format=name))
         if exported is None:
             reasons = "; ".join(problem.message for problem in problems)
             lines.append(f"{name}: none ({printable(reasons)})")
             continue
-        lines.append(f"{name}: {json.dumps(exported.config)}")
-        lines.append("  " + exported.summary.line(name, exported.mix))
+        lines.append(f"{name}: {json.dumps(dict(exported.config))}")
+        summary = getattr(exported, "summary", None)
+        if summary is not None:
+            lines.append("  " + summary.line(name, exported.mix))  # type: ignore[attr-defined]
     return lines
 
 

@@ -1,0 +1,90 @@
+"""vLLM's Dynamic SD fields: ``num_speculative_tokens`` and
+``num_speculative_tokens_per_batch_size`` (docs/formats.md, "vLLM").
+
+Rules: vLLM's validator (:func:`lib.schedule.validate_schedule`); a global K at or above the
+schedule's largest K (vLLM would clamp the schedule silently); the CUDA-graph capture rule
+(:func:`lib.deploy.constraints.check_ceiling`): capped where C is known, named where it is
+assumed. It reads back a result JSON (tune-spec-k's or the seed's), a ``speculative_config``
+or a bare ``[[lo, hi, K], ...]`` list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lib.deploy.constraints import CaptureCeiling, check_ceiling, method_warnings
+from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_json_decisions
+from lib.deploy.registry import BatchExport, EngineFormat, Exported, global_k_problem
+from lib.deploy.settings import ExportSettings
+from lib.problems import Problem
+from lib.schedule import Schedule
+
+__all__ = ["FORMAT", "build", "read"]
+
+_GLOBAL_KEY = "num_speculative_tokens"
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
+    """A vLLM schedule in ``data``: a bare list, a dict with the schedule field (a result
+    JSON or a ``speculative_config``), or a dict whose ``speculative_config`` has it; the
+    global K from ``num_speculative_tokens``, else the seed's
+    ``configured_global_num_speculative_tokens``, else the nested config's. None: not vLLM's."""
+    if isinstance(data, list):
+        schedule, violations = Schedule.parse(data)
+        if schedule is None:
+            return None, "not a valid vLLM schedule: " + "; ".join(violations)
+        return Decisions(schedule, None, "vLLM schedule", source), ""
+    if not isinstance(data, dict):
+        return None
+    if isinstance(data.get("speculative_config"), dict) and SCHEDULE_KEY not in data:
+        return read(data["speculative_config"], source)
+    if SCHEDULE_KEY not in data:
+        return None
+    schedule, violations = Schedule.parse(data[SCHEDULE_KEY])
+    if schedule is None:
+        return None, "not a valid vLLM schedule: " + "; ".join(violations)
+    global_k = data.get(_GLOBAL_KEY)
+    if global_k is None:
+        global_k = data.get("configured_global_num_speculative_tokens")
+    if global_k is None and isinstance(data.get("speculative_config"), dict):
+        global_k = data["speculative_config"].get(_GLOBAL_KEY)
+    return result_json_decisions(data, schedule, _whole(global_k), source), ""
+
+
+def build(
+    decisions: Decisions, settings: ExportSettings, ceiling: CaptureCeiling | None
+) -> tuple[Exported | None, list[Problem]]:
+    """vLLM's two fields, the schedule checked by the capture rule; a global K below the
+    schedule's largest K is refused."""
+    assert ceiling is not None
+    chosen = decisions.engine_k(settings.global_k)
+    check = check_ceiling(
+        decisions.schedule, ceiling, decisions.medians, decisions.maximize, chosen
+    )
+    schedule = check.schedule
+    if chosen < max(schedule.largest_k, 1):
+        return None, [global_k_problem(chosen, schedule.largest_k, "schedule's")]
+    config = {_GLOBAL_KEY: chosen, SCHEDULE_KEY: schedule.to_json()}
+    return BatchExport(
+        format=FORMAT.name,
+        config=config,
+        file=config,
+        largest_k=schedule.largest_k,
+        warnings=(*check.warnings(), *method_warnings(decisions.method)),
+    ), []
+
+
+FORMAT = EngineFormat(
+    name="vllm",
+    label="vLLM (num_speculative_tokens_per_batch_size)",
+    file_name="vllm_speculative_config.json",
+    position=20,
+    build=build,
+    read=read,
+    reads=f"{SCHEDULE_KEY}, a speculative_config, a [[lo, hi, K], ...] list",
+    engine_flags=frozenset({"max_cudagraph_capture_size", "max_num_seqs"}),
+)

@@ -1,0 +1,162 @@
+"""A tuning made deployable: the capture rule (:mod:`lib.deploy.constraints`) applied to the
+analysis's schedule, once, for the CLI's ``tune`` and the app alike.
+
+:func:`deploy_analysis` resolves the ceiling (the flags, else the sweep's records, else
+vLLM's defaults), caps the schedule where C is known (the result's schedule, its
+``speculative_config`` and its first stdout line are then the capped one), and adds the
+``deployment`` block to the result JSON and a warning per range past the ceiling, per cell
+measured past it, and per method vLLM would run without the schedule. With C assumed the
+schedule stays the seed's, byte for byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from lib.deploy.constraints import (
+    CeilingCheck,
+    EngineFacts,
+    Fact,
+    cells_past_ceiling,
+    check_ceiling,
+    method_warnings,
+    tokens_per_step,
+)
+from lib.deploy.decisions import decisions_of
+from lib.deploy.registry import ceiling_for
+from lib.problems import Problem, Severity
+from lib.settings import ENGINE_FIELDS, DeploySettings
+
+if TYPE_CHECKING:
+    from lib.analysis import Analysis
+    from lib.sweeps import Sweep
+
+__all__ = ["Deployment", "deploy_analysis", "sweep_engine_facts"]
+
+
+def _capture_size(config: dict[str, Any]) -> int | None:
+    """The capture ceiling a ``compilation_config`` states: ``max_cudagraph_capture_size``,
+    else the largest of ``cudagraph_capture_sizes``; None when it states neither."""
+    size = config.get("max_cudagraph_capture_size")
+    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
+        return int(size)
+    sizes = config.get("cudagraph_capture_sizes")
+    if (
+        isinstance(sizes, list)
+        and sizes
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes)
+    ):
+        return int(max(sizes))
+    return None
+
+
+def sweep_engine_facts(sweep: Sweep) -> tuple[EngineFacts, list[Problem]]:
+    """The server settings the sweep's records state (:data:`~lib.settings.ENGINE_FIELDS`): one
+    value each, or, where servers differ, the safest (the smallest C, the largest
+    max_num_seqs) with a warning naming the values."""
+    found: dict[str, Fact] = {}
+    problems = []
+    for setting, names in (*ENGINE_FIELDS.items(), ("compilation_config", ())):
+        values: dict[int, str] = {}
+        if setting == "compilation_config":
+            for config in sweep.compilation_configs:
+                size = _capture_size(config)
+                if size is not None:
+                    values.setdefault(size, "the records' compilation_config")
+        for name in names:
+            if name not in sweep.runs.columns:
+                continue
+            for value in sweep.runs[name].drop_nulls().unique().sort().to_list():
+                if float(value).is_integer() and value >= 1:
+                    values.setdefault(int(value), f"the records' {name}")
+        target = "max_cudagraph_capture_size" if setting == "compilation_config" else setting
+        if not values or target in found:
+            continue
+        chosen = max(values) if setting == "max_num_seqs" else min(values)
+        found[target] = Fact(chosen, values[chosen])
+        if len(values) > 1:
+            problems.append(
+                Problem(
+                    Severity.WARNING,
+                    "servers-differ",
+                    f"the sweep's servers differ in {target}: {sorted(values)}; the capture"
+                    f" rule is checked with {chosen}",
+                    field=target,
+                )
+            )
+    return EngineFacts(**found), problems
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    """The capture check of a tuning and the measured cells past its ceiling."""
+
+    check: CeilingCheck
+    past_ceiling: tuple[tuple[int, int], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.check.to_json(),
+            "cells_past_ceiling": [
+                {"batch_size": b, "k": k, "tokens": tokens_per_step(b, k)}
+                for b, k in self.past_ceiling
+            ],
+        }
+
+    def lines(self) -> list[str]:
+        """What ``tune`` prints of it, after the seed's lines."""
+        return [
+            self.check.summary(),
+            *(
+                f"  {line}"
+                for line in self.check.warnings()
+                if line.startswith("capped, not measured")
+            ),
+        ]
+
+
+def deploy_analysis(
+    analysis: Analysis, deploy: DeploySettings, sweep_facts: EngineFacts | None = None
+) -> tuple[Analysis, Deployment | None]:
+    """The analysis with its schedule checked (and, C known, capped); None when there is no
+    schedule to deploy."""
+    result = analysis.result
+    if not result.ok or result.schedule is None:
+        return analysis, None
+    facts, problems = (
+        (sweep_facts, []) if sweep_facts is not None else sweep_engine_facts(result.sweep)
+    )
+    decisions = decisions_of(result, facts)
+    global_k = result.deploy_global_k
+    ceiling = ceiling_for(decisions, deploy, global_k)
+    check = check_ceiling(result.schedule, ceiling, decisions.medians, decisions.maximize, global_k)
+    measured = [(cell["anchor"], cell["k"]) for cell in result.cells.to_dicts()]
+    past = tuple(cells_past_ceiling(measured, ceiling.size))
+    deployment = Deployment(check, past)
+    for line in check.warnings():
+        rule = "capped-range" if line.startswith("capped") else "graphless-range"
+        problems.append(Problem(Severity.WARNING, rule, line))
+    if past:
+        cells = ", ".join(f"batch {b} K={k} ({tokens_per_step(b, k)} tokens)" for b, k in past)
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "measured-past-capture-ceiling",
+                f"measured past the CUDA-graph capture ceiling C={ceiling.size}"
+                f" ({'from ' + ceiling.source if ceiling.known else ceiling.source}), so"
+                f" without CUDA graphs: {cells}; their numbers say nothing of a"
+                " graph-captured step",
+            )
+        )
+    problems += [
+        Problem(Severity.WARNING, "schedule-disabled", line)
+        for line in method_warnings(decisions.method)
+    ]
+    deployed = dataclasses.replace(
+        result,
+        schedule=check.schedule,
+        additions={**result.additions, "deployment": deployment.to_json()},
+        problems=(*result.problems, *problems),
+    )
+    return dataclasses.replace(analysis, result=deployed), deployment
