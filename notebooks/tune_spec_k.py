@@ -164,9 +164,7 @@ def _(
     result = analysis.result
     # Eager bytes, so that a static HTML export carries the files too: the CLI's files.
     schedule_file = shown.result_text().encode() if shown.ok else None
-    engine_files = (
-        app_context.engine_downloads(result) if result.ok and result.schedule else None
-    )
+    engine_files = app_context.engine_downloads(result) if result.ok and result.schedule else None
     rule_comparison = app_support.compare_rules(analysis, options)
     problem_groups = guide.problem_groups([*shown.problems, *context_notes], settings, fields)
     verdict = (

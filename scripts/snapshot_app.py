@@ -69,10 +69,12 @@ def main() -> int:
                 text = getattr(output, "text", None)
                 shown = text if isinstance(text, str) else repr(output)
                 (folder / f"cell-{index:03d}.html").write_text(_normalised(shown))
-            for download in ("schedule_file", "trtllm_file"):
-                data = defs.get(download)
-                if data is not None:
-                    (folder / download).write_bytes(data)
+            data = defs.get("schedule_file")
+            if data is not None:
+                (folder / "schedule_file").write_bytes(data)
+            for engine_file in defs.get("engine_files") or ():
+                if engine_file.text is not None:
+                    (folder / engine_file.filename).write_text(engine_file.text)
     print(f"saved in {arguments.out}")
     return 0
 

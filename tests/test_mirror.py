@@ -23,7 +23,7 @@ def test_every_test_file_below_a_folder_of_lib_tests_a_module() -> None:
     lib = REPO / "lib"
     orphans = [
         str(test.relative_to(REPO))
-        for folder in ("loop", "present", "cli", "app")
+        for folder in ("deploy", "loop", "present", "cli", "app")
         for test in sorted((TESTS / folder).glob("test_*.py"))
         if not (lib / folder / test.name.removeprefix("test_")).is_file()
     ]

@@ -5,7 +5,7 @@ and as no speculation (:mod:`lib.loop.check`)? Exit status: 0 no loss, 1 a loss 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -25,7 +25,7 @@ from lib.deploy.decisions import read_decisions
 from lib.flags import add_flags, from_arguments
 from lib.loop.check import CheckSettings, check_deployment
 from lib.present.text import check_lines
-from lib.settings import Fields, Options, Settings
+from lib.settings import DeploySettings, Fields, Options, Settings
 
 __all__ = ["CheckArgs", "main"]
 
@@ -46,6 +46,7 @@ class CheckArgs:
     fields: Fields
     settings: Settings
     options: Options
+    deploy: DeploySettings = field(default_factory=DeploySettings)
 
     description: ClassVar[str] = (
         "Judge a deployed schedule from a validation sweep (tune-spec-k plan --validate): per"
@@ -73,6 +74,7 @@ class CheckArgs:
         add_flags(parser, Settings, only=SETTINGS_USED)
         add_flags(parser, Fields, only=("batch_size_var",))
         add_flags(parser, Options, only=OPTIONS_USED)
+        add_flags(parser, DeploySettings)
         parser.add_argument(
             "--strict", action="store_true", help="exit 1 for inconclusive anchors too"
         )
@@ -88,6 +90,7 @@ class CheckArgs:
             fields=from_arguments(Fields, arguments),
             settings=from_arguments(Settings, arguments),
             options=from_arguments(Options, arguments),
+            deploy=from_arguments(DeploySettings, arguments),
         )
 
 
@@ -105,7 +108,13 @@ def main(args: CheckArgs) -> int:
             return EXIT_BAD_INPUT
         schedule = found.schedule
     settings = CheckSettings(args.settings, args.options, args.fields)
-    report = check_deployment(args.experiment_dir, settings, schedule)
+    if args.deploy.invalid():
+        from lib.problems import Problem, Severity
+
+        invalid = [Problem(Severity.ERROR, "invalid-setting", r) for r in args.deploy.invalid()]
+        print_problems(invalid, lambda count: f"{_COMMAND}: {count} problem(s)")
+        return EXIT_BAD_INPUT
+    report = check_deployment(args.experiment_dir, settings, schedule, args.deploy)
     if print_problems(
         report.problems,
         lambda count: f"{_COMMAND}: cannot judge {args.experiment_dir}: {count} problem(s)",

@@ -306,7 +306,8 @@ class CappedRange:
     """Batch sizes ``lo..hi`` whose K the repair lowered from ``measured_k`` (what the tuned
     schedule says there) to ``capped_k``: capped, not measured. ``loss_percent`` is the expected
     loss against ``measured_k`` run with CUDA graphs, interpolated between the anchors around the
-    range (``basis`` says which, or why there is no estimate)."""
+    range (``basis`` says which, or why there is no estimate, and whether a cell it reads was
+    itself measured past the ceiling)."""
 
     lo: int
     hi: int
@@ -411,9 +412,15 @@ def capped_ranges(
             )
             continue
         where = f"anchor {below}" if below == above else f"anchors {below} and {above}"
-        found.append(
-            CappedRange(lo, hi, measured, kept, max(losses), f"interpolated between {where}")
-        )
+        basis = f"interpolated between {where}"
+        graphless = [a for a in (below, above) if tokens_per_step(a, measured) > ceiling.size]
+        if graphless:
+            at = " and ".join(str(a) for a in graphless)
+            basis += (
+                f"; K={measured} at {at} was itself measured past C, without CUDA graphs, so"
+                " the estimate compares with a graphless step"
+            )
+        found.append(CappedRange(lo, hi, measured, kept, max(losses), basis))
     return found
 
 
@@ -451,12 +458,17 @@ class CeilingCheck:
         lines = []
         for stretch in self.graphless:
             low, high = stretch.tokens
+            fix = (
+                "cap them (tune-spec-k export --format vllm caps to a known C) or raise C"
+                if self.ceiling.known
+                else "give --max-cudagraph-capture-size C (the server's"
+                " max_cudagraph_capture_size, e.g. from its /server_info) to cap them"
+            )
             lines.append(
                 f"batch sizes {_span(stretch.lo, stretch.hi)} run K={stretch.k} at"
                 f" {_span(low, high)} tokens per decode step, past the CUDA-graph capture"
-                f" ceiling C={self.ceiling.size} ({self.ceiling.source}): vLLM runs them without"
-                " CUDA graphs; give --max-cudagraph-capture-size C (the server's"
-                " max_cudagraph_capture_size, e.g. from its /server_info) to cap them"
+                f" ceiling C={self.ceiling.size} ({self._source()}): vLLM runs them without"
+                f" CUDA graphs; {fix}"
             )
         for capped in self.capped:
             if capped.loss_percent is None:
@@ -465,14 +477,18 @@ class CeilingCheck:
                 size = "loss" if capped.loss_percent >= 0 else "gain"
                 loss = (
                     f"expected {size} {abs(capped.loss_percent):.1f} % against"
-                    f" K={capped.measured_k} with CUDA graphs ({capped.basis})"
+                    f" K={capped.measured_k} ({capped.basis})"
                 )
             lines.append(
                 f"capped, not measured: batch sizes {_span(capped.lo, capped.hi)} run"
                 f" K={capped.capped_k} instead of K={capped.measured_k} to stay within"
-                f" C={self.ceiling.size} tokens per step (from {self.ceiling.source}); {loss}"
+                f" C={self.ceiling.size} tokens per step ({self._source()}); {loss}"
             )
         return lines
+
+    def _source(self) -> str:
+        ceiling = self.ceiling
+        return f"from {ceiling.source}" if ceiling.known else ceiling.source
 
     def summary(self) -> str:
         """The one line ``tune`` prints of the check."""

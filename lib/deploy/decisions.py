@@ -35,6 +35,7 @@ __all__ = [
     "Decisions",
     "decisions_from_json",
     "decisions_of",
+    "grid_decisions",
     "read_decisions",
     "result_json_decisions",
 ]
@@ -214,9 +215,26 @@ def decisions_from_json(data: Any, source: str) -> tuple[Decisions | None, list[
     return None, [Problem(Severity.ERROR, "no-schedule", message, files=(source,))]
 
 
-def read_decisions(path: str | Path) -> tuple[Decisions | None, list[Problem]]:
-    """:func:`decisions_from_json` of a file, or None and why it could not be read."""
+def grid_decisions(data: Any, source: str) -> tuple[Decisions | None, list[Problem]]:
+    """The decisions a context format reads: the result JSON itself, its batch schedule
+    optional (the grid is what counts; :func:`lib.deploy.grid.build_context_format` says when
+    there is none)."""
+    if not isinstance(data, dict):
+        message = "expected a JSON object (a result JSON with a context_grid)"
+        return None, [Problem(Severity.ERROR, "no-schedule", message, files=(source,))]
+    found, _ = decisions_from_json(data, source)
+    if found is not None and found.result is not None:
+        return found, []
+    kind = found.kind if found is not None else "JSON object without a schedule"
+    return Decisions(Schedule(()), None, kind, source, result=None), []
+
+
+def read_decisions(
+    path: str | Path, for_grid: bool = False
+) -> tuple[Decisions | None, list[Problem]]:
+    """:func:`decisions_from_json` (:func:`grid_decisions` with ``for_grid``) of a file, or
+    None and why it could not be read."""
     data, problems = read_json(path)
     if data is MISSING:
         return None, problems
-    return decisions_from_json(data, str(path))
+    return (grid_decisions if for_grid else decisions_from_json)(data, str(path))

@@ -58,28 +58,37 @@ def graph_batch_sizes(largest: int = 512) -> list[int]:
 
 
 def padding_shifts(schedule: Schedule, sizes: list[int]) -> list[tuple[int, int, int, int]]:
-    """Where padding moves a boundary: a batch b pads up to the smallest graph size >= b and
-    takes the slot of the largest key <= that size, so for a range starting at ``lo`` the
-    batches above the largest graph size below ``lo`` (up to ``lo - 1``) take ``lo``'s K.
-    Returns (first batch, last batch, K they run, K the schedule gives them); none when
-    ``lo - 1`` is itself a graph size or ``lo`` is past the largest one (no padding there).
+    """Where padding moves a boundary: a batch b pads up to the smallest graph size g >= b and
+    takes the slot of the largest key <= g, so batches just below a key ``lo`` whose ``lo - 1``
+    is not a graph size run ``lo``'s K (or a later key's). Returns (first batch, last batch, K
+    they run, K the schedule gives them), consecutive batches with the same pair merged; none
+    past the largest graph size (no padding there). Only the batches between a key and the
+    graph size below it are looked at: at most the gap between two graph sizes per key.
 
     >>> padding_shifts(Schedule(((1, 35, 3), (36, 64, 1))), graph_batch_sizes(256))
     [(33, 35, 1, 3)]
     >>> padding_shifts(Schedule(((1, 32, 3), (33, 64, 1))), graph_batch_sizes(256))
     []
     """
-    found = []
-    ordered = sorted(schedule.ranges)
-    for index in range(1, len(ordered)):
-        lo, _, k = ordered[index]
-        below = ordered[index - 1][2]
-        if lo > sizes[-1] or k == below:
+    keys = sorted(lo for lo, _, _ in schedule.ranges)
+    moved: dict[int, tuple[int, int]] = {}
+    for lo in keys[1:]:
+        if lo > sizes[-1]:
             continue
         position = bisect.bisect_left(sizes, lo) - 1
         previous = sizes[position] if position >= 0 else 0
-        if previous < lo - 1:
-            found.append((previous + 1, lo - 1, k, below))
+        for batch in range(previous + 1, lo):
+            padded = sizes[bisect.bisect_left(sizes, batch)]
+            runs, meant = schedule.k_at(padded), schedule.k_at(batch)
+            if runs != meant:
+                moved[batch] = (runs, meant)
+    found: list[tuple[int, int, int, int]] = []
+    for batch in sorted(moved):
+        runs, meant = moved[batch]
+        if found and found[-1][1] == batch - 1 and found[-1][2:] == (runs, meant):
+            found[-1] = (found[-1][0], batch, runs, meant)
+        else:
+            found.append((batch, batch, runs, meant))
     return found
 
 
@@ -195,9 +204,9 @@ def build(
             " adaptive mode runs EAGLE and EAGLE3 only)"
         )
     warnings = [
-        f"SGLang pads batch sizes {low}-{high} to a CUDA-graph batch size at or above"
-        f" {high + 1}, so they run K={runs} where the schedule says K={meant} (SGLang's default"
-        f" graph batch sizes; list {high} in --cuda-graph-bs to keep the boundary)"
+        f"SGLang pads batch sizes {low}-{high} up to its next CUDA-graph batch size, past the"
+        f" next range's start, so they run K={runs} where the schedule says K={meant} (SGLang's"
+        f" default graph batch sizes; list {high} in --cuda-graph-bs to keep the boundary)"
         for low, high, runs, meant in padding_shifts(schedule, graph_batch_sizes())
     ]
     return BatchExport(

@@ -31,6 +31,10 @@ def _ceiling_warnings(config: dict[str, object], ceiling: CaptureCeiling | None)
     schedule, _ = Schedule.parse(config[SCHEDULE_KEY])
     if schedule is None:
         return []
+    if not ceiling.max_num_seqs_known:
+        # The decisions' own schedule said nothing of the grid's: check to the export's end.
+        last = max(hi for _, hi, _ in schedule.ranges)
+        ceiling = dataclasses.replace(ceiling, max_num_seqs=last)
     return [
         f"batch sizes {g.lo}-{g.hi} run K={g.k} at {g.tokens[0]}-{g.tokens[1]} tokens per"
         f" decode step, past the CUDA-graph capture ceiling C={ceiling.size}"
@@ -54,8 +58,9 @@ def build_context_format(
             Problem(
                 Severity.ERROR,
                 "no-context-grid",
-                f"--format {name} needs a result JSON with a context_grid (tune-spec-k on a"
-                " sweep that varied the prompt length); this file is a " + decisions.kind,
+                f"the file has no context_grid: --format {name} needs a result JSON with one"
+                " (tune-spec-k on a sweep that varied the prompt length); this file is a "
+                + decisions.kind,
                 files=(source,),
             )
         ]

@@ -171,7 +171,7 @@ def _misplaced(
                 Problem(
                     Severity.ERROR,
                     "flag-not-for-format",
-                    f"{flag_name(cls, setting.name)} applies only to {', '.join(readers)}",
+                    f"{flag_name(cls, setting.name)} applies only to --format {', '.join(readers)}",
                     field=flag_name(ExportSettings, "format"),
                     value=engine_format.name,
                     expected=", ".join(readers),

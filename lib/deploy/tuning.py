@@ -94,6 +94,29 @@ class Deployment:
 
     check: CeilingCheck
     past_ceiling: tuple[tuple[int, int], ...]
+    anchors: tuple[int, ...] = ()
+
+    def boundaries(self) -> list[dict[str, Any]]:
+        """An anchor to measure at each capture boundary the schedule crosses: the first batch
+        size past the ceiling for the tuned K (a graphless range's start, or a capped range's),
+        with the Ks that decide it (the tuned K and, where capped, the capped K); none where
+        that batch size is already an anchor."""
+        found: dict[int, set[int]] = {}
+        for stretch in self.check.graphless:
+            found.setdefault(stretch.lo, set()).add(stretch.k)
+        for capped in self.check.capped:
+            found.setdefault(capped.lo, set()).update((capped.measured_k, capped.capped_k))
+        size = self.check.ceiling.size
+        return [
+            {
+                "batch_size": batch,
+                "ks": sorted(ks),
+                "reason": f"the capture boundary: K={max(ks)} at {batch} runs"
+                f" {tokens_per_step(batch, max(ks))} tokens per step, past C={size}",
+            }
+            for batch, ks in sorted(found.items())
+            if batch not in self.anchors
+        ]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +125,7 @@ class Deployment:
                 {"batch_size": b, "k": k, "tokens": tokens_per_step(b, k)}
                 for b, k in self.past_ceiling
             ],
+            "anchors_to_measure": self.boundaries(),
         }
 
     def lines(self) -> list[str]:
@@ -112,6 +136,10 @@ class Deployment:
                 f"  {line}"
                 for line in self.check.warnings()
                 if line.startswith("capped, not measured")
+            ),
+            *(
+                f"  measure next: batch size {row['batch_size']}, K={row['ks']}: {row['reason']}"
+                for row in self.boundaries()
             ),
         ]
 
@@ -133,7 +161,8 @@ def deploy_analysis(
     check = check_ceiling(result.schedule, ceiling, decisions.medians, decisions.maximize, global_k)
     measured = [(cell["anchor"], cell["k"]) for cell in result.cells.to_dicts()]
     past = tuple(cells_past_ceiling(measured, ceiling.size))
-    deployment = Deployment(check, past)
+    anchors = tuple(sorted({anchor for anchor, _ in measured}))
+    deployment = Deployment(check, past, anchors)
     for line in check.warnings():
         rule = "capped-range" if line.startswith("capped") else "graphless-range"
         problems.append(Problem(Severity.WARNING, rule, line))

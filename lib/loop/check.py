@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ from lib.files import read_json
 from lib.keys import MISSING, lookup, parse_json_string
 from lib.problems import Problem, Severity, errors
 from lib.schedule import NO_SCHEDULE, Schedule, tune
-from lib.settings import GLOBAL_K_VAR, Fields, Options, Settings
+from lib.settings import GLOBAL_K_VAR, DeploySettings, Fields, Options, Settings
 from lib.sweeps import Sweep, load_experiment
 
 __all__ = ["ARM_SCHEMA", "VERDICT_SCHEMA", "CheckReport", "CheckSettings", "check_deployment"]
@@ -142,6 +142,10 @@ class CheckReport:
     arms: pl.DataFrame
     verdicts: pl.DataFrame
     problems: tuple[Problem, ...]
+    #: The capture rule on the schedule under test (:mod:`lib.deploy.constraints`).
+    deployment: Mapping[str, Any] | None = None
+    #: Its one-line summary, as ``tune`` prints it.
+    deployment_summary: str | None = None
 
     @property
     def errors(self) -> list[Problem]:
@@ -159,6 +163,7 @@ class CheckReport:
             "arms": [_finite_row(row) for row in self.arms.to_dicts()],
             "problems": [p.to_json() for p in self.problems],
             "reported_dynamic_sd_overhead": REPORTED_OVERHEAD,
+            **({"deployment": dict(self.deployment)} if self.deployment is not None else {}),
         }
 
     def to_json_text(self) -> str:
@@ -226,9 +231,13 @@ def check_deployment(
     path: str | Path,
     settings: CheckSettings,
     schedule: Schedule | None = None,
+    deploy: DeploySettings | None = None,
 ) -> CheckReport:
     """Read a validation sweep and judge the dynamic arm at every anchor; never raises for bad
-    input (problems are in the report; errors mean no verdict can be trusted)."""
+    input (problems are in the report; errors mean no verdict can be trusted). The schedule
+    under test is also checked by vLLM's capture rule (``deploy``, else the sweep's records,
+    else vLLM's defaults): ranges past the ceiling, and anchors of the dynamic arm measured
+    past it, are warnings."""
     problems: list[Problem] = [
         Problem(Severity.ERROR, "invalid-setting", reason) for reason in settings.invalid()
     ]
@@ -294,7 +303,59 @@ def check_deployment(
     if dynamic is None:
         dynamic = _schedule_from_runs(configs, arms)
     arm_frame, verdicts, found = _judge(sweep, runs, settings, dynamic)
-    return CheckReport(settings, dynamic, arm_frame, verdicts, tuple(problems + found))
+    block, summary, capture = (
+        _capture_check(sweep, dynamic, deploy or DeploySettings())
+        if dynamic is not None
+        else (None, None, [])
+    )
+    return CheckReport(
+        settings,
+        dynamic,
+        arm_frame,
+        verdicts,
+        tuple(problems + found + capture),
+        block,
+        summary,
+    )
+
+
+def _capture_check(
+    sweep: Sweep, schedule: Schedule, deploy: DeploySettings
+) -> tuple[dict[str, Any] | None, str | None, list[Problem]]:
+    """The capture rule on the deployed schedule (never repaired here: it is what ran), with
+    the dynamic arm's anchors measured past the ceiling."""
+    from lib.deploy.constraints import cells_past_ceiling, check_ceiling, tokens_per_step
+    from lib.deploy.decisions import Decisions
+    from lib.deploy.registry import ceiling_for
+    from lib.deploy.tuning import sweep_engine_facts
+
+    facts, problems = sweep_engine_facts(sweep)
+    global_k = max(schedule.largest_k, 1)
+    ceiling = ceiling_for(Decisions(schedule, None, "check", "", engine=facts), deploy, global_k)
+    assumed = dataclasses.replace(ceiling, known=False)
+    check = check_ceiling(schedule, assumed, {}, global_k=global_k)
+    check = dataclasses.replace(check, ceiling=ceiling)
+    anchors = sorted(set(sweep.runs["anchor"].drop_nulls().to_list()))
+    past = cells_past_ceiling([(a, schedule.k_at(a)) for a in anchors], ceiling.size)
+    for line in check.warnings():
+        problems.append(Problem(Severity.WARNING, "graphless-range", line))
+    if past:
+        cells = ", ".join(f"batch {b} K={k} ({tokens_per_step(b, k)} tokens)" for b, k in past)
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "measured-past-capture-ceiling",
+                f"the schedule under test ran past the CUDA-graph capture ceiling C={ceiling.size}"
+                f" at {cells}: those verdicts are of steps without CUDA graphs",
+            )
+        )
+    block = {
+        **check.to_json(),
+        "cells_past_ceiling": [
+            {"batch_size": b, "k": k, "tokens": tokens_per_step(b, k)} for b, k in past
+        ],
+    }
+    return block, check.summary(), problems
 
 
 def _schedule_from_runs(

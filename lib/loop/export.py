@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lib.deploy.decisions import decisions_from_json, read_decisions
-from lib.deploy.registry import Exported, export
+from lib.deploy.decisions import decisions_from_json, grid_decisions, read_decisions
+from lib.deploy.registry import Exported, export, formats
 from lib.deploy.settings import ExportSettings
 from lib.problems import Problem
 from lib.settings import DeploySettings
@@ -22,11 +22,16 @@ from lib.settings import DeploySettings
 __all__ = ["export_data", "export_file", "export_text"]
 
 
+def _needs_grid(settings: ExportSettings) -> bool:
+    """Whether the format asked for reads a context grid (an unknown one: no)."""
+    return any(f.needs_grid for f in formats() if f.name == settings.format)
+
+
 def export_file(
     path: str | Path, settings: ExportSettings, deploy: DeploySettings | None = None
 ) -> tuple[Exported | None, list[Problem]]:
     """The export of the schedule in the file at ``path``, or None and every problem."""
-    decisions, problems = read_decisions(path)
+    decisions, problems = read_decisions(path, for_grid=_needs_grid(settings))
     if decisions is None:
         return None, problems
     return export(decisions, settings, deploy)
@@ -36,7 +41,8 @@ def export_data(
     data: Any, settings: ExportSettings, source: str = "the result"
 ) -> tuple[Exported | None, list[Problem]]:
     """The export of a parsed file (a result JSON in memory), or None and every problem."""
-    decisions, problems = decisions_from_json(data, source)
+    reader = grid_decisions if _needs_grid(settings) else decisions_from_json
+    decisions, problems = reader(data, source)
     if decisions is None:
         return None, problems
     return export(decisions, settings)

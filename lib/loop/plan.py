@@ -871,6 +871,19 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
             "new anchors are only in the measurement plan: pass the file of `tune-spec-k DIR"
             " --plan-json PATH` too to measure them"
         )
+    if result_data is not None:
+        # The capture boundaries the schedule crosses (lib.deploy.tuning.Deployment).
+        deployment = result_data.get("deployment")
+        rows = deployment.get("anchors_to_measure") if isinstance(deployment, dict) else None
+        for row in rows if isinstance(rows, list) and _list_of_objects(rows) else []:
+            batch = _whole_or_none(row.get("batch_size"))
+            row_ks = row.get("ks")
+            if batch is None or batch < 1 or not isinstance(row_ks, list):
+                continue
+            new_anchors.append(batch)
+            for k in row_ks:
+                if _whole_or_none(k) is not None:
+                    more[(batch, k)] = max(more.get((batch, k), 0), MIN_RUNS_NEEDED)
     needs = FollowUpNeeds(
         more,
         tuple(sorted(set(new_anchors))),

@@ -300,6 +300,8 @@ def check_lines(report: CheckReport) -> list[str]:
     from lib.loop.check import REPORTED_OVERHEAD
 
     lines = [f"schedule under test: {(report.schedule or NO_SCHEDULE).json_text()}"]
+    if report.deployment_summary is not None:
+        lines.append(report.deployment_summary)
     for row in report.verdicts.to_dicts():
         parts = [
             f"batch_size={row['anchor']}: {row['verdict'].upper()}",

@@ -19,10 +19,13 @@ from lib.app import guide
 from lib.app import support as app_support
 from lib.cli.common import EXIT_OK
 from lib.cli.main import main
-from lib.loop import export
+from lib.deploy.registry import formats
 from lib.schedule import tune
 from lib.settings import Options, Settings
 from lib.sweeps import load_experiment
+
+#: Each context format's download, by its registered file name.
+CONTEXT_FILES = {f.name: f.file_name for f in formats() if f.needs_grid}
 
 LOAD_TIMEOUT_MS = 60_000
 UPDATE_TIMEOUT_MS = 30_000
@@ -433,7 +436,7 @@ def test_a_context_sweep_shows_the_heatmap_and_downloads_the_cli_s_exports(
     page.locator(".vega-embed canvas").nth(1).wait_for(timeout=UPDATE_TIMEOUT_MS)
     result = tmp_path / "result.json"
     assert main([str(folder), "--output-json", str(result)]) == EXIT_OK
-    for name, filename in export.CONTEXT_FILES.items():
+    for name, filename in CONTEXT_FILES.items():
         with page.expect_download(timeout=UPDATE_TIMEOUT_MS) as download:
             page.get_by_text(f"Download {filename}").click()
         assert download.value.suggested_filename == filename

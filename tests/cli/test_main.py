@@ -83,7 +83,8 @@ def test_a_closed_stdout_ends_quietly(tmp_path: Path) -> None:
         check=False,
     )
     assert completed.stdout == "[[1, 63, 7], [64, 256, 0]]\n"
-    assert completed.stderr == ""
+    # Nothing but the analysis's own warnings (no traceback, no broken-pipe message).
+    assert all(line.startswith("warning [") for line in completed.stderr.splitlines())
     # As before stdout was checked: the result is written whenever the pipe closes.
     assert (tmp_path / "out.json").is_file()
 

@@ -175,7 +175,8 @@ def test_capped_ranges_estimate_the_loss_between_the_anchors() -> None:
             (1 - at(stretch.capped_k, b) / at(5, b)) * 100 for b in (stretch.lo, stretch.hi)
         )
         assert stretch.loss_percent == pytest.approx(expected)
-        assert stretch.basis == "interpolated between anchors 64 and 128"
+        # 128 * 6 = 768 > 512: K=5 at 128 was measured without graphs, and the basis says so.
+        assert stretch.basis.startswith("interpolated between anchors 64 and 128; K=5 at 128")
 
 
 def test_capped_ranges_say_why_there_is_no_estimate() -> None:

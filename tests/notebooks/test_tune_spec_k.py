@@ -41,13 +41,17 @@ from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import build_parser, main
 from lib.cli.tune import TuneArgs
 from lib.context import analyse_contexts, find_context_axis
-from lib.loop import export
+from lib.deploy.registry import formats
+from lib.deploy.tuning import deploy_analysis
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side
 from lib.present import charts, tables
 from lib.problems import Severity
 from lib.schedule import Schedule, TuningResult
-from lib.settings import GLOBAL_K_VAR, ContextSettings, Options, Settings
+from lib.settings import GLOBAL_K_VAR, ContextSettings, DeploySettings, Options, Settings
 from lib.sweeps import load_experiment
+
+#: Each context format's download, by its registered file name.
+CONTEXT_FILES = {f.name: f.file_name for f in formats() if f.needs_grid}
 
 SAMPLE_SWEEPS = REPO / "data" / "sample_sweeps"
 SAMPLES = sorted(path for path in SAMPLE_SWEEPS.iterdir() if path.is_dir())
@@ -109,7 +113,8 @@ def _analysed(
     if axis is not None:
         grid = analyse_contexts(sweep, axis, settings or Settings(), options)
         return grid.contexts[0].result
-    return analyse(sweep, settings or Settings(), options).result
+    analysis = analyse(sweep, settings or Settings(), options)
+    return deploy_analysis(analysis, DeploySettings())[0].result
 
 
 def _assert_same_result(shown: TuningResult, expected: TuningResult) -> None:
@@ -135,7 +140,7 @@ def _rendered_sections(defs: dict[str, Any]) -> dict[str, str]:
         "Compare": sections.compare_section(
             defs["compare_picker"], defs["comparison"], defs["comparison_error"]
         ),
-        "Downloads": sections.downloads_section(analysis, defs["trtllm_file"]),
+        "Downloads": sections.downloads_section(analysis, defs["engine_files"]),
     }
     return {name: mo.as_html(element).text for name, element in built.items()}
 
@@ -713,7 +718,7 @@ def _sonnet_compared_with(
     )
 
 
-def test_trtllm_download_is_the_cli_export(
+def test_every_engine_download_is_the_cli_export(
     notebook: ModuleType,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
@@ -721,24 +726,30 @@ def test_trtllm_download_is_the_cli_export(
 ) -> None:
     sample = SAMPLE_SWEEPS / "sonnet-like"
     defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample))
-    result, exported = tmp_path / "result.json", tmp_path / "trtllm.json"
+    result = tmp_path / "result.json"
     assert main([str(sample), "--output-json", str(result)]) == 0
-    assert main(["export", str(result), "--format", "trtllm", "-o", str(exported)]) == 0
     capsys.readouterr()
-    assert defs["trtllm_file"] == exported.read_bytes()
+    downloads = {download.format: download for download in defs["engine_files"]}
+    assert list(downloads) == ["trtllm", "vllm", "sglang"]
+    for name, download in downloads.items():
+        exported = tmp_path / f"{name}.json"
+        assert main(["export", str(result), "--format", name, "-o", str(exported)]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        assert download.text == exported.read_text(), name
+        assert list(download.lines) == printed[:-1], name  # less "Wrote PATH"
     # sonnet-like tunes to [[1, 63, 7], [64, 256, 0]] with num_speculative_tokens 7.
-    assert json.loads(defs["trtllm_file"]) == {
+    assert json.loads(downloads["trtllm"].text) == {
         "max_draft_len": 7,
-        "draft_len_schedule": {"63": 7, "256": 0},
+        "draft_len_schedule": {"1": 7, "63": 7, "256": 0},
     }
 
 
-def test_no_trtllm_download_without_a_schedule(
+def test_no_engine_download_without_a_schedule(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     defs = run_notebook(notebook, monkeypatch, "--sweeps", str(SAMPLE_SWEEPS / "noisy"))
     assert not defs["result"].ok
-    assert defs["trtllm_file"] is None
+    assert defs["engine_files"] is None
 
 
 def test_nothing_is_compared_until_an_experiment_is_picked(
@@ -803,7 +814,7 @@ def test_a_context_sweep_shows_its_grid_the_chosen_point_and_the_cli_s_files(
     block = str(defs["context_block"].text)
     assert "Chosen K by batch size and prompt length" in block
     result = tmp_path / "cli.json"
-    for name, filename in export.CONTEXT_FILES.items():
+    for name, filename in CONTEXT_FILES.items():
         written = tmp_path / filename
         assert (
             main(

@@ -1,0 +1,100 @@
+"""lib/deploy/format_vllm.py: vLLM's two fields, the global-K rule on both sides, and the
+capture rule applied to the export (capped when C is given, named when it is assumed)."""
+
+from __future__ import annotations
+
+from lib.deploy.decisions import Decisions
+from lib.deploy.registry import export
+from lib.deploy.settings import ExportSettings
+from lib.schedule import Schedule
+from lib.settings import DeploySettings
+
+VLLM = ExportSettings(format="vllm")
+PUBLISHED = Schedule(((1, 1, 3), (2, 127, 5), (128, 128, 3)))
+
+
+def test_the_global_k_comes_from_the_flag_then_the_file_then_the_largest_k() -> None:
+    sonnet = Schedule(((1, 63, 7), (64, 256, 0)))
+    for given, stated, expected in [(8, 9, 8), (None, 9, 9), (None, None, 7)]:
+        exported, problems = export(
+            Decisions(sonnet, stated, "t", "t"), ExportSettings(format="vllm", global_k=given)
+        )
+        assert problems == [] and exported is not None
+        assert exported.config == {
+            "num_speculative_tokens": expected,
+            "num_speculative_tokens_per_batch_size": [[1, 63, 7], [64, 256, 0]],
+        }
+
+
+def test_a_global_k_below_the_largest_k_is_refused_and_equal_is_not() -> None:
+    sonnet = Decisions(Schedule(((1, 63, 7), (64, 256, 0))), None, "t", "t")
+    refused, problems = export(sonnet, ExportSettings(format="vllm", global_k=6))
+    assert refused is None
+    assert (problems[0].field, problems[0].value, problems[0].expected) == (
+        "--global-k",
+        "6",
+        ">= 7",
+    )
+    accepted, problems = export(sonnet, ExportSettings(format="vllm", global_k=7))
+    assert accepted is not None and problems == []
+
+
+def test_an_assumed_ceiling_keeps_the_schedule_and_warns() -> None:
+    exported, problems = export(Decisions(PUBLISHED, 5, "t", "t"), VLLM)
+    assert problems == [] and exported is not None
+    assert exported.config["num_speculative_tokens_per_batch_size"] == PUBLISHED.to_json()
+    assert any("batch sizes 86-127 run K=5" in w for w in exported.warnings)
+
+
+def test_a_given_ceiling_caps_the_export() -> None:
+    exported, _ = export(
+        Decisions(PUBLISHED, 5, "t", "t"),
+        VLLM,
+        DeploySettings(max_cudagraph_capture_size=512, max_num_seqs=128),
+    )
+    assert exported is not None
+    assert exported.config["num_speculative_tokens_per_batch_size"] == [
+        [1, 1, 3],
+        [2, 85, 5],
+        [86, 102, 4],
+        [103, 128, 3],
+    ]
+    # A ceiling of 768 holds 128 * 6: nothing to cap.
+    roomy, _ = export(
+        Decisions(PUBLISHED, 5, "t", "t"),
+        VLLM,
+        DeploySettings(max_cudagraph_capture_size=768, max_num_seqs=128),
+    )
+    assert roomy is not None and roomy.warnings == ()
+
+
+def test_the_ceiling_a_result_was_tuned_under_is_kept_on_export() -> None:
+    from lib.deploy.decisions import decisions_from_json
+
+    result = {
+        "num_speculative_tokens_per_batch_size": PUBLISHED.to_json(),
+        "configured_global_num_speculative_tokens": 5,
+        "deployment": {
+            "capture_ceiling": {
+                "size": 512,
+                "known": True,
+                "source": "--max-cudagraph-capture-size",
+                "max_num_seqs": 128,
+                "max_num_seqs_known": True,
+                "max_num_seqs_source": "--max-num-seqs",
+            }
+        },
+    }
+    found, _ = decisions_from_json(result, "r.json")
+    assert found is not None
+    exported, _ = export(found, VLLM)
+    assert exported is not None
+    assert exported.config["num_speculative_tokens_per_batch_size"][1] == [2, 85, 5]
+
+
+def test_a_method_that_loses_the_schedule_is_warned() -> None:
+    decisions = Decisions(
+        Schedule(((1, 8, 2),)), 2, "t", "t", speculative_config={"method": "medusa"}
+    )
+    exported, _ = export(decisions, VLLM)
+    assert exported is not None and any("medusa" in w for w in exported.warnings)

@@ -1,0 +1,101 @@
+"""lib/deploy/registry.py: the formats are found, not listed, so a new format is one module
+(and its test); a flag a format does not read is an error."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import lib.deploy
+from lib.cli.main import main
+from lib.deploy import registry
+from lib.deploy.decisions import Decisions
+from lib.deploy.registry import export, format_named, formats
+from lib.deploy.settings import ExportSettings
+from lib.schedule import Schedule
+from lib.settings import DeploySettings
+
+SONNET = Decisions(Schedule(((1, 63, 7), (64, 256, 0))), 7, "test", "test.json")
+
+#: A whole new format, as a module would hold it.
+EXAMPLE_FORMAT = """
+from lib.deploy.registry import BatchExport, EngineFormat
+
+
+def build(decisions, settings, ceiling):
+    config = {"ranges": decisions.schedule.to_json()}
+    return BatchExport("example", config, config, decisions.schedule.largest_k), []
+
+
+FORMAT = EngineFormat(
+    name="example", label="Example engine", file_name="example.json", position=99, build=build
+)
+"""
+
+
+@pytest.fixture
+def example_format(tmp_path: Path) -> Iterator[None]:
+    """One more format module on the package's path (a folder of its own: the repository is
+    not written to)."""
+    folder = tmp_path / "formats"
+    folder.mkdir()
+    (folder / "format_example.py").write_text(EXAMPLE_FORMAT)
+    lib.deploy.__path__.append(str(folder))
+    registry.formats.cache_clear()
+    try:
+        yield
+    finally:
+        lib.deploy.__path__.remove(str(folder))
+        registry.formats.cache_clear()
+
+
+def test_the_registered_formats_in_order() -> None:
+    names = [f.name for f in formats()]
+    assert names == [
+        "trtllm",
+        "vllm",
+        "sglang",
+        "vllm-context",
+        "vllm-rfc-48944",
+        "vllm-pr-54801",
+    ]
+    assert len({f.file_name for f in formats()}) == len(names)
+    assert [f.name for f in formats() if f.needs_grid] == names[3:]
+
+
+@pytest.mark.usefixtures("example_format")
+def test_a_new_format_is_one_module(tmp_path: Path) -> None:
+    assert format_named("example").label == "Example engine"
+    source = tmp_path / "in.json"
+    source.write_text(json.dumps([[1, 63, 7], [64, 256, 0]]))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(["export", str(source), "--format", "example"])
+    assert status == 0
+    assert json.loads(out.getvalue().splitlines()[0]) == {"ranges": [[1, 63, 7], [64, 256, 0]]}
+
+
+def test_a_flag_the_format_does_not_read_is_an_error_naming_who_reads_it() -> None:
+    exported, problems = export(SONNET, ExportSettings(format="vllm", cap_draft_len=True))
+    assert exported is None
+    (problem,) = problems
+    assert problem.rule == "flag-not-for-format"
+    assert "--cap-draft-len applies only to --format trtllm" in problem.message
+    exported, problems = export(
+        SONNET, ExportSettings(format="trtllm"), DeploySettings(max_cudagraph_capture_size=512)
+    )
+    assert exported is None
+    assert (
+        "--max-cudagraph-capture-size applies only to --format vllm, vllm-context"
+        in problems[0].message
+    )
+
+
+def test_an_unknown_format_is_an_error() -> None:
+    exported, problems = export(SONNET, ExportSettings(format="nope"))
+    assert exported is None and problems[0].rule == "unknown-format"
