@@ -110,6 +110,13 @@ def answer_view(
                 label=f"Download {app_support.SCHEDULE_FILE}",
             ),
         ]
+        capture = app_support.capture_lines(result)
+        if capture:
+            page.append(
+                mo.callout(
+                    mo.md("\n".join(f"- {html.escape(line)}" for line in capture)), kind="warn"
+                )
+            )
     page.append(headline_chart)
     return mo.vstack(page)
 

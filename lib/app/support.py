@@ -42,6 +42,7 @@ from lib.sweep_files import holds_runs
 from lib.sweeps import Sweep
 
 __all__ = [
+    "CAPTURE_RULES",
     "DIRECTION_CHOICES",
     "HIGHLIGHT",
     "K_VAR_CHOICES",
@@ -57,6 +58,7 @@ __all__ = [
     "acceptance_field",
     "acceptance_options",
     "baseline_text",
+    "capture_lines",
     "chosen_direction",
     "cli_arguments",
     "cli_command",
@@ -400,6 +402,16 @@ def problems_of(result: TuningResult, severity: Severity) -> list[Problem]:
 
 
 # --------------------------------------------------------------------------- decisions
+
+
+#: The problems that say what the engine runs between the anchors (lib.deploy.tuning).
+CAPTURE_RULES = ("capped-range", "graphless-range")
+
+
+def capture_lines(result: TuningResult) -> list[str]:
+    """The capture rule's findings on the schedule shown, in the CLI's words: each range
+    capped ("capped, not measured") or past the ceiling, one line each."""
+    return [problem.message for problem in result.problems if problem.rule in CAPTURE_RULES]
 
 
 def schedule_text(result: TuningResult) -> str:

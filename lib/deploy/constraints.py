@@ -20,6 +20,7 @@ then C is an *assumption*: the schedule is kept as tuned and the ranges past it 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -448,14 +449,23 @@ class CeilingCheck:
     schedule: Schedule
     capped: tuple[CappedRange, ...]
     graphless: tuple[GraphlessRange, ...]
+    #: Ranges that start past a known max_num_seqs: vLLM never reaches them.
+    unreached: tuple[Range, ...] = ()
 
     @property
     def changed(self) -> bool:
         return bool(self.capped)
 
     def warnings(self) -> list[str]:
-        """One line per graphless range (C assumed) or capped range (C known)."""
+        """One line per graphless range (C assumed) or capped range (C known), and one for the
+        ranges past a known max_num_seqs."""
         lines = []
+        if self.unreached:
+            spans = ", ".join(json.dumps(list(r)) for r in self.unreached)
+            lines.append(
+                f"ranges past max_num_seqs={self.ceiling.max_num_seqs} ({self._source_seqs()})"
+                f" are never used by vLLM: {spans}"
+            )
         for stretch in self.graphless:
             low, high = stretch.tokens
             fix = (
@@ -485,6 +495,10 @@ class CeilingCheck:
                 f" C={self.ceiling.size} tokens per step ({self._source()}); {loss}"
             )
         return lines
+
+    def _source_seqs(self) -> str:
+        ceiling = self.ceiling
+        return f"from {ceiling.max_num_seqs_source}"
 
     def _source(self) -> str:
         ceiling = self.ceiling
@@ -538,11 +552,14 @@ def check_ceiling(
     (True, [86])
     """
     graphless = graphless_ranges(schedule, ceiling, global_k)
+    unreached = tuple(
+        r for r in schedule.ranges if ceiling.max_num_seqs_known and r[0] > ceiling.max_num_seqs
+    )
     if not ceiling.known or not graphless:
-        return CeilingCheck(ceiling, schedule, (), tuple(graphless))
+        return CeilingCheck(ceiling, schedule, (), tuple(graphless), unreached)
     repaired = capped_schedule(schedule, ceiling, global_k)
     capped = capped_ranges(schedule, repaired, ceiling, medians, maximize, global_k)
-    return CeilingCheck(ceiling, repaired, tuple(capped), ())
+    return CeilingCheck(ceiling, repaired, tuple(capped), (), unreached)
 
 
 def method_warnings(method: str | None) -> list[str]:

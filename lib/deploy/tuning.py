@@ -164,7 +164,13 @@ def deploy_analysis(
     anchors = tuple(sorted({anchor for anchor, _ in measured}))
     deployment = Deployment(check, past, anchors)
     for line in check.warnings():
-        rule = "capped-range" if line.startswith("capped") else "graphless-range"
+        rule = (
+            "capped-range"
+            if line.startswith("capped")
+            else "unreached-range"
+            if line.startswith("ranges past")
+            else "graphless-range"
+        )
         problems.append(Problem(Severity.WARNING, rule, line))
     if past:
         cells = ", ".join(f"batch {b} K={k} ({tokens_per_step(b, k)} tokens)" for b, k in past)

@@ -338,7 +338,8 @@ def _capture_check(
     anchors = sorted(set(sweep.runs["anchor"].drop_nulls().to_list()))
     past = cells_past_ceiling([(a, schedule.k_at(a)) for a in anchors], ceiling.size)
     for line in check.warnings():
-        problems.append(Problem(Severity.WARNING, "graphless-range", line))
+        rule = "unreached-range" if line.startswith("ranges past") else "graphless-range"
+        problems.append(Problem(Severity.WARNING, rule, line))
     if past:
         cells = ", ".join(f"batch {b} K={k} ({tokens_per_step(b, k)} tokens)" for b, k in past)
         problems.append(

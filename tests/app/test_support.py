@@ -264,3 +264,26 @@ def test_cli_arguments_give_back_every_setting(tmp_path: Path) -> None:
 def test_baseline_without_k0(tmp_path: Path) -> None:
     result = tune(load_experiment(write_grid(tmp_path, grid([1], {3: [1.0] * 3}))), Settings())
     assert app_support.baseline_text(result).startswith("no K=0 runs")
+
+
+def test_capture_lines_are_the_capture_rules_warnings(tmp_path: Path) -> None:
+    from sweep_builder import write_grid
+
+    from lib.analysis import analyse
+    from lib.app.support import capture_lines
+    from lib.deploy.tuning import deploy_analysis
+    from lib.settings import DeploySettings, Settings
+    from lib.sweeps import load_experiment
+
+    cells = {
+        (1, 0): [100.0, 101.0, 99.0],
+        (1, 3): [150.0, 151.0, 149.0],
+        (256, 0): [5000.0, 5050.0, 4950.0],
+        (256, 3): [4000.0, 4040.0, 3960.0],
+    }
+    analysis = analyse(load_experiment(write_grid(tmp_path / "s", cells, global_k=3)), Settings())
+    assert capture_lines(analysis.result) == []
+    deployed, _ = deploy_analysis(analysis, DeploySettings())
+    # [[1, 255, 3], [256, 256, 0]]: 129..255 at K=3 are past the assumed 512.
+    (line,) = capture_lines(deployed.result)
+    assert line.startswith("batch sizes 129-255 run K=3")

@@ -342,3 +342,14 @@ def test_tune_reads_the_ceiling_from_the_records(tmp_path: Path) -> None:
     assert ceiling_block["known"] is True
     assert "compilation_config" in ceiling_block["source"]
     assert ceiling_block["max_num_seqs_source"] == "the records' max_num_seqs"
+
+
+def test_ranges_past_a_known_max_num_seqs_are_named() -> None:
+    schedule = Schedule(((1, 64, 3), (65, 256, 1)))
+    known = check_ceiling(schedule, ceiling(512, 64), {})
+    assert known.unreached == ((65, 256, 1),)
+    assert any("never used by vLLM: [65, 256, 1]" in line for line in known.warnings())
+    # Up to 65 the second range is reached; an assumed max_num_seqs names nothing.
+    assert check_ceiling(schedule, ceiling(512, 65), {}).unreached == ()
+    assumed = CaptureCeiling(512, False, "assumed", 64, False, "assumed")
+    assert check_ceiling(schedule, assumed, {}).unreached == ()
