@@ -151,8 +151,8 @@ class SweepDesign:
         default=None,
         metadata=flag(
             "--max-batch-size",
-            "the deployment maximum (--max-num-seqs; the schedule's upper end); must equal the"
-            " largest anchor",
+            "the deployment maximum (by default --max-num-seqs; the schedule's upper end); must"
+            " equal the largest anchor",
         ),
     )
     input_len: int | None = field(
