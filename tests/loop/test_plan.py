@@ -182,6 +182,33 @@ def test_the_real_cpu_sample_was_run_from_this_plan() -> None:
     assert json.loads((sample / "bench_params.json").read_text()) == step.bench_params
 
 
+def test_the_real_server_info_sample_was_run_from_this_plan() -> None:
+    """The real sweep that saved its servers' configs ran the params this plan writes, the
+    engine setting (max_num_seqs 4, above the largest anchor) in every combo; each combo
+    folder holds the config its server reported, with that max_num_seqs."""
+    sample = SAMPLE_SWEEPS / "real-cpu-server-info"
+    if not (sample / "serve_params.json").is_file():
+        pytest.skip(f"{sample} has not been committed yet")
+    design = SweepDesign(
+        model="MODEL",
+        method="ngram",
+        speculative_options={"prompt_lookup_max": 4, "prompt_lookup_min": 2},
+        ks=(0, 1, 3),
+        anchors=(1, 2),
+        max_num_seqs=4,
+        input_len=64,
+        output_len=128,
+        num_prompts=16,
+        num_runs=2,
+    )
+    step = planned(design).steps[0]
+    assert json.loads((sample / "serve_params.json").read_text()) == step.serve_params
+    assert json.loads((sample / "bench_params.json").read_text()) == step.bench_params
+    for combo in sorted(sample.glob("SERVE--*")):
+        saved = json.loads((combo / "server_info.json").read_text())
+        assert saved["vllm_config"]["scheduler_config"]["max_num_seqs"] == 4, combo.name
+
+
 def test_run_script_dry_run_without_vllm_prints_every_sweep(tmp_path: Path) -> None:
     """Without `vllm` on PATH, `run.sh --dry-run` prints each step's command as `commands`
     gives it (params beside the script, every extra argument appended) and runs nothing."""
