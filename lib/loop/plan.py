@@ -233,7 +233,8 @@ class SweepDesign:
 
     @property
     def deploy_max(self) -> int:
-        """The deployment maximum batch size: the schedule's upper end and ``--max-num-seqs``."""
+        """The deployment maximum batch size: the schedule's upper end, and ``--max-num-seqs``
+        unless ``max_num_seqs`` is given (:attr:`server_max_num_seqs`)."""
         return self.max_batch_size if self.max_batch_size is not None else max(self.anchors)
 
     @property
