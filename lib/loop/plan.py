@@ -38,6 +38,7 @@ from lib.files import read_json, write_files
 from lib.flags import flag, flag_name
 from lib.keys import parse_json_string
 from lib.problems import Problem, Severity
+from lib.server_info import SERVER_INFO_FILE_GLOB
 from lib.settings import RANDOM_PROMPT_LENGTH
 
 __all__ = [
@@ -71,8 +72,15 @@ DATASET_LENGTH_FLAGS: dict[str, tuple[str | None, str | None]] = {
     "hf": (None, "--hf-output-len"),
 }
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+#: What ``vllm bench sweep serve`` POSTs after each run unless ``--after-bench-cmd`` is given
+#: (vLLM 0.32.0 ``benchmarks/sweep/server.py``): the after-bench command must POST them too.
+RESET_ENDPOINTS = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache")
 #: ``vllm bench serve --random-output-len``'s default.
 RANDOM_OUTPUT_LEN_DEFAULT = 128
+
+#: The design's engine settings that go into every serve combo when given (named after vLLM's
+#: settings and ``vllm serve`` flags): the ones the capture-ceiling rule needs.
+ENGINE_PARAMS = ("max_num_seqs", "max_cudagraph_capture_size")
 
 #: Prompts per bench combo when not given: enough waves at every concurrency to reach a steady
 #: state (8 per slot), and never so few that one slow request dominates (32).
@@ -143,8 +151,8 @@ class SweepDesign:
         default=None,
         metadata=flag(
             "--max-batch-size",
-            "the deployment maximum (--max-num-seqs; the schedule's upper end); must equal the"
-            " largest anchor",
+            "the deployment maximum (by default --max-num-seqs; the schedule's upper end); must"
+            " equal the largest anchor",
         ),
     )
     input_len: int | None = field(
@@ -191,6 +199,24 @@ class SweepDesign:
     warmup_num_prompts: int = field(
         default=0, metadata=flag("--warmup-num-prompts", "an unmeasured warm-up run per combo")
     )
+    max_num_seqs: int | None = field(
+        default=None,
+        metadata=flag(
+            "--max-num-seqs",
+            "vLLM's max_num_seqs of every server, as a serve-params key so every record holds"
+            " it; at least the deployment maximum (default: the deployment maximum, in the"
+            " serve command only)",
+        ),
+    )
+    max_cudagraph_capture_size: int | None = field(
+        default=None,
+        metadata=flag(
+            "--max-cudagraph-capture-size",
+            "vLLM's max_cudagraph_capture_size (the CUDA-graph capture ceiling C) of every"
+            " server, as a serve-params key so every record holds it (default: vLLM resolves"
+            " it; the run script saves what each server resolved)",
+        ),
+    )
     host: str = field(default="127.0.0.1", metadata=flag("--host", "server host"))
     port: int = field(default=8000, metadata=flag("--port", "server port"))
     serve_args: str = field(
@@ -207,8 +233,23 @@ class SweepDesign:
 
     @property
     def deploy_max(self) -> int:
-        """The deployment maximum batch size: the schedule's upper end and ``--max-num-seqs``."""
+        """The deployment maximum batch size: the schedule's upper end, and ``--max-num-seqs``
+        unless ``max_num_seqs`` is given (:attr:`server_max_num_seqs`)."""
         return self.max_batch_size if self.max_batch_size is not None else max(self.anchors)
+
+    @property
+    def server_max_num_seqs(self) -> int:
+        """``--max-num-seqs`` of every server: ``max_num_seqs`` when given, else the deployment
+        maximum."""
+        return self.max_num_seqs if self.max_num_seqs is not None else self.deploy_max
+
+    @property
+    def engine_params(self) -> dict[str, int]:
+        """The engine settings every serve combo carries, so that every record holds them
+        (records hold only serve-params keys): ``max_num_seqs`` and
+        ``max_cudagraph_capture_size`` where given (the sweep passes them as
+        ``--max-num-seqs`` and ``--max-cudagraph-capture-size``); empty when neither is."""
+        return {name: value for name in ENGINE_PARAMS if (value := getattr(self, name)) is not None}
 
     @property
     def output_tokens(self) -> int:
@@ -305,6 +346,31 @@ class SweepDesign:
                 bad(name, value, ">= 1")
         if self.num_runs < 1:
             bad("num_runs", self.num_runs, ">= 1")
+        if self.max_num_seqs is not None and (
+            self.max_num_seqs < 1 or (self.anchors and self.max_num_seqs < self.deploy_max)
+        ):
+            bad(
+                "max_num_seqs",
+                self.max_num_seqs,
+                f">= the deployment maximum, {self.deploy_max} (a server runs at most"
+                " max_num_seqs requests at once)"
+                if self.anchors
+                else ">= 1",
+            )
+        if self.max_cudagraph_capture_size is not None and self.max_cudagraph_capture_size < 1:
+            bad(
+                "max_cudagraph_capture_size",
+                self.max_cudagraph_capture_size,
+                ">= 1 (to run without CUDA graphs: --serve-args --enforce-eager)",
+            )
+        for name, value in self.engine_params.items():
+            if _serve_arg(self.serve_args, "--" + name.replace("_", "-")) is not None:
+                bad(
+                    "serve_args",
+                    repr(self.serve_args),
+                    f"no --{name.replace('_', '-')} in it: {_flag(name)} {value} sets it for"
+                    " every server",
+                )
         if self.warmup_num_prompts < 0:
             bad("warmup_num_prompts", self.warmup_num_prompts, ">= 0")
         if self.dataset != "random" and not self.dataset_path:
@@ -368,6 +434,10 @@ class SweepDesign:
         """The design as ``sweep_plan.json`` stores it, field by field (``--design`` reads it
         back)."""
         stored: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(self)))
+        # Written only when set, so a plan without them writes the file it always wrote.
+        for name in ENGINE_PARAMS:
+            if stored[name] is None:
+                del stored[name]
         return stored
 
 
@@ -460,11 +530,12 @@ def tuning_serve_params(design: SweepDesign, ks: Sequence[int]) -> dict[str, Any
     """One serve combo per K: the global maximum fixed, K set by a one-range schedule."""
     return {
         k_combo_name(k): {
+            **design.engine_params,
             "speculative_config": speculative_config(
                 design,
                 num_speculative_tokens=design.startup_k,
                 num_speculative_tokens_per_batch_size=[[1, design.deploy_max, k]],
-            )
+            ),
         }
         for k in sorted(ks)
     }
@@ -505,18 +576,28 @@ def _max_model_len(serve_args: str) -> int | None:
     >>> _max_model_len("--seed 0 --max-model-len 4096"), _max_model_len("--max-model-len=8k")
     (4096, None)
     """
+    value = _serve_arg(serve_args, "--max-model-len")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _serve_arg(serve_args: str, name: str) -> str | None:
+    """The value of flag ``name`` (``--flag VALUE`` or ``--flag=VALUE``, either spelling of
+    ``-``/``_`` as vLLM accepts) in extra arguments; None when absent or unsplittable.
+
+    >>> _serve_arg("--seed 0 --max_num_seqs=8", "--max-num-seqs")
+    '8'
+    """
     try:
         words = shlex.split(serve_args)
     except ValueError:
         return None
+    spellings = {name, "--" + name[2:].replace("-", "_")}
     for index, word in enumerate(words):
-        value = None
-        if word == "--max-model-len" and index + 1 < len(words):
-            value = words[index + 1]
-        elif word.startswith("--max-model-len="):
-            value = word.partition("=")[2]
-        if value is not None:
-            return int(value) if value.isdigit() else None
+        if word in spellings and index + 1 < len(words):
+            return words[index + 1]
+        flag, separator, value = word.partition("=")
+        if separator and flag in spellings:
+            return value
     return None
 
 
@@ -534,7 +615,7 @@ def serve_command(design: SweepDesign) -> str:
         "--port",
         str(design.port),
         "--max-num-seqs",
-        str(design.deploy_max),
+        str(design.server_max_num_seqs),
     ]
     if design.context_lengths and _max_model_len(design.serve_args) is None:
         parts += ["--max-model-len", str(design.max_model_len_needed)]
@@ -576,6 +657,55 @@ def _join(parts: list[str], extra: str) -> str:
     text = shlex.join(parts)
     return f"{text} {extra.strip()}" if extra.strip() else text
 
+
+#: The first argument of ``run.sh`` that runs its after-bench mode (:data:`_AFTER_BENCH_MODE`).
+AFTER_BENCH = "--after-bench"
+
+#: ``run.sh --after-bench URL EXPERIMENT_DIR``: what the sweep runs after each benchmark run
+#: (``--after-bench-cmd``; the sweep runs it from its own folder, with its environment, and
+#: tells it nothing about the combo). ``--after-bench-cmd`` replaces the sweep's cache reset,
+#: so first the same three POSTs (``ServerProcess.VLLM_RESET_CACHE_ENDPOINTS`` of vLLM 0.32.0's
+#: ``benchmarks/sweep/server.py``); one that fails fails the run, as there. Then
+#: ``GET /server_info?config_format=json`` (the sweep starts every server with
+#: ``VLLM_SERVER_DEV_MODE=1``) is saved as ``server_info.json`` into the combo folder of the
+#: newest ``run=N.json`` / ``warmup.json`` below EXPERIMENT_DIR: the benchmark run just written
+#: (the sweep rewrites that file only after this command). A save that fails only warns:
+#: the run's measurement stands (as does one with no run to put it beside). Standard-library
+#: Python, so no curl is needed.
+_AFTER_BENCH_MODE = f"""if [ "${{1:-}}" = {AFTER_BENCH} ]; then
+    usage="usage: $0 {AFTER_BENCH} URL EXPERIMENT_DIR"
+    python3 - "${{2:?$usage}}" "${{3:?$usage}}" <<'PY'
+import json, pathlib, sys, urllib.request
+
+url, experiment = sys.argv[1], pathlib.Path(sys.argv[2])
+say = "run.sh {AFTER_BENCH}:"
+for endpoint in {RESET_ENDPOINTS!r}:
+    try:
+        request = urllib.request.Request(url + endpoint, method="POST")
+        urllib.request.urlopen(request, timeout=120).close()
+    except OSError as error:
+        sys.exit(f"{{say}} POST {{url}}{{endpoint}} failed: {{error}}")
+runs = [
+    path
+    for path in experiment.glob("*/*.json")
+    if path.name.startswith("run=") or path.name == "warmup.json"
+]
+if not runs:
+    print(f"{{say}} the server config is not saved: no run below {{experiment}}", file=sys.stderr)
+    sys.exit(0)
+folder = max(runs, key=lambda path: path.stat().st_mtime_ns).parent
+try:
+    with urllib.request.urlopen(url + "/server_info?config_format=json", timeout=120) as answer:
+        info = json.load(answer)
+except (OSError, ValueError) as error:
+    print(f"{{say}} the server config is not saved: GET /server_info: {{error}}", file=sys.stderr)
+    sys.exit(0)
+part = folder / "{SERVER_INFO_FILE_GLOB}.part"
+part.write_text(json.dumps(info, indent=2) + "\\n")
+part.replace(folder / "{SERVER_INFO_FILE_GLOB}")
+PY
+    exit
+fi""".splitlines()
 
 #: The part of ``run.sh`` that decides how each sweep runs (``sweep``): with vLLM as it is;
 #: without it, a dry run (a check of the plan before it reaches the GPU machine) prints each
@@ -645,9 +775,19 @@ class SweepPlan:
         """Where a step's params files go, relative to the plan folder."""
         return "" if len(self.steps) == 1 else step.name
 
-    def sweep_command(self, step: SweepStep, plan_dir: str) -> str:
+    def after_bench_words(self, step: SweepStep, plan_dir: str) -> list[str]:
+        """The command the sweep runs after each benchmark run (``--after-bench-cmd``, split):
+        ``run.sh --after-bench`` resets the server's caches and saves its config into the combo
+        folder of the run (:data:`AFTER_BENCH`)."""
+        url = f"http://{self.design.host}:{self.design.port}"
+        script = (Path(plan_dir) / RUN_SCRIPT).as_posix()
+        return ["bash", script, AFTER_BENCH, url, f"{step.results_dir}/{step.experiment_name}"]
+
+    def sweep_command(self, step: SweepStep, plan_dir: str, after_bench: str | None = None) -> str:
         """The exact ``vllm bench sweep serve`` command for ``step``, its params files under
-        ``plan_dir`` (as written: relative paths stay relative to where the plan was made)."""
+        ``plan_dir`` (as written: relative paths stay relative to where the plan was made).
+        ``after_bench`` stands in for the ``--after-bench-cmd`` value (default: the command
+        of :meth:`after_bench_words`, quoted)."""
         folder = Path(plan_dir) / self.step_folder(step)
         parts = [
             "vllm",
@@ -667,7 +807,14 @@ class SweepPlan:
         ]
         if self.design.warmup_num_prompts:
             parts += ["--warmup-num-prompts", str(self.design.warmup_num_prompts)]
-        parts += ["-o", step.results_dir, "-e", step.experiment_name]
+        parts += [
+            "--after-bench-cmd",
+            after_bench or shlex.join(self.after_bench_words(step, plan_dir)),
+            "-o",
+            step.results_dir,
+            "-e",
+            step.experiment_name,
+        ]
         return shlex.join(parts)
 
     def commands(self, plan_dir: str) -> list[str]:
@@ -678,7 +825,13 @@ class SweepPlan:
         ``--continue-on-error``, ``--resume``) go to each sweep. Params are found beside the
         script; results go below the folder it is run from. Without ``vllm`` on PATH a dry run
         prints each sweep's command (what ``vllm bench sweep serve`` would be asked) and a real
-        run stops at once with a message saying vLLM is needed."""
+        run stops at once with a message saying vLLM is needed.
+
+        The sweep runs the script itself after each benchmark run (``run.sh --after-bench URL
+        EXPERIMENT_DIR``, :data:`_AFTER_BENCH_MODE`): ``--after-bench-cmd`` replaces the sweep's
+        own cache reset, so the script POSTs the same three resets (failing the run as the
+        sweep's reset would), then saves the server's resolved config into the combo folder
+        of the run just written."""
         lines = [
             "#!/usr/bin/env bash",
             f"# Written by `tune-spec-k plan` ({self.kind} plan): {self.summary_line()}",
@@ -686,17 +839,26 @@ class SweepPlan:
             "# (--dry-run, --continue-on-error, --resume) are passed to every sweep.",
             "set -euo pipefail",
             'plan_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
+            *_AFTER_BENCH_MODE,
             *_RUN_SCRIPT_PRELUDE,
         ]
         for step in self.steps:
-            # The params lie beside the script wherever it is run from.
-            command = self.sweep_command(step, "PLAN_DIR").replace("PLAN_DIR/", '"${plan_dir}"/')
+            # The params lie beside the script wherever it is run from; the after-bench
+            # command names the script by its absolute path, quoted for vLLM's shlex.split.
+            _, _, *rest = self.after_bench_words(step, "PLAN_DIR")
+            command = self.sweep_command(step, "PLAN_DIR", "AFTER_BENCH_CMD")
+            command = command.replace("PLAN_DIR/", '"${plan_dir}"/')
+            command = command.replace("AFTER_BENCH_CMD", '"${after_bench}"')
             folder = self.step_folder(step)
             params = '"${plan_dir}"/' + (f"{shlex.quote(folder)}/" if folder else "")
             results = shlex.quote(f"{step.results_dir}/{step.experiment_name}")
             lines += [
                 "",
                 f"# {step.name}: {step.purpose}",
+                "after_bench=$(printf '%q ' bash \"${plan_dir}\"/"
+                + RUN_SCRIPT
+                + f" {shlex.join(rest)})",
+                "after_bench=${after_bench% }",
                 f'sweep {command} "$@"',
                 "# Keep the params with the results; a dry run has none, and an earlier run's",
                 "# folder keeps the params it was run with.",
@@ -1118,12 +1280,14 @@ def validation_plan(
             expected="K >= 1",
         )
         return None, [problem]
-    serve: dict[str, Any] = {DYNAMIC_COMBO: {"speculative_config": dynamic}}
+    engine = design.engine_params
+    serve: dict[str, Any] = {DYNAMIC_COMBO: {**engine, "speculative_config": dynamic}}
     for k in chosen:
         serve[static_combo_name(k)] = {
-            "speculative_config": {**shared, "num_speculative_tokens": k}
+            **engine,
+            "speculative_config": {**shared, "num_speculative_tokens": k},
         }
-    serve[NO_SPECULATION_COMBO] = {}
+    serve[NO_SPECULATION_COMBO] = dict(engine)
     validation_design = _with_anchors(design, anchors)
     step = SweepStep(
         name="validation",

@@ -4,11 +4,16 @@ flag."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import shlex
 import shutil
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from paths import SAMPLE_SWEEPS
@@ -24,6 +29,7 @@ from lib.cli.main import main
 from lib.confidence import apply_policy, assess
 from lib.measurement_plan import measurement_plan
 from lib.schedule import TuningResult, tune
+from lib.server_info import SERVER_INFO_FILE_GLOB, read_server_settings
 from lib.settings import Settings
 from lib.sweeps import load_experiment
 
@@ -131,6 +137,155 @@ def test_run_script_runs_the_command_and_keeps_the_params(tmp_path: Path) -> Non
     (experiment / "serve_params.json").write_text("{}\n")
     subprocess.run(["bash", str(script), "--dry-run"], cwd=workdir, env=env, check=True)
     assert (experiment / "serve_params.json").read_text() == "{}\n"
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    """A stand-in vLLM server on 127.0.0.1: records every request, answers the resets with
+    200 (or ``reset_status``) and /server_info with ``info`` (404 when None)."""
+
+    def __init__(self, info: dict[str, Any] | None, reset_status: int = 200) -> None:
+        self.requests: list[tuple[str, str]] = []
+        self.info = info
+        self.reset_status = reset_status
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+
+    def answer(self, status: int, body: bytes = b"") -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.server.requests.append(("POST", self.path))
+        self.answer(self.server.reset_status)
+
+    def do_GET(self) -> None:
+        self.server.requests.append(("GET", self.path))
+        info = self.server.info
+        if self.path == "/server_info?config_format=json" and info is not None:
+            self.answer(200, json.dumps(info).encode())
+        else:
+            self.answer(404)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def stand_in_server(info: dict[str, Any] | None, reset_status: int = 200) -> Iterator[_Server]:
+    server = _Server(info, reset_status)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+#: A stand-in `vllm` that does what `vllm bench sweep serve` does around each run, in its
+#: order: the benchmark writes run=N.json into the combo folder, then the after-bench command
+#: runs (split as vLLM splits it, from the sweep's folder, failing the run when it fails).
+_SWEEP_STAND_IN = """#!/usr/bin/env python3
+import json, pathlib, shlex, subprocess, sys
+args = sys.argv[1:]
+pathlib.Path("args.json").write_text(json.dumps(args))
+out = pathlib.Path(args[args.index("-o") + 1]) / args[args.index("-e") + 1]
+after_bench = shlex.split(args[args.index("--after-bench-cmd") + 1])
+codes = []
+for combo in ("SERVE--k0-BENCH--c1", "SERVE--k3-BENCH--c1"):
+    (out / combo).mkdir(parents=True)
+    (out / combo / "run=0.json").write_text("{}")
+    codes.append(subprocess.run(after_bench).returncode)
+pathlib.Path("codes.json").write_text(json.dumps(codes))
+"""
+
+
+def run_with_stand_in_sweep(tmp_path: Path, port: int) -> tuple[Path, list[int]]:
+    """run.sh of a plan for ``port``, with the stand-in `vllm` first on PATH; the experiment
+    folder and the after-bench commands' exit codes."""
+    plan_dir = plan_files(tmp_path, *LLAMA_FLAGS, "--port", str(port))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(_SWEEP_STAND_IN)
+    (bin_dir / "vllm").chmod(0o755)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    subprocess.run(["bash", str(plan_dir / "run.sh")], cwd=workdir, env=env, check=True)
+    codes = json.loads((workdir / "codes.json").read_text())
+    return workdir / "results" / "tuning", codes
+
+
+RESETS = [
+    ("POST", "/reset_prefix_cache"),
+    ("POST", "/reset_mm_cache"),
+    ("POST", "/reset_encoder_cache"),
+]
+
+
+def test_after_each_run_the_caches_are_reset_and_the_server_config_saved(tmp_path: Path) -> None:
+    """--after-bench-cmd replaces the sweep's own cache reset: run.sh's after-bench command
+    POSTs the same three resets, then saves GET /server_info?config_format=json beside the run
+    just written, in its combo folder, where the tuner's reader finds it."""
+    info = {
+        "vllm_config": {
+            "compilation_config": {"max_cudagraph_capture_size": 16},
+            "scheduler_config": {"max_num_seqs": 256},
+            "speculative_config": {"method": "eagle3", "num_speculative_tokens": 7},
+        },
+        "vllm_env": {},
+    }
+    with stand_in_server(info) as server:
+        experiment, codes = run_with_stand_in_sweep(tmp_path, server.server_address[1])
+    assert codes == [0, 0]
+    assert server.requests == 2 * [*RESETS, ("GET", "/server_info?config_format=json")]
+    for combo in ("SERVE--k0-BENCH--c1", "SERVE--k3-BENCH--c1"):
+        saved = experiment / combo / SERVER_INFO_FILE_GLOB
+        assert json.loads(saved.read_text()) == info
+    settings, problems = read_server_settings(experiment)
+    assert problems == []
+    assert [(s.source, s.max_cudagraph_capture_size) for s in settings] == [
+        ("SERVE--k0-BENCH--c1/server_info.json", 16),
+        ("SERVE--k3-BENCH--c1/server_info.json", 16),
+    ]
+    # The command is the one command.txt shows.
+    command = parse_sweep_command((tmp_path / "plan" / "command.txt").read_text().strip())
+    recorded = json.loads((tmp_path / "work" / "args.json").read_text())
+    assert recorded[recorded.index("--after-bench-cmd") + 1] == command["--after-bench-cmd"]
+
+
+def test_a_failed_reset_fails_the_run_and_a_failed_save_only_warns(tmp_path: Path) -> None:
+    """A reset that fails makes the after-bench command fail (the sweep's own reset raises
+    too); a server without /server_info (an older vLLM) leaves the runs standing, unsaved."""
+    with stand_in_server(None, reset_status=500) as server:
+        experiment, codes = run_with_stand_in_sweep(tmp_path / "a", server.server_address[1])
+    assert codes == [1, 1]
+    assert server.requests == 2 * RESETS[:1]
+    with stand_in_server(None) as server:
+        experiment, codes = run_with_stand_in_sweep(tmp_path / "b", server.server_address[1])
+    assert codes == [0, 0]
+    assert server.requests[-1] == ("GET", "/server_info?config_format=json")
+    assert read_server_settings(experiment) == ([], [])
+
+
+def test_the_engine_settings_reach_the_server_command(tmp_path: Path) -> None:
+    """As the sweep applies a serve combo: --max-num-seqs replaced (not doubled), the capture
+    ceiling appended as vLLM's own flag."""
+    plan_dir = plan_files(
+        tmp_path, *LLAMA_FLAGS, "--max-num-seqs", "512", "--max-cudagraph-capture-size", "1024"
+    )
+    flags = parse_sweep_command((plan_dir / "command.txt").read_text().strip())
+    serve = vllm_read_params(Path(flags["--serve-params"]))
+    server = vllm_apply_to_cmd(serve[0], shlex.split(flags["--serve-cmd"]))
+    assert server.count("--max-num-seqs") == 1
+    assert server[server.index("--max-num-seqs") + 1] == "512"
+    assert server[server.index("--max-cudagraph-capture-size") + 1] == "1024"
 
 
 def path_without_vllm(tmp_path: Path) -> dict[str, str]:

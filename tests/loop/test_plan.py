@@ -182,6 +182,33 @@ def test_the_real_cpu_sample_was_run_from_this_plan() -> None:
     assert json.loads((sample / "bench_params.json").read_text()) == step.bench_params
 
 
+def test_the_real_server_info_sample_was_run_from_this_plan() -> None:
+    """The real sweep that saved its servers' configs ran the params this plan writes, the
+    engine setting (max_num_seqs 4, above the largest anchor) in every combo; each combo
+    folder holds the config its server reported, with that max_num_seqs."""
+    sample = SAMPLE_SWEEPS / "real-cpu-server-info"
+    if not (sample / "serve_params.json").is_file():
+        pytest.skip(f"{sample} has not been committed yet")
+    design = SweepDesign(
+        model="MODEL",
+        method="ngram",
+        speculative_options={"prompt_lookup_max": 4, "prompt_lookup_min": 2},
+        ks=(0, 1, 3),
+        anchors=(1, 2),
+        max_num_seqs=4,
+        input_len=64,
+        output_len=128,
+        num_prompts=16,
+        num_runs=2,
+    )
+    step = planned(design).steps[0]
+    assert json.loads((sample / "serve_params.json").read_text()) == step.serve_params
+    assert json.loads((sample / "bench_params.json").read_text()) == step.bench_params
+    for combo in sorted(sample.glob("SERVE--*")):
+        saved = json.loads((combo / "server_info.json").read_text())
+        assert saved["vllm_config"]["scheduler_config"]["max_num_seqs"] == 4, combo.name
+
+
 def test_run_script_dry_run_without_vllm_prints_every_sweep(tmp_path: Path) -> None:
     """Without `vllm` on PATH, `run.sh --dry-run` prints each step's command as `commands`
     gives it (params beside the script, every extra argument appended) and runs nothing."""
@@ -251,6 +278,18 @@ def test_default_anchors_are_powers_of_two_up_to_the_maximum() -> None:
             "--serve-args",
             ">= 4224",  # 4096 + the default 128 output tokens
         ),
+        ({"max_num_seqs": 4}, "--max-num-seqs", ">= the deployment maximum, 8"),
+        ({"max_cudagraph_capture_size": 0}, "--max-cudagraph-capture-size", ">= 1"),
+        (
+            {"max_cudagraph_capture_size": 64, "serve_args": "--max_cudagraph_capture_size=32"},
+            "--serve-args",
+            "no --max-cudagraph-capture-size in it: --max-cudagraph-capture-size 64 sets it",
+        ),
+        (
+            {"max_num_seqs": 8, "serve_args": "--seed 0 --max-num-seqs 16"},
+            "--serve-args",
+            "no --max-num-seqs in it",
+        ),
     ],
 )
 def test_a_bad_design_names_its_flag(changes: dict[str, Any], field: str, expected: str) -> None:
@@ -258,6 +297,71 @@ def test_a_bad_design_names_its_flag(changes: dict[str, Any], field: str, expect
     problems = SweepDesign(**{**values, **changes}).invalid()
     assert [p.field for p in problems] == [field]
     assert expected in str(problems[0].expected)
+
+
+def test_engine_settings_at_their_limits_are_planned() -> None:
+    """The other side of the rules above: max_num_seqs equal to the deployment maximum and a
+    capture ceiling of 1 are fine, and without the flags --max-num-seqs in --serve-args is
+    left alone (the serve command's own is the deployment maximum)."""
+    values: dict[str, Any] = {"model": "m", "method": "ngram", "ks": (0, 1), "anchors": (1, 8)}
+    for changes in (
+        {"max_num_seqs": 8, "max_cudagraph_capture_size": 1},
+        {"serve_args": "--max-cudagraph-capture-size 32"},
+    ):
+        assert SweepDesign(**{**values, **changes}).invalid() == []
+
+
+def test_engine_settings_go_into_every_serve_combo_and_every_record(tmp_path: Path) -> None:
+    """--max-num-seqs and --max-cudagraph-capture-size are one-valued serve keys of every combo
+    of every kind of plan, so the sweep passes them to every server (as vLLM's flags of the same
+    names) and copies them into every record; the serve command's --max-num-seqs agrees."""
+    design = llama_design(max_num_seqs=512, max_cudagraph_capture_size=2048)
+    engine = {"max_num_seqs": 512, "max_cudagraph_capture_size": 2048}
+    tuning = planned(design)
+    needs = follow_up_needs([_sonnet_plan_json(tmp_path)])[0]
+    assert needs is not None
+    follow_up, problems = follow_up_plan(design, needs, "r", "followup")
+    assert follow_up is not None, problems
+    validation, problems = validation_plan(design, _sonnet_result(tmp_path), "r", "v")
+    assert validation is not None, problems
+    for plan in (tuning, follow_up, validation):
+        for step in plan.steps:
+            for name, combo in step.serve_params.items():
+                assert {key: combo.get(key) for key in engine} == engine, (plan.kind, name)
+        assert "--max-num-seqs 512" in plan.commands("plan")[0]
+    assert validation.steps[0].serve_params["no-spec"] == engine
+    serve = vllm_records_params(tuning.steps[0].serve_params)
+    record = vllm_record(serve[0], {"max_concurrency": 1, "num_prompts": 32}, 0)
+    assert {key: record[key] for key in engine} == engine
+    stored = design.to_json()
+    assert {key: stored[key] for key in engine} == engine
+    assert design_from(stored, {})[0] == design
+
+
+def test_without_engine_settings_the_plan_is_as_before() -> None:
+    """No flag, no key: the serve combos hold only speculative_config, the stored design has
+    no engine keys (earlier plans' sweep_plan.json read and write the same), and the servers'
+    --max-num-seqs is the deployment maximum."""
+    plan = planned(llama_design())
+    assert all(
+        list(combo) == ["speculative_config"] for combo in plan.steps[0].serve_params.values()
+    )
+    stored = llama_design().to_json()
+    assert "max_num_seqs" not in stored and "max_cudagraph_capture_size" not in stored
+    assert "--max-num-seqs 256" in plan.commands("plan")[0]
+
+
+def _sonnet_plan_json(tmp_path: Path) -> Path:
+    path = tmp_path / "measurement_plan.json"
+    path.write_text(
+        json.dumps(
+            {
+                "reruns": [{"batch_size": 1, "k": 3, "more_runs": 2}],
+                "new_anchors": [{"batch_size": 8, "ks": [0, 3], "runs_per_k": 3}],
+            }
+        )
+    )
+    return path
 
 
 def test_design_from_layers_the_defaults_the_stored_design_and_the_flags() -> None:

@@ -1,0 +1,265 @@
+"""lib/server_info.py: the server configs a sweep saved (GET /server_info?config_format=json),
+read in their real shape, every bad field a warning naming the file, field, value and what was
+expected, never a traceback."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import REPO, SAMPLE_SWEEPS
+
+from lib.problems import Severity
+from lib.server_info import SERVER_INFO_FILE_GLOB, ServerSettings, read_server_settings
+
+#: The parts of vLLM 0.32.0's answer the reader looks at, in their places (the real answer
+#: has many more keys in each section; see data/sample_sweeps/real-cpu-server-info).
+RESPONSE: dict[str, Any] = {
+    "vllm_config": {
+        "model_config": {"model": "/tmp/tiny-llama", "max_model_len": 1024},
+        "scheduler_config": {
+            "max_num_seqs": 4,
+            "max_num_batched_tokens": 2048,
+            "max_model_len": 1024,
+        },
+        "speculative_config": {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "num_speculative_tokens_per_batch_size": [[1, 2, 1]],
+            "prompt_lookup_max": 4,
+        },
+        "compilation_config": {
+            "mode": 3,
+            "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 24, 32],
+            "max_cudagraph_capture_size": 32,
+        },
+    },
+    "vllm_env": {"VLLM_SERVER_DEV_MODE": True},
+    "system_env": {"torch_version": "2.13.0+cpu"},
+}
+
+EXPECTED = ServerSettings(
+    max_cudagraph_capture_size=32,
+    cudagraph_capture_sizes=(1, 2, 4, 8, 16, 24, 32),
+    max_num_seqs=4,
+    max_num_batched_tokens=2048,
+    num_speculative_tokens=3,
+    method="ngram",
+    source="SERVE--k1-BENCH--c1/server_info.json",
+)
+
+
+def save(folder: Path, data: Any, combo: str = "SERVE--k1-BENCH--c1") -> Path:
+    path = folder / combo / SERVER_INFO_FILE_GLOB
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def changed(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """The response with the field at ``path`` (below vllm_config) set to ``value``."""
+    data = copy.deepcopy(RESPONSE)
+    target = data["vllm_config"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return data
+
+
+def test_the_real_shape_is_read(tmp_path: Path) -> None:
+    save(tmp_path, RESPONSE)
+    assert read_server_settings(tmp_path) == ([EXPECTED], [])
+
+
+def test_a_bare_vllm_config_is_read_the_same(tmp_path: Path) -> None:
+    save(tmp_path, RESPONSE["vllm_config"])
+    assert read_server_settings(str(tmp_path)) == ([EXPECTED], [])
+
+
+def test_a_server_without_speculation_has_no_k_and_no_problem(tmp_path: Path) -> None:
+    save(tmp_path, changed(("speculative_config",), None))
+    (settings,), problems = read_server_settings(tmp_path)
+    assert problems == []
+    assert (settings.num_speculative_tokens, settings.method) == (None, None)
+    assert settings.max_cudagraph_capture_size == 32
+
+
+def test_missing_fields_are_none_without_a_problem(tmp_path: Path) -> None:
+    save(tmp_path, {"vllm_config": {"scheduler_config": {"max_num_seqs": 8}}})
+    (settings,), problems = read_server_settings(tmp_path)
+    assert problems == []
+    assert settings == ServerSettings(None, None, 8, None, None, None, EXPECTED.source)
+
+
+def test_every_file_at_any_depth_in_path_order(tmp_path: Path) -> None:
+    for combo in ("b/SERVE--k3-BENCH--c1", "SERVE--k0-BENCH--c2", "a"):
+        save(tmp_path, RESPONSE, combo)
+    (tmp_path / "SERVE--k0-BENCH--c2" / "server_info.json.part").write_text("{")
+    settings, problems = read_server_settings(tmp_path)
+    assert problems == []
+    assert [s.source for s in settings] == [
+        "SERVE--k0-BENCH--c2/server_info.json",
+        "a/server_info.json",
+        "b/SERVE--k3-BENCH--c1/server_info.json",
+    ]
+
+
+def test_no_saved_config_is_no_settings_and_no_problem(tmp_path: Path) -> None:
+    assert read_server_settings(tmp_path) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field", "expected"),
+    [
+        (
+            ("compilation_config", "max_cudagraph_capture_size"),
+            "512",
+            "vllm_config.compilation_config.max_cudagraph_capture_size",
+            "a whole number >= 0, or null",
+        ),
+        (
+            ("compilation_config", "max_cudagraph_capture_size"),
+            -1,
+            "vllm_config.compilation_config.max_cudagraph_capture_size",
+            "a whole number >= 0, or null",
+        ),
+        (
+            ("compilation_config", "cudagraph_capture_sizes"),
+            [1, "2"],
+            "vllm_config.compilation_config.cudagraph_capture_sizes",
+            "a list of whole numbers >= 0, or null",
+        ),
+        (
+            ("scheduler_config", "max_num_seqs"),
+            True,
+            "vllm_config.scheduler_config.max_num_seqs",
+            "a whole number >= 1, or null",
+        ),
+        (
+            ("scheduler_config", "max_num_batched_tokens"),
+            0,
+            "vllm_config.scheduler_config.max_num_batched_tokens",
+            "a whole number >= 1, or null",
+        ),
+        (
+            ("speculative_config", "num_speculative_tokens"),
+            2.5,
+            "vllm_config.speculative_config.num_speculative_tokens",
+            "a whole number >= 0, or null",
+        ),
+        (
+            ("speculative_config", "method"),
+            7,
+            "vllm_config.speculative_config.method",
+            "a string, or null",
+        ),
+        (
+            ("scheduler_config",),
+            [4],
+            "vllm_config.scheduler_config",
+            "an object, or null",
+        ),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_named_and_the_rest_read(
+    tmp_path: Path, path: tuple[str, ...], value: Any, field: str, expected: str
+) -> None:
+    file = save(tmp_path, changed(path, value))
+    (settings,), (problem,) = read_server_settings(tmp_path)
+    assert problem.severity is Severity.WARNING
+    assert problem.rule == "invalid-server-info"
+    assert (problem.files, problem.field, problem.expected) == ((str(file),), field, expected)
+    assert problem.value == (repr(value) if isinstance(value, str) else json.dumps(value))
+    assert "Traceback" not in problem.describe()
+    # The bad field is unknown; the other sections are still read.
+    bad = "max_num_seqs" if path == ("scheduler_config",) else path[-1]
+    assert getattr(settings, bad) is None
+    if path[0] != "compilation_config":
+        assert settings.max_cudagraph_capture_size == EXPECTED.max_cudagraph_capture_size
+    if path[0] != "speculative_config":
+        assert settings.method == EXPECTED.method
+
+
+def test_whole_floats_are_whole_numbers(tmp_path: Path) -> None:
+    save(tmp_path, changed(("compilation_config", "max_cudagraph_capture_size"), 32.0))
+    (settings,), problems = read_server_settings(tmp_path)
+    assert problems == []
+    assert settings.max_cudagraph_capture_size == 32
+
+
+@pytest.mark.parametrize(
+    ("text", "rule", "message"),
+    [
+        ('{"vllm_config": ', "invalid-json", "not valid JSON"),
+        ("[1, 2]", "invalid-server-info", "not usable"),
+        (json.dumps({"vllm_config": "ModelConfig(...)"}), "invalid-server-info", "not usable"),
+        (json.dumps({"vllm_env": {}}), "invalid-server-info", "not usable"),
+    ],
+)
+def test_a_file_that_holds_no_config_is_a_warning_and_no_settings(
+    tmp_path: Path, text: str, rule: str, message: str
+) -> None:
+    file = save(tmp_path, text)
+    settings, (problem,) = read_server_settings(tmp_path)
+    assert settings == []
+    assert (problem.severity, problem.rule, problem.files) == (
+        Severity.WARNING,
+        rule,
+        (str(file),),
+    )
+    assert message in problem.message
+
+
+def test_the_text_form_is_refused_saying_which_form_to_save(tmp_path: Path) -> None:
+    save(tmp_path, {"vllm_config": "model='tiny', speculative_config=None"})
+    _, (problem,) = read_server_settings(tmp_path)
+    assert problem.field == "vllm_config"
+    assert problem.expected is not None and "config_format=json" in problem.expected
+
+
+def test_a_link_leading_outside_is_not_read(tmp_path: Path) -> None:
+    outside = save(tmp_path / "elsewhere", RESPONSE)
+    root = tmp_path / "experiment"
+    inside = save(root, RESPONSE, "SERVE--k1-BENCH--c2")
+    (root / "SERVE--k1-BENCH--c1").mkdir()
+    (root / "SERVE--k1-BENCH--c1" / SERVER_INFO_FILE_GLOB).symlink_to(outside)
+    (root / "SERVE--k3-BENCH--c1").mkdir()
+    (root / "SERVE--k3-BENCH--c1" / SERVER_INFO_FILE_GLOB).symlink_to(inside)
+    settings, (problem,) = read_server_settings(root)
+    assert [s.source for s in settings] == [
+        "SERVE--k1-BENCH--c2/server_info.json",
+        "SERVE--k3-BENCH--c1/server_info.json",
+    ]
+    assert "leads outside" in problem.message
+
+
+def test_reading_loads_neither_polars_nor_numpy() -> None:
+    probe = "import sys, lib.server_info; print(sorted({'polars', 'numpy'} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_real_cpu_sample_reports_its_servers() -> None:
+    """The configs real vLLM (0.32.0, CPU) saved through the plan's run script: one per combo,
+    each server's max_num_seqs as planned, the global K every server started with; a CPU has
+    no CUDA graphs, so vLLM reports no ceiling (null) and no capture sizes ([])."""
+    sample = SAMPLE_SWEEPS / "real-cpu-server-info"
+    if not sample.is_dir():
+        pytest.skip(f"{sample} has not been committed yet")
+    settings, problems = read_server_settings(sample)
+    assert problems == []
+    assert len(settings) == len(list(sample.glob("SERVE--*")))
+    assert {s.max_num_seqs for s in settings} == {4}
+    assert {s.num_speculative_tokens for s in settings} == {3}
+    assert {s.method for s in settings} == {"ngram"}
+    assert {s.max_num_batched_tokens for s in settings} == {2048}
+    assert {(s.max_cudagraph_capture_size, s.cudagraph_capture_sizes) for s in settings} == {
+        (None, ())
+    }
