@@ -26,6 +26,7 @@ from lib.deploy.constraints import (
 from lib.deploy.decisions import decisions_of
 from lib.deploy.registry import ceiling_for
 from lib.problems import Problem, Severity
+from lib.server_info import read_server_settings
 from lib.settings import ENGINE_FIELDS, DeploySettings
 
 if TYPE_CHECKING:
@@ -51,14 +52,37 @@ def _capture_size(config: dict[str, Any]) -> int | None:
     return None
 
 
+def _saved_values(sweep: Sweep) -> tuple[dict[str, dict[int, str]], list[Problem]]:
+    """Each setting's values in the server configs the sweep saved (:mod:`lib.server_info`)."""
+    saved, problems = read_server_settings(sweep.root)
+    values: dict[str, dict[int, str]] = {}
+    for server in saved:
+        size = server.max_cudagraph_capture_size
+        if size is None and server.cudagraph_capture_sizes:
+            size = max(server.cudagraph_capture_sizes)
+        for name, value in (
+            ("max_cudagraph_capture_size", size),
+            ("max_num_seqs", server.max_num_seqs),
+            ("max_num_batched_tokens", server.max_num_batched_tokens),
+        ):
+            if value is not None and value >= 1:
+                values.setdefault(name, {}).setdefault(
+                    value, f"the saved server config {server.source}"
+                )
+    return values, problems
+
+
 def sweep_engine_facts(sweep: Sweep) -> tuple[EngineFacts, list[Problem]]:
-    """The server settings the sweep's records state (:data:`~lib.settings.ENGINE_FIELDS`): one
-    value each, or, where servers differ, the safest (the smallest C, the largest
-    max_num_seqs) with a warning naming the values."""
+    """The server settings the sweep states: its records' (:data:`~lib.settings.ENGINE_FIELDS`,
+    a ``compilation_config``), else the server configs it saved (``server_info.json``, written
+    by ``tune-spec-k plan``'s run script). One value each, or, where servers differ, the safest
+    (the smallest C, the largest max_num_seqs) with a warning naming the values."""
     found: dict[str, Fact] = {}
-    problems = []
+    saved, problems = _saved_values(sweep)
+    stated: dict[str, dict[int, str]] = {}
     for setting, names in (*ENGINE_FIELDS.items(), ("compilation_config", ())):
-        values: dict[int, str] = {}
+        target = "max_cudagraph_capture_size" if setting == "compilation_config" else setting
+        values = stated.setdefault(target, {})
         if setting == "compilation_config":
             for config in sweep.compilation_configs:
                 size = _capture_size(config)
@@ -70,10 +94,11 @@ def sweep_engine_facts(sweep: Sweep) -> tuple[EngineFacts, list[Problem]]:
             for value in sweep.runs[name].drop_nulls().unique().sort().to_list():
                 if float(value).is_integer() and value >= 1:
                     values.setdefault(int(value), f"the records' {name}")
-        target = "max_cudagraph_capture_size" if setting == "compilation_config" else setting
-        if not values or target in found:
+    for target, values in stated.items():
+        values = values or saved.get(target, {})
+        if not values:
             continue
-        chosen = max(values) if setting == "max_num_seqs" else min(values)
+        chosen = max(values) if target == "max_num_seqs" else min(values)
         found[target] = Fact(chosen, values[chosen])
         if len(values) > 1:
             problems.append(

@@ -353,3 +353,29 @@ def test_ranges_past_a_known_max_num_seqs_are_named() -> None:
     assert check_ceiling(schedule, ceiling(512, 65), {}).unreached == ()
     assumed = CaptureCeiling(512, False, "assumed", 64, False, "assumed")
     assert check_ceiling(schedule, assumed, {}).unreached == ()
+
+
+def test_tune_reads_the_ceiling_from_the_saved_server_configs(tmp_path: Path) -> None:
+    root = gb200_like(tmp_path / "sweep")
+    config = {
+        "vllm_config": {
+            "compilation_config": {"max_cudagraph_capture_size": 512},
+            "scheduler_config": {"max_num_seqs": 128, "max_num_batched_tokens": 8192},
+        }
+    }
+    for folder in sorted(root.iterdir()):
+        (folder / "server_info.json").write_text(json.dumps(config))
+    status, lines, data = tune(root, tmp_path / "out.json")
+    assert status == EXIT_OK
+    assert lines[0] == json.dumps(PUBLISHED_CAPPED)
+    block = data["deployment"]["capture_ceiling"]
+    assert block["known"] is True and block["source"].startswith("the saved server config")
+    # The records win where they say something: a compilation_config of 1024 there.
+    records = gb200_like(
+        tmp_path / "records", compilation_config={"max_cudagraph_capture_size": 1024}
+    )
+    for folder in sorted(records.iterdir()):
+        (folder / "server_info.json").write_text(json.dumps(config))
+    status, lines, data = tune(records, tmp_path / "out2.json")
+    assert data["deployment"]["capture_ceiling"]["size"] == 1024
+    assert lines[0] == PUBLISHED.json_text()  # 127 * 6 = 762 <= 1024: nothing to cap
