@@ -451,6 +451,8 @@ class CeilingCheck:
     graphless: tuple[GraphlessRange, ...]
     #: Ranges that start past a known max_num_seqs: vLLM never reaches them.
     unreached: tuple[Range, ...] = ()
+    #: The schedule as tuned, before any cap (the seed's answer).
+    tuned: Schedule | None = None
 
     @property
     def changed(self) -> bool:
@@ -525,6 +527,7 @@ class CeilingCheck:
                 "max_num_seqs_known": ceiling.max_num_seqs_known,
                 "max_num_seqs_source": ceiling.max_num_seqs_source,
             },
+            "tuned_schedule": (self.tuned or self.schedule).to_json(),
             "capped_ranges": [capped.to_json() for capped in self.capped],
             "graphless_ranges": [stretch.to_json() for stretch in self.graphless],
         }
@@ -556,10 +559,10 @@ def check_ceiling(
         r for r in schedule.ranges if ceiling.max_num_seqs_known and r[0] > ceiling.max_num_seqs
     )
     if not ceiling.known or not graphless:
-        return CeilingCheck(ceiling, schedule, (), tuple(graphless), unreached)
+        return CeilingCheck(ceiling, schedule, (), tuple(graphless), unreached, schedule)
     repaired = capped_schedule(schedule, ceiling, global_k)
     capped = capped_ranges(schedule, repaired, ceiling, medians, maximize, global_k)
-    return CeilingCheck(ceiling, repaired, tuple(capped), (), unreached)
+    return CeilingCheck(ceiling, repaired, tuple(capped), (), unreached, schedule)
 
 
 def method_warnings(method: str | None) -> list[str]:
