@@ -459,14 +459,22 @@ class CeilingCheck:
         return bool(self.capped)
 
     def warnings(self) -> list[str]:
-        """One line per graphless range (C assumed) or capped range (C known), and one for the
-        ranges past a known max_num_seqs."""
-        lines = []
+        """The lines of :meth:`findings`."""
+        return [line for _, line in self.findings()]
+
+    def findings(self) -> list[tuple[str, str]]:
+        """(rule, line): one for the ranges past a known max_num_seqs (``unreached-range``),
+        one per graphless range (``graphless-range``: C assumed, or a schedule checked as it
+        ran) or capped range (``capped-range``: C known)."""
+        lines: list[tuple[str, str]] = []
         if self.unreached:
             spans = ", ".join(json.dumps(list(r)) for r in self.unreached)
             lines.append(
-                f"ranges past max_num_seqs={self.ceiling.max_num_seqs} ({self._source_seqs()})"
-                f" are never used by vLLM: {spans}"
+                (
+                    "unreached-range",
+                    f"ranges past max_num_seqs={self.ceiling.max_num_seqs} ({self._source_seqs()})"
+                    f" are never used by vLLM: {spans}",
+                )
             )
         for stretch in self.graphless:
             low, high = stretch.tokens
@@ -477,10 +485,13 @@ class CeilingCheck:
                 " max_cudagraph_capture_size, e.g. from its /server_info) to cap them"
             )
             lines.append(
-                f"batch sizes {_span(stretch.lo, stretch.hi)} run K={stretch.k} at"
-                f" {_span(low, high)} tokens per decode step, past the CUDA-graph capture"
-                f" ceiling C={self.ceiling.size} ({self._source()}): vLLM runs them without"
-                f" CUDA graphs; {fix}"
+                (
+                    "graphless-range",
+                    f"batch sizes {_span(stretch.lo, stretch.hi)} run K={stretch.k} at"
+                    f" {_span(low, high)} tokens per decode step, past the CUDA-graph capture"
+                    f" ceiling C={self.ceiling.size} ({self._source()}): vLLM runs them"
+                    f" without CUDA graphs; {fix}",
+                )
             )
         for capped in self.capped:
             if capped.loss_percent is None:
@@ -492,9 +503,12 @@ class CeilingCheck:
                     f" K={capped.measured_k} ({capped.basis})"
                 )
             lines.append(
-                f"capped, not measured: batch sizes {_span(capped.lo, capped.hi)} run"
-                f" K={capped.capped_k} instead of K={capped.measured_k} to stay within"
-                f" C={self.ceiling.size} tokens per step ({self._source()}); {loss}"
+                (
+                    "capped-range",
+                    f"capped, not measured: batch sizes {_span(capped.lo, capped.hi)} run"
+                    f" K={capped.capped_k} instead of K={capped.measured_k} to stay within"
+                    f" C={self.ceiling.size} tokens per step ({self._source()}); {loss}",
+                )
             )
         return lines
 

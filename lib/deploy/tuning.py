@@ -153,6 +153,26 @@ class Deployment:
             "anchors_to_measure": self.boundaries(),
         }
 
+    def problems(self, past_means: str) -> list[Problem]:
+        """A warning per finding of the check, and one naming the cells measured past the
+        ceiling (``past_means``: what that makes of their numbers)."""
+        found = [Problem(Severity.WARNING, rule, line) for rule, line in self.check.findings()]
+        if self.past_ceiling:
+            ceiling = self.check.ceiling
+            cells = ", ".join(
+                f"batch {b} K={k} ({tokens_per_step(b, k)} tokens)" for b, k in self.past_ceiling
+            )
+            found.append(
+                Problem(
+                    Severity.WARNING,
+                    "measured-past-capture-ceiling",
+                    f"measured past the CUDA-graph capture ceiling C={ceiling.size}"
+                    f" ({'from ' + ceiling.source if ceiling.known else ceiling.source}), so"
+                    f" without CUDA graphs: {cells}; {past_means}",
+                )
+            )
+        return found
+
     def lines(self) -> list[str]:
         """What ``tune`` prints of it, after the seed's lines."""
         return [
@@ -188,27 +208,7 @@ def deploy_analysis(
     past = tuple(cells_past_ceiling(measured, ceiling.size))
     anchors = tuple(sorted({anchor for anchor, _ in measured}))
     deployment = Deployment(check, past, anchors)
-    for line in check.warnings():
-        rule = (
-            "capped-range"
-            if line.startswith("capped")
-            else "unreached-range"
-            if line.startswith("ranges past")
-            else "graphless-range"
-        )
-        problems.append(Problem(Severity.WARNING, rule, line))
-    if past:
-        cells = ", ".join(f"batch {b} K={k} ({tokens_per_step(b, k)} tokens)" for b, k in past)
-        problems.append(
-            Problem(
-                Severity.WARNING,
-                "measured-past-capture-ceiling",
-                f"measured past the CUDA-graph capture ceiling C={ceiling.size}"
-                f" ({'from ' + ceiling.source if ceiling.known else ceiling.source}), so"
-                f" without CUDA graphs: {cells}; their numbers say nothing of a"
-                " graph-captured step",
-            )
-        )
+    problems += deployment.problems("their numbers say nothing of a graph-captured step")
     problems += [
         Problem(Severity.WARNING, "schedule-disabled", line)
         for line in method_warnings(decisions.method)

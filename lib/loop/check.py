@@ -324,38 +324,24 @@ def _capture_check(
 ) -> tuple[dict[str, Any] | None, str | None, list[Problem]]:
     """The capture rule on the deployed schedule (never repaired here: it is what ran), with
     the dynamic arm's anchors measured past the ceiling."""
-    from lib.deploy.constraints import cells_past_ceiling, check_ceiling, tokens_per_step
+    from lib.deploy.constraints import cells_past_ceiling, check_ceiling
     from lib.deploy.decisions import Decisions
     from lib.deploy.registry import ceiling_for
-    from lib.deploy.tuning import sweep_engine_facts
+    from lib.deploy.tuning import Deployment, sweep_engine_facts
 
     facts, problems = sweep_engine_facts(sweep)
     global_k = max(schedule.largest_k, 1)
     ceiling = ceiling_for(Decisions(schedule, None, "check", "", engine=facts), deploy, global_k)
-    assumed = dataclasses.replace(ceiling, known=False)
-    check = check_ceiling(schedule, assumed, {}, global_k=global_k)
+    # Checked as it ran: never repaired, whether C is known or not.
+    check = check_ceiling(
+        schedule, dataclasses.replace(ceiling, known=False), {}, global_k=global_k
+    )
     check = dataclasses.replace(check, ceiling=ceiling)
-    anchors = sorted(set(sweep.runs["anchor"].drop_nulls().to_list()))
+    anchors = tuple(sorted(set(sweep.runs["anchor"].drop_nulls().to_list())))
     past = cells_past_ceiling([(a, schedule.k_at(a)) for a in anchors], ceiling.size)
-    for line in check.warnings():
-        rule = "unreached-range" if line.startswith("ranges past") else "graphless-range"
-        problems.append(Problem(Severity.WARNING, rule, line))
-    if past:
-        cells = ", ".join(f"batch {b} K={k} ({tokens_per_step(b, k)} tokens)" for b, k in past)
-        problems.append(
-            Problem(
-                Severity.WARNING,
-                "measured-past-capture-ceiling",
-                f"the schedule under test ran past the CUDA-graph capture ceiling C={ceiling.size}"
-                f" at {cells}: those verdicts are of steps without CUDA graphs",
-            )
-        )
-    block = {
-        **check.to_json(),
-        "cells_past_ceiling": [
-            {"batch_size": b, "k": k, "tokens": tokens_per_step(b, k)} for b, k in past
-        ],
-    }
+    deployment = Deployment(check, tuple(past), anchors)
+    problems += deployment.problems("the dynamic arm's verdicts there are of steps without graphs")
+    block = deployment.to_json()
     return block, check.summary(), problems
 
 

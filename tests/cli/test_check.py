@@ -23,8 +23,28 @@ def test_no_loss_exits_0_with_a_line_per_anchor(
     assert main(["check", str(root)]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"schedule under test: {json.dumps(SCHEDULE)}"
-    assert lines[1].startswith("batch_size=1: OK; dynamic K=7 median=318.00; vs best static")
+    # Then the capture check of the schedule under test: 63 * 8 = 504 <= vLLM's default 512.
+    assert lines[1].startswith("capture ceiling: C=512 (assumed")
+    assert lines[1].endswith("every batch size up to 256 within it")
+    assert lines[2].startswith("batch_size=1: OK; dynamic K=7 median=318.00; vs best static")
     assert any(line.startswith("batch_size=64: OK") for line in lines)
+
+
+def test_the_capture_rule_is_applied_to_the_schedule_under_test(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_validation(tmp_path / "v", GOOD)
+    out = tmp_path / "report.json"
+    flags = ["--max-cudagraph-capture-size", "256", "--output-json", str(out)]
+    assert main(["check", str(root), *flags]) == EXIT_OK
+    captured = capsys.readouterr()
+    # K=7 from 1 to 63: 32 * 8 = 256 fits, 33 * 8 = 264 does not; the schedule is what ran,
+    # so it is named, not capped; the dynamic arm at 64 ran K=0 (64 tokens): not past C.
+    assert "warning [graphless-range] batch sizes 33-63 run K=7" in captured.err
+    block = json.loads(out.read_text())["deployment"]
+    assert block["capture_ceiling"]["known"] is True
+    assert block["tuned_schedule"] == SCHEDULE
+    assert [(r["lo"], r["hi"]) for r in block["graphless_ranges"]] == [(33, 63)]
 
 
 def test_a_loss_exits_1_and_says_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -110,6 +110,27 @@ def test_follow_up_from_the_result_alone_reruns_contenders(tmp_path: Path) -> No
     assert any("--plan-json" in note for note in needs.notes)
 
 
+def test_follow_up_measures_the_capture_boundaries_of_the_result(tmp_path: Path) -> None:
+    first = noisy_first_sweep(tmp_path / "tuning")
+    result, _ = tuned(first)
+    data = json.loads(result.to_json_text())
+    # What tune writes when K=5 would run past C from batch 86 (lib/deploy/tuning.py).
+    data["deployment"] = {
+        "anchors_to_measure": [{"batch_size": 86, "ks": [4, 5], "reason": "boundary"}]
+    }
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    needs, problems = follow_up_needs([path])
+    assert needs is not None, problems
+    assert 86 in needs.new_anchors
+    assert needs.more_runs[(86, 4)] == needs.more_runs[(86, 5)] == 3
+    # Without the block, no such anchor.
+    del data["deployment"]
+    path.write_text(json.dumps(data))
+    needs, _ = follow_up_needs([path])
+    assert needs is not None and 86 not in needs.new_anchors
+
+
 def test_follow_up_refuses_a_different_engine(tmp_path: Path) -> None:
     first = noisy_first_sweep(tmp_path / "tuning")
     result, _ = tuned(first)
