@@ -49,7 +49,7 @@ from lib.files import read_json
 from lib.keys import MISSING
 from lib.problems import Problem, Severity, show_value
 
-__all__ = ["SERVER_INFO_FILE_GLOB", "ServerSettings", "read_server_settings"]
+__all__ = ["SERVER_INFO_FILE_GLOB", "SavedServers", "ServerSettings", "read_server_settings"]
 
 #: The name of each saved server config: one per combo folder, matched at any depth.
 SERVER_INFO_FILE_GLOB = "server_info.json"
@@ -78,9 +78,11 @@ class ServerSettings:
     source: str
 
 
-def read_server_settings(
-    experiment_dir: str | Path,
-) -> tuple[list[ServerSettings], list[Problem]]:
+#: What :func:`read_server_settings` returns: every config read, and the problems met.
+SavedServers = tuple[list[ServerSettings], list[Problem]]
+
+
+def read_server_settings(experiment_dir: str | Path) -> SavedServers:
     """Every saved server config below ``experiment_dir`` (see the module's rules), in the order
     of their relative paths, and the problems of those that could not be read in full."""
     root = Path(experiment_dir)

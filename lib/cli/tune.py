@@ -39,6 +39,7 @@ from lib.settings import (
 
 if TYPE_CHECKING:
     from lib.context import ContextAxis
+    from lib.server_info import SavedServers
     from lib.sweep_files import SweepFiles
     from lib.sweeps import Sweep
 
@@ -124,12 +125,14 @@ def main(args: TuneArgs) -> int:
             gc.enable()
 
 
-def _read(args: TuneArgs) -> SweepFiles:
-    """The sweep's files, only the metrics the analysis reads (run in the prefetch child)."""
+def _read(args: TuneArgs) -> tuple[SweepFiles, SavedServers]:
+    """The sweep's files, only the metrics the analysis reads, and the server configs it saved
+    (run in the prefetch child)."""
     from lib.context import context_fields_read
+    from lib.server_info import read_server_settings
     from lib.sweep_files import read_sweep_files
 
-    return read_sweep_files(
+    files = read_sweep_files(
         args.experiment_dir,
         batch_size_var=args.fields.batch_size_var,
         k_var=args.fields.k_var,
@@ -139,6 +142,7 @@ def _read(args: TuneArgs) -> SweepFiles:
             *(name for names in ENGINE_FIELDS.values() for name in names),
         ),
     )
+    return files, read_server_settings(args.experiment_dir)
 
 
 def _outputs(args: TuneArgs) -> tuple[Output, Output | None]:
@@ -167,7 +171,8 @@ def _tune(args: TuneArgs) -> int:
     from lib.present import text
     from lib.sweeps import sweep_from
 
-    sweep = sweep_from(reading.result())
+    files, saved = reading.result()
+    sweep = sweep_from(files)
     if args.context.invalid() or args.deploy.invalid():
         from lib.problems import Problem, Severity
 
@@ -180,9 +185,12 @@ def _tune(args: TuneArgs) -> int:
     axis, context_problems = find_context_axis(sweep, args.context)
     if axis is not None:
         return _tune_contexts(args, sweep, axis, output)
-    from lib.deploy.tuning import deploy_analysis
+    from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
 
-    analysis, deployment = deploy_analysis(analyse(sweep, args.settings, args.options), args.deploy)
+    facts, fact_problems = sweep_engine_facts(sweep, saved)
+    analysis, deployment = deploy_analysis(
+        analyse(sweep, args.settings, args.options), args.deploy, facts, fact_problems
+    )
     result = analysis.result
     if context_problems:
         import dataclasses

@@ -83,12 +83,13 @@ class Decisions:
         return given or self.global_k or max(self.largest_k, 1)
 
 
-def _medians_of_cells(cells: list[dict[str, Any]]) -> dict[int, dict[int, float]]:
+def _medians_of_cells(result: TuningResult) -> dict[int, dict[int, float]]:
+    """Per anchor, each kept cell's finite median."""
     medians: dict[int, dict[int, float]] = {}
-    for cell in cells:
-        median = cell.get("median")
-        if cell.get("status") == "kept" and isinstance(median, float) and math.isfinite(median):
-            medians.setdefault(cell["anchor"], {})[cell["k"]] = median
+    kept = result.cells.filter(result.cells["status"] == "kept")
+    for anchor, k, median in kept.select("anchor", "k", "median").rows():
+        if isinstance(median, float) and math.isfinite(median):
+            medians.setdefault(anchor, {})[k] = median
     return medians
 
 
@@ -107,7 +108,7 @@ def decisions_of(result: TuningResult, engine: EngineFacts | None = None) -> Dec
         global_k=result.deploy_global_k,
         kind="tune-spec-k result",
         source=str(result.sweep.root),
-        medians=_medians_of_cells(result.cells.to_dicts()),
+        medians=_medians_of_cells(result),
         maximize=result.settings.maximize,
         speculative_config=shared,
         engine=engine or EngineFacts(),

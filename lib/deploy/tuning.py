@@ -12,6 +12,7 @@ schedule stays the seed's, byte for byte.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import TYPE_CHECKING, Any
 
 from lib.deploy.constraints import (
@@ -26,7 +27,7 @@ from lib.deploy.constraints import (
 from lib.deploy.decisions import decisions_of
 from lib.deploy.registry import ceiling_for
 from lib.problems import Problem, Severity
-from lib.server_info import read_server_settings
+from lib.server_info import SavedServers, read_server_settings
 from lib.settings import ENGINE_FIELDS, DeploySettings
 
 if TYPE_CHECKING:
@@ -52,9 +53,20 @@ def _capture_size(config: dict[str, Any]) -> int | None:
     return None
 
 
-def _saved_values(sweep: Sweep) -> tuple[dict[str, dict[int, str]], list[Problem]]:
-    """Each setting's values in the server configs the sweep saved (:mod:`lib.server_info`)."""
-    saved, problems = read_server_settings(sweep.root)
+@functools.lru_cache(maxsize=16)
+def _read_once(sweep: Sweep) -> SavedServers:
+    """The sweep's saved server configs, read once per sweep (sweeps compare by identity): the
+    app checks the schedule again on every change of a setting."""
+    return read_server_settings(sweep.root)
+
+
+def _saved_values(
+    sweep: Sweep, read: SavedServers | None
+) -> tuple[dict[str, dict[int, str]], list[Problem]]:
+    """Each setting's values in the server configs the sweep saved (:mod:`lib.server_info`;
+    ``read``: already read, as the CLI's reader child does)."""
+    saved, problems = read if read is not None else _read_once(sweep)
+    problems = list(problems)
     values: dict[str, dict[int, str]] = {}
     for server in saved:
         size = server.max_cudagraph_capture_size
@@ -72,13 +84,15 @@ def _saved_values(sweep: Sweep) -> tuple[dict[str, dict[int, str]], list[Problem
     return values, problems
 
 
-def sweep_engine_facts(sweep: Sweep) -> tuple[EngineFacts, list[Problem]]:
+def sweep_engine_facts(
+    sweep: Sweep, saved_servers: SavedServers | None = None
+) -> tuple[EngineFacts, list[Problem]]:
     """The server settings the sweep states: its records' (:data:`~lib.settings.ENGINE_FIELDS`,
     a ``compilation_config``), else the server configs it saved (``server_info.json``, written
     by ``tune-spec-k plan``'s run script). One value each, or, where servers differ, the safest
     (the smallest C, the largest max_num_seqs) with a warning naming the values."""
     found: dict[str, Fact] = {}
-    saved, problems = _saved_values(sweep)
+    saved, problems = _saved_values(sweep, saved_servers)
     stated: dict[str, dict[int, str]] = {}
     for setting, names in (*ENGINE_FIELDS.items(), ("compilation_config", ())):
         target = "max_cudagraph_capture_size" if setting == "compilation_config" else setting
@@ -190,21 +204,26 @@ class Deployment:
 
 
 def deploy_analysis(
-    analysis: Analysis, deploy: DeploySettings, sweep_facts: EngineFacts | None = None
+    analysis: Analysis,
+    deploy: DeploySettings,
+    sweep_facts: EngineFacts | None = None,
+    fact_problems: list[Problem] | None = None,
 ) -> tuple[Analysis, Deployment | None]:
     """The analysis with its schedule checked (and, C known, capped); None when there is no
-    schedule to deploy."""
+    schedule to deploy. ``sweep_facts`` and ``fact_problems``: :func:`sweep_engine_facts` of
+    the sweep, when already found."""
     result = analysis.result
     if not result.ok or result.schedule is None:
         return analysis, None
-    facts, problems = (
-        (sweep_facts, []) if sweep_facts is not None else sweep_engine_facts(result.sweep)
-    )
+    if sweep_facts is None:
+        facts, problems = sweep_engine_facts(result.sweep)
+    else:
+        facts, problems = sweep_facts, list(fact_problems or [])
     decisions = decisions_of(result, facts)
     global_k = result.deploy_global_k
     ceiling = ceiling_for(decisions, deploy, global_k)
     check = check_ceiling(result.schedule, ceiling, decisions.medians, decisions.maximize, global_k)
-    measured = [(cell["anchor"], cell["k"]) for cell in result.cells.to_dicts()]
+    measured = result.cells.select("anchor", "k").rows()
     past = tuple(cells_past_ceiling(measured, ceiling.size))
     anchors = tuple(sorted({anchor for anchor, _ in measured}))
     deployment = Deployment(check, past, anchors)
