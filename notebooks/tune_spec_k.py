@@ -69,8 +69,11 @@ def _():
     # to their values now with its own; their cells build them again.
     get_k_var, set_k_var = mo.state(Fields().k_var)
     get_fixable, set_fixable = mo.state(guide.fixable_values(Settings()))
+    # The serving engine's settings (-- --max-cudagraph-capture-size C --max-num-seqs N).
+    deploy_settings = _arguments.deploy
     return (
         context_format_picker,
+        deploy_settings,
         folder_browser,
         get_fixable,
         get_k_var,
@@ -120,6 +123,7 @@ def _(
     context_axis,
     context_notes,
     context_point_picker,
+    deploy_settings,
     direction_picker,
     experiment_picker,
     fields,
@@ -156,15 +160,21 @@ def _(
         confidence=confidence_slider.value,
         interpolated_schedule=interpolated_checkbox.value,
     )
-    cli_arguments = app_support.cli_arguments(experiment_picker.value, fields, settings, options)
+    cli_arguments = app_support.cli_arguments(
+        experiment_picker.value, fields, settings, options, deploy_settings
+    )
     shown = app_context.analyse_sweep(
-        sweep, settings, options, context_axis, context_point_picker.value
+        sweep, settings, options, context_axis, context_point_picker.value, deploy_settings
     )
     analysis = shown.analysis
     result = analysis.result
     # Eager bytes, so that a static HTML export carries the files too: the CLI's files.
     schedule_file = shown.result_text().encode() if shown.ok else None
-    engine_files = app_context.engine_downloads(result) if result.ok and result.schedule else None
+    engine_files = (
+        app_context.engine_downloads(result, deploy_settings)
+        if result.ok and result.schedule
+        else None
+    )
     rule_comparison = app_support.compare_rules(analysis, options)
     problem_groups = guide.problem_groups([*shown.problems, *context_notes], settings, fields)
     verdict = (

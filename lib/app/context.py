@@ -74,12 +74,13 @@ def analyse_sweep(
     options: Options,
     axis: ContextAxis | None,
     point: int | None = None,
+    deploy: DeploySettings | None = None,
 ) -> SweepAnalysis:
     """The whole sweep's analysis, per context point when ``axis`` (from
     :func:`lib.context.find_context_axis`) is not None; ``point``: which one the page details
     (default, or out of range: the shortest, the seed's world)."""
     if axis is None:
-        deployed, _ = deploy_analysis(analyse(sweep, settings, options), DeploySettings())
+        deployed, _ = deploy_analysis(analyse(sweep, settings, options), deploy or DeploySettings())
         return SweepAnalysis(deployed, None, None)
     grid = analyse_contexts(sweep, axis, settings, options)
     chosen = point if point is not None and 0 <= point < len(axis.points) else 0
@@ -212,15 +213,19 @@ class EngineDownload:
     problems: tuple[Problem, ...]
 
 
-def engine_downloads(result: TuningResult) -> list[EngineDownload]:
-    """Every registered batch-only format's export of the result (its schedule must exist)."""
+def engine_downloads(
+    result: TuningResult, deploy: DeploySettings | None = None
+) -> list[EngineDownload]:
+    """Every registered batch-only format's export of the result (its schedule must exist), as
+    ``tune-spec-k export RESULT --format F`` with the engine's settings where F reads them."""
     facts, _ = sweep_engine_facts(result.sweep)
     decisions = decisions_of(result, facts)
     downloads = []
     for engine_format in formats():
         if engine_format.needs_grid:
             continue
-        exported, problems = export(decisions, ExportSettings(format=engine_format.name))
+        engine = deploy if engine_format.reads_ceiling and deploy is not None else None
+        exported, problems = export(decisions, ExportSettings(format=engine_format.name), engine)
         downloads.append(
             EngineDownload(
                 engine_format.name,

@@ -15,7 +15,7 @@ import html
 import os
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ import polars as pl
 
 from lib.analysis import Analysis
 from lib.confidence import ConfidenceReport, apply_policy
-from lib.flags import to_arguments
+from lib.flags import add_flags, from_arguments, to_arguments
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side, side_from_result
 from lib.present import tables, text
 from lib.problems import Problem, Severity, printable
@@ -32,6 +32,7 @@ from lib.settings import (
     DEFAULT_K_VAR,
     GLOBAL_K_VAR,
     RESULT_FILE,
+    DeploySettings,
     Direction,
     Fields,
     Options,
@@ -113,9 +114,11 @@ HIGHLIGHT = {"backgroundColor": "#fde2e1"}
 
 @dataclass(frozen=True)
 class AppArguments:
-    """What the notebook was started with (``-- --sweeps DIR`` after the notebook path)."""
+    """What the notebook was started with (``-- --sweeps DIR`` after the notebook path, and the
+    serving engine's settings: ``--max-cudagraph-capture-size C --max-num-seqs N``)."""
 
     sweeps: str | None
+    deploy: DeploySettings = field(default_factory=DeploySettings)
 
 
 def parse_app_arguments(argv: Sequence[str]) -> AppArguments:
@@ -126,8 +129,9 @@ def parse_app_arguments(argv: Sequence[str]) -> AppArguments:
     """
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--sweeps", default=None)
+    add_flags(parser, DeploySettings)
     known, _ = parser.parse_known_args(list(argv))
-    return AppArguments(sweeps=known.sweeps)
+    return AppArguments(sweeps=known.sweeps, deploy=from_arguments(DeploySettings, known))
 
 
 def resolve_root(sweeps: str | None, notebook_dir: Path, cwd: Path) -> Path:
@@ -495,7 +499,11 @@ def compare_rules(analysis: Analysis, options: Options) -> RuleComparison | None
 
 
 def cli_arguments(
-    experiment: str | os.PathLike[str], fields: Fields, settings: Settings, options: Options
+    experiment: str | os.PathLike[str],
+    fields: Fields,
+    settings: Settings,
+    options: Options,
+    deploy: DeploySettings | None = None,
 ) -> list[str]:
     """The ``tune-spec-k`` arguments that analyse ``experiment`` exactly as the app does."""
     return [
@@ -503,6 +511,7 @@ def cli_arguments(
         *to_arguments(fields),
         *to_arguments(settings),
         *to_arguments(options),
+        *to_arguments(deploy or DeploySettings()),
     ]
 
 

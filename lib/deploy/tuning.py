@@ -213,6 +213,10 @@ def deploy_analysis(
     schedule to deploy. ``sweep_facts`` and ``fact_problems``: :func:`sweep_engine_facts` of
     the sweep, when already found."""
     result = analysis.result
+    invalid = [Problem(Severity.ERROR, "invalid-setting", reason) for reason in deploy.invalid()]
+    if invalid:
+        refused = dataclasses.replace(result, problems=(*result.problems, *invalid))
+        return dataclasses.replace(analysis, result=refused), None
     if not result.ok or result.schedule is None:
         return analysis, None
     if sweep_facts is None:

@@ -835,3 +835,24 @@ def test_a_context_sweep_shows_its_grid_the_chosen_point_and_the_cli_s_files(
         # The download's bytes travel base64-encoded in its data URL.
         encoded = base64.b64encode(written.read_bytes()).decode()
         assert encoded in block, name
+
+
+def test_the_engine_settings_reach_the_schedule_the_page_and_the_downloads(
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    flags = ("--max-cudagraph-capture-size", "256")
+    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample), *flags)
+    # The CLI's file with the same flag: the capped schedule (K=7 fits 32 requests of 8 tokens).
+    assert defs["schedule_file"] == _cli_file(sample, tmp_path, capsys, *flags)
+    assert defs["result"].schedule.to_json()[:2] == [[1, 32, 7], [33, 36, 6]]
+    assert "--max-cudagraph-capture-size=256" in defs["cli_arguments"]
+    lines = app_support.capture_lines(defs["result"])
+    assert lines and all(line.startswith("capped, not measured") for line in lines)
+    downloads = {download.format: download for download in defs["engine_files"]}
+    vllm_download = downloads["vllm"].text
+    assert vllm_download is not None
+    assert json.loads(vllm_download)["num_speculative_tokens_per_batch_size"][1] == [33, 36, 6]
