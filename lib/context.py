@@ -34,6 +34,14 @@ from typing import Any
 import polars as pl
 
 from lib.analysis import Analysis, analyse
+from lib.context_formats import (
+    ContextGrid,
+    GridCell,
+    assemble_grid,
+    completeness_problems,
+    context_grid_of,
+)
+from lib.context_formats import ContextPoint as GridPoint
 from lib.problems import Problem, Severity
 from lib.schedule import candidate_json
 from lib.settings import (
@@ -415,6 +423,46 @@ class ContextAnalysis:
             rows += _grid_rows(point, analysis, self.confidence)
         return sorted(rows, key=lambda row: (row["batch_size"], row["prompt_tokens"]))
 
+    @functools.cached_property
+    def typed_grid(self) -> tuple[ContextGrid | None, list[Problem]]:
+        """The grid the context formats export, built from the analyses themselves (no
+        JSON): the same grid :func:`lib.context_formats.context_grid_of` reads back from
+        :meth:`to_json` (tested); a grid that cannot be exported is left to that reader, which
+        says why (None and its problems)."""
+        cells: dict[tuple[int, int], GridCell] = {}
+        points = tuple(
+            GridPoint(point.prompt_tokens, point.context_tokens, point.output_tokens)
+            for point in self.axis.points
+        )
+        for point, grid_point, analysis in zip(
+            self.axis.points, points, self.contexts, strict=True
+        ):
+            cells.update(_grid_cells(point, grid_point, analysis, self.confidence))
+        anchors = tuple(sorted({batch for batch, _ in cells}))
+        unusable = any((cell.median(cell.selected_k) or 0.0) <= 0 for cell in cells.values())
+        if not cells or unusable or completeness_problems(cells, anchors, points, ""):
+            # Not exportable: the file's reader says why, in the words it uses for a file.
+            return context_grid_of(self.to_json(), "the result")
+        source = (self.answer or self.pooled).result
+        settings = source.settings
+        return (
+            assemble_grid(
+                cells,
+                points,
+                objective=settings.objective,
+                direction=settings.direction,
+                configured_global_k=source.configured_global_k,
+                observed_k=source.max_k_observed,
+                max_batch_size=source.max_batch_size,
+                tolerance=float(self.axis.tolerance),
+                axis_field=self.axis.field,
+                deployable=self.deployable,
+                not_deployable_reason=self.not_deployable_reason,
+                relative_tolerance=float(settings.relative_tolerance),
+            ),
+            [],
+        )
+
     def context_points_to_measure(self) -> list[dict[str, Any]]:
         """Where measuring another prompt length would tell most: between two neighbouring
         context points where some batch size picks a different K, at their geometric mean
@@ -500,13 +548,13 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _grid_rows(point: ContextPoint, analysis: Analysis, confidence: float) -> list[dict[str, Any]]:
+def _statuses(
+    analysis: Analysis, confidence: float
+) -> list[tuple[int, int | None, float | None, str, float | None]]:
+    """Per anchor of one context point: (anchor, selected K, its P(eps-good), status, selected
+    median). A cell is undecided without a K; unresolved when its P(eps-good) is missing or
+    below ``confidence`` or an error (other than the schedule's own) names it; else resolved."""
     result = analysis.result
-    candidates: dict[int, list[dict[str, Any]]] = {}
-    for cell in result.cells.sort("anchor", "k").to_dicts():
-        candidates.setdefault(cell["anchor"], []).append(
-            {**candidate_json(cell), "verdict": cell["status"], "reason": cell["reason"]}
-        )
     failing = {
         problem.anchor
         for problem in result.problems
@@ -523,19 +571,57 @@ def _grid_rows(point: ContextPoint, analysis: Analysis, confidence: float) -> li
             status = "unresolved"
         else:
             status = "resolved"
-        rows.append(
-            {
-                "batch_size": anchor,
-                "prompt_tokens": point.prompt_tokens,
-                "context_tokens": point.context_tokens,
-                "selected_k": k,
-                "selected_median_objective": _finite(decision["selected_median"]),
-                "status": status,
-                "p_eps_good": p,
-                "candidates": candidates.get(anchor, []),
-            }
-        )
+        rows.append((anchor, k, p, status, _finite(decision["selected_median"])))
     return rows
+
+
+def _grid_rows(point: ContextPoint, analysis: Analysis, confidence: float) -> list[dict[str, Any]]:
+    result = analysis.result
+    candidates: dict[int, list[dict[str, Any]]] = {}
+    for cell in result.cells.sort("anchor", "k").to_dicts():
+        candidates.setdefault(cell["anchor"], []).append(
+            {**candidate_json(cell), "verdict": cell["status"], "reason": cell["reason"]}
+        )
+    return [
+        {
+            "batch_size": anchor,
+            "prompt_tokens": point.prompt_tokens,
+            "context_tokens": point.context_tokens,
+            "selected_k": k,
+            "selected_median_objective": median,
+            "status": status,
+            "p_eps_good": p,
+            "candidates": candidates.get(anchor, []),
+        }
+        for anchor, k, p, status, median in _statuses(analysis, confidence)
+    ]
+
+
+def _grid_cells(
+    point: ContextPoint, grid_point: GridPoint, analysis: Analysis, confidence: float
+) -> dict[tuple[int, int], GridCell]:
+    """One context point's cells of the typed grid, from the analysis itself: each kept
+    candidate's finite median and conservative score, the selected K (-1: undecided) and its
+    status, as :func:`_grid_rows` writes them."""
+    medians: dict[int, dict[int, float]] = {}
+    scores: dict[int, dict[int, float]] = {}
+    kept = analysis.result.cells.filter(pl.col("status") == "kept")
+    for anchor, k, median, score in kept.select("anchor", "k", "median", "conservative").rows():
+        if _finite(median) is not None:
+            medians.setdefault(anchor, {})[k] = median
+            if _finite(score) is not None:
+                scores.setdefault(anchor, {})[k] = score
+    return {
+        (anchor, point.prompt_tokens): GridCell(
+            anchor,
+            grid_point,
+            -1 if k is None or status == "undecided" else k,
+            status,
+            tuple(sorted(medians.get(anchor, {}).items())),
+            tuple(sorted(scores.get(anchor, {}).items())),
+        )
+        for anchor, k, _, status, _ in _statuses(analysis, confidence)
+    }
 
 
 def _in_context(problem: Problem, point: ContextPoint) -> Problem:

@@ -59,8 +59,10 @@ __all__ = [
     "GridCell",
     "LossSummary",
     "TablePair",
+    "assemble_grid",
     "batch_ranges",
     "cell_losses",
+    "completeness_problems",
     "context_boundary",
     "context_export",
     "context_grid_of",
@@ -360,10 +362,9 @@ def context_grid_of(data: Any, source: str) -> tuple[ContextGrid | None, list[Pr
     if reader.problems:
         return None, reader.problems + _refusal(deployable is False, reason, source)
     anchors = tuple(sorted({batch for batch, _ in cells}))
-    problems = _completeness_problems(cells, anchors, points, source)
+    problems = completeness_problems(cells, anchors, points, source)
     if problems:
         return None, problems + _refusal(deployable is False, reason, source)
-    largest = max(k for cell in cells.values() for k, _ in cell.medians)
     top = anchors[-1]
     if max_batch_size is not None and max_batch_size < top:
         reader.bad(
@@ -377,14 +378,14 @@ def context_grid_of(data: Any, source: str) -> tuple[ContextGrid | None, list[Pr
     if isinstance(tie, bool) or not isinstance(tie, int | float) or not 0 <= tie < 1:
         reader.bad("selection.relative_tolerance", tie, "a number in [0, 1)")
         return None, reader.problems
-    grid = ContextGrid(
-        points=points,
-        anchors=anchors,
-        rows=tuple(tuple(cells[anchor, p.prompt_tokens] for p in points) for anchor in anchors),
+    grid = assemble_grid(
+        cells,
+        points,
         objective=objective if isinstance(objective, str) else "objective",
         direction="minimize" if direction == "minimize" else "maximize",
-        global_k=max(configured if configured is not None else (observed or largest), 1),
-        max_batch_size=max_batch_size if max_batch_size is not None else top,
+        configured_global_k=configured,
+        observed_k=observed,
+        max_batch_size=max_batch_size,
         tolerance=float(tolerance),
         axis_field=str(axis.get("field", "")),
         deployable=deployable is True,
@@ -392,6 +393,46 @@ def context_grid_of(data: Any, source: str) -> tuple[ContextGrid | None, list[Pr
         relative_tolerance=float(tie),
     )
     return grid, []
+
+
+def assemble_grid(
+    cells: Mapping[tuple[int, int], GridCell],
+    points: tuple[ContextPoint, ...],
+    *,
+    objective: str,
+    direction: Direction,
+    configured_global_k: int | None,
+    observed_k: int | None,
+    max_batch_size: int | None,
+    tolerance: float,
+    axis_field: str,
+    deployable: bool,
+    not_deployable_reason: str | None,
+    relative_tolerance: float,
+) -> ContextGrid:
+    """The grid of complete ``cells`` (one per (batch anchor, context point), each decided:
+    :func:`_completeness_problems` found nothing), from a result JSON (:func:`context_grid_of`)
+    or from an analysis in memory (:meth:`lib.context.ContextAnalysis.context_grid`), so both
+    give the same grid. ``global_k``: the configured K, else the largest observed, else the
+    largest candidate K, at least 1; ``max_batch_size``: the given one, else the largest
+    anchor."""
+    anchors = tuple(sorted({batch for batch, _ in cells}))
+    largest = max(k for cell in cells.values() for k, _ in cell.medians)
+    global_k = configured_global_k if configured_global_k is not None else (observed_k or largest)
+    return ContextGrid(
+        points=points,
+        anchors=anchors,
+        rows=tuple(tuple(cells[anchor, p.prompt_tokens] for p in points) for anchor in anchors),
+        objective=objective,
+        direction=direction,
+        global_k=max(global_k, 1),
+        max_batch_size=max_batch_size if max_batch_size is not None else anchors[-1],
+        tolerance=tolerance,
+        axis_field=axis_field,
+        deployable=deployable,
+        not_deployable_reason=not_deployable_reason,
+        relative_tolerance=relative_tolerance,
+    )
 
 
 def _refusal(refused: bool, reason: str | None, source: str) -> list[Problem]:
@@ -530,7 +571,7 @@ def _finite_number(value: Any, lowest: float) -> bool:
     )
 
 
-def _completeness_problems(
+def completeness_problems(
     cells: Mapping[tuple[int, int], GridCell],
     anchors: Sequence[int],
     points: Sequence[ContextPoint],

@@ -10,7 +10,7 @@ from sweep_builder import CONTEXT_GRID, spread, write_context_grid
 
 from lib.cli.main import main
 from lib.context import analyse_contexts, find_context_axis
-from lib.settings import ContextSettings, Settings
+from lib.settings import ContextSettings, Options, Settings
 from lib.sweeps import load_experiment
 
 #: (batch, prompt) -> K the grid must choose, from CONTEXT_GRID's medians (sweep_builder.py).
@@ -305,3 +305,20 @@ def test_the_default_mix_exports_the_shortest_context_s_own_picks(tmp_path: Path
     assert main(["export", str(out), "--format", "vllm-context"]) == 0
     config = json.loads(capsys.readouterr().out.splitlines()[0])
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 63, 3], [64, 64, 0]]
+
+
+@pytest.mark.parametrize("sample", ["long-context", "real-cpu-context"])
+def test_the_typed_grid_is_the_grid_its_json_reads_back_as(sample: str) -> None:
+    from paths import SAMPLE_SWEEPS
+
+    from lib.context_formats import context_grid_of
+
+    sweep = load_experiment(SAMPLE_SWEEPS / sample)
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    analysis = analyse_contexts(sweep, axis, Settings(), Options())
+    typed, problems = analysis.typed_grid
+    read, read_problems = context_grid_of(analysis.to_json(), "the result")
+    assert (typed, problems) == (read, read_problems)
+    # long-context exports; real-cpu-context's noisy cells leave some undecided: refused.
+    assert (typed is not None) == (sample == "long-context")

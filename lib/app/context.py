@@ -13,11 +13,10 @@ from lib.analysis import Analysis, analyse
 from lib.app.guide import ProblemGroup, Verdict
 from lib.context import ContextAnalysis, ContextAxis, analyse_contexts
 from lib.context_formats import ContextExport
-from lib.deploy.decisions import decisions_of
+from lib.deploy.decisions import context_decisions, decisions_of
 from lib.deploy.registry import export, formats
 from lib.deploy.settings import ExportSettings
 from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
-from lib.loop.export import export_data
 from lib.problems import Problem, Severity
 from lib.schedule import TuningResult
 from lib.settings import DeploySettings, Options, Settings
@@ -139,8 +138,8 @@ def heatmap_losses(
     """The batch-only schedule the heatmap compares with (the vLLM export for ``mix``: K per
     batch size) and its loss at each (batch size, prompt) against the cell's own pick, in
     percent; empty with the export's problems when it cannot be built."""
-    exported, problems = export_data(
-        grid.to_json(), ExportSettings(format="vllm-context", context_mix=mix)
+    exported, problems = export(
+        context_decisions(grid), ExportSettings(format="vllm-context", context_mix=mix)
     )
     if not isinstance(exported, ContextExport):
         return {}, {}, problems
@@ -170,7 +169,7 @@ def context_downloads(
 ) -> list[ContextDownload]:
     """Every context format's file for the grid, as ``tune-spec-k export --format F
     --context-mix MIX -o`` writes it (and ``--ctx-agg`` for PR #48944)."""
-    data: dict[str, Any] = grid.to_json()
+    decisions = context_decisions(grid)
     downloads = []
     for engine_format in formats():
         if not engine_format.needs_grid:
@@ -181,7 +180,7 @@ def context_downloads(
             context_mix=mix,
             ctx_agg=ctx_agg if "ctx_agg" in engine_format.flags else "mean",  # type: ignore[arg-type]
         )
-        exported, problems = export_data(data, settings)
+        exported, problems = export(decisions, settings)
         if not isinstance(exported, ContextExport):
             downloads.append(ContextDownload(name, engine_format.file_name, None, tuple(problems)))
             continue

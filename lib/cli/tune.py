@@ -242,10 +242,9 @@ def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Outp
         lines += [answer.result.schedule.json_text(), *text.decision_lines(answer.result)]
     lines += text.context_grid_lines(analysis)
     lines += text.context_plan_lines(analysis)
-    data = analysis.to_json()
     if analysis.deployable:
         lines.append("paste-ready config per format (tune-spec-k export --format F for the rest):")
-        lines += text.context_export_lines(data)
+        lines += text.context_export_lines(analysis)
     if answer is not None and analysis.deployable:
         lines.append(text.speculative_config_line(answer.result))
     return write_and_print(PROGRAM, [(output, analysis.to_json_text())], lines)

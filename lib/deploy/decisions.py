@@ -28,11 +28,14 @@ from lib.problems import Problem, Severity
 from lib.schedule import Schedule
 
 if TYPE_CHECKING:
+    from lib.context import ContextAnalysis
+    from lib.context_formats import ContextGrid
     from lib.schedule import TuningResult
 
 __all__ = [
     "SCHEDULE_KEY",
     "Decisions",
+    "context_decisions",
     "decisions_from_json",
     "decisions_of",
     "grid_decisions",
@@ -66,6 +69,8 @@ class Decisions:
     speculative_config: Mapping[str, Any] = field(default_factory=dict)
     engine: EngineFacts = field(default_factory=EngineFacts)
     result: Mapping[str, Any] | None = None
+    #: The (batch x context) grid, typed, when the source is a context analysis in memory.
+    grid: ContextGrid | None = None
 
     @property
     def method(self) -> str | None:
@@ -113,6 +118,17 @@ def decisions_of(result: TuningResult, engine: EngineFacts | None = None) -> Dec
         speculative_config=shared,
         engine=engine or EngineFacts(),
     )
+
+
+def context_decisions(analysis: ContextAnalysis) -> Decisions:
+    """The decisions of a context analysis in memory, for the context formats: its typed grid
+    (:attr:`lib.context.ContextAnalysis.typed_grid`); a grid that cannot be exported goes
+    through the result JSON's reader, which says why."""
+    grid, _ = analysis.typed_grid
+    source = "the result"
+    if grid is None:
+        return Decisions(Schedule(()), None, "result JSON", source, result=analysis.to_json())
+    return Decisions(Schedule(()), grid.global_k, "context analysis", source, grid=grid)
 
 
 def _whole(value: Any) -> int | None:

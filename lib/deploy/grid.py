@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from lib.context_formats import ContextFormat, context_export, context_grid_of, context_mix
+from lib.context_formats import (
+    ContextFormat,
+    ContextGrid,
+    context_export,
+    context_grid_of,
+    context_mix,
+)
 from lib.deploy.constraints import CaptureCeiling, graphless_ranges
 from lib.deploy.decisions import SCHEDULE_KEY, Decisions
 from lib.deploy.registry import Exported, global_k_problem
@@ -50,10 +56,14 @@ def build_context_format(
     settings: ExportSettings,
     ceiling: CaptureCeiling | None,
 ) -> tuple[Exported | None, list[Problem]]:
-    """Format ``name``'s export of the grid in ``decisions.result``; a source without a grid
-    is refused, naming the command that makes one."""
+    """Format ``name``'s export of ``decisions.grid`` (an analysis in memory), else of the grid
+    in ``decisions.result`` (a result JSON); a source without a grid is refused, naming the
+    command that makes one."""
     source = decisions.source
-    if decisions.result is None:
+    if decisions.grid is not None:
+        grid: ContextGrid | None = decisions.grid
+        problems: list[Problem] = []
+    elif decisions.result is None:
         return None, [
             Problem(
                 Severity.ERROR,
@@ -64,7 +74,8 @@ def build_context_format(
                 files=(source,),
             )
         ]
-    grid, problems = context_grid_of(decisions.result, source)
+    else:
+        grid, problems = context_grid_of(decisions.result, source)
     if grid is None:
         return None, problems
     mix, problems = context_mix(

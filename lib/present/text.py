@@ -15,7 +15,7 @@ import json
 import math
 import shlex
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -186,20 +186,21 @@ def context_plan_lines(analysis: ContextAnalysis) -> list[str]:
     return lines
 
 
-def context_export_lines(data: dict[str, Any]) -> list[str]:
+def context_export_lines(analysis: ContextAnalysis) -> list[str]:
     """Per context format of the registry, the paste-ready config on one line (the default
     context mix: the shortest context), or why there is none; ``tune-spec-k export --format F``
     gives the loss table and the options."""
-    from lib.deploy.registry import formats
+    from lib.deploy.decisions import context_decisions
+    from lib.deploy.registry import export, formats
     from lib.deploy.settings import ExportSettings
-    from lib.loop.export import export_data
 
+    decisions = context_decisions(analysis)
     lines = []
     for engine_format in formats():
         if not engine_format.needs_grid:
             continue
         name = engine_format.name
-        exported, problems = export_data(data, ExportSettings(format=name))
+        exported, problems = export(decisions, ExportSettings(format=name))
         if exported is None:
             reasons = "; ".join(problem.message for problem in problems)
             lines.append(f"{name}: none ({printable(reasons)})")
