@@ -16,7 +16,7 @@ from lib.problems import Problem, Severity
 from lib.schedule import TuningResult, schedule_problems, tune
 from lib.settings import Options, Settings
 from lib.sweeps import Sweep
-from lib.switch_points import SwitchPoints, find_switch_points
+from lib.switch_points import EmittedSwitchPoints, SwitchPoints, find_switch_points
 
 __all__ = ["Analysis", "analyse"]
 
@@ -61,7 +61,10 @@ def analyse(sweep: Sweep, settings: Settings, options: Options | None = None) ->
     switch_points = find_switch_points(result, report) if result.ok else None
     if switch_points is not None:
         emitted = "interpolated" if options.interpolated_schedule else "step"
-        additions = {**result.additions, "switch_points": switch_points.to_json(emitted)}
+        additions = {
+            **result.additions,
+            "switch_points": EmittedSwitchPoints(switch_points, emitted),
+        }
         result = dataclasses.replace(result, additions=additions)
         if options.interpolated_schedule:
             result = dataclasses.replace(

@@ -77,6 +77,7 @@ __all__ = [
     "RUN_SCHEMA",
     "ConfidenceReport",
     "ConfidenceSettings",
+    "DecisionPolicy",
     "apply_policy",
     "assess",
     "calibrated",
@@ -814,6 +815,18 @@ def _aligned(clean: _Cells, full: _Cells) -> _Cells:
 # --------------------------------------------------------------------------- the policies
 
 
+@dataclass(frozen=True, eq=False)
+class DecisionPolicy:
+    """The result JSON's ``decision_policy`` key: which rule picked, with the report's settings
+    (:meth:`ConfidenceReport.settings_json`), written when the JSON is."""
+
+    report: ConfidenceReport
+    policy: Policy
+
+    def to_json(self) -> dict[str, Any]:
+        return self.report.settings_json(self.policy)
+
+
 def apply_policy(result: TuningResult, report: ConfidenceReport, policy: Policy) -> TuningResult:
     """The result to report under ``policy``, with the confidence block in every decision.
 
@@ -826,9 +839,9 @@ def apply_policy(result: TuningResult, report: ConfidenceReport, policy: Policy)
     ``vs_best_percent`` / ``vs_k0_percent`` compare medians (the rule does not use the MAD
     penalty), ``tied_k`` lists the K that reach the confidence.
     """
-    additions = {**result.additions, "decision_policy": report.settings_json(policy)}
+    additions = {**result.additions, "decision_policy": DecisionPolicy(report, policy)}
     if policy == "seed":
-        return dataclasses.replace(result, confidence=report.blocks(), additions=additions)
+        return dataclasses.replace(result, confidence=report, additions=additions)
     picks = dict(zip(report.anchors["anchor"], report.anchors["selected_k"], strict=True))
     # The report's cells are the eligible ones (each with at least one usable run).
     eligible = report.cells.select("anchor", "k", pl.lit(True).alias("_eligible"))
@@ -870,7 +883,7 @@ def apply_policy(result: TuningResult, report: ConfidenceReport, policy: Policy)
         decisions=decisions,
         schedule=schedule,
         problems=tuple(problems),
-        confidence=report.blocks(),
+        confidence=report,
         additions=additions,
     )
 
@@ -915,7 +928,8 @@ def _confident_problems(result: TuningResult, report: ConfidenceReport) -> list[
 def policy_differences(seed: TuningResult, confident: TuningResult) -> pl.DataFrame:
     """Where the two rules pick differently: one row per anchor with ``seed_k``,
     ``confident_k``, ``differs`` and both picks' P(eps-good) (from either result's blocks)."""
-    blocks = confident.confidence or seed.confidence or {}
+    report = confident.confidence or seed.confidence
+    blocks = report.blocks() if report is not None else {}
     rows = []
     seed_picks = dict(zip(seed.decisions["anchor"], seed.decisions["selected_k"], strict=True))
     for anchor, k in zip(

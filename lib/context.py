@@ -560,11 +560,14 @@ def _statuses(
         for problem in result.problems
         if problem.severity is Severity.ERROR and problem.rule not in _SCHEDULE_RULES
     }
+    p_of: dict[tuple[int, int], float | None] = {}
+    if analysis.report is not None:
+        cells = analysis.report.cells.select("anchor", "k", "p_eps_good").rows()
+        p_of = {(anchor, k): p for anchor, k, p in cells}
     rows = []
     for decision in result.decisions.to_dicts():
         anchor, k = decision["anchor"], decision["selected_k"]
-        block = (result.confidence or {}).get(anchor) or {}
-        p = None if k is None else block.get("p_eps_good", {}).get(str(k))
+        p = None if k is None else p_of.get((anchor, k))
         if k is None:
             status = "undecided"
         elif anchor in failing or None in failing or p is None or p < confidence:

@@ -26,7 +26,7 @@ import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import polars as pl
 
@@ -51,6 +51,8 @@ __all__ = [
     "NO_SCHEDULE",
     "PLAUSIBLE_OBJECTIVE",
     "TRTLLM_SCHEDULE",
+    "ConfidenceBlocks",
+    "JsonValue",
     "Range",
     "Schedule",
     "TuningResult",
@@ -952,6 +954,18 @@ def decided_schedule(
 # --------------------------------------------------------------------------- the whole policy
 
 
+class ConfidenceBlocks(Protocol):
+    """What a result keeps of its confidence analysis: the per-anchor blocks it writes."""
+
+    def blocks(self) -> Mapping[int, Mapping[str, Any]]: ...
+
+
+class JsonValue(Protocol):
+    """A typed part of the result that becomes one top-level JSON key when it is written."""
+
+    def to_json(self) -> Any: ...
+
+
 @dataclass(frozen=True, eq=False)
 class TuningResult:
     """Everything the policy found: cells with verdicts, decisions, the schedule, problems.
@@ -972,10 +986,12 @@ class TuningResult:
     configured_global_k: int | None
     max_k_observed: int | None
     problems: tuple[Problem, ...]
-    #: Per-anchor ``batch_decisions[i]["confidence"]`` blocks (:mod:`lib.confidence`).
-    confidence: Mapping[int, Mapping[str, Any]] | None = None
-    #: Further top-level JSON keys (decision policy, switch points), after ``problems``.
-    additions: Mapping[str, Any] = field(default_factory=dict)
+    #: The confidence report (:class:`lib.confidence.ConfidenceReport`, typed frames) whose
+    #: ``blocks()`` become each ``batch_decisions[i]["confidence"]`` when the JSON is written.
+    confidence: ConfidenceBlocks | None = None
+    #: Further top-level JSON keys (decision policy, switch points, deployment), after
+    #: ``problems``: typed values (:class:`JsonValue`), serialised when the JSON is written.
+    additions: Mapping[str, JsonValue] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -1050,8 +1066,9 @@ class TuningResult:
             }
             for row in self.decisions.to_dicts()
         ]
+        blocks = self.confidence.blocks() if self.confidence is not None else {}
         for decision in decisions:
-            block = (self.confidence or {}).get(decision["batch_size"])
+            block = blocks.get(decision["batch_size"])
             if block is not None:
                 decision["confidence"] = dict(block)
         return {
@@ -1063,7 +1080,7 @@ class TuningResult:
             "input_summary_files": sorted(self.sweep.input_files),
             "speculative_config": self.speculative_config(),
             "problems": [problem.to_json() for problem in self.problems],
-            **self.additions,
+            **{key: value.to_json() for key, value in self.additions.items()},
         }
 
     def to_json_text(self) -> str:

@@ -51,6 +51,7 @@ __all__ = [
     "CURVE_SCHEMA",
     "SWITCH_SCHEMA",
     "TERM_BY_TERM_LIMIT",
+    "EmittedSwitchPoints",
     "SwitchPoints",
     "find_switch_points",
 ]
@@ -510,3 +511,15 @@ def _rounded(value: Any) -> Any:
     if isinstance(value, float):
         return round(value, 4) if math.isfinite(value) else None
     return value
+
+
+@dataclass(frozen=True, eq=False)
+class EmittedSwitchPoints:
+    """The result JSON's ``switch_points`` key: the switch points and which schedule the JSON
+    deploys (``"step"`` or ``"interpolated"``), written when the JSON is."""
+
+    points: SwitchPoints
+    emitted: str
+
+    def to_json(self) -> dict[str, Any]:
+        return self.points.to_json(self.emitted)

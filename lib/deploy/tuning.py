@@ -239,7 +239,7 @@ def deploy_analysis(
     deployed = dataclasses.replace(
         result,
         schedule=check.schedule,
-        additions={**result.additions, "deployment": deployment.to_json()},
+        additions={**result.additions, "deployment": deployment},
         problems=(*result.problems, *problems),
     )
     return dataclasses.replace(analysis, result=deployed), deployment
