@@ -108,12 +108,6 @@ def main(args: CheckArgs) -> int:
             return EXIT_BAD_INPUT
         schedule = found.schedule
     settings = CheckSettings(args.settings, args.options, args.fields)
-    if args.deploy.invalid():
-        from lib.problems import Problem, Severity
-
-        invalid = [Problem(Severity.ERROR, "invalid-setting", r) for r in args.deploy.invalid()]
-        print_problems(invalid, lambda count: f"{_COMMAND}: {count} problem(s)")
-        return EXIT_BAD_INPUT
     report = check_deployment(args.experiment_dir, settings, schedule, args.deploy)
     if print_problems(
         report.problems,

@@ -557,10 +557,12 @@ def check_ceiling(
     medians: Medians,
     maximize: bool = True,
     global_k: int | None = None,
+    repair: bool = True,
 ) -> CeilingCheck:
-    """The capture rule applied to a schedule: with C known, the repaired schedule and its
-    capped ranges (each with its expected loss); with C assumed, the schedule unchanged and
-    the ranges that would run without CUDA graphs.
+    """The capture rule applied to a schedule: with C known (and ``repair``), the repaired
+    schedule and its capped ranges (each with its expected loss); with C assumed, or a
+    schedule checked as it ran (``repair=False``: ``check``, the context formats), the
+    schedule unchanged and the ranges that run without CUDA graphs.
 
     >>> ceiling = CaptureCeiling(512, False, "assumed", 128, True, "test")
     >>> tuned = Schedule(((1, 1, 3), (2, 127, 5), (128, 128, 3)))
@@ -572,7 +574,7 @@ def check_ceiling(
     unreached = tuple(
         r for r in schedule.ranges if ceiling.max_num_seqs_known and r[0] > ceiling.max_num_seqs
     )
-    if not ceiling.known or not graphless:
+    if not (repair and ceiling.known) or not graphless:
         return CeilingCheck(ceiling, schedule, (), tuple(graphless), unreached, schedule)
     repaired = capped_schedule(schedule, ceiling, global_k)
     capped = capped_ranges(schedule, repaired, ceiling, medians, maximize, global_k)

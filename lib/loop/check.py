@@ -45,6 +45,10 @@ from typing import Any
 import polars as pl
 
 from lib.confidence import ConfidenceSettings, assess
+from lib.deploy.constraints import cells_past_ceiling, check_ceiling
+from lib.deploy.decisions import Decisions
+from lib.deploy.registry import ceiling_for
+from lib.deploy.tuning import Deployment, sweep_engine_facts
 from lib.files import read_json
 from lib.keys import MISSING, lookup, parse_json_string
 from lib.problems import Problem, Severity, errors
@@ -238,8 +242,10 @@ def check_deployment(
     under test is also checked by vLLM's capture rule (``deploy``, else the sweep's records,
     else vLLM's defaults): ranges past the ceiling, and anchors of the dynamic arm measured
     past it, are warnings."""
+    deploy = deploy or DeploySettings()
     problems: list[Problem] = [
-        Problem(Severity.ERROR, "invalid-setting", reason) for reason in settings.invalid()
+        Problem(Severity.ERROR, "invalid-setting", reason)
+        for reason in (*settings.invalid(), *deploy.invalid())
     ]
     dynamic = _normalized(schedule.to_json()) if schedule is not None else None
     if schedule is not None and dynamic is None:
@@ -304,9 +310,7 @@ def check_deployment(
         dynamic = _schedule_from_runs(configs, arms)
     arm_frame, verdicts, found = _judge(sweep, runs, settings, dynamic)
     block, summary, capture = (
-        _capture_check(sweep, dynamic, deploy or DeploySettings())
-        if dynamic is not None
-        else (None, None, [])
+        _capture_check(sweep, dynamic, deploy) if dynamic is not None else (None, None, [])
     )
     return CheckReport(
         settings,
@@ -324,19 +328,11 @@ def _capture_check(
 ) -> tuple[dict[str, Any] | None, str | None, list[Problem]]:
     """The capture rule on the deployed schedule (never repaired here: it is what ran), with
     the dynamic arm's anchors measured past the ceiling."""
-    from lib.deploy.constraints import cells_past_ceiling, check_ceiling
-    from lib.deploy.decisions import Decisions
-    from lib.deploy.registry import ceiling_for
-    from lib.deploy.tuning import Deployment, sweep_engine_facts
-
     facts, problems = sweep_engine_facts(sweep)
     global_k = max(schedule.largest_k, 1)
     ceiling = ceiling_for(Decisions(schedule, None, "check", "", engine=facts), deploy, global_k)
     # Checked as it ran: never repaired, whether C is known or not.
-    check = check_ceiling(
-        schedule, dataclasses.replace(ceiling, known=False), {}, global_k=global_k
-    )
-    check = dataclasses.replace(check, ceiling=ceiling)
+    check = check_ceiling(schedule, ceiling, {}, global_k=global_k, repair=False)
     anchors = tuple(sorted(set(sweep.runs["anchor"].drop_nulls().to_list())))
     past = cells_past_ceiling([(a, schedule.k_at(a)) for a in anchors], ceiling.size)
     deployment = Deployment(check, tuple(past), anchors)

@@ -129,3 +129,11 @@ def test_the_real_cpu_validation_sweep(capsys: pytest.CaptureFixture[str]) -> No
     # data/validation_sweeps/real-cpu-tiny-ngram/README.md: no loss, exit 0, four anchors.
     assert main(arguments) == EXIT_OK
     assert capsys.readouterr().out.count("batch_size=") == 4
+
+
+def test_an_invalid_engine_setting_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_validation(tmp_path / "v", GOOD)
+    assert main(["check", str(root), "--max-num-seqs", "0"]) == EXIT_BAD_INPUT
+    assert "--max-num-seqs 0: expected >= 1" in capsys.readouterr().err
