@@ -27,7 +27,7 @@ from lib.deploy.constraints import (
 from lib.deploy.decisions import decisions_of
 from lib.deploy.registry import ceiling_for
 from lib.problems import Problem, Severity
-from lib.server_info import SavedServers, read_server_settings
+from lib.server_info import SavedServers, ServerSettings, read_server_settings
 from lib.settings import ENGINE_FIELDS, DeploySettings
 
 if TYPE_CHECKING:
@@ -53,20 +53,9 @@ def _capture_size(config: dict[str, Any]) -> int | None:
     return None
 
 
-@functools.lru_cache(maxsize=16)
-def _read_once(sweep: Sweep) -> SavedServers:
-    """The sweep's saved server configs, read once per sweep (sweeps compare by identity): the
-    app checks the schedule again on every change of a setting."""
-    return read_server_settings(sweep.root)
-
-
-def _saved_values(
-    sweep: Sweep, read: SavedServers | None
-) -> tuple[dict[str, dict[int, str]], list[Problem]]:
-    """Each setting's values in the server configs the sweep saved (:mod:`lib.server_info`;
-    ``read``: already read, as the CLI's reader child does)."""
-    saved, problems = read if read is not None else _read_once(sweep)
-    problems = list(problems)
+def _saved_values(saved: list[ServerSettings]) -> dict[str, dict[int, str]]:
+    """Each setting's values in the server configs the sweep saved (:mod:`lib.server_info`),
+    with the file each was first read from."""
     values: dict[str, dict[int, str]] = {}
     for server in saved:
         size = server.max_cudagraph_capture_size
@@ -81,41 +70,40 @@ def _saved_values(
                 values.setdefault(name, {}).setdefault(
                     value, f"the saved server config {server.source}"
                 )
-    return values, problems
+    return values
 
 
-def sweep_engine_facts(
-    sweep: Sweep, saved_servers: SavedServers | None = None
-) -> tuple[EngineFacts, list[Problem]]:
-    """The server settings the sweep states: its records' (:data:`~lib.settings.ENGINE_FIELDS`,
-    a ``compilation_config``), else the server configs it saved (``server_info.json``, written
-    by ``tune-spec-k plan``'s run script). One value each, or, where servers differ, the safest
-    (the smallest C, the largest max_num_seqs) with a warning naming the values."""
-    found: dict[str, Fact] = {}
-    saved, problems = _saved_values(sweep, saved_servers)
-    stated: dict[str, dict[int, str]] = {}
-    for setting, names in (*ENGINE_FIELDS.items(), ("compilation_config", ())):
-        target = "max_cudagraph_capture_size" if setting == "compilation_config" else setting
-        values = stated.setdefault(target, {})
-        if setting == "compilation_config":
-            for config in sweep.compilation_configs:
-                size = _capture_size(config)
-                if size is not None:
-                    values.setdefault(size, "the records' compilation_config")
+def _recorded_values(sweep: Sweep) -> dict[str, dict[int, str]]:
+    """Each setting's values in the sweep's records: the :data:`~lib.settings.ENGINE_FIELDS`
+    columns, then the capture ceiling of each ``compilation_config``."""
+    stated: dict[str, dict[int, str]] = {setting: {} for setting in ENGINE_FIELDS}
+    for setting, names in ENGINE_FIELDS.items():
         for name in names:
             if name not in sweep.runs.columns:
                 continue
             for value in sweep.runs[name].drop_nulls().unique().sort().to_list():
                 if float(value).is_integer() and value >= 1:
-                    values.setdefault(int(value), f"the records' {name}")
-    for target, values in stated.items():
-        values = values or saved.get(target, {})
+                    stated[setting].setdefault(int(value), f"the records' {name}")
+    for config in sweep.compilation_configs:
+        size = _capture_size(config)
+        if size is not None:
+            stated["max_cudagraph_capture_size"].setdefault(size, "the records' compilation_config")
+    return stated
+
+
+def _facts(sweep: Sweep, saved_servers: SavedServers) -> tuple[EngineFacts, tuple[Problem, ...]]:
+    saved, problems = saved_servers
+    found: dict[str, Fact] = {}
+    warnings = list(problems)
+    from_saved = _saved_values(saved)
+    for target, recorded in _recorded_values(sweep).items():
+        values = recorded or from_saved.get(target, {})
         if not values:
             continue
         chosen = max(values) if target == "max_num_seqs" else min(values)
         found[target] = Fact(chosen, values[chosen])
         if len(values) > 1:
-            problems.append(
+            warnings.append(
                 Problem(
                     Severity.WARNING,
                     "servers-differ",
@@ -124,7 +112,27 @@ def sweep_engine_facts(
                     field=target,
                 )
             )
-    return EngineFacts(**found), problems
+    return EngineFacts(**found), tuple(warnings)
+
+
+@functools.lru_cache(maxsize=16)
+def _facts_of(sweep: Sweep) -> tuple[EngineFacts, tuple[Problem, ...]]:
+    """:func:`_facts` with the sweep's saved configs read here, once per sweep (sweeps compare
+    by identity): the app checks the schedule again on every change of a setting, and builds
+    its downloads from the same facts."""
+    return _facts(sweep, read_server_settings(sweep.root))
+
+
+def sweep_engine_facts(
+    sweep: Sweep, saved_servers: SavedServers | None = None
+) -> tuple[EngineFacts, list[Problem]]:
+    """The server settings the sweep states: its records' (:data:`~lib.settings.ENGINE_FIELDS`,
+    a ``compilation_config``), else the server configs it saved (``server_info.json``, written
+    by ``tune-spec-k plan``'s run script; ``saved_servers``: already read, as the CLI's reader
+    child does). One value each, or, where servers differ, the safest (the smallest C, the
+    largest max_num_seqs) with a warning naming the values."""
+    facts, problems = _facts_of(sweep) if saved_servers is None else _facts(sweep, saved_servers)
+    return facts, list(problems)
 
 
 @dataclasses.dataclass(frozen=True)
