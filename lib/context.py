@@ -434,10 +434,8 @@ class ContextAnalysis:
             GridPoint(point.prompt_tokens, point.context_tokens, point.output_tokens)
             for point in self.axis.points
         )
-        for point, grid_point, analysis in zip(
-            self.axis.points, points, self.contexts, strict=True
-        ):
-            cells.update(_grid_cells(point, grid_point, analysis, self.confidence))
+        for point, analysis in zip(points, self.contexts, strict=True):
+            cells.update(_grid_cells(point, analysis, self.confidence))
         anchors = tuple(sorted({batch for batch, _ in cells}))
         unusable = any((cell.median(cell.selected_k) or 0.0) <= 0 for cell in cells.values())
         if not cells or unusable or completeness_problems(cells, anchors, points, ""):
@@ -601,7 +599,7 @@ def _grid_rows(point: ContextPoint, analysis: Analysis, confidence: float) -> li
 
 
 def _grid_cells(
-    point: ContextPoint, grid_point: GridPoint, analysis: Analysis, confidence: float
+    point: GridPoint, analysis: Analysis, confidence: float
 ) -> dict[tuple[int, int], GridCell]:
     """One context point's cells of the typed grid, from the analysis itself: each kept
     candidate's finite median and conservative score, the selected K (-1: undecided) and its
@@ -617,7 +615,7 @@ def _grid_cells(
     return {
         (anchor, point.prompt_tokens): GridCell(
             anchor,
-            grid_point,
+            point,
             -1 if k is None or status == "undecided" else k,
             status,
             tuple(sorted(medians.get(anchor, {}).items())),

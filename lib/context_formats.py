@@ -411,8 +411,8 @@ def assemble_grid(
     relative_tolerance: float,
 ) -> ContextGrid:
     """The grid of complete ``cells`` (one per (batch anchor, context point), each decided:
-    :func:`_completeness_problems` found nothing), from a result JSON (:func:`context_grid_of`)
-    or from an analysis in memory (:meth:`lib.context.ContextAnalysis.context_grid`), so both
+    :func:`completeness_problems` found nothing), from a result JSON (:func:`context_grid_of`)
+    or from an analysis in memory (:attr:`lib.context.ContextAnalysis.typed_grid`), so both
     give the same grid. ``global_k``: the configured K, else the largest observed, else the
     largest candidate K, at least 1; ``max_batch_size``: the given one, else the largest
     anchor."""

@@ -41,6 +41,7 @@ __all__ = [
     "grid_decisions",
     "read_decisions",
     "result_json_decisions",
+    "stated_k",
 ]
 
 #: vLLM's field for the schedule (also the seed's first output key).
@@ -131,10 +132,15 @@ def context_decisions(analysis: ContextAnalysis) -> Decisions:
     return Decisions(Schedule(()), grid.global_k, "context analysis", source, grid=grid)
 
 
+def stated_k(value: Any) -> int | None:
+    """A file's global K (``num_speculative_tokens``, ``max_draft_len``): a JSON integer as
+    written, else None (a text, a boolean, a float is no K)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _whole(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return whole_number(value)
+    """A JSON integer within tune-spec-k's limit on any count, else None."""
+    return None if stated_k(value) is None else whole_number(value)
 
 
 def _result_medians(data: Mapping[str, Any]) -> dict[int, dict[int, float]]:

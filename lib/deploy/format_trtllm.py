@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lib.deploy.constraints import CaptureCeiling
-from lib.deploy.decisions import Decisions
+from lib.deploy.decisions import Decisions, stated_k
 from lib.deploy.registry import BatchExport, EngineFormat, Exported
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
@@ -37,10 +37,6 @@ __all__ = [
 MAX_DRAFT_LEN = "max_draft_len"
 #: The methods whose TensorRT-LLM config requires ``max_draft_len > 0``.
 EAGLE_METHODS = ("eagle", "eagle3")
-
-
-def _whole(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
@@ -67,7 +63,7 @@ def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
             )
         )
     )
-    return Decisions(merged, _whole(global_k), "TensorRT-LLM draft_len_schedule", source), ""
+    return Decisions(merged, stated_k(global_k), "TensorRT-LLM draft_len_schedule", source), ""
 
 
 def max_draft_len_rule(bounds: Mapping[int, int]) -> int:

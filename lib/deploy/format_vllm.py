@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from lib.deploy.constraints import CaptureCeiling, check_ceiling, method_warnings
-from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_json_decisions
+from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_json_decisions, stated_k
 from lib.deploy.registry import BatchExport, EngineFormat, Exported, global_k_problem
 from lib.deploy.settings import ExportSettings
 from lib.problems import Problem
@@ -22,10 +22,6 @@ from lib.schedule import Schedule
 __all__ = ["FORMAT", "build", "read"]
 
 _GLOBAL_KEY = "num_speculative_tokens"
-
-
-def _whole(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
@@ -52,7 +48,7 @@ def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
         global_k = data.get("configured_global_num_speculative_tokens")
     if global_k is None and isinstance(data.get("speculative_config"), dict):
         global_k = data["speculative_config"].get(_GLOBAL_KEY)
-    return result_json_decisions(data, schedule, _whole(global_k), source), ""
+    return result_json_decisions(data, schedule, stated_k(global_k), source), ""
 
 
 def build(
