@@ -18,7 +18,7 @@ the seed's (the default) or, with ``--policy confident``, the confident rule;
 
 - analysis: ``Settings(...)``, ``Options(...)`` and ``lib.analysis.analyse`` (the seed policy,
   the confidence report, the rule, switch points and the measurement plan);
-- schedule file: ``result.to_json_text().encode()``, the download's bytes (eager, so that a
+- schedule file: ``result_text(result).encode()``, the download's bytes (eager, so that a
   static HTML export carries them);
 - other rule: ``lib.app.support.compare_rules`` (the rule not in use, on the same report);
 - tables and text: the data-health, decision, confidence, flagged-run, rule, switch and plan
@@ -54,6 +54,7 @@ from make_large_sweep import DEFAULT_RUNS, bench_sweep  # noqa: E402
 
 from lib.analysis import Analysis, analyse  # noqa: E402
 from lib.app import support as app_support  # noqa: E402
+from lib.deploy.result_file import result_text  # noqa: E402
 from lib.present import charts, tables, text  # noqa: E402
 from lib.settings import POLICIES, Fields, Options, Settings  # noqa: E402
 from lib.sweeps import Sweep, load_experiment  # noqa: E402
@@ -71,7 +72,7 @@ def analysis_of(sweep: Sweep, settings: Settings, options: Options) -> Analysis:
 
 
 def schedule_file(analysis: Analysis) -> bytes:
-    return analysis.result.to_json_text().encode()
+    return result_text(analysis.result).encode()
 
 
 def tables_and_text(

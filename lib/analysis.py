@@ -2,7 +2,7 @@
 confidence report, the chosen decision rule, switch points and the measurement plan.
 
 The CLI and the app both call :func:`analyse`, so the app's download is the CLI's file by
-construction (``Analysis.result.to_json_text()``).
+construction (:func:`lib.deploy.result_file.result_text`).
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -38,8 +37,8 @@ from lib.context_formats import (
     ContextGrid,
     GridCell,
     assemble_grid,
-    completeness_problems,
-    context_grid_of,
+    not_deployable_refusal,
+    unexportable_grid_problems,
 )
 from lib.context_formats import ContextPoint as GridPoint
 from lib.problems import Problem, Severity
@@ -426,9 +425,9 @@ class ContextAnalysis:
     @functools.cached_property
     def typed_grid(self) -> tuple[ContextGrid | None, list[Problem]]:
         """The grid the context formats export, built from the analyses themselves (no
-        JSON): the same grid :func:`lib.context_formats.context_grid_of` reads back from
-        :meth:`to_json` (tested); a grid that cannot be exported is left to that reader, which
-        says why (None and its problems)."""
+        JSON): the same grid :func:`lib.context_formats.context_grid_of` reads back from the
+        result file (tested); None and the problems of a grid that cannot be exported (by the
+        rules the file's reader applies, :func:`lib.context_formats.unexportable_grid_problems`)."""
         cells: dict[tuple[int, int], GridCell] = {}
         points = tuple(
             GridPoint(point.prompt_tokens, point.context_tokens, point.output_tokens)
@@ -437,10 +436,11 @@ class ContextAnalysis:
         for point, analysis in zip(points, self.contexts, strict=True):
             cells.update(_grid_cells(point, analysis, self.confidence))
         anchors = tuple(sorted({batch for batch, _ in cells}))
-        unusable = any((cell.median(cell.selected_k) or 0.0) <= 0 for cell in cells.values())
-        if not cells or unusable or completeness_problems(cells, anchors, points, ""):
-            # Not exportable: the file's reader says why, in the words it uses for a file.
-            return context_grid_of(self.to_json(), "the result")
+        problems = unexportable_grid_problems(cells, anchors, points, "the result")
+        if problems:
+            return None, problems + not_deployable_refusal(
+                not self.deployable, self.not_deployable_reason, "the result"
+            )
         source = (self.answer or self.pooled).result
         settings = source.settings
         return (
@@ -495,35 +495,6 @@ class ContextAnalysis:
     def between(lower: int, upper: int) -> int:
         """The geometric mean of two prompt lengths, rounded to the nearest token."""
         return round(math.sqrt(lower * upper))
-
-    def to_json(self) -> dict[str, Any]:
-        """The result JSON: the seed's keys of :attr:`answer` (null schedule and config when
-        there is none or the grid is not deployable), every problem, then ``context_axis``
-        and ``context_grid``. Built once: the CLI and the app read it for the file, the
-        heatmap and every export (shared: read it, do not change it)."""
-        return self._json
-
-    @functools.cached_property
-    def _json(self) -> dict[str, Any]:
-        source = self.answer or self.pooled
-        data = source.result.to_json()
-        if self.answer is None or not self.deployable:
-            data["num_speculative_tokens_per_batch_size"] = None
-            data["speculative_config"] = None
-        data["problems"] = [problem.to_json() for problem in self.problems]
-        data["context_axis"] = {
-            "field": self.axis.field,
-            "tolerance": self.axis.tolerance,
-            "points": [point.to_json() for point in self.axis.points],
-            "deployable": self.deployable,
-            "not_deployable_reason": self.not_deployable_reason,
-        }
-        data["context_grid"] = self.grid()
-        data["context_measurement_plan"] = self.context_points_to_measure()
-        return data
-
-    def to_json_text(self) -> str:
-        return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
 
 
 def _not_deployable_reason(contexts: Sequence[Analysis]) -> str | None:
@@ -602,8 +573,8 @@ def _grid_cells(
     point: GridPoint, analysis: Analysis, confidence: float
 ) -> dict[tuple[int, int], GridCell]:
     """One context point's cells of the typed grid, from the analysis itself: each kept
-    candidate's finite median and conservative score, the selected K (-1: undecided) and its
-    status, as :func:`_grid_rows` writes them."""
+    candidate's finite median and conservative score, the selected K (-1: undecided), its
+    status and P(eps-good), as :func:`_grid_rows` writes them."""
     medians: dict[int, dict[int, float]] = {}
     scores: dict[int, dict[int, float]] = {}
     kept = analysis.result.cells.filter(pl.col("status") == "kept")
@@ -620,8 +591,9 @@ def _grid_cells(
             status,
             tuple(sorted(medians.get(anchor, {}).items())),
             tuple(sorted(scores.get(anchor, {}).items())),
+            p_eps_good=p,
         )
-        for anchor, k, _, status, _ in _statuses(analysis, confidence)
+        for anchor, k, p, status, _ in _statuses(analysis, confidence)
     }
 
 

@@ -73,6 +73,7 @@ __all__ = [
     "loss_summary",
     "merge_identical_neighbours",
     "mix_choice",
+    "not_deployable_refusal",
     "pr_54801_export",
     "pr_54801_violations",
     "range_k_at",
@@ -83,6 +84,7 @@ __all__ = [
     "rfc_48944_violations",
     "seq_len_violations",
     "table_pair_search",
+    "unexportable_grid_problems",
     "vllm_context_export",
     "vllm_context_violations",
 ]
@@ -149,6 +151,8 @@ class GridCell:
     medians: tuple[tuple[int, float], ...]
     #: The conservative score of every kept candidate (``(K, score)``), what the tuner ranked.
     scores: tuple[tuple[int, float], ...] = ()
+    #: P(eps-good) of the selected K (the confidence analysis's), None where unknown.
+    p_eps_good: float | None = None
 
     def score(self, k: int) -> float | None:
         """Candidate ``k``'s conservative score, its median when the file has none."""
@@ -360,11 +364,11 @@ def context_grid_of(data: Any, source: str) -> tuple[ContextGrid | None, list[Pr
     observed = reader.whole(data, "max_num_speculative_tokens_observed", "", 0, nullable=True)
     cells = _cells(reader, data, points)
     if reader.problems:
-        return None, reader.problems + _refusal(deployable is False, reason, source)
+        return None, reader.problems + not_deployable_refusal(deployable is False, reason, source)
     anchors = tuple(sorted({batch for batch, _ in cells}))
-    problems = completeness_problems(cells, anchors, points, source)
+    problems = unexportable_grid_problems(cells, anchors, points, source)
     if problems:
-        return None, problems + _refusal(deployable is False, reason, source)
+        return None, problems + not_deployable_refusal(deployable is False, reason, source)
     top = anchors[-1]
     if max_batch_size is not None and max_batch_size < top:
         reader.bad(
@@ -435,7 +439,7 @@ def assemble_grid(
     )
 
 
-def _refusal(refused: bool, reason: str | None, source: str) -> list[Problem]:
+def not_deployable_refusal(refused: bool, reason: str | None, source: str) -> list[Problem]:
     """The not-deployable refusal, when ``refused``."""
     if not refused:
         return []
@@ -513,7 +517,12 @@ def _cells(
             continue
         undecided = selected is None or status == "undecided"
         chosen = -1 if undecided else selected or 0
-        cell = GridCell(batch, point, chosen, str(status), *candidates)
+        p_eps_good = raw.get("p_eps_good")
+        if p_eps_good is not None and not (_finite_number(p_eps_good, 0.0) and p_eps_good <= 1):
+            reader.bad(f"{path}.p_eps_good", p_eps_good, "a probability in [0, 1] or null")
+            continue
+        p = None if p_eps_good is None else float(p_eps_good)
+        cell = GridCell(batch, point, chosen, str(status), *candidates, p_eps_good=p)
         if not undecided and (cell.median(cell.selected_k) or 0.0) <= 0.0:
             reader.bad(
                 f"{path}.selected_k",
@@ -569,6 +578,48 @@ def _finite_number(value: Any, lowest: float) -> bool:
         and math.isfinite(value)
         and value >= lowest
     )
+
+
+def unexportable_grid_problems(
+    cells: Mapping[tuple[int, int], GridCell],
+    anchors: Sequence[int],
+    points: Sequence[ContextPoint],
+    source: str,
+) -> list[Problem]:
+    """Why a grid of well-formed cells cannot be exported (empty: it can): no cell at all, a
+    selected K without a median > 0 (losses are ratios to it), or
+    :func:`completeness_problems`. The file's reader (:func:`context_grid_of`) and the
+    analysis in memory (:attr:`lib.context.ContextAnalysis.typed_grid`) apply the same rules."""
+    if not cells:
+        return [
+            Problem(
+                Severity.ERROR,
+                "incomplete-context-grid",
+                "the grid has no cell: no context point has a decided batch anchor",
+                files=(source,),
+                field="context_grid",
+                expected="one cell per (batch anchor, context point)",
+            )
+        ]
+    unusable = [
+        f"batch {batch} at prompt {prompt} (K={cell.selected_k})"
+        for (batch, prompt), cell in sorted(cells.items())
+        if cell.selected_k >= 0 and (cell.median(cell.selected_k) or 0.0) <= 0.0
+    ]
+    problems = completeness_problems(cells, anchors, points, source)
+    if unusable:
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "invalid-context-grid",
+                "the selected K is not a kept candidate with a median > 0 (losses are measured"
+                " against it) for " + ", ".join(unusable),
+                files=(source,),
+                field="context_grid[].selected_k",
+                expected="a kept candidate's K with a median objective > 0",
+            )
+        )
+    return problems
 
 
 def completeness_problems(
@@ -1787,7 +1838,7 @@ def context_export(
     :func:`rfc_48944_export`, :func:`pr_54801_export`), or None and why: a grid that is not
     deployable is refused in every format with the file's ``not_deployable_reason``."""
     if not grid.deployable:
-        return None, _refusal(True, grid.not_deployable_reason, source)
+        return None, not_deployable_refusal(True, grid.not_deployable_reason, source)
     if format == "vllm-context":
         return vllm_context_export(grid, mix, global_k)
     if format == "vllm-rfc-48944":

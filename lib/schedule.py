@@ -987,10 +987,11 @@ class TuningResult:
     max_k_observed: int | None
     problems: tuple[Problem, ...]
     #: The confidence report (:class:`lib.confidence.ConfidenceReport`, typed frames) whose
-    #: ``blocks()`` become each ``batch_decisions[i]["confidence"]`` when the JSON is written.
+    #: ``blocks()`` become each ``batch_decisions[i]["confidence"]`` when the result file is
+    #: written (:func:`lib.deploy.result_file.result_document`).
     confidence: ConfidenceBlocks | None = None
     #: Further top-level JSON keys (decision policy, switch points, deployment), after
-    #: ``problems``: typed values (:class:`JsonValue`), serialised when the JSON is written.
+    #: ``problems``: typed values (:class:`JsonValue`), serialised when the file is written.
     additions: Mapping[str, JsonValue] = field(default_factory=dict)
 
     @property
@@ -1029,63 +1030,6 @@ class TuningResult:
         shared["num_speculative_tokens"] = self.deploy_global_k
         shared["num_speculative_tokens_per_batch_size"] = (self.schedule or NO_SCHEDULE).to_json()
         return shared
-
-    def to_json(self) -> dict[str, Any]:
-        """The seed's output keys, in the seed's order, then tune-spec-k's additions
-        (``speculative_config``, ``problems``). Floats that are not finite become null."""
-        settings = self.settings
-        selection = {
-            "batch_size_metric": self.sweep.batch_size_var,
-            "k_metric": self.sweep.k_var,
-            "objective_metric": settings.objective,
-            "objective_direction": settings.direction,
-            "acceptance_metric": settings.acceptance,
-            "min_runs": settings.min_runs,
-            "uncertainty_penalty": settings.uncertainty_penalty,
-            "max_objective_relative_mad": settings.max_objective_relative_mad,
-            "max_acceptance_relative_mad": settings.max_acceptance_relative_mad,
-            "strict_acceptance_stability": settings.strict_acceptance_stability,
-            "relative_tolerance": settings.relative_tolerance,
-            "max_batch_size": self.max_batch_size,
-            "allow_mixed_global_k": settings.allow_mixed_global_k,
-        }
-        candidates: dict[int, list[dict[str, Any]]] = {}
-        for cell in self.cells.to_dicts():
-            candidates.setdefault(cell["anchor"], []).append(
-                {"batch_size": cell["anchor"], **candidate_json(cell)}
-            )
-        decisions = [
-            {
-                "batch_size": row["anchor"],
-                "selected_k": row["selected_k"],
-                "selected_median_objective": _finite(row["selected_median"]),
-                "selected_conservative_objective": _finite(row["selected_conservative"]),
-                "selected_vs_best_percent": _finite(row["vs_best_percent"]),
-                "selected_vs_k0_percent": _finite(row["vs_k0_percent"]),
-                "candidates": candidates.get(row["anchor"], []),
-            }
-            for row in self.decisions.to_dicts()
-        ]
-        blocks = self.confidence.blocks() if self.confidence is not None else {}
-        for decision in decisions:
-            block = blocks.get(decision["batch_size"])
-            if block is not None:
-                decision["confidence"] = dict(block)
-        return {
-            "num_speculative_tokens_per_batch_size": (self.schedule or NO_SCHEDULE).to_json(),
-            "configured_global_num_speculative_tokens": self.configured_global_k,
-            "max_num_speculative_tokens_observed": self.max_k_observed,
-            "selection": selection,
-            "batch_decisions": decisions,
-            "input_summary_files": sorted(self.sweep.input_files),
-            "speculative_config": self.speculative_config(),
-            "problems": [problem.to_json() for problem in self.problems],
-            **{key: value.to_json() for key, value in self.additions.items()},
-        }
-
-    def to_json_text(self) -> str:
-        """The JSON file's exact text: same input and settings give the same bytes."""
-        return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
 
 
 def candidate_json(cell: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from paths import BAD_INPUTS, SAMPLE_SWEEPS
 from sweep_builder import WORKED_EXAMPLE, write_grid
 
 from lib.analysis import analyse
+from lib.deploy.result_file import result_text
 from lib.schedule import Schedule, tune
 from lib.settings import Options, Settings
 from lib.sweeps import load_experiment
@@ -28,7 +29,7 @@ def test_the_seed_policy_is_the_basis_and_the_report_is_added(tmp_path: Path) ->
     seed = tune(sweep, Settings())
     assert analysis.seed_result.schedule == seed.schedule == analysis.result.schedule
     assert analysis.report is not None and analysis.plan is not None
-    data = json.loads(analysis.result.to_json_text())
+    data = json.loads(result_text(analysis.result))
     assert data["decision_policy"]["policy"] == "seed"
     assert all("confidence" in decision for decision in data["batch_decisions"])
     assert "switch_points" in data
@@ -40,11 +41,11 @@ def test_options_choose_the_rule_and_the_schedule(tmp_path: Path) -> None:
     interpolated = analyse(sweep, Settings(), Options(interpolated_schedule=True)).result
     assert step.schedule == Schedule(((1, 15, 3), (16, 16, 0)))
     assert interpolated.schedule == Schedule(((1, 2, 3), (3, 16, 0)))
-    assert json.loads(interpolated.to_json_text())["switch_points"]["schedule_emitted"] == (
+    assert json.loads(result_text(interpolated))["switch_points"]["schedule_emitted"] == (
         "interpolated"
     )
     confident = analyse(sweep, Settings(), Options(policy="confident")).result
-    assert json.loads(confident.to_json_text())["decision_policy"]["policy"] == "confident"
+    assert json.loads(result_text(confident))["decision_policy"]["policy"] == "confident"
 
 
 def test_invalid_settings_leave_the_confidence_out_and_say_why(tmp_path: Path) -> None:
@@ -72,5 +73,5 @@ def test_reading_only_the_metrics_read_changes_nothing(folder: Path, settings: S
     for options in (Options(), Options(policy="confident", interpolated_schedule=True)):
         full = analyse(load_experiment(folder), settings, options).result
         part = analyse(load_experiment(folder, metrics=settings.metrics_read()), settings, options)
-        assert part.result.to_json_text() == full.to_json_text()
+        assert result_text(part.result) == result_text(full)
         assert part.result.problems == full.problems

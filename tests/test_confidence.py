@@ -44,6 +44,7 @@ from lib.confidence import (
     noise_ratio,
     policy_differences,
 )
+from lib.deploy.result_file import result_document
 from lib.problems import Severity
 from lib.schedule import Schedule, TuningResult, tune
 from lib.settings import RESULT_FILE, Settings
@@ -221,7 +222,7 @@ def test_one_run_per_cell_is_unresolved_with_unknown_probability(tmp_path: Path)
     assert result.decisions["selected_k"].to_list() == [1]
     # Contenders: the best run, anything tied with it, and the strongest challenger.
     assert row["contenders"] == [1, 2]
-    block = apply_policy(result, report, "confident").to_json()["batch_decisions"][0]
+    block = result_document(apply_policy(result, report, "confident"))["batch_decisions"][0]
     assert block["confidence"]["p_eps_good"] == {"0": None, "1": None, "2": None, "3": None}
     assert block["confidence"]["runs_needed"] == {"1": 3, "2": 3}
 
@@ -523,7 +524,9 @@ def test_a_clean_anchor_flags_nothing_and_a_20_percent_low_run_is_flagged(tmp_pa
 
 def test_flagged_runs_are_listed_with_their_file_in_the_json(tmp_path: Path) -> None:
     result, report = _report(_worked(tmp_path))
-    block = apply_policy(result, report, "seed").to_json()["batch_decisions"][0]["confidence"]
+    block = result_document(apply_policy(result, report, "seed"))["batch_decisions"][0][
+        "confidence"
+    ]
     (run,) = block["flagged_runs"]
     assert run["file"] == "SERVE--k4-BENCH--c1/summary.json" and run["value"] == 160.0
     # 160 against its cell's median 185: -13.5 %.
@@ -562,7 +565,7 @@ def test_unresolved_anchor_gets_a_provisional_pick_and_a_warning(tmp_path: Path)
     assert warning.severity is Severity.WARNING and warning.anchor == 1
     assert "provisional K=4" in warning.message
     assert warning.files == ("SERVE--k4-BENCH--c1/summary.json",)
-    block = confident.to_json()["batch_decisions"][0]["confidence"]
+    block = result_document(confident)["batch_decisions"][0]["confidence"]
     assert block["status"] == "unresolved" and block["provisional"] is True
 
 
@@ -589,8 +592,8 @@ def test_confident_rule_ranks_cells_the_noise_gate_rejects() -> None:
 
 def test_seed_policy_keeps_every_seed_value_and_adds_the_block(tmp_path: Path) -> None:
     result, report = _report(_worked(tmp_path))
-    plain = result.to_json()
-    annotated = apply_policy(result, report, "seed").to_json()
+    plain = result_document(result)
+    annotated = result_document(apply_policy(result, report, "seed"))
     for decision in annotated["batch_decisions"]:
         block = decision.pop("confidence")
         assert list(block)[:4] == ["status", "p_eps_good", "contenders", "runs_needed"]

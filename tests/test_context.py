@@ -10,6 +10,7 @@ from sweep_builder import CONTEXT_GRID, spread, write_context_grid
 
 from lib.cli.main import main
 from lib.context import analyse_contexts, find_context_axis
+from lib.deploy.result_file import result_document
 from lib.settings import ContextSettings, Options, Settings
 from lib.sweeps import load_experiment
 
@@ -150,7 +151,10 @@ def test_each_context_point_is_tuned_on_its_own(tmp_path: Path) -> None:
     # Pooled, the seed's rules reject the sweep (see CONTEXT_GRID): the batch-only answer
     # given is the shortest context's, [[1, 63, 3], [64, 64, 0]], and a warning says so.
     assert analysis.answer is analysis.contexts[0]
-    assert analysis.to_json()["num_speculative_tokens_per_batch_size"] == [[1, 63, 3], [64, 64, 0]]
+    assert result_document(analysis)["num_speculative_tokens_per_batch_size"] == [
+        [1, 63, 3],
+        [64, 64, 0],
+    ]
     pooled = [p for p in analysis.problems if p.rule == "pooled-contexts"]
     assert len(pooled) == 1 and "shortest context's (512 tokens)" in pooled[0].message
 
@@ -158,7 +162,7 @@ def test_each_context_point_is_tuned_on_its_own(tmp_path: Path) -> None:
 def test_grid_cells_hold_every_candidate_and_a_status(tmp_path: Path) -> None:
     sweep, axis, _ = _axis(write_context_grid(tmp_path, CONTEXT_GRID))
     assert axis is not None
-    cell = analyse_contexts(sweep, axis, Settings()).to_json()["context_grid"][1]
+    cell = result_document(analyse_contexts(sweep, axis, Settings()))["context_grid"][1]
     assert (cell["batch_size"], cell["prompt_tokens"], cell["context_tokens"]) == (1, 8192, 8256)
     assert [c["k"] for c in cell["candidates"]] == [0, 3]
     assert cell["candidates"][1]["median_objective"] == 150.0
@@ -267,7 +271,10 @@ def test_the_plan_proposes_a_length_where_neighbouring_picks_disagree(tmp_path: 
             "batch_sizes": [{"batch_size": 64, "k_below": 0, "k_above": 3}],
         }
     ]
-    assert analysis.to_json()["context_measurement_plan"] == analysis.context_points_to_measure()
+    assert (
+        result_document(analysis)["context_measurement_plan"]
+        == analysis.context_points_to_measure()
+    )
 
 
 def test_no_plan_where_every_batch_size_agrees_across_lengths(tmp_path: Path) -> None:
@@ -318,7 +325,7 @@ def test_the_typed_grid_is_the_grid_its_json_reads_back_as(sample: str) -> None:
     assert axis is not None
     analysis = analyse_contexts(sweep, axis, Settings(), Options())
     typed, problems = analysis.typed_grid
-    read, read_problems = context_grid_of(analysis.to_json(), "the result")
+    read, read_problems = context_grid_of(result_document(analysis), "the result")
     assert (typed, problems) == (read, read_problems)
     # long-context exports; real-cpu-context's noisy cells leave some undecided: refused.
     assert (typed is not None) == (sample == "long-context")

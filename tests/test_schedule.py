@@ -19,6 +19,7 @@ import polars as pl
 import pytest
 from sweep_builder import combo_name, grid, record, write_combo, write_grid
 
+from lib.deploy.result_file import result_text
 from lib.problems import Problem, Severity
 from lib.schedule import NO_SCHEDULE, Schedule, TuningResult, merge_picks, tune, validate_schedule
 from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Settings
@@ -647,7 +648,7 @@ def test_same_input_gives_identical_json(tmp_path: Path) -> None:
     # the same files written in the opposite order into another folder
     _healthy_grid(tmp_path / "b")
     write_grid(tmp_path / "b", dict(reversed(list(cells.items()))))
-    texts = [_tune(tmp_path / name).to_json_text() for name in ("a", "a", "b")]
+    texts = [result_text(_tune(tmp_path / name)) for name in ("a", "a", "b")]
     assert texts[0] == texts[1] == texts[2]
     data = json.loads(texts[0])
     assert (
@@ -659,7 +660,7 @@ def test_same_input_gives_identical_json(tmp_path: Path) -> None:
 def test_json_output_never_holds_nan(tmp_path: Path) -> None:
     # every run of K=3 has a NaN objective: its cell has no usable statistics
     write_grid(tmp_path, {(1, 0): [1.0] * 3, (1, 3): [float("nan")] * 3})
-    data = json.loads(_tune(tmp_path).to_json_text(), parse_constant=_reject_constant)
+    data = json.loads(result_text(_tune(tmp_path)), parse_constant=_reject_constant)
     (decision,) = data["batch_decisions"]
     assert [c["k"] for c in decision["candidates"]] == [0, 3]
 

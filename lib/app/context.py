@@ -15,6 +15,7 @@ from lib.context import ContextAnalysis, ContextAxis, analyse_contexts
 from lib.context_formats import ContextExport
 from lib.deploy.decisions import context_decisions, decisions_of
 from lib.deploy.registry import export, formats
+from lib.deploy.result_file import result_text
 from lib.deploy.settings import ExportSettings
 from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
 from lib.problems import Problem, Severity
@@ -62,9 +63,7 @@ class SweepAnalysis:
 
     def result_text(self) -> str:
         """The result JSON, as the CLI writes it for this sweep (the grid's when there is one)."""
-        if self.grid is not None:
-            return self.grid.to_json_text()
-        return self.analysis.result.to_json_text()
+        return result_text(self.grid if self.grid is not None else self.analysis.result)
 
 
 def analyse_sweep(

@@ -2,7 +2,7 @@
 is, which controls to offer, and the analysis as tables and text.
 
 The app calls :func:`lib.sweeps.load_experiment` and :func:`lib.analysis.analyse` as the CLI
-does, and downloads ``analysis.result.to_json_text()``, the text the CLI writes; everything
+does, and downloads ``result_text(analysis.result)``, the text the CLI writes; everything
 here only prepares their input or presents what they return, so the app and the CLI cannot
 disagree. :func:`cli_arguments` gives the command line that reproduces the app's file.
 """

@@ -185,6 +185,7 @@ def _tune(args: TuneArgs) -> int:
     axis, context_problems = find_context_axis(sweep, args.context)
     if axis is not None:
         return _tune_contexts(args, sweep, axis, output)
+    from lib.deploy.result_file import result_text
     from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
 
     facts, fact_problems = sweep_engine_facts(sweep, saved)
@@ -206,7 +207,7 @@ def _tune(args: TuneArgs) -> int:
     if failed or not result.ok or result.schedule is None:
         return EXIT_BAD_INPUT
     plan = analysis.plan
-    writes = [(output, result.to_json_text())]
+    writes = [(output, result_text(result))]
     if plan_output is not None and plan is not None:
         writes.insert(0, (plan_output, plan.to_json_text()))
     lines = [result.schedule.json_text(), *text.decision_lines(result)]
@@ -225,6 +226,7 @@ def _tune(args: TuneArgs) -> int:
 def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Output) -> int:
     """A sweep with a context axis: the seed's batch-only answer (drop-in), then the grid."""
     from lib.context import analyse_contexts
+    from lib.deploy.result_file import result_text
     from lib.present import text
 
     analysis = analyse_contexts(sweep, axis, args.settings, args.options)
@@ -247,4 +249,4 @@ def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Outp
         lines += text.context_export_lines(analysis)
     if answer is not None and analysis.deployable:
         lines.append(text.speculative_config_line(answer.result))
-    return write_and_print(PROGRAM, [(output, analysis.to_json_text())], lines)
+    return write_and_print(PROGRAM, [(output, result_text(analysis))], lines)

@@ -8,9 +8,9 @@ Two ways in, one type out:
   JSON of tune-spec-k or the seed, a ``speculative_config``, a bare ``[[lo, hi, K], ...]`` list,
   a TensorRT-LLM ``draft_len_schedule`` with or without ``max_draft_len``, an SGLang adaptive
   config): each registered format reads back its own files (:attr:`EngineFormat.read
-  <lib.deploy.registry.EngineFormat.read>`); a result JSON's batch decisions give the medians,
-  its ``deployment`` block the capture ceiling it was tuned under, its ``context_grid`` the
-  grid (read by :func:`lib.context_formats.context_grid_of`).
+  <lib.deploy.registry.EngineFormat.read>`); a result JSON is read by the one typed reader,
+  :func:`lib.deploy.result_file.result_file_of`, whose medians, capture ceiling and grid
+  :func:`result_decisions` keeps.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lib.deploy.constraints import EngineFacts, Fact
+from lib.deploy.constraints import EngineFacts
+from lib.deploy.result_file import ResultFile, is_result, result_file_of
 from lib.files import read_json
-from lib.keys import MISSING, whole_number
+from lib.keys import MISSING
 from lib.problems import Problem, Severity
 from lib.schedule import Schedule
 
@@ -40,7 +41,7 @@ __all__ = [
     "decisions_of",
     "grid_decisions",
     "read_decisions",
-    "result_json_decisions",
+    "result_decisions",
     "stated_k",
 ]
 
@@ -57,8 +58,9 @@ class Decisions:
     ``medians``: per batch-size anchor, each kept K's median objective (empty when the source
     has no measurements, e.g. a bare list). ``speculative_config``: the draft settings every
     speculative run shared (``method``, ``model``, ...), empty when unknown. ``engine``: the
-    server settings the source was tuned under (the capture ceiling). ``result``: the parsed
-    result JSON, for the context formats (its ``context_grid``); None otherwise.
+    server settings the source was tuned under (the capture ceiling). ``grid``: the
+    (batch x context) grid, typed, for the context formats; ``grid_problems``: why a source
+    that has a grid cannot give one (empty when it has none at all).
     """
 
     schedule: Schedule
@@ -69,9 +71,8 @@ class Decisions:
     maximize: bool = True
     speculative_config: Mapping[str, Any] = field(default_factory=dict)
     engine: EngineFacts = field(default_factory=EngineFacts)
-    result: Mapping[str, Any] | None = None
-    #: The (batch x context) grid, typed, when the source is a context analysis in memory.
     grid: ContextGrid | None = None
+    grid_problems: tuple[Problem, ...] = ()
 
     @property
     def method(self) -> str | None:
@@ -123,13 +124,17 @@ def decisions_of(result: TuningResult, engine: EngineFacts | None = None) -> Dec
 
 def context_decisions(analysis: ContextAnalysis) -> Decisions:
     """The decisions of a context analysis in memory, for the context formats: its typed grid
-    (:attr:`lib.context.ContextAnalysis.typed_grid`); a grid that cannot be exported goes
-    through the result JSON's reader, which says why."""
-    grid, _ = analysis.typed_grid
-    source = "the result"
-    if grid is None:
-        return Decisions(Schedule(()), None, "result JSON", source, result=analysis.to_json())
-    return Decisions(Schedule(()), grid.global_k, "context analysis", source, grid=grid)
+    (:attr:`lib.context.ContextAnalysis.typed_grid`), or why it cannot be exported."""
+    grid, problems = analysis.typed_grid
+    global_k = grid.global_k if grid is not None else None
+    return Decisions(
+        Schedule(()),
+        global_k,
+        "context analysis",
+        "the result",
+        grid=grid,
+        grid_problems=tuple(problems),
+    )
 
 
 def stated_k(value: Any) -> int | None:
@@ -138,76 +143,31 @@ def stated_k(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _whole(value: Any) -> int | None:
-    """A JSON integer within tune-spec-k's limit on any count, else None."""
-    return None if stated_k(value) is None else whole_number(value)
-
-
-def _result_medians(data: Mapping[str, Any]) -> dict[int, dict[int, float]]:
-    """Per anchor, each candidate's median objective from a result's ``batch_decisions``
-    (entries that are not well formed are skipped: the schedule, not the evidence, is read)."""
-    medians: dict[int, dict[int, float]] = {}
-    decisions = data.get("batch_decisions")
-    if not isinstance(decisions, list):
-        return medians
-    for decision in decisions:
-        candidates = decision.get("candidates") if isinstance(decision, dict) else None
-        for candidate in candidates if isinstance(candidates, list) else []:
-            if not isinstance(candidate, dict):
-                continue
-            anchor, k = _whole(candidate.get("batch_size")), _whole(candidate.get("k"))
-            median = candidate.get("median_objective")
-            if (
-                anchor is not None
-                and k is not None
-                and isinstance(median, int | float)
-                and not isinstance(median, bool)
-                and math.isfinite(median)
-            ):
-                medians.setdefault(anchor, {})[k] = float(median)
-    return medians
-
-
-def _engine_of_result(data: Mapping[str, Any]) -> EngineFacts:
-    """The capture ceiling a result was tuned under, when it was stated (not assumed)."""
-    block = data.get("deployment")
-    ceiling = block.get("capture_ceiling") if isinstance(block, dict) else None
-    if not isinstance(ceiling, dict):
-        return EngineFacts()
-    facts: dict[str, Fact] = {}
-    for name, known in (("size", "known"), ("max_num_seqs", "max_num_seqs_known")):
-        value = _whole(ceiling.get(name))
-        if value is not None and value >= 1 and ceiling.get(known) is True:
-            target = "max_cudagraph_capture_size" if name == "size" else name
-            source = ceiling.get("source" if name == "size" else "max_num_seqs_source")
-            facts[target] = Fact(value, f"the result's {source}")
-    return EngineFacts(**facts)
-
-
-def result_json_decisions(
-    data: Mapping[str, Any], schedule: Schedule, global_k: int | None, source: str
-) -> Decisions:
-    """A result JSON's decisions: its schedule and global K (read by the vLLM format), and what
-    else it holds (medians, direction, draft settings, the ceiling, the grid)."""
-    selection = data.get("selection")
-    direction = selection.get("objective_direction") if isinstance(selection, dict) else None
-    config = data.get("speculative_config")
+def result_decisions(result: ResultFile) -> Decisions:
+    """A result file's decisions: its schedule (empty where the file has null), the global K it
+    states (the sweep's, else its ``speculative_config``'s), each candidate's median, the
+    direction, the draft settings, the ceiling it was tuned under and its grid."""
+    config = result.speculative_config or {}
     shared = {
         key: value
-        for key, value in (config.items() if isinstance(config, dict) else ())
+        for key, value in config.items()
         if key not in ("num_speculative_tokens", SCHEDULE_KEY)
         and not (key == "method" and value == "<method>")
     }
+    global_k = result.configured_global_k
+    if global_k is None:
+        global_k = stated_k(config.get("num_speculative_tokens"))
     return Decisions(
-        schedule=schedule,
+        schedule=result.schedule or Schedule(()),
         global_k=global_k,
-        kind="result JSON" if "batch_decisions" in data else "vLLM speculative_config",
-        source=source,
-        medians=_result_medians(data),
-        maximize=direction != "minimize",
+        kind="result JSON",
+        source=result.source,
+        medians=result.medians(),
+        maximize=result.direction != "minimize",
         speculative_config=shared,
-        engine=_engine_of_result(data),
-        result=data if "context_grid" in data else None,
+        engine=result.engine,
+        grid=result.grid,
+        grid_problems=result.grid_problems,
     )
 
 
@@ -239,17 +199,18 @@ def decisions_from_json(data: Any, source: str) -> tuple[Decisions | None, list[
 
 
 def grid_decisions(data: Any, source: str) -> tuple[Decisions | None, list[Problem]]:
-    """The decisions a context format reads: the result JSON itself, its batch schedule
-    optional (the grid is what counts; :func:`lib.deploy.grid.build_context_format` says when
-    there is none)."""
+    """The decisions a context format reads: a result JSON with or without a batch schedule
+    (the grid is what counts; :func:`lib.deploy.grid.build_context_format` says when there is
+    none), else whatever file :func:`decisions_from_json` recognises (it has no grid)."""
     if not isinstance(data, dict):
         message = "expected a JSON object (a result JSON with a context_grid)"
         return None, [Problem(Severity.ERROR, "no-schedule", message, files=(source,))]
+    if is_result(data):
+        result, problems = result_file_of(data, source)
+        return (result_decisions(result), []) if result is not None else (None, problems)
     found, _ = decisions_from_json(data, source)
-    if found is not None and found.result is not None:
-        return found, []
     kind = found.kind if found is not None else "JSON object without a schedule"
-    return Decisions(Schedule(()), None, kind, source, result=None), []
+    return Decisions(Schedule(()), None, kind, source), []
 
 
 def read_decisions(

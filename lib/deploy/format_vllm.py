@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from lib.deploy.constraints import CaptureCeiling, check_ceiling, method_warnings
-from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_json_decisions, stated_k
+from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_decisions, stated_k
 from lib.deploy.registry import BatchExport, EngineFormat, Exported, global_k_problem
+from lib.deploy.result_file import is_result, result_file_of
 from lib.deploy.settings import ExportSettings
 from lib.problems import Problem
 from lib.schedule import Schedule
@@ -25,10 +26,20 @@ _GLOBAL_KEY = "num_speculative_tokens"
 
 
 def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
-    """A vLLM schedule in ``data``: a bare list, a dict with the schedule field (a result
-    JSON or a ``speculative_config``), or a dict whose ``speculative_config`` has it; the
-    global K from ``num_speculative_tokens``, else the seed's
-    ``configured_global_num_speculative_tokens``, else the nested config's. None: not vLLM's."""
+    """A vLLM schedule in ``data``: a result JSON (tune-spec-k's or the seed's, read by
+    :func:`lib.deploy.result_file.result_file_of`), a bare list, a dict with the schedule field
+    (a ``speculative_config``), or a dict whose ``speculative_config`` has it; the global K from
+    ``num_speculative_tokens``, else the nested config's. None: not vLLM's."""
+    if is_result(data):
+        result, problems = result_file_of(data, source)
+        if result is None:
+            return None, "; ".join(problem.message for problem in problems)
+        if result.schedule is None:
+            return None, (
+                f"the result's {SCHEDULE_KEY} is null: its context grid has no batch-only"
+                " schedule; export it with a context format (--format vllm-context)"
+            )
+        return result_decisions(result), ""
     if isinstance(data, list):
         schedule, violations = Schedule.parse(data)
         if schedule is None:
@@ -44,11 +55,12 @@ def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
     if schedule is None:
         return None, "not a valid vLLM schedule: " + "; ".join(violations)
     global_k = data.get(_GLOBAL_KEY)
-    if global_k is None:
-        global_k = data.get("configured_global_num_speculative_tokens")
     if global_k is None and isinstance(data.get("speculative_config"), dict):
         global_k = data["speculative_config"].get(_GLOBAL_KEY)
-    return result_json_decisions(data, schedule, stated_k(global_k), source), ""
+    shared = {k: v for k, v in data.items() if k not in (_GLOBAL_KEY, SCHEDULE_KEY)}
+    return Decisions(
+        schedule, stated_k(global_k), "vLLM speculative_config", source, speculative_config=shared
+    ), ""
 
 
 def build(

@@ -10,9 +10,7 @@ import dataclasses
 
 from lib.context_formats import (
     ContextFormat,
-    ContextGrid,
     context_export,
-    context_grid_of,
     context_mix,
 )
 from lib.deploy.constraints import CaptureCeiling, graphless_ranges
@@ -56,14 +54,14 @@ def build_context_format(
     settings: ExportSettings,
     ceiling: CaptureCeiling | None,
 ) -> tuple[Exported | None, list[Problem]]:
-    """Format ``name``'s export of ``decisions.grid`` (an analysis in memory), else of the grid
-    in ``decisions.result`` (a result JSON); a source without a grid is refused, naming the
-    command that makes one."""
+    """Format ``name``'s export of ``decisions.grid`` (of an analysis in memory or a result
+    file); a grid that cannot be exported is refused with its problems, a source without one
+    naming the command that makes one."""
     source = decisions.source
-    if decisions.grid is not None:
-        grid: ContextGrid | None = decisions.grid
-        problems: list[Problem] = []
-    elif decisions.result is None:
+    grid = decisions.grid
+    if grid is None and decisions.grid_problems:
+        return None, list(decisions.grid_problems)
+    if grid is None:
         return None, [
             Problem(
                 Severity.ERROR,
@@ -74,10 +72,6 @@ def build_context_format(
                 files=(source,),
             )
         ]
-    else:
-        grid, problems = context_grid_of(decisions.result, source)
-    if grid is None:
-        return None, problems
     mix, problems = context_mix(
         settings.context_mix, grid, field=flag_name(ExportSettings, "context_mix"), source=source
     )

@@ -31,9 +31,8 @@ import polars as pl
 
 from lib.analysis import analyse
 from lib.confidence import ConfidenceReport, ConfidenceSettings
-from lib.files import read_json
+from lib.deploy.result_file import read_result_file
 from lib.flags import flag, flag_name
-from lib.keys import MISSING
 from lib.problems import Problem, Severity, errors
 from lib.robust import NORMAL_MAD_SCALE
 from lib.schedule import NO_SCHEDULE, Schedule, TuningResult
@@ -303,65 +302,38 @@ def side_from_result(label: str, result: TuningResult, report: ConfidenceReport)
 
 
 def _side_from_json(path: Path) -> tuple[Side | None, list[Problem]]:
-    data, problems = read_json(path)
-    if data is MISSING:
+    """A side from a result file, read by the one typed reader."""
+    result, problems = read_result_file(path)
+    if result is None:
         return None, problems
-
-    def refused(message: str, field: str | None = None) -> tuple[None, list[Problem]]:
-        problem = Problem(Severity.ERROR, "not-a-result", message, files=(str(path),), field=field)
-        return None, [problem]
-
-    if not isinstance(data, dict) or _SCHEDULE_KEY not in data:
-        return refused(
-            "not a tuning result (expected the JSON written by tune-spec-k, with"
-            f" '{_SCHEDULE_KEY}' and 'batch_decisions')"
+    if result.schedule is None:
+        problem = Problem(
+            Severity.ERROR,
+            "not-a-result",
+            "the result has no batch schedule (null: a context grid that cannot be deployed)",
+            files=(str(path),),
+            field=_SCHEDULE_KEY,
         )
-    schedule, violations = Schedule.parse(data[_SCHEDULE_KEY])
-    if schedule is None:
-        return refused("not a valid schedule: " + "; ".join(violations), _SCHEDULE_KEY)
-    selection = _dict(data.get("selection"))
-    decisions = data.get("batch_decisions")
-    if not isinstance(decisions, list):
-        return refused("missing or not a list", "batch_decisions")
-    cells: dict[tuple[int, int], Cell] = {}
-    for index, decision in enumerate(decisions):
-        if not isinstance(decision, dict) or not isinstance(decision.get("candidates"), list):
-            return refused("no 'candidates' list", f"batch_decisions[{index}]")
-        p = _dict(_dict(decision.get("confidence")).get("p_eps_good"))
-        for candidate in decision["candidates"]:
-            try:
-                key = (int(candidate["batch_size"]), int(candidate["k"]))
-            except (KeyError, TypeError, ValueError):
-                return refused("a candidate without batch_size/k", f"batch_decisions[{index}]")
-            cells[key] = Cell(
-                median=_number(candidate.get("median_objective")),
-                relative_mad=_number(candidate.get("objective_relative_mad")),
-                num_runs=int(candidate.get("num_runs") or 0),
-                p_eps_good=_number(p.get(str(key[1]))),
+        return None, [problem]
+    cells = {}
+    for anchor in result.anchors:
+        p_eps_good = anchor.confidence.p_eps_good if anchor.confidence is not None else {}
+        for candidate in anchor.candidates:
+            cells[candidate.batch_size, candidate.k] = Cell(
+                median=candidate.median,
+                relative_mad=candidate.relative_mad,
+                num_runs=candidate.num_runs,
+                p_eps_good=p_eps_good.get(candidate.k),
             )
     side = Side(
         label=str(path),
-        schedule=schedule,
-        objective=str(selection.get("objective_metric", "output_throughput")),
-        direction=str(selection.get("objective_direction", "maximize")),
+        schedule=result.schedule,
+        objective=result.objective,
+        direction=result.direction,
         cells=cells,
-        global_k=_int(data.get("configured_global_num_speculative_tokens")),
+        global_k=result.configured_global_k,
     )
     return side, []
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # --------------------------------------------------------------------------- the diff

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from lib.confidence import MAX_RUNS_NEEDED, MIN_RUNS_NEEDED
+from lib.deploy.result_file import ResultFile, is_result, read_result_file, result_file_of
 from lib.files import read_json, write_files
 from lib.flags import flag, flag_name
 from lib.keys import parse_json_string
@@ -973,8 +974,7 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
     are used and the result only supplies the global K. None and the problems of a file that
     is neither, or is damaged."""
     plan_data: dict[str, Any] | None = None
-    result_data: dict[str, Any] | None = None
-    result_file: str | None = None
+    result: ResultFile | None = None
     for path in files:
         data, problems = read_json(path)
         if problems:
@@ -984,10 +984,10 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
             if problems:
                 return None, problems
             plan_data = data
-        elif isinstance(data, dict) and "batch_decisions" in data:
-            if not _list_of_objects(data.get("batch_decisions")):
-                return None, _refused(path, "not a list of objects", "batch_decisions")
-            result_data, result_file = data, str(path)
+        elif is_result(data):
+            result, problems = result_file_of(data, str(path))
+            if result is None:
+                return None, problems
         else:
             return None, _refused(
                 path,
@@ -1000,12 +1000,9 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
     new_anchors: list[int] = []
     ks: set[int] = set()
     global_k = None
-    if result_data is not None:
-        global_k = _whole_or_none(result_data.get("configured_global_num_speculative_tokens"))
-        for decision in result_data["batch_decisions"]:
-            for candidate in decision.get("candidates", []):
-                if _whole_or_none(candidate.get("k")) is not None:
-                    ks.add(int(candidate["k"]))
+    if result is not None:
+        global_k = result.configured_global_k
+        ks.update(result.candidate_ks)
     if plan_data is not None:
         for row in plan_data["reruns"]:
             if row["more_runs"] > 0:
@@ -1020,39 +1017,32 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
             for k in row["ks"]:
                 key = (row["batch_size"], k)
                 more[key] = max(more.get(key, 0), row["runs_per_k"])
-    elif result_data is not None and result_file is not None:
-        if not any(isinstance(d.get("confidence"), dict) for d in result_data["batch_decisions"]):
+    elif result is not None:
+        if not result.has_confidence:
             return None, _refused(
-                result_file,
+                result.source,
                 "the result has no per-anchor 'confidence' blocks (written by tune-spec-k since"
                 " the confidence analysis); pass its measurement plan (`tune-spec-k DIR"
                 " --plan-json PATH`) instead",
             )
-        more = _reruns_from_blocks(result_data)
+        more = _reruns_from_confidence(result)
         notes.append(
             "new anchors are only in the measurement plan: pass the file of `tune-spec-k DIR"
             " --plan-json PATH` too to measure them"
         )
-    if result_data is not None:
+    if result is not None:
         # The capture boundaries the schedule crosses (lib.deploy.tuning.Deployment).
-        deployment = result_data.get("deployment")
-        rows = deployment.get("anchors_to_measure") if isinstance(deployment, dict) else None
-        for row in rows if isinstance(rows, list) and _list_of_objects(rows) else []:
-            batch = _whole_or_none(row.get("batch_size"))
-            row_ks = row.get("ks")
-            if batch is None or batch < 1 or not isinstance(row_ks, list):
-                continue
+        for batch, boundary_ks in result.anchors_to_measure:
             new_anchors.append(batch)
-            for k in row_ks:
-                if _whole_or_none(k) is not None:
-                    more[(batch, k)] = max(more.get((batch, k), 0), MIN_RUNS_NEEDED)
+            for k in boundary_ks:
+                more[(batch, k)] = max(more.get((batch, k), 0), MIN_RUNS_NEEDED)
     needs = FollowUpNeeds(
         more,
         tuple(sorted(set(new_anchors))),
         global_k,
         tuple(sorted(ks)),
         tuple(notes),
-        result_file,
+        result.source if result is not None else None,
     )
     return needs, []
 
@@ -1094,29 +1084,23 @@ def _plan_problems(data: dict[str, Any], path: str | Path) -> list[Problem]:
     return []
 
 
-def _reruns_from_blocks(result: dict[str, Any]) -> dict[tuple[int, int], int]:
-    """Reruns from a result's confidence blocks, by :mod:`lib.measurement_plan`'s rule: each
+def _reruns_from_confidence(result: ResultFile) -> dict[tuple[int, int], int]:
+    """Reruns from a result's confidence analysis, by :mod:`lib.measurement_plan`'s rule: each
     contender of an unresolved anchor up to the runs its noise calls for, at least one more,
     at most MAX_RUNS_NEEDED in all."""
     more: dict[tuple[int, int], int] = {}
-    for decision in result["batch_decisions"]:
-        block = decision.get("confidence")
-        if not isinstance(block, dict) or block.get("status") != "unresolved":
+    for anchor in result.anchors:
+        confidence = anchor.confidence
+        if confidence is None or confidence.status != "unresolved":
             continue
-        anchor = decision["batch_size"]
-        runs_of = {c["k"]: c.get("num_runs", 0) for c in decision.get("candidates", [])}
-        needed = block.get("runs_needed", {})
-        for k in block.get("contenders", []):
-            runs = runs_of.get(k, 0)
-            wanted = needed.get(str(k)) or MIN_RUNS_NEEDED
+        for k in confidence.contenders:
+            candidate = anchor.candidate(k)
+            runs = candidate.num_runs if candidate is not None else 0
+            wanted = confidence.runs_needed.get(k) or MIN_RUNS_NEEDED
             target = min(max(wanted, runs + 1), max(MAX_RUNS_NEEDED, runs))
             if target > runs:
-                more[(anchor, k)] = target - runs
+                more[(anchor.batch_size, k)] = target - runs
     return more
-
-
-def _list_of_objects(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
 
 
 def _whole_or_none(value: Any) -> int | None:
@@ -1228,22 +1212,18 @@ def validation_plan(
     problems = design.incomplete()
     if problems:
         return None, problems
-    result, problems = read_json(result_file)
-    if problems:
+    result, problems = read_result_file(result_file)
+    if result is None:
         return None, problems
-    if not isinstance(result, dict):
-        return None, _refused(result_file, "expected a tune-spec-k result object")
-    config = result.get("speculative_config")
-    schedule = result.get("num_speculative_tokens_per_batch_size")
-    if not isinstance(config, dict) or not isinstance(schedule, list) or not schedule:
+    config = result.speculative_config
+    if config is None or result.schedule is None or not result.schedule.ranges:
         return None, _refused(
             result_file,
             "the tuning result has no 'speculative_config' with a schedule (expected the JSON"
             " written by tune-spec-k)",
         )
-    anchors = sorted(
-        {d["batch_size"] for d in result.get("batch_decisions", []) if isinstance(d, dict)}
-    )
+    schedule = result.schedule.to_json()
+    anchors = sorted({anchor.batch_size for anchor in result.anchors})
     if not anchors:
         return None, _refused(
             result_file, "the tuning result has no 'batch_decisions': no anchors to validate at"

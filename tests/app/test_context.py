@@ -10,6 +10,7 @@ from sweep_builder import CONTEXT_GRID, write_context_grid
 from lib.app import context as view
 from lib.cli.main import main
 from lib.context import find_context_axis
+from lib.deploy.result_file import result_text
 from lib.settings import ContextSettings, Options, Settings
 from lib.sweeps import load_experiment
 
@@ -31,7 +32,7 @@ def test_the_page_details_the_chosen_context_point(tmp_path: Path) -> None:
         "8192 prompt tokens (~8256 at decode)",
     ]
     assert shown.problems == shown.grid.problems
-    assert shown.result_text() == shown.grid.to_json_text()
+    assert shown.result_text() == result_text(shown.grid)
     # Out of range (the picker's value from another experiment): the shortest.
     assert _shown(tmp_path / "again", point=7).point == 0
 
@@ -39,7 +40,7 @@ def test_the_page_details_the_chosen_context_point(tmp_path: Path) -> None:
 def test_without_an_axis_the_page_shows_the_whole_sweep(tmp_path: Path) -> None:
     shown = _shown(tmp_path, context_var="none")
     assert shown.grid is None and shown.point is None and view.point_labels(None) == {}
-    assert shown.result_text() == shown.analysis.result.to_json_text()
+    assert shown.result_text() == result_text(shown.analysis.result)
 
 
 def test_heatmap_losses_are_the_vllm_export_s(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from vllm_sweep import (
 
 from lib.cli.main import main
 from lib.confidence import apply_policy, assess
+from lib.deploy.result_file import result_text
 from lib.measurement_plan import measurement_plan
 from lib.schedule import TuningResult, tune
 from lib.server_info import SERVER_INFO_FILE_GLOB, read_server_settings
@@ -411,7 +412,7 @@ def test_follow_up_covers_only_the_unresolved_cells_and_the_new_anchor(tmp_path:
     plan_json = tmp_path / "measurement_plan.json"
     plan_json.write_text(plan.to_json_text())
     result_json = first / "speculative_k_schedule.json"
-    result_json.write_text(result.to_json_text())
+    result_json.write_text(result_text(result))
     expected = {
         (row["batch_size"], row["k"]): row["more_runs"]
         for row in plan.reruns.to_dicts()

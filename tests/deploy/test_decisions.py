@@ -10,6 +10,7 @@ import pytest
 from sweep_builder import write_grid
 
 from lib.deploy.decisions import decisions_of, read_decisions
+from lib.deploy.result_file import result_text
 from lib.schedule import Schedule, tune
 from lib.settings import Settings
 from lib.sweeps import load_experiment
@@ -127,7 +128,7 @@ def test_a_tuning_and_its_written_result_give_the_same_decisions(tmp_path: Path)
     result = tune(sweep, Settings())
     in_memory = decisions_of(result)
     path = tmp_path / "result.json"
-    path.write_text(result.to_json_text())
+    path.write_text(result_text(result))
     read, problems = read_decisions(path)
     assert problems == [] and read is not None
     assert (read.schedule, read.global_k, read.maximize) == (

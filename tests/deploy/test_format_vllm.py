@@ -74,6 +74,7 @@ def test_the_ceiling_a_result_was_tuned_under_is_kept_on_export() -> None:
     result = {
         "num_speculative_tokens_per_batch_size": PUBLISHED.to_json(),
         "configured_global_num_speculative_tokens": 5,
+        "batch_decisions": [],
         "deployment": {
             "capture_ceiling": {
                 "size": 512,

@@ -49,7 +49,7 @@ def test_every_context_format_builds_from_the_long_context_result(
     long_context_result: Path,
 ) -> None:
     decisions, problems = read_decisions(long_context_result)
-    assert problems == [] and decisions is not None and decisions.result is not None
+    assert problems == [] and decisions is not None and decisions.grid is not None
     for name in ("vllm-context", "vllm-rfc-48944", "vllm-pr-54801"):
         exported, problems = export(decisions, ExportSettings(format=name))
         assert exported is not None, problems

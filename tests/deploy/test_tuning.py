@@ -8,6 +8,7 @@ from pathlib import Path
 from sweep_builder import record, write_combo, write_grid
 
 from lib.analysis import analyse
+from lib.deploy.result_file import result_document
 from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
 from lib.settings import DeploySettings, Settings
 from lib.sweeps import load_experiment
@@ -57,7 +58,7 @@ def test_the_analysis_gets_its_deployment_block(tmp_path: Path) -> None:
     # Assumed C: the schedule is kept; 128 * 4 = 512 fits, 129..255 at K=3 do not.
     assert deployed.result.schedule == analysis.result.schedule
     assert [(g.lo, g.hi) for g in deployment.check.graphless] == [(129, 255)]
-    assert deployed.result.to_json()["deployment"]["capture_ceiling"]["known"] is False
+    assert result_document(deployed.result)["deployment"]["capture_ceiling"]["known"] is False
     capped, deployment = deploy_analysis(analysis, DeploySettings(max_cudagraph_capture_size=512))
     assert capped.result.schedule is not None and deployment is not None
     assert capped.result.schedule.to_json() == [

@@ -23,6 +23,7 @@ from vllm_sweep import (
 )
 
 from lib.confidence import ConfidenceReport, ConfidenceSettings, apply_policy, assess
+from lib.deploy.result_file import result_text
 from lib.loop.plan import (
     SweepDesign,
     default_anchors,
@@ -99,7 +100,7 @@ def test_follow_up_from_the_result_alone_reruns_contenders(tmp_path: Path) -> No
     first = noisy_first_sweep(tmp_path / "tuning")
     result, report = tuned(first)
     path = tmp_path / "result.json"
-    path.write_text(result.to_json_text())
+    path.write_text(result_text(result))
     needs, problems = follow_up_needs([path])
     assert needs is not None, problems
     assert needs.result_file == str(path)
@@ -113,7 +114,7 @@ def test_follow_up_from_the_result_alone_reruns_contenders(tmp_path: Path) -> No
 def test_follow_up_measures_the_capture_boundaries_of_the_result(tmp_path: Path) -> None:
     first = noisy_first_sweep(tmp_path / "tuning")
     result, _ = tuned(first)
-    data = json.loads(result.to_json_text())
+    data = json.loads(result_text(result))
     # What tune writes when K=5 would run past C from batch 86 (lib/deploy/tuning.py).
     data["deployment"] = {
         "anchors_to_measure": [{"batch_size": 86, "ks": [4, 5], "reason": "boundary"}]
@@ -135,7 +136,7 @@ def test_follow_up_refuses_a_different_engine(tmp_path: Path) -> None:
     first = noisy_first_sweep(tmp_path / "tuning")
     result, _ = tuned(first)
     path = tmp_path / "result.json"
-    path.write_text(result.to_json_text())
+    path.write_text(result_text(result))
     needs, _ = follow_up_needs([path])
     assert needs is not None
     plan, problems = follow_up_plan(llama_design(ks=(0, 1, 3, 7)), needs, "r", "followup")
@@ -148,7 +149,7 @@ def test_follow_up_refuses_a_different_engine(tmp_path: Path) -> None:
 def _sonnet_result(tmp_path: Path) -> Path:
     path = tmp_path / "speculative_k_schedule.json"
     result = tune(load_experiment(SAMPLE_SWEEPS / "sonnet-like"), Settings())
-    path.write_text(result.to_json_text())
+    path.write_text(result_text(result))
     return path
 
 

@@ -42,6 +42,7 @@ from lib.cli.main import build_parser, main
 from lib.cli.tune import TuneArgs
 from lib.context import analyse_contexts, find_context_axis
 from lib.deploy.registry import formats
+from lib.deploy.result_file import result_text
 from lib.deploy.tuning import deploy_analysis
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side
 from lib.present import charts, tables
@@ -119,7 +120,7 @@ def _analysed(
 
 def _assert_same_result(shown: TuningResult, expected: TuningResult) -> None:
     assert shown.schedule == expected.schedule
-    assert shown.to_json_text() == expected.to_json_text()
+    assert result_text(shown) == result_text(expected)
     assert shown.decisions.equals(expected.decisions)
 
 
@@ -682,7 +683,7 @@ def test_export_html_runs_every_cell(tmp_path: Path) -> None:
     assert app_support.schedule_text(expected) in html
     assert "Data health" in html and "Ready to deploy:" in html
     # The download is eager: the static page carries the CLI's file itself.
-    assert base64.b64encode(expected.to_json_text().encode()).decode() in html
+    assert base64.b64encode(result_text(expected).encode()).decode() in html
 
 
 def test_runs_as_a_python_script_from_another_folder(tmp_path: Path) -> None:

@@ -1,0 +1,456 @@
+"""The result JSON (``speculative_k_schedule.json``): its one writer and its one typed reader.
+
+The file is the edge between a tuning and everything that runs later (``export``, ``diff``,
+``plan --follow-up``, ``plan --validate``, a CI job): nothing in the program passes it between
+stages. Inside, a tuning is typed (:class:`~lib.schedule.TuningResult`,
+:class:`~lib.context.ContextAnalysis`, :class:`~lib.deploy.decisions.Decisions`).
+
+- Writer: :func:`result_document` (the JSON value) and :func:`result_text` (the file's exact
+  bytes) of a tuning or a context analysis: the seed's keys in the seed's order, then
+  tune-spec-k's additions.
+- Reader: :func:`read_result_file` / :func:`result_file_of` give a :class:`ResultFile`: the
+  schedule, the global K, the objective and its direction, the draft settings, per anchor the
+  pick, each candidate's evidence (runs, median, relative MAD) and the confidence analysis's
+  numbers (status, P(eps-good) per K, contenders, runs needed), the capture ceiling the result
+  was tuned under and the capture boundaries it asked to measure, and the context grid. Every
+  front end that reads a result reads this, so a field means the same thing everywhere.
+
+The reader accepts the seed's files too (no confidence, no deployment, no grid): what a file
+does not hold is None or empty, never guessed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lib.context_formats import ContextGrid, context_grid_of
+from lib.deploy.constraints import EngineFacts, Fact
+from lib.files import read_json
+from lib.keys import MISSING, whole_number
+from lib.problems import Problem, Severity
+from lib.schedule import NO_SCHEDULE, Schedule, candidate_json
+from lib.settings import Direction
+
+if TYPE_CHECKING:
+    from lib.context import ContextAnalysis
+    from lib.schedule import TuningResult
+
+__all__ = [
+    "AnchorConfidence",
+    "ResultAnchor",
+    "ResultCandidate",
+    "ResultFile",
+    "is_result",
+    "read_result_file",
+    "result_document",
+    "result_file_of",
+    "result_text",
+]
+
+#: vLLM's field for the schedule (also the seed's first output key).
+_SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+#: The seed's key that makes a JSON object a tuning result.
+_DECISIONS_KEY = "batch_decisions"
+#: The key of a context analysis's grid.
+_GRID_KEY = "context_grid"
+
+
+# --------------------------------------------------------------------------- the writer
+
+
+def result_document(tuning: TuningResult | ContextAnalysis) -> dict[str, Any]:
+    """The result JSON of a tuning (:func:`_tuning_document`) or of a context analysis
+    (:func:`_context_document`). Floats that are not finite become null."""
+    from lib.context import ContextAnalysis
+
+    if isinstance(tuning, ContextAnalysis):
+        return _context_document(tuning)
+    return _tuning_document(tuning)
+
+
+def result_text(tuning: TuningResult | ContextAnalysis) -> str:
+    """The result file's exact text: same input and settings give the same bytes."""
+    return json.dumps(result_document(tuning), indent=2, allow_nan=False) + "\n"
+
+
+def _tuning_document(result: TuningResult) -> dict[str, Any]:
+    """The seed's output keys, in the seed's order, then tune-spec-k's additions
+    (``speculative_config``, ``problems``, then each of ``result.additions``)."""
+    settings = result.settings
+    selection = {
+        "batch_size_metric": result.sweep.batch_size_var,
+        "k_metric": result.sweep.k_var,
+        "objective_metric": settings.objective,
+        "objective_direction": settings.direction,
+        "acceptance_metric": settings.acceptance,
+        "min_runs": settings.min_runs,
+        "uncertainty_penalty": settings.uncertainty_penalty,
+        "max_objective_relative_mad": settings.max_objective_relative_mad,
+        "max_acceptance_relative_mad": settings.max_acceptance_relative_mad,
+        "strict_acceptance_stability": settings.strict_acceptance_stability,
+        "relative_tolerance": settings.relative_tolerance,
+        "max_batch_size": result.max_batch_size,
+        "allow_mixed_global_k": settings.allow_mixed_global_k,
+    }
+    candidates: dict[int, list[dict[str, Any]]] = {}
+    for cell in result.cells.to_dicts():
+        candidates.setdefault(cell["anchor"], []).append(
+            {"batch_size": cell["anchor"], **candidate_json(cell)}
+        )
+    blocks = result.confidence.blocks() if result.confidence is not None else {}
+    decisions = []
+    for row in result.decisions.to_dicts():
+        decision: dict[str, Any] = {
+            "batch_size": row["anchor"],
+            "selected_k": row["selected_k"],
+            "selected_median_objective": _finite(row["selected_median"]),
+            "selected_conservative_objective": _finite(row["selected_conservative"]),
+            "selected_vs_best_percent": _finite(row["vs_best_percent"]),
+            "selected_vs_k0_percent": _finite(row["vs_k0_percent"]),
+            "candidates": candidates.get(row["anchor"], []),
+        }
+        block = blocks.get(row["anchor"])
+        if block is not None:
+            decision["confidence"] = dict(block)
+        decisions.append(decision)
+    return {
+        _SCHEDULE_KEY: (result.schedule or NO_SCHEDULE).to_json(),
+        "configured_global_num_speculative_tokens": result.configured_global_k,
+        "max_num_speculative_tokens_observed": result.max_k_observed,
+        "selection": selection,
+        _DECISIONS_KEY: decisions,
+        "input_summary_files": sorted(result.sweep.input_files),
+        "speculative_config": result.speculative_config(),
+        "problems": [problem.to_json() for problem in result.problems],
+        **{key: value.to_json() for key, value in result.additions.items()},
+    }
+
+
+def _context_document(analysis: ContextAnalysis) -> dict[str, Any]:
+    """The seed's keys of the analysis's answer (null schedule and config when there is none or
+    the grid is not deployable), every problem, then ``context_axis``, ``context_grid`` and
+    ``context_measurement_plan``."""
+    source = analysis.answer or analysis.pooled
+    data = _tuning_document(source.result)
+    if analysis.answer is None or not analysis.deployable:
+        data[_SCHEDULE_KEY] = None
+        data["speculative_config"] = None
+    data["problems"] = [problem.to_json() for problem in analysis.problems]
+    data["context_axis"] = {
+        "field": analysis.axis.field,
+        "tolerance": analysis.axis.tolerance,
+        "points": [point.to_json() for point in analysis.axis.points],
+        "deployable": analysis.deployable,
+        "not_deployable_reason": analysis.not_deployable_reason,
+    }
+    # A copy: the analysis keeps its rows for the heatmap; a caller may change the document.
+    data["context_grid"] = copy.deepcopy(analysis.grid())
+    data["context_measurement_plan"] = analysis.context_points_to_measure()
+    return data
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+@dataclass(frozen=True)
+class ResultCandidate:
+    """One measured K at one anchor, as the file gives it: runs, median objective and its
+    relative MAD (None where the file has null: a statistic that was not finite)."""
+
+    batch_size: int
+    k: int
+    num_runs: int
+    median: float | None
+    relative_mad: float | None
+
+
+@dataclass(frozen=True)
+class AnchorConfidence:
+    """The confidence analysis of one anchor (``batch_decisions[i].confidence``): its status
+    (``resolved``, ``unresolved``, ...), P(eps-good) per K, the contenders and, per K, the runs
+    its noise calls for."""
+
+    status: str
+    p_eps_good: Mapping[int, float]
+    contenders: tuple[int, ...]
+    runs_needed: Mapping[int, int]
+
+
+@dataclass(frozen=True)
+class ResultAnchor:
+    """One batch-size anchor: the K picked there (None: undecided), every candidate measured,
+    and the confidence analysis (None in the seed's files)."""
+
+    batch_size: int
+    selected_k: int | None
+    candidates: tuple[ResultCandidate, ...]
+    confidence: AnchorConfidence | None
+
+    def candidate(self, k: int) -> ResultCandidate | None:
+        return next((c for c in self.candidates if c.k == k), None)
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """A result JSON, typed (see the module's docstring for what each part is).
+
+    ``schedule``: None where the file has null (a context grid that cannot be deployed).
+    ``configured_global_k``: the sweep's stated global K (the seed's key), None when unstated.
+    ``speculative_config``: the config as written (its method may be the ``"<method>"``
+    placeholder), None when the file has none. ``anchors_to_measure``: the capture boundaries
+    the schedule crosses, each with the K to measure there. ``grid``: the context grid, None
+    when the file has none or it cannot be read (``grid_problems`` say why; empty when there is
+    no grid at all).
+    """
+
+    source: str
+    schedule: Schedule | None
+    configured_global_k: int | None
+    objective: str
+    direction: Direction
+    speculative_config: Mapping[str, Any] | None
+    anchors: tuple[ResultAnchor, ...]
+    engine: EngineFacts
+    anchors_to_measure: tuple[tuple[int, tuple[int, ...]], ...]
+    grid: ContextGrid | None
+    grid_problems: tuple[Problem, ...]
+
+    @property
+    def has_grid(self) -> bool:
+        return self.grid is not None or bool(self.grid_problems)
+
+    @property
+    def has_confidence(self) -> bool:
+        return any(anchor.confidence is not None for anchor in self.anchors)
+
+    @property
+    def candidate_ks(self) -> tuple[int, ...]:
+        return tuple(sorted({c.k for anchor in self.anchors for c in anchor.candidates}))
+
+    def medians(self) -> dict[int, dict[int, float]]:
+        """Per anchor, each candidate's median objective (candidates without one left out)."""
+        return {
+            anchor.batch_size: {c.k: c.median for c in anchor.candidates if c.median is not None}
+            for anchor in self.anchors
+        }
+
+
+class _Invalid(Exception):
+    """A field of the file that is not what the writer writes: the problem says which."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+def read_result_file(path: str | Path) -> tuple[ResultFile | None, list[Problem]]:
+    """:func:`result_file_of` of a file, or None and why it could not be read."""
+    data, problems = read_json(path)
+    if data is MISSING:
+        return None, problems
+    return result_file_of(data, str(path))
+
+
+def is_result(data: Any) -> bool:
+    """True for a JSON object that claims to be a tuning result: it has ``batch_decisions``,
+    or a ``context_grid`` (the grid is what the context formats read)."""
+    return isinstance(data, dict) and (_DECISIONS_KEY in data or _GRID_KEY in data)
+
+
+def result_file_of(data: Any, source: str) -> tuple[ResultFile | None, list[Problem]]:
+    """The typed result in ``data`` (parsed from ``source``), or None and a ``not-a-result``
+    error naming the field, its value and what was expected.
+
+    Refused: a value that is not an object with ``batch_decisions`` or a ``context_grid`` (a
+    grid alone is read with no anchors: the context formats need only it); a schedule that is
+    neither null nor valid for vLLM; ``batch_decisions`` that is not a list of objects, each
+    with a whole
+    ``batch_size`` and a ``candidates`` list of objects with whole ``batch_size``, ``k`` and
+    ``num_runs``; an objective direction other than maximize or minimize. Accepted as absent
+    (None, empty): ``confidence``, ``deployment``, ``speculative_config``, ``context_grid``
+    (whose own reader, :func:`lib.context_formats.context_grid_of`, checks it when present)."""
+    try:
+        return _result_file(data, source), []
+    except _Invalid as invalid:
+        return None, [invalid.problem]
+
+
+def _result_file(data: Any, source: str) -> ResultFile:
+    def invalid(message: str, field: str | None = None, value: Any = MISSING) -> _Invalid:
+        shown = None if value is MISSING else json.dumps(value)[:80]
+        return _Invalid(
+            Problem(
+                Severity.ERROR,
+                "not-a-result",
+                message,
+                files=(source,),
+                field=field,
+                value=shown,
+            )
+        )
+
+    if not is_result(data):
+        raise invalid(
+            "not a tuning result (expected the JSON written by tune-spec-k, with"
+            f" '{_SCHEDULE_KEY}' and '{_DECISIONS_KEY}')"
+        )
+    schedule = None
+    if data.get(_SCHEDULE_KEY) is not None:
+        schedule, violations = Schedule.parse(data.get(_SCHEDULE_KEY))
+        if schedule is None:
+            raise invalid("not a valid schedule: " + "; ".join(violations), _SCHEDULE_KEY)
+    selection = _mapping(data.get("selection"))
+    direction = selection.get("objective_direction", "maximize")
+    if direction not in ("maximize", "minimize"):
+        raise invalid(
+            "expected 'maximize' or 'minimize'", "selection.objective_direction", direction
+        )
+    decisions = data.get(_DECISIONS_KEY, [] if _GRID_KEY in data else MISSING)
+    if not isinstance(decisions, list):
+        raise invalid("missing or not a list", _DECISIONS_KEY, decisions)
+    anchors = tuple(
+        _anchor(entry, f"{_DECISIONS_KEY}[{i}]", invalid) for i, entry in enumerate(decisions)
+    )
+    config = data.get("speculative_config")
+    grid, grid_problems = context_grid_of(data, source) if "context_grid" in data else (None, [])
+    return ResultFile(
+        source=source,
+        schedule=schedule,
+        configured_global_k=_stated_k(data.get("configured_global_num_speculative_tokens")),
+        objective=str(selection.get("objective_metric", "output_throughput")),
+        direction="minimize" if direction == "minimize" else "maximize",
+        speculative_config=config if isinstance(config, dict) else None,
+        anchors=anchors,
+        engine=_engine_of(data),
+        anchors_to_measure=_anchors_to_measure(data),
+        grid=grid,
+        grid_problems=tuple(grid_problems),
+    )
+
+
+def _anchor(entry: Any, path: str, invalid: Any) -> ResultAnchor:
+    """One ``batch_decisions`` entry."""
+    if not isinstance(entry, dict):
+        raise invalid("not an object", path)
+    batch = whole_number(entry.get("batch_size"))
+    if batch is None:
+        raise invalid("expected a whole batch size", f"{path}.batch_size", entry.get("batch_size"))
+    candidates = entry.get("candidates")
+    if not isinstance(candidates, list):
+        raise invalid("no 'candidates' list", f"{path}.candidates")
+    read = []
+    for index, candidate in enumerate(candidates):
+        where = f"{path}.candidates[{index}]"
+        if not isinstance(candidate, dict):
+            raise invalid("not an object", where)
+        numbers: dict[str, int] = {}
+        for name in ("batch_size", "k", "num_runs"):
+            number = whole_number(candidate.get(name))
+            if number is None:
+                raise invalid(
+                    "expected a whole number >= 0", f"{where}.{name}", candidate.get(name)
+                )
+            numbers[name] = number
+        read.append(
+            ResultCandidate(
+                batch_size=numbers["batch_size"],
+                k=numbers["k"],
+                num_runs=numbers["num_runs"],
+                median=_number(candidate.get("median_objective")),
+                relative_mad=_number(candidate.get("objective_relative_mad")),
+            )
+        )
+    return ResultAnchor(
+        batch_size=batch,
+        selected_k=whole_number(entry.get("selected_k")),
+        candidates=tuple(read),
+        confidence=_confidence(entry.get("confidence")),
+    )
+
+
+def _confidence(block: Any) -> AnchorConfidence | None:
+    """A confidence block; entries that are not numbers are left out (the block is evidence
+    for planning, not a decision: a damaged entry means no evidence for that K)."""
+    if not isinstance(block, dict):
+        return None
+    return AnchorConfidence(
+        status=str(block.get("status", "")),
+        p_eps_good=_by_k(block.get("p_eps_good"), _number),
+        contenders=tuple(
+            k for k in (whole_number(v) for v in _list(block.get("contenders"))) if k is not None
+        ),
+        runs_needed=_by_k(block.get("runs_needed"), whole_number),
+    )
+
+
+def _by_k(value: Any, convert: Any) -> dict[int, Any]:
+    """A JSON object keyed by K (as strings), its values converted; bad entries left out."""
+    found = {}
+    for key, item in _mapping(value).items():
+        k, converted = whole_number(_int_text(key)), convert(item)
+        if k is not None and converted is not None:
+            found[k] = converted
+    return found
+
+
+def _engine_of(data: Mapping[str, Any]) -> EngineFacts:
+    """The capture ceiling a result was tuned under, when it was stated (not assumed)."""
+    ceiling = _mapping(_mapping(data.get("deployment")).get("capture_ceiling"))
+    facts: dict[str, Fact] = {}
+    for name, known in (("size", "known"), ("max_num_seqs", "max_num_seqs_known")):
+        value = whole_number(ceiling.get(name))
+        if value is not None and value >= 1 and ceiling.get(known) is True:
+            target = "max_cudagraph_capture_size" if name == "size" else name
+            source = ceiling.get("source" if name == "size" else "max_num_seqs_source")
+            facts[target] = Fact(value, f"the result's {source}")
+    return EngineFacts(**facts)
+
+
+def _anchors_to_measure(data: Mapping[str, Any]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """The ``deployment.anchors_to_measure`` rows (capture boundaries), each a batch size >= 1
+    with its K; malformed rows left out."""
+    rows = []
+    for row in _list(_mapping(data.get("deployment")).get("anchors_to_measure")):
+        row = _mapping(row)
+        batch = whole_number(row.get("batch_size"))
+        ks = row.get("ks")
+        if batch is None or batch < 1 or not isinstance(ks, list):
+            continue
+        rows.append((batch, tuple(k for k in map(whole_number, ks) if k is not None)))
+    return tuple(rows)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _int_text(key: str) -> int | None:
+    return int(key) if key.isdigit() else None
+
+
+def _stated_k(value: Any) -> int | None:
+    """A global K as the file states it: a JSON integer within tune-spec-k's limit on any
+    count, else None (a text, a boolean, a float is no K, as in every format's reader)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return whole_number(value)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
