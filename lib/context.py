@@ -41,6 +41,7 @@ from lib.context_formats import (
     unexportable_grid_problems,
 )
 from lib.context_formats import ContextPoint as GridPoint
+from lib.objectives import direction_problems
 from lib.problems import Problem, Severity
 from lib.schedule import candidate_json
 from lib.settings import (
@@ -614,7 +615,8 @@ def analyse_contexts(
 ) -> ContextAnalysis:
     """The whole analysis once per context point, and the seed's pooled answer.
 
-    Problems, in order: the loader's (once), the axis's, each context point's own (its
+    Problems, in order: the loader's (once), the axis's, the catalogue's about the
+    direction (once, :func:`lib.objectives.direction_problems`), each context point's own (its
     message saying which point), then what concerns the grid as a whole: a warning that the
     seed's answer pools prompt lengths (or could not be given), and a warning when the
     anchors do not start at 1 (the grid stands; no schedule can be deployed from it). The
@@ -625,13 +627,16 @@ def analyse_contexts(
     contexts = tuple(
         analyse(axis.sweep_at(sweep, index), settings, options) for index in range(len(axis.points))
     )
-    problems: list[Problem] = [*sweep.problems, *axis.problems]
+    # What the catalogue says of the settings holds for the whole grid: said once.
+    settings_problems = direction_problems(settings)
+    problems: list[Problem] = [*sweep.problems, *axis.problems, *settings_problems]
+    said = {problem.rule for problem in settings_problems}
     reason = _not_deployable_reason(contexts)
     for point, context in zip(axis.points, contexts, strict=True):
         problems += [
             _in_context(problem, point)
             for problem in context.result.problems
-            if reason is None or problem.rule not in _SCHEDULE_RULES
+            if (reason is None or problem.rule not in _SCHEDULE_RULES) and problem.rule not in said
         ]
     lengths = ", ".join(str(point.prompt_tokens) for point in axis.points)
     answer: Analysis | None = None

@@ -33,12 +33,12 @@ import polars as pl
 from lib import robust
 from lib.flags import flag_name
 from lib.keys import LARGEST_WHOLE_NUMBER, whole_number
+from lib.objectives import OBJECTIVES_BY_NAME, direction_problems
 from lib.problems import Problem, Severity, errors, show_value
 from lib.settings import (
     DEFAULT_K_VAR,
     GLOBAL_K_VAR,
     HEALTH_FIELDS,
-    Direction,
     Fields,
     Settings,
 )
@@ -47,7 +47,6 @@ from lib.sweeps import Sweep
 __all__ = [
     "CELL_SCHEMA",
     "DECISION_SCHEMA",
-    "KNOWN_OBJECTIVES",
     "NO_SCHEDULE",
     "PLAUSIBLE_OBJECTIVE",
     "TRTLLM_SCHEDULE",
@@ -79,18 +78,6 @@ __all__ = [
 
 #: One inclusive ``[lo, hi, K]`` range of a schedule.
 Range = tuple[int, int, int]
-
-#: Objectives the app offers first, with the direction that means "better".
-KNOWN_OBJECTIVES: dict[str, Direction] = {
-    "output_throughput": "maximize",
-    "mean_tpot_ms": "minimize",
-    "median_tpot_ms": "minimize",
-    "request_goodput": "maximize",
-    "total_token_throughput": "maximize",
-    "request_throughput": "maximize",
-    "mean_e2el_ms": "minimize",
-    "median_e2el_ms": "minimize",
-}
 
 _ROW_KEY = ("source", "position")
 
@@ -187,7 +174,9 @@ def objective_gate(
             "no run has the objective field",
             files=_cell_files(runs.head(3)),
             field=objective,
-            expected="a numeric record field, e.g. " + ", ".join(KNOWN_OBJECTIVES),
+            expected="a numeric record field, e.g. "
+            + ", ".join(list(OBJECTIVES_BY_NAME)[:3])
+            + " (README's table of objectives lists the known ones)",
         )
         return _excluded(runs, pl.lit(True), "no objective field"), [problem]
     value = pl.col(objective)
@@ -1128,6 +1117,7 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
     if invalid:
         problems += [Problem(Severity.ERROR, "invalid-setting", reason) for reason in invalid]
         return _untuned(sweep, settings, problems)
+    problems += direction_problems(settings)
     runs = sweep.runs
     gated = _run_gates(sweep, _run_gate_settings(settings))
     problems += gated.problems

@@ -343,6 +343,7 @@ def decisions_section(analysis, options, cli_arguments) -> mo.Html:
                 "**The same on the command line:**\n\n"
                 f"```bash\n{app_support.cli_command(cli_arguments)}\n```"
             ),
+            mo.md(app_support.direction_text(result.settings)),
         ]
     )
 

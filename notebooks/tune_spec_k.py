@@ -14,8 +14,8 @@ with app.setup:
     from lib.app import guide
     from lib.app import support as app_support
     from lib.context import find_context_axis
+    from lib.objectives import OBJECTIVES_BY_NAME
     from lib.present import charts
-    from lib.schedule import KNOWN_OBJECTIVES
     from lib.settings import DEFAULT_BATCH_SIZE_VAR, ContextSettings, Fields, Options, Settings
     from lib.sweeps import load_experiment
 
@@ -400,7 +400,7 @@ def _(experiments, get_fixable):
 @app.cell
 def _(fields, sweep):
     # Both lists come from the sweep's fields: built again for a new experiment only.
-    _choices = guide.objective_choices(sweep, KNOWN_OBJECTIVES, fields)
+    _choices = guide.objective_choices(sweep, OBJECTIVES_BY_NAME, fields)
     objective_picker = mo.ui.dropdown(
         options=_choices or [Settings().objective],
         value=Settings().objective

@@ -76,7 +76,9 @@ CONTROL_HELP: dict[str, str] = {
     " num_speculative_tokens; allow it, and deploy the largest.",
     "objective": "The measured field the schedule optimises (numeric fields that vary).",
     "direction": "Whether a larger value of the objective is better (throughput) or a"
-    " smaller one (latency); usual: smaller for latencies (*_ms), larger otherwise.",
+    " smaller one (latency); usual: the direction README's table of objectives gives the"
+    " field, larger for a field it does not list. The CLI's default is maximize: the"
+    " command line shown under “Decisions” gives --objective-direction.",
     "uncertainty_penalty": "The seed ranks each K by its median less this many robust"
     " sigmas (1.4826 x MAD): noisier K are penalised.",
     "relative_tolerance": "K within this fraction of the best score tie; the smallest tied K wins.",

@@ -23,11 +23,12 @@ import polars as pl
 
 from lib.analysis import Analysis
 from lib.confidence import ConfidenceReport, apply_policy
-from lib.flags import add_flags, from_arguments, to_arguments
+from lib.flags import add_flags, flag_name, from_arguments, to_arguments
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side, side_from_result
+from lib.objectives import find_objective
 from lib.present import tables, text
 from lib.problems import Problem, Severity, printable
-from lib.schedule import KNOWN_OBJECTIVES, NO_SCHEDULE, TuningResult
+from lib.schedule import NO_SCHEDULE, TuningResult
 from lib.settings import (
     DEFAULT_K_VAR,
     GLOBAL_K_VAR,
@@ -67,6 +68,7 @@ __all__ = [
     "compare_with",
     "default_direction",
     "diff_settings",
+    "direction_text",
     "find_experiments",
     "folder_below_root",
     "global_k_text",
@@ -292,11 +294,15 @@ def find_experiments(folder: Path, root: Path) -> tuple[dict[str, Path], list[st
 
 
 def default_direction(field: str) -> Direction:
-    """The direction that means "better" for a field: known objectives as listed in
-    :data:`lib.schedule.KNOWN_OBJECTIVES`, latencies (``*_ms``) minimised, the rest maximised."""
-    if field in KNOWN_OBJECTIVES:
-        return KNOWN_OBJECTIVES[field]
-    return "minimize" if field.endswith("_ms") else "maximize"
+    """The direction that means "better" for a field: the catalogue's
+    (:mod:`lib.objectives`) for a field it knows, else the CLI's default (maximize), as the
+    CLI decides a field it does not know.
+
+    >>> default_direction("p99_ttft_ms"), default_direction("my_field_ms")
+    ('minimize', 'maximize')
+    """
+    found = find_objective(field)
+    return Settings().direction if found is None else found.direction
 
 
 def chosen_direction(choice: str, objective: str) -> Direction:
@@ -312,6 +318,42 @@ def chosen_direction(choice: str, objective: str) -> Direction:
     if choice not in ("maximize", "minimize"):
         raise ValueError(f"direction {choice!r}: expected one of {DIRECTION_CHOICES}")
     return "maximize" if choice == "maximize" else "minimize"
+
+
+def direction_text(settings: Settings) -> str:
+    """What the app says beside its command line about the direction it tunes with: whether
+    it is the catalogue's (:mod:`lib.objectives`) for the objective, and, where it is not the
+    CLI's default (maximize), that the command line needs the flag (the command shown gives
+    it).
+
+    >>> print(direction_text(Settings(objective="median_tpot_ms", direction="minimize")))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    Better is smaller for median_tpot_ms (ms): the catalogue's direction (README, table of
+    objectives). The CLI's default is maximize: on the command line the same answer needs
+    --objective-direction minimize.
+    >>> print(direction_text(Settings(objective="my_field")))  # doctest: +NORMALIZE_WHITESPACE
+    Better is larger for my_field: the catalogue does not list this field; the CLI's
+    default.
+    """
+    direction, objective = settings.direction, settings.objective
+    found = find_objective(objective)
+    better = "larger" if direction == "maximize" else "smaller"
+    if found is None:
+        source = "the catalogue does not list this field"
+    elif found.direction == direction:
+        source = "the catalogue's direction (README, table of objectives)"
+    else:
+        opposite = "larger" if found.direction == "maximize" else "smaller"
+        source = f"not the catalogue's direction (it says {opposite} is better)"
+    unit = f" ({found.unit})" if found is not None else ""
+    cli_default = Settings().direction
+    if direction == cli_default:
+        return f"Better is {better} for {objective}{unit}: {source}; the CLI's default."
+    flag = flag_name(Settings, "direction")
+    return (
+        f"Better is {better} for {objective}{unit}: {source}. The CLI's default is"
+        f" {cli_default}: on the command line the same answer needs {flag} {direction}."
+    )
 
 
 def acceptance_options(sweep: Sweep) -> list[str]:

@@ -44,6 +44,7 @@ from lib.settings import RANDOM_PROMPT_LENGTH
 
 __all__ = [
     "DESIGN_FILE",
+    "RANDOM_TOKENS_NOTE",
     "FollowUpNeeds",
     "SweepDesign",
     "SweepPlan",
@@ -76,6 +77,18 @@ GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 #: What ``vllm bench sweep serve`` POSTs after each run unless ``--after-bench-cmd`` is given
 #: (vLLM 0.32.0 ``benchmarks/sweep/server.py``): the after-bench command must POST them too.
 RESET_ENDPOINTS = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache")
+#: Why a tuning on the random dataset does not measure what a deployment sees: said in every
+#: such plan's notes. The seed's own random control (vLLM PR #49163: Llama 3.1 8B, EAGLE3,
+#: single H100) measured acceptance lengths of 1.09-1.15 and chose K=0 everywhere, where the
+#: Sonnet dataset chose K=7 up to batch 63.
+RANDOM_TOKENS_NOTE = (
+    "the random dataset's prompts are token sequences no text has: the drafter cannot predict"
+    " what follows them (acceptance length 1.09-1.15 in the seed's own random control), so"
+    " speculation looks useless (that control chose K=0 at every batch size); tune on natural"
+    " text for a"
+    " deployment (--dataset sonnet --dataset-path vLLM's benchmarks/sonnet.txt, or sharegpt,"
+    " custom, hf with a file of your traffic)"
+)
 #: ``vllm bench serve --random-output-len``'s default.
 RANDOM_OUTPUT_LEN_DEFAULT = 128
 
@@ -935,6 +948,8 @@ def tuning_plan(
         " configuration for every candidate, K=0 included)",
         f"tune with: tune-spec-k {results_dir}/{experiment_name}",
     ]
+    if design.dataset == "random":
+        notes.append(RANDOM_TOKENS_NOTE)
     if design.context_lengths:
         holds = _max_model_len(design.serve_args) or design.max_model_len_needed
         notes.append(

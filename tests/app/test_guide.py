@@ -13,8 +13,8 @@ from sweep_builder import WORKED_EXAMPLE, grid, write_grid
 
 from lib.analysis import analyse
 from lib.app import guide
+from lib.objectives import OBJECTIVES_BY_NAME
 from lib.problems import Problem, Severity
-from lib.schedule import KNOWN_OBJECTIVES
 from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Fields, Options, Settings
 from lib.sweeps import load_experiment
 
@@ -147,7 +147,7 @@ def test_a_longer_word_is_not_a_flag() -> None:
 
 def test_objectives_are_fields_that_vary_and_are_measured(tmp_path: Path) -> None:
     folder = write_grid(tmp_path, STEADY, request_goodput=None, burst=7.0)
-    choices = guide.objective_choices(load_experiment(folder), KNOWN_OBJECTIVES, Fields())
+    choices = guide.objective_choices(load_experiment(folder), OBJECTIVES_BY_NAME, Fields())
     # Every record field of this sweep but output_throughput is the same in every run (or
     # null everywhere, as request_goodput without --goodput), or a counter or the anchor.
     assert choices == ["output_throughput"]
@@ -155,8 +155,8 @@ def test_objectives_are_fields_that_vary_and_are_measured(tmp_path: Path) -> Non
 
 def test_objectives_of_a_real_sample_put_the_known_first() -> None:
     sweep = load_experiment(Path(__file__).parents[2] / "data" / "sample_sweeps" / "sonnet-like")
-    choices = guide.objective_choices(sweep, KNOWN_OBJECTIVES, Fields())
-    known = [name for name in KNOWN_OBJECTIVES if name in choices]
+    choices = guide.objective_choices(sweep, OBJECTIVES_BY_NAME, Fields())
+    known = [name for name in OBJECTIVES_BY_NAME if name in choices]
     assert choices[: len(known)] == known and "output_throughput" in known
     for absent in ("max_concurrency", "completed", "failed", "num_prompts", "run_number"):
         assert absent not in choices, absent

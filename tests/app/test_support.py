@@ -209,11 +209,29 @@ def test_slider_steps_are_the_numbers_a_user_types() -> None:
     assert 0.9 in confidence and 0.57 in confidence  # 0.5 + 7 * 0.01 is 0.5700000000000001
 
 
+def test_the_direction_text_says_where_the_direction_comes_from() -> None:
+    latency = app_support.direction_text(Settings(objective="p99_e2el_ms", direction="minimize"))
+    assert "the catalogue's direction" in latency
+    assert latency.endswith("needs --objective-direction minimize.")
+    # Maximised, the latency is not the catalogue's direction, and it is the CLI's default.
+    maximised = app_support.direction_text(Settings(objective="p99_e2el_ms"))
+    assert "not the catalogue's direction (it says smaller is better)" in maximised
+    assert maximised.endswith("; the CLI's default.")
+    assert "catalogue's direction" in app_support.direction_text(Settings())
+    minimised = app_support.direction_text(Settings(direction="minimize"))
+    assert "not the catalogue's direction (it says larger is better)" in minimised
+    unknown = app_support.direction_text(Settings(objective="x_ms", direction="minimize"))
+    assert "does not list this field" in unknown
+    assert "needs --objective-direction minimize" in unknown
+
+
 def test_directions_and_acceptance_choices(tmp_path: Path) -> None:
     sweep = load_experiment(write_grid(tmp_path, grid([1], {0: [1.0], 3: [2.0]})))
     assert app_support.default_direction("mean_tpot_ms") == "minimize"
     assert app_support.default_direction("p99_ttft_ms") == "minimize"
     assert app_support.default_direction("max_output_tokens_per_s") == "maximize"
+    # A field the catalogue does not list takes the CLI's default, whatever its name says.
+    assert app_support.default_direction("my_latency_ms") == Settings().direction == "maximize"
     # The direction control's first choice follows whatever objective is picked; the others
     # hold whatever the objective.
     usual = app_support.USUAL_DIRECTION

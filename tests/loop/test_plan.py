@@ -25,6 +25,7 @@ from vllm_sweep import (
 from lib.confidence import ConfidenceReport, ConfidenceSettings, apply_policy, assess
 from lib.deploy.result_file import result_text
 from lib.loop.plan import (
+    RANDOM_TOKENS_NOTE,
     SweepDesign,
     default_anchors,
     design_from,
@@ -452,3 +453,47 @@ def test_a_context_plan_sweeps_every_prompt_length_and_tunes_into_a_grid(tmp_pat
         (1, 4096): 3,
         (64, 4096): 3,
     }
+
+
+def test_a_random_dataset_plan_says_why_random_tokens_mislead() -> None:
+    random_notes = planned(llama_design()).notes
+    assert RANDOM_TOKENS_NOTE in random_notes and "1.09-1.15" in RANDOM_TOKENS_NOTE
+    sonnet = planned(llama_design(dataset="sonnet", dataset_path="sonnet.txt", input_len=550))
+    assert RANDOM_TOKENS_NOTE not in sonnet.notes
+
+
+def test_repeats_as_seeded_bench_combos_pool_into_one_cell(tmp_path: Path) -> None:
+    """A per-repeat ``--seed`` as a bench-params axis (one bench combo per (anchor, seed), each
+    run once, as `vllm bench sweep serve` runs a list of combos with --num-runs 1): every
+    record holds its ``seed``, and the tuner still pools the repeats of an (anchor, K) into one
+    cell (different bench combos of one serve combo are one server), not a new axis."""
+    plan = planned(llama_design(anchors=(1, 64), ks=(0, 3)))
+    step = plan.steps[0]
+    seeds = (0, 1, 2)
+    experiment = tmp_path / "e"
+    for serve_item in vllm_records_params(step.serve_params):
+        k = serve_item["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
+        for bench_item in vllm_records_params(step.bench_params):
+            for seed in seeds:
+                bench_seeded = {
+                    **bench_item,
+                    "_benchmark_name": f"{bench_item['_benchmark_name']}-seed{seed}",
+                    "seed": seed,
+                }
+                record = {
+                    **vllm_record(serve_item, bench_seeded, 0),
+                    # K=3 wins at 1 (by 50 %), K=0 at 64 (by 20 %), 1 % apart per seed.
+                    "output_throughput": (150.0 if k else 100.0)
+                    * (1 if bench_item["max_concurrency"] == 1 else (0.8 if k else 1.2))
+                    * (1 + 0.01 * seed),
+                }
+                bench_name = bench_seeded["_benchmark_name"]
+                name = f"SERVE--{serve_item['_benchmark_name']}-BENCH--{bench_name}"
+                write_combo(experiment / name, [record])
+    sweep = load_experiment(experiment)
+    assert sorted(set(sweep.runs["seed"].to_list())) == list(seeds)
+    result = tune(sweep, Settings())
+    assert result.ok, [p.describe() for p in result.problems]
+    assert result.cells.height == 4  # 2 anchors x 2 K, the seeds pooled
+    assert set(result.cells["num_runs"].to_list()) == {3}
+    assert result.schedule == Schedule(((1, 63, 3), (64, 64, 0)))
