@@ -84,6 +84,7 @@ SWITCH_SCHEMA = pl.Schema(
         "step_switch_at": pl.Int64,  # first batch size that runs to_k in the step schedule
         "changed_batch_sizes": pl.Int64,
         "gain_percent": pl.Float64,  # mean expected gain over the changed batch sizes
+        "max_gain_percent": pl.Float64,  # the largest gain at one changed batch size (0: none)
         "note": pl.Utf8,
     }
 )
@@ -194,7 +195,7 @@ def find_switch_points(result: TuningResult, report: ConfidenceReport) -> Switch
             continue
         switch_at, crossover, note = _switch(lower, upper, from_k, to_k, gains)
         changed = upper - switch_at
-        row_sum = 0.0
+        row_sum = row_max = 0.0
         if changed:
             starts.append(switch_at)
             start_ks.append(to_k)
@@ -213,6 +214,7 @@ def find_switch_points(result: TuningResult, report: ConfidenceReport) -> Switch
                 "step_switch_at": upper,
                 "changed_batch_sizes": changed,
                 "gain_percent": row_sum / changed if changed else 0.0,
+                "max_gain_percent": row_max,
                 "note": note,
             }
         )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -21,6 +20,7 @@ import polars as pl
 
 from lib.confidence import ConfidenceReport, log_change_percent
 from lib.measurement_plan import MeasurementPlan
+from lib.numbers import probability_text, signed_percent_text
 from lib.problems import Problem, printable
 from lib.schedule import NO_SCHEDULE, TuningResult
 from lib.settings import RANDOM_PROMPT_LENGTH
@@ -50,22 +50,6 @@ __all__ = [
     "switch_point_lines",
     "text_block_html",
 ]
-
-
-def _p(value: float | None) -> str:
-    """A probability to 2 decimals, rounded down: a P of 0.899 reads 0.89, never "0.90" beside
-    "no K reaches 0.9" (the guard against float noise keeps 0.29 reading 0.29).
-
-    >>> _p(0.899), _p(0.29), _p(1.0), _p(None)
-    ('0.89', '0.29', '1.00', 'unknown')
-    """
-    if value is None:
-        return "unknown"
-    return f"{math.floor(round(value * 100, 6)) / 100:.2f}"
-
-
-def _percent(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.2f}%"
 
 
 # --------------------------------------------------------------------------- tuning
@@ -119,9 +103,9 @@ def confidence_lines(report: ConfidenceReport, result: TuningResult | None = Non
         anchor, k = row["anchor"], row["selected_k"]
         head = f"batch_size={anchor}: {row['status']}"
         head += f", provisional K={k}" if row["provisional"] else f", K={k}"
-        head += f" P(eps-good)={_p(p_of.get((anchor, k)))}"
+        head += f" P(eps-good)={probability_text(p_of.get((anchor, k)))}"
         if p_clean.get((anchor, k)) is not None:
-            head += f" ({_p(p_clean[(anchor, k)])} without the flagged runs)"
+            head += f" ({probability_text(p_clean[(anchor, k)])} without the flagged runs)"
         parts = [head]
         if row["status"] == "unresolved":
             parts.append("contenders=" + str(list(row["contenders"])))
@@ -131,9 +115,8 @@ def confidence_lines(report: ConfidenceReport, result: TuningResult | None = Non
             parts.append("flagged: " + ", ".join(flagged[anchor]))
         picked = picks.get(anchor)
         if picked is not None and picked != k:
-            parts.append(
-                f"the reported pick K={picked} has P(eps-good)={_p(p_of.get((anchor, picked)))}"
-            )
+            shown = probability_text(p_of.get((anchor, picked)))
+            parts.append(f"the reported pick K={picked} has P(eps-good)={shown}")
         lines.append("; ".join(parts))
     return lines
 
@@ -309,19 +292,19 @@ def check_lines(report: CheckReport) -> list[str]:
             f"dynamic K={row['dynamic_k']} median={row['dynamic_median']:.2f}",
         ]
         if row["best_static"] is not None:
+            change = signed_percent_text(row["vs_best_static_percent"])
             parts.append(
-                f"vs best static ({row['best_static']}) {_percent(row['vs_best_static_percent'])}"
-                f" P(at least as good)={_p(row['p_vs_best_static'])}"
+                f"vs best static ({row['best_static']}) {change}"
+                f" P(at least as good)={probability_text(row['p_vs_best_static'])}"
             )
         if row["k0_arm"] is not None:
             parts.append(
-                f"vs {row['k0_arm']} {_percent(row['vs_k0_percent'])}"
-                f" P(at least as good)={_p(row['p_vs_k0'])}"
+                f"vs {row['k0_arm']} {signed_percent_text(row['vs_k0_percent'])}"
+                f" P(at least as good)={probability_text(row['p_vs_k0'])}"
             )
         if row["same_k_arm"] is not None:
-            parts.append(
-                f"Dynamic SD overhead vs {row['same_k_arm']}: {_percent(row['overhead_percent'])}"
-            )
+            overhead = signed_percent_text(row["overhead_percent"])
+            parts.append(f"Dynamic SD overhead vs {row['same_k_arm']}: {overhead}")
         lines.append("; ".join(parts))
         lines += [f"  {reason}" for reason in row["reasons"]]
     losses = report.losses

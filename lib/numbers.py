@@ -1,0 +1,44 @@
+"""How every number tune-spec-k shows is written: probabilities, percents, throughputs.
+
+One function per kind, used by the CLI's lines, the app's text and the verdict, so that one
+value never reads two ways (0.7664 as "0.76" in one place and "0.77" in another).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["percent_text", "probability_text", "signed_percent_text"]
+
+
+def probability_text(value: float | None) -> str:
+    """A probability to 2 decimals, rounded down: a P of 0.899 reads 0.89, never "0.90" beside
+    "no K reaches 0.9", and 0.9996 reads 0.99, never "1.00" (a pick is never shown as certain).
+    The guard against float noise keeps 0.29 (0.28999... in binary) reading 0.29.
+
+    >>> probability_text(0.899), probability_text(0.29), probability_text(0.9996)
+    ('0.89', '0.29', '0.99')
+    >>> probability_text(1.0), probability_text(0.0), probability_text(None)
+    ('1.00', '0.00', 'unknown')
+    """
+    if value is None:
+        return "unknown"
+    return f"{math.floor(round(value * 100, 6)) / 100:.2f}"
+
+
+def percent_text(value: float, decimals: int = 1) -> str:
+    """A size in percent, unsigned (a loss, a share): ``16.8 %`` style without the space.
+
+    >>> percent_text(16.77), percent_text(0.04), percent_text(3, decimals=0)
+    ('16.8%', '0.0%', '3%')
+    """
+    return f"{value:.{decimals}f}%"
+
+
+def signed_percent_text(value: float | None, decimals: int = 2) -> str:
+    """A change in percent with its sign (``+9.65%``, ``-1.20%``); ``n/a`` when unknown.
+
+    >>> signed_percent_text(9.649), signed_percent_text(-1.2), signed_percent_text(None)
+    ('+9.65%', '-1.20%', 'n/a')
+    """
+    return "n/a" if value is None else f"{value:+.{decimals}f}%"
