@@ -960,6 +960,12 @@ class ConfidenceBlocks(Protocol):
     def blocks(self) -> Mapping[int, Mapping[str, Any]]: ...
 
 
+class CellBlocks(Protocol):
+    """Per-cell JSON values a result writes as the last key of each candidate."""
+
+    def blocks(self) -> Mapping[tuple[int, int], Mapping[str, Any]]: ...
+
+
 class JsonValue(Protocol):
     """A typed part of the result that becomes one top-level JSON key when it is written."""
 
@@ -992,6 +998,9 @@ class TuningResult:
     #: Further top-level JSON keys (decision policy, switch points, deployment), after
     #: ``problems``: typed values (:class:`JsonValue`), serialised when the JSON is written.
     additions: Mapping[str, JsonValue] = field(default_factory=dict)
+    #: The effective batch per cell (:class:`lib.effective_batch.EffectiveBatch`): each
+    #: candidate's last key ``effective_batch_size`` (null where not computed); no key when None.
+    effective_batch: CellBlocks | None = None
 
     @property
     def ok(self) -> bool:
@@ -1050,10 +1059,12 @@ class TuningResult:
             "allow_mixed_global_k": settings.allow_mixed_global_k,
         }
         candidates: dict[int, list[dict[str, Any]]] = {}
+        effective = self.effective_batch.blocks() if self.effective_batch is not None else None
         for cell in self.cells.to_dicts():
-            candidates.setdefault(cell["anchor"], []).append(
-                {"batch_size": cell["anchor"], **candidate_json(cell)}
-            )
+            candidate = {"batch_size": cell["anchor"], **candidate_json(cell)}
+            if effective is not None:
+                candidate["effective_batch_size"] = effective.get((cell["anchor"], cell["k"]))
+            candidates.setdefault(cell["anchor"], []).append(candidate)
         decisions = [
             {
                 "batch_size": row["anchor"],

@@ -128,7 +128,9 @@ def main(args: TuneArgs) -> int:
 def _read(args: TuneArgs) -> tuple[SweepFiles, SavedServers]:
     """The sweep's files, only the metrics the analysis reads, and the server configs it saved
     (run in the prefetch child)."""
+    from lib.cliffs import ACCEPTANCE_FIELD
     from lib.context import context_fields_read
+    from lib.effective_batch import EFFECTIVE_BATCH_FIELDS
     from lib.server_info import read_server_settings
     from lib.sweep_files import read_sweep_files
 
@@ -139,6 +141,8 @@ def _read(args: TuneArgs) -> tuple[SweepFiles, SavedServers]:
         metrics=(
             *args.settings.metrics_read(),
             *context_fields_read(args.context.context_var),
+            *EFFECTIVE_BATCH_FIELDS,
+            ACCEPTANCE_FIELD,
             *(name for names in ENGINE_FIELDS.values() for name in names),
         ),
     )
@@ -216,6 +220,8 @@ def _tune(args: TuneArgs) -> int:
         lines += text.switch_point_lines(analysis.switch_points)
     if plan is not None:
         lines += text.measurement_plan_lines(plan)
+    if analysis.effective_batch is not None:
+        lines += text.effective_batch_lines(analysis.effective_batch)
     if deployment is not None:
         lines += deployment.lines()
     lines.append(text.speculative_config_line(result))
