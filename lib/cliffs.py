@@ -8,7 +8,9 @@ anchors ``b1 < b2`` and every K with a cell median at both, the K's **scaling** 
     g(K) = m(b1, K) / m(b2, K)     when minimising (latency: the same, the right way up)
 
 ``m`` the cell median of the objective. Its reference is the median of the other Ks' scaling
-over the same pair, ``g_others`` (each K measured at both anchors; none: no check). K falls
+over the same pair, ``g_others`` (each K measured at both anchors; at least
+:data:`MIN_OTHERS` of them, else no check: with one other K the two disagree symmetrically
+and neither is the odd one out, a crossing the switch points handle). K falls
 off a cliff when ``g(K) < g_others / CLIFF_FACTOR``: it does at least ``CLIFF_FACTOR`` times
 worse between the two anchors than the typical K. At exactly the factor it does not.
 
@@ -51,6 +53,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from lib.problems import Problem, Severity
+from lib.settings import CLIFF_ACCEPTANCE_FIELD as ACCEPTANCE_FIELD
 
 if TYPE_CHECKING:
     from lib.schedule import TuningResult
@@ -59,6 +62,7 @@ __all__ = [
     "ACCEPTANCE_FIELD",
     "CLIFF_FACTOR",
     "CLIFF_RULE",
+    "MIN_OTHERS",
     "STEADY_ACCEPTANCE",
     "CeilingHint",
     "Cliff",
@@ -77,10 +81,10 @@ CLIFF_FACTOR = 2.0
 #: Acceptance that changes by at most this fraction between the two anchors is steady: the
 #: drafter did not change, the engine's execution did (the seed's acceptance-stability gate).
 STEADY_ACCEPTANCE = 0.1
+#: Other Ks a K is compared with, at least: the median of one K says nothing of which is odd.
+MIN_OTHERS = 2
 #: The rule name of a cliff's warning.
 CLIFF_RULE = "cross-anchor-cliff"
-#: The acceptance field a cliff reports when ``--acceptance-var`` names none.
-ACCEPTANCE_FIELD = "spec_decode_acceptance_length"
 
 
 class CliffCause(StrEnum):
@@ -217,7 +221,7 @@ def find_cliffs(result: TuningResult, factor: float = CLIFF_FACTOR) -> tuple[Cli
         scalings = _scalings(medians[lower], medians[upper], maximize)
         for k, scaling in sorted(scalings.items()):
             others = sorted(j for j in scalings if j != k)
-            if not others:
+            if len(others) < MIN_OTHERS:
                 continue
             reference = statistics.median(scalings[j] for j in others)
             if not is_cliff(scaling, reference, factor):

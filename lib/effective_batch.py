@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from lib.problems import Problem, Severity
+from lib.settings import EFFECTIVE_BATCH_FIELDS
 
 if TYPE_CHECKING:
     from lib.schedule import TuningResult
@@ -52,8 +53,6 @@ __all__ = [
     "is_spread",
 ]
 
-#: The record fields Little's law reads: requests per second and mean end-to-end latency (ms).
-EFFECTIVE_BATCH_FIELDS = ("request_throughput", "mean_e2el_ms")
 #: An effective batch below this fraction of the anchor is a warning.
 BELOW_ANCHOR_FRACTION = 0.9
 #: A relative range of the runs' effective batch above this is a warning.

@@ -128,9 +128,7 @@ def main(args: TuneArgs) -> int:
 def _read(args: TuneArgs) -> tuple[SweepFiles, SavedServers]:
     """The sweep's files, only the metrics the analysis reads, and the server configs it saved
     (run in the prefetch child)."""
-    from lib.cliffs import ACCEPTANCE_FIELD
     from lib.context import context_fields_read
-    from lib.effective_batch import EFFECTIVE_BATCH_FIELDS
     from lib.server_info import read_server_settings
     from lib.sweep_files import read_sweep_files
 
@@ -141,8 +139,6 @@ def _read(args: TuneArgs) -> tuple[SweepFiles, SavedServers]:
         metrics=(
             *args.settings.metrics_read(),
             *context_fields_read(args.context.context_var),
-            *EFFECTIVE_BATCH_FIELDS,
-            ACCEPTANCE_FIELD,
             *(name for names in ENGINE_FIELDS.values() for name in names),
         ),
     )
