@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from lib.cliffs import Cliff, cliff_problems, find_cliffs
 from lib.confidence import ConfidenceReport, ConfidenceSettings, apply_policy, assess
+from lib.effective_batch import EffectiveBatch, effective_batch, effective_batch_problems
 from lib.measurement_plan import MeasurementPlan, measurement_plan
 from lib.problems import Problem, Severity
 from lib.schedule import TuningResult, schedule_problems, tune
@@ -26,13 +28,18 @@ class Analysis:
     """``result`` is what the CLI writes; ``seed_result`` the seed policy's own answer (the
     same as ``result`` under the default policy), for comparing the two rules. ``report``,
     ``switch_points`` and ``plan`` are None when they could not be computed (invalid
-    confidence settings; no schedule)."""
+    confidence settings; no schedule). ``cliffs``: :func:`lib.cliffs.find_cliffs` of the
+    result's cells, each also a warning among its problems; switch points and the plan do
+    not interpolate across them. ``effective_batch``: requests in flight per cell
+    (:mod:`lib.effective_batch`), its warnings among the problems, in each JSON candidate."""
 
     result: TuningResult
     seed_result: TuningResult
     report: ConfidenceReport | None
     switch_points: SwitchPoints | None
     plan: MeasurementPlan | None
+    cliffs: tuple[Cliff, ...] = ()
+    effective_batch: EffectiveBatch | None = None
 
 
 def analyse(sweep: Sweep, settings: Settings, options: Options | None = None) -> Analysis:
@@ -58,7 +65,16 @@ def analyse(sweep: Sweep, settings: Settings, options: Options | None = None) ->
         return Analysis(result, seed_result, None, None, None)
     report = assess(seed_result, confidence_settings)
     result = apply_policy(seed_result, report, options.policy)
-    switch_points = find_switch_points(result, report) if result.ok else None
+    cliffs = find_cliffs(result)
+    in_flight = effective_batch(result)
+    found = [
+        *cliff_problems(cliffs, settings.objective),
+        *effective_batch_problems(in_flight, result),
+    ]
+    result = dataclasses.replace(
+        result, problems=(*result.problems, *found), effective_batch=in_flight
+    )
+    switch_points = find_switch_points(result, report, cliffs) if result.ok else None
     if switch_points is not None:
         emitted = "interpolated" if options.interpolated_schedule else "step"
         additions = {
@@ -77,5 +93,7 @@ def analyse(sweep: Sweep, settings: Settings, options: Options | None = None) ->
         seed_result=seed_result,
         report=report,
         switch_points=switch_points,
-        plan=measurement_plan(result, report),
+        plan=measurement_plan(result, report, cliffs),
+        cliffs=cliffs,
+        effective_batch=in_flight,
     )

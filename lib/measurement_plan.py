@@ -10,6 +10,9 @@ neighbouring picks disagree (``docs/confidence.md``, "The measurement plan").
   worse than the other by more than the tie tolerance at either anchor, where to switch matters:
   the plan suggests a new anchor at the geometric midpoint ``sqrt(lower * upper)`` (rounded),
   measured for every K of the sweep (the seed requires the same K set at every anchor).
+  Where either pick falls off a cliff between the two anchors (:mod:`lib.cliffs`) the
+  midpoint is proposed whatever the disagreement: nothing between them is interpolable, and
+  the midpoint narrows down where the cliff starts.
 
 :func:`measurement_plan` returns the two frames; :meth:`MeasurementPlan.to_json` writes them
 (``--plan-json``); :mod:`lib.present.text` prints them.
@@ -20,11 +23,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from lib.cliffs import CLIFF_RULE, Cliff, spanning
 from lib.confidence import MAX_RUNS_NEEDED, MIN_RUNS_NEEDED, ConfidenceReport
 from lib.schedule import TuningResult
 
@@ -92,13 +97,16 @@ class MeasurementPlan:
         return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
 
 
-def measurement_plan(result: TuningResult, report: ConfidenceReport) -> MeasurementPlan:
-    """The plan for ``result``'s picks (either policy) from ``report``'s confidence."""
+def measurement_plan(
+    result: TuningResult, report: ConfidenceReport, cliffs: Sequence[Cliff] = ()
+) -> MeasurementPlan:
+    """The plan for ``result``'s picks (either policy) from ``report``'s confidence;
+    ``cliffs`` (:func:`lib.cliffs.find_cliffs`) mark the stretches not to interpolate."""
     return MeasurementPlan(
         confidence=report.settings.confidence,
         tolerance=report.tolerance,
         reruns=_reruns(report),
-        new_anchors=_new_anchors(result, report),
+        new_anchors=_new_anchors(result, report, cliffs),
     )
 
 
@@ -154,7 +162,9 @@ def _reruns(report: ConfidenceReport) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=RERUN_SCHEMA)
 
 
-def _new_anchors(result: TuningResult, report: ConfidenceReport) -> pl.DataFrame:
+def _new_anchors(
+    result: TuningResult, report: ConfidenceReport, cliffs: Sequence[Cliff]
+) -> pl.DataFrame:
     scores = {
         (row["anchor"], row["k"]): row["mean_score"]
         for row in report.cells.select("anchor", "k", "mean_score").to_dicts()
@@ -179,12 +189,25 @@ def _new_anchors(result: TuningResult, report: ConfidenceReport) -> pl.DataFrame
         loss_below = scores[(lower, lower_k)] - scores[(lower, upper_k)]
         loss_above = scores[(upper, upper_k)] - scores[(upper, lower_k)]
         loss = max(loss_below, loss_above)
-        if loss <= tolerance:
+        across = spanning(cliffs, lower, upper, (lower_k, upper_k))
+        if loss <= tolerance and not across:
             continue
         where, worse, better = (
             (upper, lower_k, upper_k) if loss_above >= loss_below else (lower, upper_k, lower_k)
         )
         percent = math.expm1(loss) * 100
+        reason = (
+            f"K={lower_k} at {lower} and K={upper_k} at {upper}: at {where} K={worse} is"
+            f" {percent:.1f}% worse than K={better}, beyond the {report.tolerance * 100:g}%"
+            f" tolerance, so where to switch matters; {middle} is the geometric midpoint"
+        )
+        if across:
+            named = ", ".join(f"K={cliff.k}" for cliff in across)
+            reason = (
+                f"{named} falls off a cliff between {lower} and {upper} ({CLIFF_RULE}): the"
+                f" stretch is not interpolable; {middle}, the geometric midpoint, narrows down"
+                " where it starts"
+            )
         rows.append(
             {
                 "batch_size": middle,
@@ -195,11 +218,7 @@ def _new_anchors(result: TuningResult, report: ConfidenceReport) -> pl.DataFrame
                 "disagreement_percent": percent,
                 "ks": every_k,
                 "runs_per_k": runs_per_k,
-                "reason": (
-                    f"K={lower_k} at {lower} and K={upper_k} at {upper}: at {where} K={worse} is"
-                    f" {percent:.1f}% worse than K={better}, beyond the {report.tolerance * 100:g}%"
-                    f" tolerance, so where to switch matters; {middle} is the geometric midpoint"
-                ),
+                "reason": reason,
             }
         )
     return pl.DataFrame(rows, schema=NEW_ANCHOR_SCHEMA)

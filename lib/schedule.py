@@ -949,6 +949,12 @@ class ConfidenceBlocks(Protocol):
     def blocks(self) -> Mapping[int, Mapping[str, Any]]: ...
 
 
+class CellBlocks(Protocol):
+    """Per-cell JSON values a result writes as the last key of each candidate."""
+
+    def blocks(self) -> Mapping[tuple[int, int], Mapping[str, Any]]: ...
+
+
 class JsonValue(Protocol):
     """A typed part of the result that becomes one top-level JSON key when it is written."""
 
@@ -982,6 +988,9 @@ class TuningResult:
     #: Further top-level JSON keys (decision policy, switch points, deployment), after
     #: ``problems``: typed values (:class:`JsonValue`), serialised when the file is written.
     additions: Mapping[str, JsonValue] = field(default_factory=dict)
+    #: The effective batch per cell (:class:`lib.effective_batch.EffectiveBatch`): each
+    #: candidate's last key ``effective_batch_size`` (null where not computed); no key when None.
+    effective_batch: CellBlocks | None = None
 
     @property
     def ok(self) -> bool:

@@ -20,6 +20,7 @@ from typing import Literal
 from lib.flags import flag, flag_name
 
 __all__ = [
+    "CLIFF_ACCEPTANCE_FIELD",
     "CONTEXT_AUTO",
     "CONTEXT_NONE",
     "DEFAULT_BATCH_SIZE_VAR",
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_K_VAR",
     "DEFAULT_SEED",
     "DERIVED_COLUMNS",
+    "EFFECTIVE_BATCH_FIELDS",
     "ENGINE_FIELDS",
     "GLOBAL_K_VAR",
     "HEALTH_FIELDS",
@@ -57,6 +59,10 @@ DEFAULT_CONFIDENCE = 0.9
 RESULT_FILE = "speculative_k_schedule.json"
 #: The health fields of a record the policy reads (:func:`lib.schedule.health_gate`).
 HEALTH_FIELDS = ("failed", "completed", "num_prompts")
+#: The fields Little's law reads for the effective batch (:mod:`lib.effective_batch`).
+EFFECTIVE_BATCH_FIELDS = ("request_throughput", "mean_e2el_ms")
+#: The acceptance a cross-anchor cliff reports when no acceptance field is set (:mod:`lib.cliffs`).
+CLIFF_ACCEPTANCE_FIELD = "spec_decode_acceptance_length"
 #: Columns the loader derives for every run (:mod:`lib.sweep_files`): where it came from and
 #: where it sits in the grid, never a measurement. A record field of one of these names is kept
 #: as ``record.<name>``, except ``run_number``, which the derived column holds.
@@ -170,13 +176,22 @@ class Settings:
 
     def metrics_read(self) -> tuple[str, ...]:
         """The record fields the analysis reads with these settings: the objective, the
-        acceptance field if any, and the health fields. A loader may skip every other metric
+        acceptance field if any, the health fields, and what the anomaly checks read (the
+        effective batch's fields, the cliffs' acceptance). A loader may skip every other metric
         (``load_experiment(..., metrics=settings.metrics_read())``).
 
-        >>> Settings(acceptance="spec_decode_acceptance_length").metrics_read()
+        >>> Settings(acceptance="spec_decode_acceptance_length").metrics_read()[:5]
         ('output_throughput', 'spec_decode_acceptance_length', 'failed', 'completed', 'num_prompts')
+        >>> Settings().metrics_read()[4:]
+        ('request_throughput', 'mean_e2el_ms', 'spec_decode_acceptance_length')
         """
-        chosen = (self.objective, self.acceptance, *HEALTH_FIELDS)
+        chosen = (
+            self.objective,
+            self.acceptance,
+            *HEALTH_FIELDS,
+            *EFFECTIVE_BATCH_FIELDS,
+            CLIFF_ACCEPTANCE_FIELD,
+        )
         return tuple(dict.fromkeys(name for name in chosen if name is not None))
 
     def invalid(self) -> list[str]:

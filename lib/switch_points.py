@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from lib.cliffs import CLIFF_RULE, Cliff, spanning
 from lib.confidence import ConfidenceReport
 from lib.schedule import Schedule, TuningResult
 
@@ -86,6 +87,7 @@ SWITCH_SCHEMA = pl.Schema(
         "gain_percent": pl.Float64,  # mean expected gain over the changed batch sizes
         "max_gain_percent": pl.Float64,  # the largest gain at one changed batch size (0: none)
         "note": pl.Utf8,
+        "interpolable": pl.Boolean,  # False across a cross-anchor cliff (lib.cliffs)
     }
 )
 
@@ -138,7 +140,9 @@ class SwitchPoints:
         }
 
 
-def find_switch_points(result: TuningResult, report: ConfidenceReport) -> SwitchPoints | None:
+def find_switch_points(
+    result: TuningResult, report: ConfidenceReport, cliffs: Sequence[Cliff] = ()
+) -> SwitchPoints | None:
     """Switch points for ``result``'s picks from ``report``'s per-cell means.
 
     Parameters
@@ -149,6 +153,10 @@ def find_switch_points(result: TuningResult, report: ConfidenceReport) -> Switch
     report
         The confidence report whose ``cells`` hold each (anchor, K)'s ``mean_score`` (mean log
         objective, negated when minimising); cells with a non-finite mean count as unmeasured.
+    cliffs
+        :func:`lib.cliffs.find_cliffs` of ``result``: between two anchors where either pick
+        falls off a cliff nothing is interpolated; the switch stays at the upper anchor with
+        no gain, and its note says the stretch is not interpolable.
 
     Returns
     -------
@@ -193,7 +201,12 @@ def find_switch_points(result: TuningResult, report: ConfidenceReport) -> Switch
     for (lower, from_k), (upper, to_k) in itertools.pairwise(picks):
         if from_k == to_k:
             continue
-        switch_at, crossover, note = _switch(lower, upper, from_k, to_k, gains)
+        across = spanning(cliffs, lower, upper, (from_k, to_k))
+        note: str | None
+        if across:
+            switch_at, crossover, note = upper, None, _not_interpolable(across)
+        else:
+            switch_at, crossover, note = _switch(lower, upper, from_k, to_k, gains)
         changed = upper - switch_at
         row_sum = row_max = 0.0
         if changed:
@@ -216,6 +229,7 @@ def find_switch_points(result: TuningResult, report: ConfidenceReport) -> Switch
                 "gain_percent": row_sum / changed if changed else 0.0,
                 "max_gain_percent": row_max,
                 "note": note,
+                "interpolable": not across,
             }
         )
     return SwitchPoints(
@@ -228,6 +242,17 @@ def find_switch_points(result: TuningResult, report: ConfidenceReport) -> Switch
         schedule=Schedule.from_picks(starts, start_ks, last),
         mean_gain_percent=gain_sum / (last - anchors[0] + 1),
         max_gain_percent=gain_max,
+    )
+
+
+def _not_interpolable(cliffs: Sequence[Cliff]) -> str:
+    """The note of a switch across a cliff: why it stays at the anchor."""
+    named = ", ".join(f"K={cliff.k}" for cliff in cliffs)
+    first = cliffs[0]
+    return (
+        f"{named} falls off a cliff between {first.lower.batch_size} and"
+        f" {first.upper.batch_size} ({CLIFF_RULE}): the stretch is not interpolable, so the"
+        " switch stays at the anchor and no gain is estimated"
     )
 
 

@@ -86,6 +86,9 @@ def record(
         "request_goodput": None,
         "median_tpot_ms": 10.0,
         "mean_tpot_ms": 10.5,
+        # Little's law: anchor requests in flight (lib/effective_batch.py), as a bench keeps.
+        "request_throughput": float(anchor or 1),
+        "mean_e2el_ms": 1000.0,
         "run_number": run_number,
         "max_concurrency": anchor,
     }

@@ -217,6 +217,8 @@ def _tune(args: TuneArgs) -> int:
         lines += text.switch_point_lines(analysis.switch_points)
     if plan is not None:
         lines += text.measurement_plan_lines(plan)
+    if analysis.effective_batch is not None:
+        lines += text.effective_batch_lines(analysis.effective_batch)
     if deployment is not None:
         lines += deployment.lines()
     lines.append(text.speculative_config_line(result))

@@ -99,10 +99,12 @@ def _tuning_document(result: TuningResult) -> dict[str, Any]:
         "allow_mixed_global_k": settings.allow_mixed_global_k,
     }
     candidates: dict[int, list[dict[str, Any]]] = {}
+    effective = result.effective_batch.blocks() if result.effective_batch is not None else None
     for cell in result.cells.to_dicts():
-        candidates.setdefault(cell["anchor"], []).append(
-            {"batch_size": cell["anchor"], **candidate_json(cell)}
-        )
+        candidate = {"batch_size": cell["anchor"], **candidate_json(cell)}
+        if effective is not None:
+            candidate["effective_batch_size"] = effective.get((cell["anchor"], cell["k"]))
+        candidates.setdefault(cell["anchor"], []).append(candidate)
     blocks = result.confidence.blocks() if result.confidence is not None else {}
     decisions = []
     for row in result.decisions.to_dicts():

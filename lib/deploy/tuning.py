@@ -6,7 +6,9 @@ vLLM's defaults), caps the schedule where C is known (the result's schedule, its
 ``speculative_config`` and its first stdout line are then the capped one), and adds the
 ``deployment`` block to the result JSON and a warning per range past the ceiling, per cell
 measured past it, and per method vLLM would run without the schedule. With C assumed the
-schedule stays the seed's, byte for byte.
+schedule stays the seed's, byte for byte. Each cross-anchor cliff's warning
+(:mod:`lib.cliffs`) is restated with the ceiling, so its likely cause says whether
+``b*(1+K)`` passes C between the two anchors.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any
 
+from lib.cliffs import CLIFF_RULE, CeilingHint, cliff_problems
 from lib.deploy.constraints import (
     CeilingCheck,
     EngineFacts,
@@ -244,10 +247,15 @@ def deploy_analysis(
         Problem(Severity.WARNING, "schedule-disabled", line)
         for line in method_warnings(decisions.method)
     ]
+    kept = result.problems
+    if analysis.cliffs:
+        hint = CeilingHint(ceiling.size, ceiling.known, ceiling.source)
+        restated = iter(cliff_problems(analysis.cliffs, result.settings.objective, hint))
+        kept = tuple(next(restated) if p.rule == CLIFF_RULE else p for p in result.problems)
     deployed = dataclasses.replace(
         result,
         schedule=check.schedule,
         additions={**result.additions, "deployment": deployment},
-        problems=(*result.problems, *problems),
+        problems=(*kept, *problems),
     )
     return dataclasses.replace(analysis, result=deployed), deployment

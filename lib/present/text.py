@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from lib.confidence import ConfidenceReport, log_change_percent
+from lib.effective_batch import EffectiveBatch
 from lib.measurement_plan import MeasurementPlan
 from lib.numbers import probability_text, signed_percent_text
 from lib.problems import Problem, printable
@@ -42,6 +43,7 @@ __all__ = [
     "context_plan_lines",
     "decision_lines",
     "diff_lines",
+    "effective_batch_lines",
     "html_list",
     "measurement_plan_lines",
     "problem_list_html",
@@ -202,7 +204,9 @@ def switch_point_lines(switch_points: SwitchPoints) -> list[str]:
     lines = ["switch points (each K's log speed-up interpolated linearly in log batch size):"]
     for row in switch_points.switches.to_dicts():
         crossing = (
-            f"curves cross at {row['crossover']:.1f}"
+            "not interpolable"
+            if not row["interpolable"]
+            else f"curves cross at {row['crossover']:.1f}"
             if row["crossover"] is not None
             else "curves do not cross between the anchors"
         )
@@ -253,6 +257,28 @@ def measurement_plan_lines(plan: MeasurementPlan) -> list[str]:
             f"  new anchor batch_size={row['batch_size']}: measure K={list(row['ks'])},"
             f" {row['runs_per_k']} run(s) each: {row['reason']}"
         )
+    return lines
+
+
+def effective_batch_lines(found: EffectiveBatch) -> list[str]:
+    """The effective batch per cell, a line per anchor (K and the median requests in flight,
+    ``*`` after one below 0.9 x its anchor or whose runs spread); none when the records lack
+    the fields (a note says so)."""
+    from lib.effective_batch import is_below_anchor, is_spread
+
+    if found.missing:
+        return []
+    lines = [
+        "effective batch (requests in flight, request_throughput x mean_e2el_ms / 1000; vLLM"
+        " looks K up by the requests it schedules; * = below 0.9 x the anchor or spread"
+        " across runs):"
+    ]
+    for (anchor,), group in found.cells.group_by("anchor", maintain_order=True):
+        cells = [
+            f"K={k} {value:.2f}{'*' if is_below_anchor(value, anchor) or is_spread(spread) else ''}"
+            for k, value, spread in group.select("k", "effective_batch", "spread").rows()
+        ]
+        lines.append(f"  batch_size={anchor}: " + ", ".join(cells))
     return lines
 
 

@@ -146,7 +146,14 @@ def test_a_longer_word_is_not_a_flag() -> None:
 
 
 def test_objectives_are_fields_that_vary_and_are_measured(tmp_path: Path) -> None:
-    folder = write_grid(tmp_path, STEADY, request_goodput=None, burst=7.0)
+    folder = write_grid(
+        tmp_path,
+        STEADY,
+        request_goodput=None,
+        burst=7.0,
+        request_throughput=None,
+        mean_e2el_ms=None,
+    )
     choices = guide.objective_choices(load_experiment(folder), OBJECTIVES_BY_NAME, Fields())
     # Every record field of this sweep but output_throughput is the same in every run (or
     # null everywhere, as request_goodput without --goodput), or a counter or the anchor.

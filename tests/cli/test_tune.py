@@ -307,7 +307,8 @@ def test_json_has_the_seed_keys_in_order(
         assert list(decision) == [*DECISION_KEYS, "confidence"]
         assert decision["confidence"]["status"] in ("resolved", "unresolved")
         for candidate in decision["candidates"]:
-            assert list(candidate) == CANDIDATE_KEYS
+            # The seed's keys in order, then the effective batch (lib/effective_batch.py).
+            assert list(candidate) == [*CANDIDATE_KEYS, "effective_batch_size"]
 
 
 def test_json_values_match_the_hand_computation(
