@@ -27,12 +27,13 @@ def probability_text(value: float | None) -> str:
 
 
 def percent_text(value: float, decimals: int = 1) -> str:
-    """A size in percent, unsigned (a loss, a share): ``16.8 %`` style without the space.
+    """A size in percent, unsigned (a loss, a share), never ``-0.0%``.
 
-    >>> percent_text(16.77), percent_text(0.04), percent_text(3, decimals=0)
+    >>> percent_text(16.77), percent_text(-0.04), percent_text(3, decimals=0)
     ('16.8%', '0.0%', '3%')
     """
-    return f"{value:.{decimals}f}%"
+    text = f"{value:.{decimals}f}"
+    return ("0" + text[2:] if text.startswith("-0") and float(text) == 0 else text) + "%"
 
 
 def signed_percent_text(value: float | None, decimals: int = 2) -> str:

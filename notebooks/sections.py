@@ -59,6 +59,32 @@ def sidebar_part(*items: str | tuple[object, str]) -> mo.Html:
     return mo.sidebar(part, width="22rem")
 
 
+def verdict_view(verdict, problem_groups: list) -> mo.Html:
+    """The verdict the CLI prints (lib/deploy/verdict.py): its state, then each reason with
+    its fix; errors in the page's words (the largest group of errors, with the sidebar control
+    that fixes it), as the CLI names them with its flags."""
+    if verdict.state == "cannot-tune":
+        errors = [group for group in problem_groups if group.severity is Severity.ERROR]
+        if errors:
+            more = len(errors) - 1
+            extra = f" ({more} more kind{'s' if more != 1 else ''} of error below)" if more else ""
+            return mo.md(f"**{verdict.title}:** {html.escape(errors[0].sentence)}{extra}")
+    if not verdict.reasons:
+        return mo.md(
+            f"**{verdict.title}:** every pick is resolved, and nothing between the anchors,"
+            " at the capture ceiling or in the data calls it into doubt."
+        )
+    items = "".join(
+        f"<li>{html.escape(reason.message)}. <em>Fix:</em> {html.escape(reason.fix)}.</li>"
+        for reason in verdict.reasons
+    )
+    count = len(verdict.reasons)
+    return mo.Html(
+        f"<p><strong>{verdict.title}</strong> ({count} reason{'s' if count != 1 else ''}):</p>"
+        f'<ul style="margin: 0">{items}</ul>'
+    )
+
+
 def answer_view(
     name: str,
     verdict,
@@ -84,7 +110,7 @@ def answer_view(
         mo.callout(
             mo.vstack(
                 [
-                    mo.md(f"**{verdict.title}:** {html.escape(verdict.reason)}"),
+                    verdict_view(verdict, problem_groups),
                     mo.hstack(fixes, justify="start", wrap=True) if fixes else mo.md(""),
                 ]
             ),

@@ -177,11 +177,7 @@ def _(
     )
     rule_comparison = app_support.compare_rules(analysis, options)
     problem_groups = guide.problem_groups([*shown.problems, *context_notes], settings, fields)
-    verdict = (
-        guide.verdict(analysis, problem_groups, options)
-        if shown.grid is None
-        else app_context.grid_verdict(shown.grid, problem_groups, options)
-    )
+    verdict = shown.verdict
     # A global, so that marimo sends the buttons' clicks to the kernel wherever they are shown.
     _fixable = guide.fixable_values(settings)
     fix_buttons = mo.ui.dictionary(

@@ -5,12 +5,12 @@ formats' downloads iterate the registry (:func:`lib.deploy.registry.formats`).""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from lib.analysis import Analysis, analyse
-from lib.app.guide import ProblemGroup, Verdict
 from lib.context import ContextAnalysis, ContextAxis, analyse_contexts
 from lib.context_formats import ContextExport
 from lib.deploy.decisions import context_decisions, decisions_of
@@ -18,7 +18,8 @@ from lib.deploy.registry import export, formats
 from lib.deploy.result_file import result_text
 from lib.deploy.settings import ExportSettings
 from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
-from lib.problems import Problem, Severity
+from lib.deploy.verdict import Verdict, context_verdict, verdict_in
+from lib.problems import Problem
 from lib.schedule import TuningResult
 from lib.settings import DeploySettings, Options, Settings
 from lib.sweeps import Sweep
@@ -31,7 +32,6 @@ __all__ = [
     "analyse_sweep",
     "context_downloads",
     "engine_downloads",
-    "grid_verdict",
     "heatmap_losses",
     "point_labels",
 ]
@@ -60,6 +60,16 @@ class SweepAnalysis:
     def problems(self) -> tuple[Problem, ...]:
         """Every problem of what the page shows: the whole grid's, or the analysis's."""
         return self.grid.problems if self.grid is not None else self.analysis.result.problems
+
+    @functools.cached_property
+    def verdict(self) -> Verdict:
+        """The verdict the CLI prints for this sweep (:mod:`lib.deploy.verdict`): the grid's
+        when there is one, else the deployed analysis's."""
+        if self.grid is not None:
+            return context_verdict(self.grid)
+        found = verdict_in(self.analysis.result)
+        assert found is not None, "analyse_sweep deploys every batch-only analysis"
+        return found
 
     def result_text(self) -> str:
         """The result JSON, as the CLI writes it for this sweep (the grid's when there is one)."""
@@ -93,42 +103,6 @@ def point_labels(axis: ContextAxis | None) -> dict[str, int]:
         f"{point.prompt_tokens} prompt tokens (~{point.context_tokens} at decode)": index
         for index, point in enumerate(axis.points)
     }
-
-
-def grid_verdict(grid: ContextAnalysis, groups: list[ProblemGroup], options: Options) -> Verdict:
-    """The page's verdict for a context grid (:func:`lib.app.guide.verdict` for one
-    context): cannot tune with an error anywhere in the grid or when it cannot be deployed;
-    provisional when some cell's pick is not resolved (P(eps-good) below the confidence, or
-    a problem there), naming them; else ready.
-    """
-    errors = [group for group in groups if group.severity is Severity.ERROR]
-    if errors:
-        more = f" ({len(errors) - 1} more kinds of error below)" if len(errors) > 1 else ""
-        return Verdict("cannot-tune", "Cannot tune", errors[0].sentence + more)
-    reason = grid.not_deployable_reason
-    if reason is not None:
-        return Verdict("cannot-tune", "No deployable schedule", reason)
-    cells = grid.grid()
-    unsure = [cell for cell in cells if cell["status"] != "resolved"]
-    if unsure:
-        listed = ", ".join(
-            f"batch size {cell['batch_size']} at {cell['prompt_tokens']} tokens"
-            f" (K={cell['selected_k']})"
-            for cell in unsure[:4]
-        )
-        extra = f" and {len(unsure) - 4} more" if len(unsure) > 4 else ""
-        return Verdict(
-            "provisional",
-            "Provisional",
-            f"{len(unsure)} of {len(cells)} (batch size, prompt length) picks are not sure"
-            f" enough (P(eps-good) below {options.confidence:g}): {listed}{extra}.",
-        )
-    return Verdict(
-        "ready",
-        "Ready to deploy",
-        f"Every (batch size, prompt length) pick has P(eps-good) >= {options.confidence:g} and"
-        " every cell passed the gates.",
-    )
 
 
 def heatmap_losses(

@@ -1,5 +1,5 @@
-"""What the dashboard says first: the verdict, the problems grouped by rule with the sidebar
-control that changes the outcome, and the controls' names and help.
+"""What the dashboard says besides the verdict (lib/deploy/verdict.py): the problems grouped by
+rule with the sidebar control that changes the outcome, and the controls' names and help.
 
 Every sentence here is built from the current result and settings, so what the page states is
 true for them: with errors there is no "resolved", no "nothing to measure" and no config; a
@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
 
@@ -32,14 +32,12 @@ __all__ = [
     "DEFAULT_EXPERIMENT",
     "Fix",
     "ProblemGroup",
-    "Verdict",
     "default_experiment",
     "fixable_values",
     "in_app_words",
     "objective_choices",
     "pick_confidence",
     "problem_groups",
-    "verdict",
 ]
 
 #: The experiment README's quick start analyses: the dashboard opens on it where it is listed.
@@ -359,57 +357,4 @@ def pick_confidence(analysis: Analysis) -> pl.DataFrame:
     confidence = report.settings.confidence if report is not None else 1.0
     return decisions.join(probabilities, on=["anchor", "selected_k"], how="left").with_columns(
         below_confidence=pl.col("p_eps_good").is_null() | (pl.col("p_eps_good") < confidence)
-    )
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The page's first answer: ``ready`` (deploy it), ``provisional`` (a schedule, but some
-    pick is not sure enough) or ``cannot-tune`` (errors: no schedule), and why, in one line."""
-
-    state: Literal["ready", "provisional", "cannot-tune"]
-    title: str
-    reason: str
-
-
-def verdict(analysis: Analysis, groups: list[ProblemGroup], options: Options) -> Verdict:
-    """The verdict for ``analysis`` (its problems grouped as ``groups``).
-
-    - Errors: cannot tune; the reason is the largest error group's sentence.
-    - Unresolved anchors (the confident rule) or picks whose P(eps-good) is below the
-      confidence or unknown (one run per cell): provisional, naming them.
-    - Otherwise ready to deploy.
-    """
-    errors = [group for group in groups if group.severity is Severity.ERROR]
-    if errors or not analysis.result.ok:
-        more = len(errors) - 1
-        reason = errors[0].sentence if errors else "the result has errors"
-        if more > 0:
-            reason += f" ({more} more kind{'s' if more != 1 else ''} of error below)"
-        return Verdict("cannot-tune", "Cannot tune", reason)
-    picks = pick_confidence(analysis)
-    unsure = picks.filter(pl.col("below_confidence"))
-    if unsure.height:
-        unknown = unsure.filter(pl.col("p_eps_good").is_null())
-        listed = ", ".join(
-            f"batch size {row['anchor']} (K={row['selected_k']}"
-            + (f", P={row['p_eps_good']:.2f})" if row["p_eps_good"] is not None else ")")
-            for row in unsure.head(4).to_dicts()
-        )
-        extra = f" and {unsure.height - 4} more" if unsure.height > 4 else ""
-        why = (
-            "the noise cannot be estimated from one run per cell"
-            if unknown.height == unsure.height
-            else f"P(eps-good) below the confidence {options.confidence:g}"
-        )
-        return Verdict(
-            "provisional",
-            "Provisional",
-            f"{unsure.height} of {picks.height} picks are not sure enough ({why}): {listed}"
-            f"{extra}. See “What to measure next”.",
-        )
-    return Verdict(
-        "ready",
-        "Ready to deploy",
-        f"Every pick has P(eps-good) >= {options.confidence:g} and every cell passed the gates.",
     )

@@ -187,6 +187,7 @@ def _tune(args: TuneArgs) -> int:
         return _tune_contexts(args, sweep, axis, output)
     from lib.deploy.result_file import result_text
     from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
+    from lib.deploy.verdict import verdict_in
 
     facts, fact_problems = sweep_engine_facts(sweep, saved)
     analysis, deployment = deploy_analysis(
@@ -221,6 +222,9 @@ def _tune(args: TuneArgs) -> int:
         lines += text.effective_batch_lines(analysis.effective_batch)
     if deployment is not None:
         lines += deployment.lines()
+    verdict = verdict_in(result)
+    if verdict is not None:
+        lines += verdict.lines()
     lines.append(text.speculative_config_line(result))
     return write_and_print(PROGRAM, writes, lines)
 
@@ -229,6 +233,7 @@ def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Outp
     """A sweep with a context axis: the seed's batch-only answer (drop-in), then the grid."""
     from lib.context import analyse_contexts
     from lib.deploy.result_file import result_text
+    from lib.deploy.verdict import context_verdict
     from lib.present import text
 
     analysis = analyse_contexts(sweep, axis, args.settings, args.options)
@@ -249,6 +254,7 @@ def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Outp
     if analysis.deployable:
         lines.append("paste-ready config per format (tune-spec-k export --format F for the rest):")
         lines += text.context_export_lines(analysis)
+    lines += context_verdict(analysis).lines()
     if answer is not None and analysis.deployable:
         lines.append(text.speculative_config_line(answer.result))
     return write_and_print(PROGRAM, [(output, result_text(analysis))], lines)

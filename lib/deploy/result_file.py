@@ -136,8 +136,10 @@ def _tuning_document(result: TuningResult) -> dict[str, Any]:
 
 def _context_document(analysis: ContextAnalysis) -> dict[str, Any]:
     """The seed's keys of the analysis's answer (null schedule and config when there is none or
-    the grid is not deployable), every problem, then ``context_axis``, ``context_grid`` and
-    ``context_measurement_plan``."""
+    the grid is not deployable), every problem, then ``context_axis``, ``context_grid``,
+    ``context_measurement_plan`` and the grid's ``verdict``."""
+    from lib.deploy.verdict import context_verdict
+
     source = analysis.answer or analysis.pooled
     data = _tuning_document(source.result)
     if analysis.answer is None or not analysis.deployable:
@@ -154,6 +156,7 @@ def _context_document(analysis: ContextAnalysis) -> dict[str, Any]:
     # A copy: the analysis keeps its rows for the heatmap; a caller may change the document.
     data["context_grid"] = copy.deepcopy(analysis.grid())
     data["context_measurement_plan"] = analysis.context_points_to_measure()
+    data["verdict"] = context_verdict(analysis).to_json()
     return data
 
 

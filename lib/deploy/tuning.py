@@ -29,6 +29,7 @@ from lib.deploy.constraints import (
 )
 from lib.deploy.decisions import decisions_of
 from lib.deploy.registry import ceiling_for
+from lib.deploy.verdict import verdict_of
 from lib.problems import Problem, Severity
 from lib.server_info import SavedServers, ServerSettings, read_server_settings
 from lib.settings import ENGINE_FIELDS, DeploySettings
@@ -220,9 +221,24 @@ def deploy_analysis(
     sweep_facts: EngineFacts | None = None,
     fact_problems: list[Problem] | None = None,
 ) -> tuple[Analysis, Deployment | None]:
-    """The analysis with its schedule checked (and, C known, capped); None when there is no
-    schedule to deploy. ``sweep_facts`` and ``fact_problems``: :func:`sweep_engine_facts` of
-    the sweep, when already found."""
+    """The analysis with its schedule checked (and, C known, capped) and its verdict
+    (:func:`lib.deploy.verdict.verdict_of`, the result's ``verdict`` addition, last); the
+    deployment is None when there is no schedule to deploy. ``sweep_facts`` and
+    ``fact_problems``: :func:`sweep_engine_facts` of the sweep, when already found."""
+    deployed, deployment = _checked(analysis, deploy, sweep_facts, fact_problems)
+    verdict = verdict_of(deployed, deployment)
+    result = deployed.result
+    judged = dataclasses.replace(result, additions={**result.additions, "verdict": verdict})
+    return dataclasses.replace(deployed, result=judged), deployment
+
+
+def _checked(
+    analysis: Analysis,
+    deploy: DeploySettings,
+    sweep_facts: EngineFacts | None,
+    fact_problems: list[Problem] | None,
+) -> tuple[Analysis, Deployment | None]:
+    """The analysis with its schedule checked by the capture rule (see deploy_analysis)."""
     result = analysis.result
     invalid = [Problem(Severity.ERROR, "invalid-setting", reason) for reason in deploy.invalid()]
     if invalid:

@@ -1,4 +1,4 @@
-"""lib/app/guide.py: the verdict, the grouped problems and their fixes, the controls' words.
+"""lib/app/guide.py: the grouped problems and their fixes, the controls' words.
 
 Each expectation is derived from the sweep written in the test (the arithmetic in comments)."""
 
@@ -21,24 +21,7 @@ from lib.sweeps import load_experiment
 STEADY = grid([1, 64], {0: [100.0, 100.5, 99.5], 3: [150.0, 150.5, 149.5]})
 
 
-def _verdict(
-    folder: Path, settings: Settings | None = None, options: Options | None = None
-) -> guide.Verdict:
-    settings = settings or Settings()
-    options = options or Options()
-    analysis = analyse(load_experiment(folder), settings, options)
-    groups = guide.problem_groups(analysis.result.problems, settings, Fields())
-    return guide.verdict(analysis, groups, options)
-
-
-def test_clear_winners_with_replicates_are_ready(tmp_path: Path) -> None:
-    # K=3 beats K=0 by 50 % with 0.5 % noise at both anchors: P(eps-good) is 1.
-    verdict = _verdict(write_grid(tmp_path, STEADY))
-    assert verdict.state == "ready"
-    assert verdict.title == "Ready to deploy"
-
-
-def test_one_run_per_cell_is_cannot_tune_then_provisional_with_the_fix(tmp_path: Path) -> None:
+def test_one_run_per_cell_is_one_group_with_its_fix(tmp_path: Path) -> None:
     folder = write_grid(tmp_path, grid([1, 8], {0: [100.0], 1: [120.0], 3: [130.0]}))
     settings = Settings()
     analysis = analyse(load_experiment(folder), settings, Options())
@@ -48,25 +31,15 @@ def test_one_run_per_cell_is_cannot_tune_then_provisional_with_the_fix(tmp_path:
     assert len(group.problems) == 6
     assert group.sentence.startswith("6 cells have 1 run(s), fewer than “Minimum runs per cell”")
     assert group.fix == guide.Fix("min_runs", 1, "Set “Minimum runs per cell” to 1")
-    verdict = guide.verdict(analysis, groups, Options())
-    assert verdict.state == "cannot-tune" and verdict.reason.startswith(group.sentence)
-    # The fix applied: a schedule, but with no replicate the noise is unknown: provisional.
-    fixed = _verdict(folder, Settings(min_runs=1))
-    assert fixed.state == "provisional"
-    assert "2 of 2 picks are not sure enough" in fixed.reason
-    assert "one run per cell" in fixed.reason
 
 
-def test_a_seed_pick_below_the_confidence_is_provisional_and_named(tmp_path: Path) -> None:
+def test_a_seed_pick_below_the_confidence_is_marked(tmp_path: Path) -> None:
     # The worked example: the seed picks K=2 at batch size 1, whose P(eps-good) is about 0.35.
     folder = write_grid(tmp_path, WORKED_EXAMPLE)
     analysis = analyse(load_experiment(folder), Settings(), Options())
     picks = guide.pick_confidence(analysis)
     row = picks.filter(pl.col("anchor") == 1).row(0, named=True)
     assert row["selected_k"] == 2 and row["p_eps_good"] < 0.9 and row["below_confidence"]
-    verdict = _verdict(folder)
-    assert verdict.state == "provisional"
-    assert f"batch size 1 (K=2, P={row['p_eps_good']:.2f})" in verdict.reason
     # At a confidence of 0.3 the same pick is sure enough.
     assert (
         not guide.pick_confidence(

@@ -79,7 +79,7 @@ def _move(page: Any, label: str, key: str) -> None:
 def test_dashboard_renders_without_errors(page: Any, server: Any) -> None:
     folder = server.root / "sonnet-like"
     _open(page, server, "sonnet-like", _schedule(folder))
-    page.get_by_text("Ready to deploy:").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    page.get_by_text("Provisional (1 reason):").wait_for(timeout=UPDATE_TIMEOUT_MS)
     _open_section(page, "Data health")
     page.get_by_text("runs loaded").wait_for(timeout=UPDATE_TIMEOUT_MS)
     for label in ("runs loaded", "runs excluded", "cells rejected", "K=0 baseline:"):
@@ -197,7 +197,7 @@ def test_the_answer_is_above_the_fold(page: Any, server: Any) -> None:
     page.locator(".vega-embed").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
     shown = [
         page.get_by_role("heading", name="tune-spec-k · sonnet-like"),
-        page.get_by_text("Ready to deploy:"),
+        page.get_by_text("Provisional (1 reason):"),
         page.get_by_text(schedule).first,
         page.get_by_text("--speculative-config").first,
         page.get_by_text(f"Download {app_support.SCHEDULE_FILE}"),
@@ -248,7 +248,7 @@ def test_one_run_per_cell_is_grouped_with_a_one_click_fix(page: Any, server: Any
     assert moved != before
     # One click sets the slider to 1: a schedule, provisional (no replicate: noise unknown).
     page.get_by_role("button", name="Set “Minimum runs per cell” to 1").first.click()
-    page.get_by_text("Provisional:").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    page.get_by_text("Provisional (").wait_for(timeout=UPDATE_TIMEOUT_MS)
     page.get_by_text("--speculative-config").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
     slider = page.get_by_role("slider", name="Minimum runs per cell")
     # The rebuilt slider may be drawn after the answer on a busy machine: wait for it (still
@@ -424,7 +424,7 @@ def test_the_sidebar_keeps_its_order_when_controls_are_built_again(page: Any, se
     assert _sidebar_texts(page) == _SIDEBAR
     since = len(outputs)
     page.get_by_role("button", name="Set “Minimum runs per cell” to 1").first.click()
-    page.get_by_text("Provisional:").wait_for(timeout=UPDATE_TIMEOUT_MS)
+    page.get_by_text("Provisional (").wait_for(timeout=UPDATE_TIMEOUT_MS)
     assert any("<marimo-sidebar" in output for output in _wait_for_run(page, outputs, since))
     assert _sidebar_texts(page) == _SIDEBAR
 

@@ -514,3 +514,38 @@ def test_bytes_that_are_not_utf8_in_paths_print_escaped(good_sweep: Path, tmp_pa
         f"A: {json.dumps(GOOD_SCHEDULE)}  ({tmp_path}/out-\\xff\\xfe.json)",
         f"B: {json.dumps(GOOD_SCHEDULE)}  ({tmp_path}/good sweep-\\xff\\xfe)",
     ]
+
+
+def _quick_start_block() -> list[str]:
+    """The lines README's quick start says `tune-spec-k data/sample_sweeps/sonnet-like` prints."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("uv run tune-spec-k data/sample_sweeps/sonnet-like\n```\nprints")
+    block = text[text.index("```\n", start + 60) + 4 :]
+    return block[: block.index("```")].splitlines()
+
+
+def test_readme_quick_start_is_what_the_cli_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / RESULT_FILE
+    sample = REPO / "data" / "sample_sweeps" / "sonnet-like"
+    assert main([str(sample), "--output-json", str(out)]) == EXIT_OK
+    printed = capsys.readouterr().out.splitlines()
+    printed[-1] = printed[-1].replace(str(out), f"data/sample_sweeps/sonnet-like/{RESULT_FILE}")
+    # README's lines, in order, are printed lines: whole, or up to "..." where one is cut;
+    # a line "..." stands for lines left out.
+    position = 0
+    for line in _quick_start_block():
+        if line == "...":
+            continue
+        shown = line.removesuffix("...")
+        found = next(
+            (
+                i
+                for i in range(position, len(printed))
+                if (printed[i].startswith(shown) if shown != line else printed[i] == line)
+            ),
+            None,
+        )
+        assert found is not None, f"README's quick start line is not printed: {line!r}"
+        position = found + 1

@@ -75,4 +75,8 @@ def test_the_analysis_gets_its_deployment_block(tmp_path: Path) -> None:
 def test_no_schedule_no_deployment(tmp_path: Path) -> None:
     sweep = load_experiment(write_grid(tmp_path / "s", {(2, 0): [1.0, 1.0, 1.0]}))
     analysis = analyse(sweep, Settings())
-    assert deploy_analysis(analysis, DeploySettings()) == (analysis, None)
+    deployed, deployment = deploy_analysis(analysis, DeploySettings())
+    # Nothing to check: the result is the analysis's, with only its verdict added.
+    assert deployment is None and deployed.result.schedule == analysis.result.schedule
+    assert deployed.result.problems == analysis.result.problems
+    assert list(deployed.result.additions) == [*analysis.result.additions, "verdict"]

@@ -44,6 +44,7 @@ from lib.context import analyse_contexts, find_context_axis
 from lib.deploy.registry import formats
 from lib.deploy.result_file import result_text
 from lib.deploy.tuning import deploy_analysis
+from lib.deploy.verdict import verdict_in
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side
 from lib.present import charts, tables
 from lib.problems import Severity
@@ -681,7 +682,13 @@ def test_export_html_runs_every_cell(tmp_path: Path) -> None:
     html = page.read_text(encoding="utf-8")
     expected = _analysed(sample)
     assert app_support.schedule_text(expected) in html
-    assert "Data health" in html and "Ready to deploy:" in html
+    verdict = verdict_in(expected)
+    assert verdict is not None
+    # The page's first answer is the CLI's verdict: its title and how many reasons (the
+    # export escapes the markup twice over; the browser tests read the rendered page).
+    count = len(verdict.reasons)
+    assert "Data health" in html and verdict.title in html
+    assert f"({count} reason{'s' if count != 1 else ''}):" in html
     # The download is eager: the static page carries the CLI's file itself.
     assert base64.b64encode(result_text(expected).encode()).decode() in html
 

@@ -1,0 +1,486 @@
+"""The verdict: may this tuning be deployed as it is? One answer for the CLI, the result JSON
+and the app, computed here once from everything the analysis knows.
+
+States: ``cannot-tune`` (an error: no schedule to deploy), ``provisional`` (a schedule, but at
+least one reason below applies) and ``ready`` (none applies). Each reason is one rule, one
+small function, and carries its size (a probability, a loss in percent) and its fix:
+
+- :func:`error_reasons`: every kind of error (cannot tune);
+- :func:`anchor_reasons`: an anchor whose status the confidence model does not call resolved
+  (with the flagged runs treated as docs/confidence.md says: the status already does), or whose
+  reported pick is not one of the K the model calls sure;
+- :func:`switch_reasons`: a stretch between two anchors where nothing was measured and the
+  deployed schedule (step or interpolated) is predicted to lose more than the tie tolerance,
+  or bets that much on the model alone;
+- :func:`capture_reasons`: batch sizes the deployed schedule runs past the CUDA-graph capture
+  ceiling (no graphs) and ranges the ceiling capped (capped, not measured);
+- :func:`warning_reasons`: the analysis's own warnings that say the numbers or the direction
+  are in doubt (:data:`VERDICT_WARNINGS`: cross-anchor cliffs, a latency maximised, ...);
+- :func:`no_speculation_reason`: K=0 at every batch size: serve without speculation;
+- :func:`draft_settings_reasons`: a config without its method or draft model.
+
+A context analysis adds :func:`context_loss_reasons`: the deployable vLLM config losing more
+than the tie tolerance at some (batch size, prompt length).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from lib.numbers import percent_text, probability_text
+from lib.problems import Problem, Severity
+from lib.schedule import Schedule
+
+if TYPE_CHECKING:
+    from lib.analysis import Analysis
+    from lib.confidence import ConfidenceReport
+    from lib.context import ContextAnalysis
+    from lib.deploy.tuning import Deployment
+    from lib.measurement_plan import MeasurementPlan
+    from lib.schedule import TuningResult
+    from lib.switch_points import SwitchPoints
+
+__all__ = [
+    "NO_DRAFT_MODEL_METHODS",
+    "VERDICT_WARNINGS",
+    "Reason",
+    "Verdict",
+    "anchor_reasons",
+    "capture_reasons",
+    "context_loss_reasons",
+    "context_verdict",
+    "draft_settings_reasons",
+    "error_reasons",
+    "no_speculation_reason",
+    "switch_reasons",
+    "verdict_in",
+    "verdict_of",
+    "warning_reasons",
+]
+
+State = Literal["ready", "provisional", "cannot-tune"]
+
+_TITLES: Mapping[State, str] = {
+    "ready": "Ready to deploy",
+    "provisional": "Provisional",
+    "cannot-tune": "Cannot tune",
+}
+
+#: The warnings that put the answer itself in doubt, each with its fix. Other warnings (data
+#: health the gates already handled, notes) are listed with the problems, not in the verdict.
+VERDICT_WARNINGS: Mapping[str, str] = {
+    "cross-anchor-cliff": "measure the cells again (a server restart between them, or an"
+    " execution-mode change, e.g. CUDA graphs lost past the capture ceiling); the stretch"
+    " between the anchors is not interpolated",
+    "latency-maximized": "give --objective-direction minimize (a latency is better smaller)",
+    "schedule-disabled": "use a method or engine mode where vLLM keeps Dynamic SD (the"
+    " warning names them), or deploy one static K",
+}
+
+#: Speculative methods that need no separate draft model (they draft from the target's own
+#: layers or from the prompt); any other method's config needs ``model``.
+NO_DRAFT_MODEL_METHODS = frozenset({"ngram", "ngram_gpu", "suffix", "mtp"})
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why the verdict is not ``ready``: the rule, what it found (with its size), the size as
+    a number (``size_unit``: ``"%"`` for a loss, ``"P"`` for a probability; None when the rule
+    has no size) and what to do."""
+
+    rule: str
+    message: str
+    fix: str
+    size: float | None = None
+    size_unit: str = ""
+
+    def line(self) -> str:
+        return f"{self.message}; fix: {self.fix}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "message": self.message,
+            "fix": self.fix,
+            "size": None if self.size is None else round(self.size, 4),
+            "size_unit": self.size_unit or None,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The state and every reason for it (empty when ``ready``)."""
+
+    state: State
+    reasons: tuple[Reason, ...]
+
+    @property
+    def title(self) -> str:
+        return _TITLES[self.state]
+
+    def lines(self) -> list[str]:
+        """What the CLI prints: ``verdict: ...`` then one indented line per reason."""
+        if self.state == "ready":
+            return [
+                "verdict: ready (every pick resolved; nothing between the anchors, at the"
+                " capture ceiling or in the data calls it into doubt)"
+            ]
+        count = len(self.reasons)
+        head = f"verdict: {self.state} ({count} reason{'s' if count != 1 else ''})"
+        return [head, *(f"  - {reason.line()}" for reason in self.reasons)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "reasons": [reason.to_json() for reason in self.reasons]}
+
+
+def _verdict(errors: Sequence[Reason], others: Sequence[Reason]) -> Verdict:
+    if errors:
+        return Verdict("cannot-tune", tuple(errors))
+    return Verdict("provisional" if others else "ready", tuple(others))
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def error_reasons(problems: Iterable[Problem]) -> list[Reason]:
+    """One reason per kind (rule) of error, in the order first found: its first message, how
+    many more, and what was expected as the fix."""
+    by_rule: dict[str, list[Problem]] = {}
+    for problem in problems:
+        if problem.severity is Severity.ERROR:
+            by_rule.setdefault(problem.rule, []).append(problem)
+    reasons = []
+    for rule, found in by_rule.items():
+        more = f" (and {len(found) - 1} more like it)" if len(found) > 1 else ""
+        expected = found[0].expected
+        fix = f"give {expected}" if expected else "correct the input (see the problems)"
+        reasons.append(Reason(rule, found[0].message + more, fix))
+    return reasons
+
+
+def anchor_reasons(
+    result: TuningResult, report: ConfidenceReport, plan: MeasurementPlan | None
+) -> list[Reason]:
+    """Per anchor, by the confidence model's status (docs/confidence.md): ``unresolved`` is a
+    reason (size: the pick's P(eps-good), the value the status rests on: without the flagged
+    runs where the anchor has some); a resolved anchor whose reported pick (the seed's rule
+    may differ from the confident rule) is not among the K whose P(eps-good) reaches the
+    confidence is one too. The fix is the measurement plan's reruns at that anchor, if any."""
+    picks = dict(zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True))
+    cells = {(row["anchor"], row["k"]): row for row in report.cells.to_dicts()}
+    reasons = []
+    for row in report.anchors.to_dicts():
+        anchor, rule_k = row["anchor"], row["selected_k"]
+        picked = picks.get(anchor)
+        if row["status"] == "resolved" and (picked is None or picked in row["qualifying_k"]):
+            continue
+        k = picked if picked is not None else rule_k
+        p = _status_p(cells.get((anchor, k)))
+        confidence = report.settings.confidence
+        rule_part = (
+            ""
+            if rule_k == k
+            else f"; the confident rule's K={rule_k} has"
+            f" {probability_text(_status_p(cells.get((anchor, rule_k))))}"
+        )
+        if row["status"] != "resolved":
+            why = "; ".join(row["reasons"]) or "no K is sure enough"
+            message = (
+                f"batch size {anchor} is unresolved ({why}): the deployed K={k} has"
+                f" P(eps-good) {probability_text(p)}{rule_part}; contenders"
+                f" {list(row['contenders'])}"
+            )
+            rule = "unresolved-anchor"
+        else:
+            message = (
+                f"batch size {anchor}: the deployed K={k} has P(eps-good)"
+                f" {probability_text(p)}, below {confidence:g}{rule_part}"
+            )
+            rule = "unsure-pick"
+        reasons.append(Reason(rule, message, _rerun_fix(plan, anchor), p, "P"))
+    return reasons
+
+
+def _status_p(cell: Mapping[str, Any] | None) -> float | None:
+    """The P(eps-good) an anchor's status rests on: without the flagged runs where known."""
+    if cell is None:
+        return None
+    clean = cell.get("p_eps_good_without_flagged")
+    return clean if clean is not None else cell.get("p_eps_good")
+
+
+def _rerun_fix(plan: MeasurementPlan | None, anchor: int) -> str:
+    rows = (
+        []
+        if plan is None
+        else plan.reruns.filter(plan.reruns["batch_size"] == anchor).rows(named=True)
+    )
+    wanted = [f"{row['more_runs']} more run(s) of K={row['k']}" for row in rows if row["more_runs"]]
+    if not wanted:
+        return "more runs will not settle it (a tie within the noise): either K is fine"
+    return ", ".join(wanted) + " (tune-spec-k plan --follow-up RESULT writes the sweep)"
+
+
+def switch_reasons(
+    switch_points: SwitchPoints, emitted: str, tolerance: float, plan: MeasurementPlan | None
+) -> list[Reason]:
+    """Per switch between neighbouring anchors whose picks differ, where the interpolated
+    curves say the best K changes between them (``changed_batch_sizes > 0``) by more than the
+    tie tolerance at some batch size (``max_gain_percent > 100 * tolerance``; equal is not
+    more): with the step schedule deployed, it runs the lower pick there and is predicted to
+    lose that much; with the interpolated schedule, it switches there on the model alone, and
+    loses that much where the model is wrong. The fix: measure an anchor in the stretch (the
+    measurement plan's, where it proposes one)."""
+    reasons = []
+    for row in switch_points.switches.to_dicts():
+        loss = row["max_gain_percent"]
+        if not row["changed_batch_sizes"] or loss <= 100 * tolerance:
+            continue
+        lower, upper, from_k, to_k = (
+            row["lower_anchor"],
+            row["upper_anchor"],
+            row["from_k"],
+            row["to_k"],
+        )
+        at = row["switch_at"]
+        if emitted == "step":
+            message = (
+                f"between batch sizes {lower} and {upper} nothing was measured: the step"
+                f" schedule runs K={from_k} from {at} to {upper - 1}, where the interpolated"
+                f" curves predict K={to_k} better by up to {percent_text(loss)}"
+            )
+        else:
+            message = (
+                f"between batch sizes {lower} and {upper} nothing was measured: the"
+                f" interpolated schedule switches to K={to_k} at {at} on the model alone; where"
+                f" the model is wrong it loses up to {percent_text(loss)}"
+            )
+        proposed = (
+            []
+            if plan is None
+            else [b for b in plan.new_anchors["batch_size"].to_list() if lower < b < upper]
+        )
+        where = (
+            f"batch size {', '.join(map(str, proposed))}, the measurement plan's new anchor"
+            if proposed
+            else f"an anchor near batch size {at}"
+        )
+        fix = f"measure {where} (tune-spec-k DIR --plan-json PATH writes the plan)"
+        if emitted == "step":
+            fix += ", or deploy the interpolated schedule (--interpolated-schedule)"
+        reasons.append(Reason("unmeasured-switch", message, fix, loss, "%"))
+    return reasons
+
+
+def capture_reasons(deployment: Deployment) -> list[Reason]:
+    """The capture rule's findings on the deployed schedule (:mod:`lib.deploy.constraints`):
+    each range run past the ceiling without CUDA graphs (C assumed: the seed's schedule kept),
+    and each range the known ceiling capped (capped, not measured; size: its expected loss
+    where the neighbouring anchors give one)."""
+    check = deployment.check
+    ceiling = check.ceiling
+    reasons = []
+    for stretch in check.graphless:
+        low, high = stretch.tokens
+        fix = (
+            "lower K there or raise the server's max_cudagraph_capture_size"
+            if ceiling.known
+            else f"give --max-cudagraph-capture-size C (the server's; {ceiling.size} is"
+            " assumed) to cap the range"
+        )
+        reasons.append(
+            Reason(
+                "graphless-range",
+                f"batch sizes {stretch.lo}-{stretch.hi} run K={stretch.k} at {low}-{high}"
+                f" tokens per step, past the CUDA-graph capture ceiling C={ceiling.size}:"
+                " no CUDA graphs there",
+                fix,
+            )
+        )
+    for capped in check.capped:
+        size = capped.loss_percent
+        loss = "loss unknown" if size is None else f"expected loss {percent_text(size)}"
+        reasons.append(
+            Reason(
+                "capped-range",
+                f"batch sizes {capped.lo}-{capped.hi} capped from K={capped.measured_k} to"
+                f" K={capped.capped_k} by C={ceiling.size}: capped, not measured ({loss})",
+                f"measure an anchor at {capped.lo} with K={capped.capped_k}",
+                size,
+                "%",
+            )
+        )
+    return reasons
+
+
+def warning_reasons(problems: Iterable[Problem]) -> list[Reason]:
+    """One reason per warning whose rule is in :data:`VERDICT_WARNINGS`, with that fix."""
+    return [
+        Reason(problem.rule, problem.message, VERDICT_WARNINGS[problem.rule])
+        for problem in problems
+        if problem.severity is Severity.WARNING and problem.rule in VERDICT_WARNINGS
+    ]
+
+
+def no_speculation_reason(schedule: Schedule) -> Reason | None:
+    """K=0 at every batch size: serving with the schedule keeps the drafter loaded and pays
+    Dynamic SD's K=0 tax (engines.md: TPOT +7.4 % on vLLM V1, +16.7 % on MRv2, against a server
+    without speculation) for no draft; serve without ``--speculative-config``. None when some
+    range runs K > 0 (or there is no range)."""
+    if not schedule.ranges or schedule.largest_k > 0:
+        return None
+    return Reason(
+        "no-speculation",
+        "the schedule runs K=0 at every batch size: speculation never pays on this sweep",
+        "serve without --speculative-config (a Dynamic SD engine at K=0 still loads the"
+        " drafter and pays its cost; tune-spec-k plan --validate measures it beside a server"
+        " without speculation)",
+    )
+
+
+def draft_settings_reasons(config: Mapping[str, Any]) -> list[Reason]:
+    """The config to paste lacks what vLLM needs: a ``method`` (the sweep recorded none: the
+    ``"<method>"`` placeholder), or, for a method that drafts with its own model (any outside
+    :data:`NO_DRAFT_MODEL_METHODS`), the draft ``model``."""
+    method = config.get("method")
+    if not isinstance(method, str) or method == "<method>":
+        return [
+            Reason(
+                "missing-method",
+                'the sweep recorded no speculative method: the config says "<method>"',
+                'replace "<method>" with the server\'s method (e.g. eagle3, ngram) before pasting',
+            )
+        ]
+    if method.lower() in NO_DRAFT_MODEL_METHODS or method.lower().endswith("_mtp"):
+        return []
+    if config.get("model"):
+        return []
+    return [
+        Reason(
+            "missing-draft-model",
+            f"the sweep did not record the draft model of method {method}: the config has no"
+            ' "model"',
+            'add "model": "<the drafter the sweep served>" to the config before pasting',
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def verdict_of(analysis: Analysis, deployment: Deployment | None) -> Verdict:
+    """The verdict of a batch-only analysis after the deployment layer (``deployment``: None
+    when there is no schedule to check)."""
+    result = analysis.result
+    errors = error_reasons(result.problems)
+    if errors or not result.ok or result.schedule is None:
+        fallback = [Reason("no-schedule", "no schedule could be built", "see the problems")]
+        return _verdict(errors or fallback, [])
+    reasons: list[Reason] = []
+    report = analysis.report
+    if report is not None:
+        reasons += anchor_reasons(result, report, analysis.plan)
+        if analysis.switch_points is not None:
+            reasons += switch_reasons(
+                analysis.switch_points, _emitted(result), report.tolerance, analysis.plan
+            )
+    if deployment is not None:
+        reasons += capture_reasons(deployment)
+    reasons += warning_reasons(result.problems)
+    no_speculation = no_speculation_reason(result.schedule)
+    if no_speculation is not None:
+        reasons.append(no_speculation)
+    else:
+        reasons += draft_settings_reasons(result.speculative_config())
+    return _verdict([], reasons)
+
+
+def verdict_in(result: TuningResult) -> Verdict | None:
+    """The verdict :func:`lib.deploy.tuning.deploy_analysis` gave ``result`` (None before)."""
+    found = result.additions.get("verdict")
+    return found if isinstance(found, Verdict) else None
+
+
+def _emitted(result: TuningResult) -> str:
+    """Which schedule the result deploys (``switch_points.emitted``), step by default."""
+    emitted = result.additions.get("switch_points")
+    return str(getattr(emitted, "emitted", "step"))
+
+
+def context_loss_reasons(analysis: ContextAnalysis, tolerance: float) -> list[Reason]:
+    """The deployable vLLM config of the grid (batch only, the default context mix) losing
+    more than the tie tolerance (``> 100 * tolerance`` percent; equal is not more) against
+    the cell's own pick at some (batch size, prompt length): one reason with the worst cell.
+    """
+    from lib.deploy.decisions import context_decisions
+    from lib.deploy.registry import export
+    from lib.deploy.settings import ExportSettings
+
+    exported, _ = export(context_decisions(analysis), ExportSettings(format="vllm-context"))
+    summary = getattr(exported, "summary", None)
+    if summary is None or summary.largest_at is None:
+        return []
+    loss = summary.largest_loss_percent
+    if not math.isfinite(loss) or loss <= 100 * tolerance:
+        return []
+    batch, prompt = summary.largest_at
+    return [
+        Reason(
+            "context-loss",
+            f"the deployable vLLM config (one K per batch size) loses {percent_text(loss)} at"
+            f" batch size {batch} with {prompt}-token prompts against that cell's own pick",
+            "deploy a context-aware format where the engine has one (tune-spec-k export"
+            " --format vllm-rfc-48944 or vllm-pr-54801), or give --context-mix with your"
+            " traffic's prompt lengths",
+            loss,
+            "%",
+        )
+    ]
+
+
+def context_verdict(analysis: ContextAnalysis) -> Verdict:
+    """The verdict of a (batch x context) grid: errors, or a grid that cannot be deployed,
+    cannot tune; each cell the grid does not call resolved is a reason, as is the vLLM
+    config's loss across prompt lengths (:func:`context_loss_reasons`), then the answer's
+    batch-only reasons (switches, warnings, K=0, draft settings)."""
+    errors = error_reasons(analysis.problems)
+    if not errors and analysis.not_deployable_reason is not None:
+        errors = [
+            Reason(
+                "not-deployable",
+                f"no schedule can be deployed: {analysis.not_deployable_reason}",
+                "measure batch anchors that start at 1 at every prompt length",
+            )
+        ]
+    if errors:
+        return _verdict(errors, [])
+    reasons: list[Reason] = []
+    for cell in analysis.grid():
+        if cell["status"] == "resolved":
+            continue
+        p = cell["p_eps_good"]
+        reasons.append(
+            Reason(
+                "unresolved-cell",
+                f"batch size {cell['batch_size']} at {cell['prompt_tokens']}-token prompts:"
+                f" K={cell['selected_k']} is {cell['status']} (P(eps-good)"
+                f" {probability_text(p)})",
+                "more runs there (tune-spec-k DIR --plan-json at that prompt length)",
+                p,
+                "P",
+            )
+        )
+    tolerance = analysis.pooled.report.tolerance if analysis.pooled.report is not None else 0.0
+    reasons += context_loss_reasons(analysis, tolerance)
+    answer = analysis.answer
+    if answer is not None and answer.result.schedule is not None:
+        reasons += warning_reasons(analysis.problems)
+        no_speculation = no_speculation_reason(answer.result.schedule)
+        if no_speculation is not None:
+            reasons.append(no_speculation)
+        else:
+            reasons += draft_settings_reasons(answer.result.speculative_config())
+    return _verdict([], reasons)

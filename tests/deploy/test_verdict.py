@@ -1,0 +1,232 @@
+"""lib/deploy/verdict.py: one verdict, every rule tested on both sides of its boundary.
+
+Each expectation is derived from the sweep written in the test (the arithmetic in comments)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from paths import SAMPLE_SWEEPS
+from sweep_builder import WORKED_EXAMPLE, grid, write_grid
+
+from lib.analysis import Analysis, analyse
+from lib.app.context import analyse_sweep
+from lib.cli.main import main
+from lib.context import ContextAnalysis, analyse_contexts, find_context_axis
+from lib.deploy.tuning import deploy_analysis
+from lib.deploy.verdict import (
+    Verdict,
+    context_loss_reasons,
+    context_verdict,
+    draft_settings_reasons,
+    no_speculation_reason,
+    switch_reasons,
+    verdict_in,
+    warning_reasons,
+)
+from lib.numbers import probability_text
+from lib.problems import Problem, Severity
+from lib.schedule import Schedule
+from lib.settings import ContextSettings, DeploySettings, Options, Settings
+from lib.sweeps import load_experiment
+
+# K=3 beats K=0 by 50 % with 0.5 % noise at both anchors (P(eps-good) is 1), and 8 requests
+# of K=3 run 8 * 4 = 32 tokens per step, far inside any capture ceiling.
+STEADY = grid([1, 8], {0: [100.0, 100.5, 99.5], 3: [150.0, 150.5, 149.5]})
+
+# K=3 doubles K=0 at batch 1 and quarters it at 16: the step schedule [[1, 15, 3], [16, 16, 0]]
+# runs K=3 up to 15, where the interpolated curves have K=0 ahead from 3 on
+# (tests/test_switch_points.py).
+CROSSING = {(1, 0): [100.0] * 3, (1, 3): [200.0] * 3, (16, 0): [1600.0] * 3, (16, 3): [400.0] * 3}
+
+
+def _deployed(
+    folder: Path,
+    settings: Settings | None = None,
+    options: Options | None = None,
+    deploy: DeploySettings | None = None,
+) -> Analysis:
+    analysis = analyse(load_experiment(folder), settings or Settings(), options or Options())
+    deployed, _ = deploy_analysis(analysis, deploy or DeploySettings(max_num_seqs=8))
+    return deployed
+
+
+def _verdict(folder: Path, **kwargs: object) -> Verdict:
+    found = verdict_in(_deployed(folder, **kwargs).result)  # type: ignore[arg-type]
+    assert found is not None
+    return found
+
+
+def _rules(verdict: Verdict) -> list[str]:
+    return [reason.rule for reason in verdict.reasons]
+
+
+def test_clear_winners_with_replicates_are_ready(tmp_path: Path) -> None:
+    verdict = _verdict(write_grid(tmp_path, STEADY, max_num_seqs=8))
+    assert (verdict.state, verdict.reasons, verdict.title) == ("ready", (), "Ready to deploy")
+    assert verdict.lines()[0].startswith("verdict: ready")
+
+
+def test_one_run_per_cell_cannot_tune_then_is_provisional_per_anchor(tmp_path: Path) -> None:
+    folder = write_grid(tmp_path, grid([1, 8], {0: [100.0], 1: [120.0], 3: [130.0]}))
+    verdict = _verdict(folder)
+    assert verdict.state == "cannot-tune" and _rules(verdict)[0] == "too-few-runs"
+    # 2 anchors x 3 K = 6 cells of one run each: one reason for the kind, counting the rest.
+    assert "and 5 more like it" in verdict.reasons[0].message
+    fixed = _verdict(folder, settings=Settings(min_runs=1))
+    # With no replicate the noise is unknown: neither anchor is resolved.
+    assert fixed.state == "provisional"
+    assert _rules(fixed).count("unresolved-anchor") == 2
+
+
+def test_an_unsure_pick_names_the_anchor_and_the_p_the_status_rests_on(tmp_path: Path) -> None:
+    # The worked example: the seed picks K=2 at batch size 1, whose P(eps-good) is about 0.35.
+    folder = write_grid(tmp_path, WORKED_EXAMPLE, max_num_seqs=64)
+    deployed = _deployed(folder, deploy=DeploySettings(max_num_seqs=64))
+    verdict = verdict_in(deployed.result)
+    assert deployed.report is not None and verdict is not None
+    (reason,) = [r for r in verdict.reasons if r.message.startswith("batch size 1")]
+    cells = deployed.report.cells.filter(deployed.report.cells["anchor"] == 1)
+    # The anchor has flagged runs: its status rests on P without them (docs/confidence.md).
+    p = dict(zip(cells["k"], cells["p_eps_good_without_flagged"], strict=True))[2]
+    status = deployed.report.anchors.filter(deployed.report.anchors["anchor"] == 1)["status"]
+    # The confident model leaves batch 1 unresolved (no K reaches 0.9), and the verdict says
+    # so with the P of its own pick, formatted as everywhere.
+    assert status.item() == "unresolved" and reason.rule == "unresolved-anchor"
+    assert f"P(eps-good) {probability_text(reason.size)}" in reason.message
+    # The deployed pick is the seed's K=2, and its P is the one shown (the rule's K beside it).
+    assert "the deployed K=2" in reason.message and reason.size == p
+    assert "the confident rule's K=" in reason.message
+
+
+def test_an_unmeasured_switch_is_a_reason_beyond_the_tie_tolerance_only(tmp_path: Path) -> None:
+    deployed = _deployed(write_grid(tmp_path, CROSSING, max_num_seqs=16))
+    points, report = deployed.switch_points, deployed.report
+    assert points is not None and report is not None
+    (row,) = points.switches.to_dicts()
+    loss = row["max_gain_percent"]
+    (reason,) = switch_reasons(points, "step", report.tolerance, deployed.plan)
+    assert reason.rule == "unmeasured-switch" and reason.size == loss
+    assert f"runs K=3 from {row['switch_at']} to 15" in reason.message
+    # The boundary: a loss equal to the tolerance is not more than it; just below it is.
+    assert switch_reasons(points, "step", loss / 100, None) == []
+    assert len(switch_reasons(points, "step", loss / 100 * (1 - 1e-9), None)) == 1
+    # Deployed interpolated, the same stretch is a bet on the model, said as such.
+    (bet,) = switch_reasons(points, "interpolated", report.tolerance, None)
+    assert "on the model alone" in bet.message
+
+
+def test_the_capture_ceiling_assumed_names_the_graphless_range_and_known_caps_it(
+    tmp_path: Path,
+) -> None:
+    # K=5 wins at 1, K=0 at 128: the step schedule runs K=5 up to 127, and from 86 on
+    # 86 * (1 + 5) = 516 > 512 tokens per step (85 * 6 = 510 <= 512).
+    cells = {(1, 0): [100.0] * 3, (1, 5): [200.0] * 3, (128, 0): [900.0] * 3, (128, 5): [500.0] * 3}
+    folder = write_grid(tmp_path, cells, max_num_seqs=128)
+    assumed = _verdict(folder, deploy=DeploySettings(max_num_seqs=128))
+    (graphless,) = [r for r in assumed.reasons if r.rule == "graphless-range"]
+    assert graphless.message.startswith("batch sizes 86-127 run K=5")
+    assert "--max-cudagraph-capture-size" in graphless.fix
+    known = _verdict(
+        folder, deploy=DeploySettings(max_cudagraph_capture_size=512, max_num_seqs=128)
+    )
+    assert "graphless-range" not in _rules(known)
+    capped = [r for r in known.reasons if r.rule == "capped-range"]
+    assert capped and capped[0].message.startswith("batch sizes 86-")
+
+
+def _warning(rule: str, severity: Severity = Severity.WARNING) -> Problem:
+    return Problem(severity, rule, f"{rule} happened")
+
+
+def test_only_the_warnings_that_doubt_the_answer_are_reasons() -> None:
+    found = warning_reasons(
+        [
+            _warning("cross-anchor-cliff"),
+            _warning("latency-maximized"),
+            _warning("cross-anchor-cliff", Severity.NOTE),  # a note is no reason
+            _warning("unstable-acceptance"),  # data health the gates handled
+        ]
+    )
+    assert [r.rule for r in found] == ["cross-anchor-cliff", "latency-maximized"]
+    assert "--objective-direction minimize" in found[1].fix
+
+
+def test_k0_everywhere_says_serve_without_speculation() -> None:
+    reason = no_speculation_reason(Schedule(((1, 64, 0), (65, 256, 0))))
+    assert reason is not None and "without --speculative-config" in reason.fix
+    assert no_speculation_reason(Schedule(((1, 1, 1), (2, 256, 0)))) is None
+    assert no_speculation_reason(Schedule(())) is None
+
+
+@pytest.mark.parametrize(
+    ("config", "rules"),
+    [
+        ({"method": "<method>"}, ["missing-method"]),
+        ({}, ["missing-method"]),
+        ({"method": "eagle3"}, ["missing-draft-model"]),
+        ({"method": "eagle3", "model": ""}, ["missing-draft-model"]),
+        ({"method": "eagle3", "model": "org/drafter"}, []),
+        ({"method": "ngram"}, []),
+        ({"method": "MTP"}, []),
+        ({"method": "deepseek_mtp"}, []),
+    ],
+)
+def test_a_config_without_its_method_or_draft_model_is_named(
+    config: dict[str, str], rules: list[str]
+) -> None:
+    assert [r.rule for r in draft_settings_reasons(config)] == rules
+
+
+@pytest.fixture(scope="module")
+def long_context() -> ContextAnalysis:
+    sweep = load_experiment(SAMPLE_SWEEPS / "long-context")
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    return analyse_contexts(sweep, axis, Settings())
+
+
+def test_a_context_export_losing_past_the_tolerance_is_a_reason(
+    long_context: ContextAnalysis,
+) -> None:
+    (reason,) = context_loss_reasons(long_context, 0.01)
+    assert reason.rule == "context-loss" and reason.size is not None
+    # data/sample_sweeps/README.md: the batch-only vLLM config loses 21.1 % at batch 64 with
+    # 32k prompts.
+    assert round(reason.size, 1) == 21.1 and "batch size 64 with 32768-token" in reason.message
+    assert context_loss_reasons(long_context, reason.size / 100) == []
+    assert len(context_loss_reasons(long_context, reason.size / 100 * (1 - 1e-9))) == 1
+    assert "context-loss" in _rules(context_verdict(long_context))
+
+
+def test_the_cli_prints_the_verdict_before_the_config_and_writes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = write_grid(tmp_path / "sweep", CROSSING, max_num_seqs=16)
+    out = tmp_path / "result.json"
+    assert main([str(folder), "--max-num-seqs", "16", "--output-json", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    config = next(i for i, line in enumerate(lines) if line.startswith("--speculative-config"))
+    verdict = verdict_in(_deployed(folder, deploy=DeploySettings(max_num_seqs=16)).result)
+    assert verdict is not None and verdict.state == "provisional"
+    # The lines printed are the verdict's, right before the config line.
+    assert lines[head:config] == verdict.lines()
+    assert json.loads(out.read_text())["verdict"] == verdict.to_json()
+
+
+def test_the_app_shows_the_verdict_the_cli_prints(tmp_path: Path) -> None:
+    folder = write_grid(tmp_path, CROSSING, max_num_seqs=16)
+    deploy = DeploySettings(max_num_seqs=16)
+    shown = analyse_sweep(load_experiment(folder), Settings(), Options(), None, None, deploy)
+    assert shown.verdict == verdict_in(_deployed(folder, deploy=deploy).result)
+
+
+def test_no_schedule_cannot_tune(tmp_path: Path) -> None:
+    # Anchors start at 2: no schedule (vLLM's must start at 1).
+    sweep = load_experiment(write_grid(tmp_path / "s", {(2, 0): [1.0, 1.0, 1.0]}))
+    deployed, deployment = deploy_analysis(analyse(sweep, Settings()), DeploySettings())
+    verdict = verdict_in(deployed.result)
+    assert deployment is None and verdict is not None and verdict.state == "cannot-tune"
