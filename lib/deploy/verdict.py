@@ -411,30 +411,48 @@ def _emitted(result: TuningResult) -> str:
 
 
 def context_loss_reasons(analysis: ContextAnalysis, tolerance: float) -> list[Reason]:
-    """The deployable vLLM config of the grid (batch only, the default context mix) losing
-    more than the tie tolerance (``> 100 * tolerance`` percent; equal is not more) against
-    the cell's own pick at some (batch size, prompt length): one reason with the worst cell.
-    """
+    """The deployable vLLM config of the grid (``vllm-context``: one K per batch size, the
+    default context mix) losing more than the tie tolerance (``> 100 * tolerance`` percent;
+    equal is not more) against the cell's own pick at some (batch size, prompt length): one
+    reason with the worst cell. The fix names the registry's other context formats that lose
+    no more than the tolerance (none may: then only the traffic's mix can say what counts)."""
     from lib.deploy.decisions import context_decisions
-    from lib.deploy.registry import export
+    from lib.deploy.registry import export, formats
     from lib.deploy.settings import ExportSettings
 
-    exported, _ = export(context_decisions(analysis), ExportSettings(format="vllm-context"))
-    summary = getattr(exported, "summary", None)
-    if summary is None or summary.largest_at is None:
+    decisions = context_decisions(analysis)
+    summaries = {}
+    for engine_format in formats():
+        if engine_format.needs_grid:
+            exported, _ = export(decisions, ExportSettings(format=engine_format.name))
+            summary = getattr(exported, "summary", None)
+            if summary is not None:
+                summaries[engine_format.name] = summary
+    deployable = summaries.get("vllm-context")
+    if deployable is None or deployable.largest_at is None:
         return []
-    loss = summary.largest_loss_percent
+    loss = deployable.largest_loss_percent
     if not math.isfinite(loss) or loss <= 100 * tolerance:
         return []
-    batch, prompt = summary.largest_at
+    batch, prompt = deployable.largest_at
+    within = [
+        name
+        for name, summary in summaries.items()
+        if name != "vllm-context" and summary.largest_loss_percent <= 100 * tolerance
+    ]
+    fix = (
+        f"an engine with {' or '.join(within)} (open vLLM proposals: tune-spec-k export --format"
+        f" {within[0]}) loses no more than the tolerance; else"
+        if within
+        else "no context format loses less than the tolerance here;"
+    )
+    fix += " give --context-mix with your traffic's prompt lengths to weigh what is lost"
     return [
         Reason(
             "context-loss",
             f"the deployable vLLM config (one K per batch size) loses {percent_text(loss)} at"
             f" batch size {batch} with {prompt}-token prompts against that cell's own pick",
-            "deploy a context-aware format where the engine has one (tune-spec-k export"
-            " --format vllm-rfc-48944 or vllm-pr-54801), or give --context-mix with your"
-            " traffic's prompt lengths",
+            fix,
             loss,
             "%",
         )

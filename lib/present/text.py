@@ -13,8 +13,8 @@ from __future__ import annotations
 import html
 import json
 import shlex
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -180,6 +180,8 @@ def context_export_lines(analysis: ContextAnalysis) -> list[str]:
     from lib.deploy.settings import ExportSettings
 
     decisions = context_decisions(analysis)
+    answer = analysis.answer or analysis.pooled
+    shared_settings = answer.result.speculative_config()
     lines = []
     for engine_format in formats():
         if not engine_format.needs_grid:
@@ -190,11 +192,21 @@ def context_export_lines(analysis: ContextAnalysis) -> list[str]:
             reasons = "; ".join(problem.message for problem in problems)
             lines.append(f"{name}: none ({printable(reasons)})")
             continue
-        lines.append(f"{name}: {json.dumps(dict(exported.config))}")
+        lines.append(f"{name}: {_paste_ready(shared_settings, exported.config)}")
         summary = getattr(exported, "summary", None)
         if summary is not None:
             lines.append("  " + summary.line(name, exported.mix))  # type: ignore[attr-defined]
     return lines
+
+
+def _paste_ready(shared: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    """A context format's config as the ``--speculative-config '...'`` argument to paste: the
+    draft settings every speculative run shared (method, model, ...; ``"<method>"`` where the
+    sweep recorded none), then the format's own fields, shell-quoted."""
+    own = ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")
+    merged = {key: value for key, value in shared.items() if key not in own}
+    merged.update(config)
+    return "--speculative-config " + shlex.quote(json.dumps(merged))
 
 
 def switch_point_lines(switch_points: SwitchPoints) -> list[str]:

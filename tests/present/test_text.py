@@ -3,10 +3,13 @@ out by hand from the sweeps below."""
 
 from __future__ import annotations
 
+import json
+import shlex
 from pathlib import Path
 
 import polars as pl
 import pytest
+from paths import SAMPLE_SWEEPS
 from sweep_builder import GOOD_VALIDATION, WORKED_EXAMPLE, write_grid, write_validation
 from vllm_sweep import llama_design, planned
 
@@ -128,3 +131,24 @@ def test_problems_and_blocks_as_html() -> None:
     assert text.text_block_html(["a", "  <b>"]) == (
         '<pre style="white-space: pre-wrap; font-size: 0.85em">a\n  &lt;b&gt;</pre>'
     )
+
+
+def test_every_context_config_is_paste_ready_with_the_draft_settings() -> None:
+    from lib.context import analyse_contexts, find_context_axis
+    from lib.settings import ContextSettings
+
+    sweep = load_experiment(SAMPLE_SWEEPS / "long-context")
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    analysis = analyse_contexts(sweep, axis, Settings())
+    shared = (analysis.answer or analysis.pooled).result.speculative_config()
+    configs = [line for line in text.context_export_lines(analysis) if not line.startswith(" ")]
+    assert len(configs) == 3  # vllm-context, vllm-rfc-48944, vllm-pr-54801
+    for line in configs:
+        name, argument = line.split(": ", 1)
+        # What a shell passes to vllm serve: the flag, then one JSON argument.
+        flag, value = shlex.split(argument)
+        config = json.loads(value)
+        assert flag == "--speculative-config"
+        assert (config["method"], config["model"]) == (shared["method"], shared["model"])
+        assert config["num_speculative_tokens"] >= 1, name
