@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["percent_text", "probability_text", "signed_percent_text"]
+__all__ = ["PROBABILITY_DECIMALS", "percent_text", "probability_text", "signed_percent_text"]
+
+#: Every probability is shown to this many decimals, rounded down.
+PROBABILITY_DECIMALS = 2
 
 
 def probability_text(value: float | None) -> str:
@@ -23,7 +26,8 @@ def probability_text(value: float | None) -> str:
     """
     if value is None:
         return "unknown"
-    return f"{math.floor(round(value * 100, 6)) / 100:.2f}"
+    scale = 10**PROBABILITY_DECIMALS
+    return f"{math.floor(round(value * scale, 6)) / scale:.{PROBABILITY_DECIMALS}f}"
 
 
 def percent_text(value: float, decimals: int = 1) -> str:

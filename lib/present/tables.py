@@ -10,6 +10,7 @@ import polars as pl
 from lib.confidence import ConfidenceReport, policy_differences
 from lib.loop.diff import DiffReport
 from lib.measurement_plan import MeasurementPlan
+from lib.numbers import PROBABILITY_DECIMALS
 from lib.schedule import TuningResult
 from lib.switch_points import SwitchPoints
 
@@ -97,7 +98,7 @@ def decision_table(result: TuningResult, picks: pl.DataFrame | None = None) -> p
             picks.select("anchor", "p_eps_good", "below_confidence"), on="anchor", how="left"
         )
         sure = [
-            _rounded_down(pl.col("p_eps_good"), 2).alias("P(eps-good)"),
+            _rounded_down(pl.col("p_eps_good")).alias("P(eps-good)"),
             (~pl.col("below_confidence")).alias("sure enough"),
         ]
     return decisions.select(
@@ -119,10 +120,12 @@ def decision_table(result: TuningResult, picks: pl.DataFrame | None = None) -> p
     )
 
 
-def _rounded_down(probability: pl.Expr, digits: int) -> pl.Expr:
-    """A probability shown to ``digits`` decimals, rounded down, so that a shown P never
-    exceeds the one the decision used (0.899 is not shown as 0.90 beside "unresolved")."""
-    scale = float(10**digits)
+def _rounded_down(probability: pl.Expr) -> pl.Expr:
+    """A probability as :func:`lib.numbers.probability_text` writes it (to
+    :data:`lib.numbers.PROBABILITY_DECIMALS` decimals, rounded down), so that a shown P never
+    exceeds the one the decision used (0.899 is not shown as 0.90 beside "unresolved") and
+    reads the same in a table as in a line."""
+    scale = float(10**PROBABILITY_DECIMALS)
     shown: pl.Expr = (probability * scale).round(6).floor() / scale
     return shown
 
@@ -134,7 +137,7 @@ def _joined(column: str) -> pl.Expr:
 def _p_columns(report: ConfidenceReport) -> pl.DataFrame:
     """Per anchor, one ``P K=<k>`` column per K of the sweep (null where K was not eligible)."""
     wide = report.cells.select(
-        "anchor", pl.format("P K={}", "k").alias("column"), _rounded_down(pl.col("p_eps_good"), 3)
+        "anchor", pl.format("P K={}", "k").alias("column"), _rounded_down(pl.col("p_eps_good"))
     ).pivot(on="column", index="anchor", values="p_eps_good")
     ordered = [f"P K={k}" for k in sorted(report.cells["k"].unique().to_list())]
     return wide.select("anchor", *ordered)
@@ -146,7 +149,7 @@ def confidence_table(result: TuningResult, report: ConfidenceReport) -> pl.DataF
     flagged runs and why the anchor is unresolved; then every K's P(eps-good)."""
     reported = result.decisions.select("anchor", pl.col("selected_k").alias("reported K"))
     p_of = report.cells.select(
-        "anchor", pl.col("k").alias("reported K"), _rounded_down(pl.col("p_eps_good"), 3)
+        "anchor", pl.col("k").alias("reported K"), _rounded_down(pl.col("p_eps_good"))
     )
     return (
         report.anchors.join(reported, on="anchor", how="left")
@@ -241,8 +244,8 @@ def rule_table(seed: TuningResult, confident: TuningResult) -> pl.DataFrame:
         pl.col("confident_k").alias("confident K"),
         "differs",
         "status",
-        _rounded_down(pl.col("seed_p_eps_good"), 3).alias("P(eps-good) of the seed's K"),
-        _rounded_down(pl.col("confident_p_eps_good"), 3).alias("P(eps-good) of the confident K"),
+        _rounded_down(pl.col("seed_p_eps_good")).alias("P(eps-good) of the seed's K"),
+        _rounded_down(pl.col("confident_p_eps_good")).alias("P(eps-good) of the confident K"),
     )
 
 
