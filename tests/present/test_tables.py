@@ -80,3 +80,21 @@ def test_comparison_table_has_every_batch_size_and_the_verdict(sample_diff: Diff
     assert table["K (A)"].to_list() == [7, 0, 0, 0]
     assert table["K (B)"].to_list() == [0, 0, 0, 0]
     assert table["verdict"].to_list()[0] == "material"
+
+
+def test_a_tables_probabilities_read_as_the_clis_lines(tmp_path: Path) -> None:
+    from sweep_builder import WORKED_EXAMPLE
+
+    from lib.analysis import analyse
+    from lib.numbers import probability_text
+
+    analysis = analyse(load_experiment(write_grid(tmp_path, WORKED_EXAMPLE)), Settings())
+    assert analysis.report is not None
+    table = tables.confidence_table(analysis.result, analysis.report)
+    p_columns = [column for column in table.columns if column.startswith("P K=")]
+    exact = analysis.report.cells.select("anchor", "k", "p_eps_good").rows()
+    assert p_columns and exact
+    for anchor, k, p in exact:
+        shown = table.filter(pl.col("batch size") == anchor)[f"P K={k}"].item()
+        # The table's number is the CLI's text, as a number: 2 decimals, rounded down.
+        assert (shown is None and p is None) or f"{shown:.2f}" == probability_text(p)
