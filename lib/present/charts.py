@@ -1,8 +1,9 @@
 """Charts of a :class:`lib.schedule.TuningResult` for the app, as Vega-Lite specifications.
 
 - :func:`headline_chart`: the answer at a glance: each K's median speed-up over K=0 (%) with its
-  MAD band against batch size on a log axis, the chosen schedule over it, unresolved anchors
-  and doubtful picks marked.
+  MAD band against batch size on a log axis, the chosen K at each anchor, unresolved anchors
+  and doubtful picks marked, and under it the K the deployed schedule runs at every batch size
+  (measured, not measured, capped marked).
 - :func:`objective_charts`: one small chart per batch size, the objective against K: every run a
   faint point, the median with MAD error bars, the conservative score the policy ranks, and each
   cell's verdict (chosen, tied, kept, rejected) as colour and shape. Small charts of a fixed
