@@ -179,6 +179,22 @@ def sections_accordion(
     )
 
 
+def no_experiment_view(refusal: str | None, picker) -> mo.Html:
+    """The top of the page while no experiment is chosen: why (a refused `?sweeps=`, or no
+    choice made) and the experiment picker, and nothing else: no verdict, schedule or config
+    of an experiment the query did not name."""
+    why = refusal or "No experiment chosen."
+    return mo.vstack(
+        [
+            mo.md("# tune-spec-k"),
+            mo.callout(
+                mo.vstack([mo.md(html.escape(why)), mo.md("**Choose an experiment:**"), picker]),
+                kind="danger" if refusal else "info",
+            ),
+        ]
+    )
+
+
 def reading_notes(
     root, base_folder, experiments: dict, query_refusal: str | None, refusals: list, browser
 ) -> mo.Html:

@@ -29,6 +29,7 @@ with app.setup:
         context_section,
         fix_action,
         labelled,
+        no_experiment_view,
         reading_notes,
         sections_accordion,
         setting_slider,
@@ -49,9 +50,8 @@ def _():
             kind="danger",
         ),
     )
-    start_folder, query_refusal = app_support.folder_below_root(
-        root, mo.query_params().get("sweeps")
-    )
+    # A refused ?sweeps= starts the page on the refusal and the picker, nothing chosen.
+    query_start = app_support.query_start(root, mo.query_params().get("sweeps"))
     folder_browser = mo.ui.file_browser(
         initial_path=root,
         selection_mode="directory",
@@ -77,16 +77,20 @@ def _():
         folder_browser,
         get_fixable,
         get_k_var,
-        query_refusal,
+        query_start,
         root,
         set_fixable,
         set_k_var,
-        start_folder,
     )
 
 
 @app.cell
-def _(batch_size_var_input, experiment_picker, k_var_picker, root):
+def _(batch_size_var_input, experiment_picker, k_var_picker, query_start, root):
+    # Nothing is read until an experiment is chosen (none is after a refused ?sweeps=).
+    mo.stop(
+        experiment_picker.value is None,
+        no_experiment_view(query_start.refusal, experiment_picker),
+    )
     fields = Fields(batch_size_var=batch_size_var_input.value, k_var=k_var_picker.value)
     sweep = load_experiment(
         experiment_picker.value,
@@ -300,25 +304,25 @@ def _(
 
 
 @app.cell
-def _(folder_browser, query_refusal, root, start_folder):
+def _(folder_browser, query_start, root):
     _browsed = folder_browser.path()
     base_folder = (
-        app_support.folder_below_root(root, str(_browsed))[0] if _browsed else start_folder
+        app_support.folder_below_root(root, str(_browsed))[0] if _browsed else query_start.folder
     )
     experiments, experiment_refusals = app_support.find_experiments(base_folder, root)
     # Where the experiments were read from, below the answer; without one, all the page shows.
     reading_notes(
-        root, base_folder, experiments, query_refusal, experiment_refusals, folder_browser
+        root, base_folder, experiments, query_start.refusal, experiment_refusals, folder_browser
     )
     return base_folder, experiment_refusals, experiments
 
 
 @app.cell
-def _(experiments):
+def _(experiments, query_start):
     mo.stop(not experiments)
     experiment_picker = mo.ui.dropdown(
         options=experiments,
-        value=guide.default_experiment(experiments),
+        value=app_support.first_experiment(query_start, experiments),
         label="Experiment",
         full_width=True,
     )

@@ -14,7 +14,7 @@ import dataclasses
 import html
 import os
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from lib.analysis import Analysis
+from lib.app.guide import default_experiment
 from lib.confidence import ConfidenceReport, apply_policy
 from lib.flags import add_flags, flag_name, from_arguments, to_arguments
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side, side_from_result
@@ -56,6 +57,7 @@ __all__ = [
     "USUAL_DIRECTION",
     "AppArguments",
     "HealthCounts",
+    "QueryStart",
     "RuleComparison",
     "acceptance_field",
     "acceptance_options",
@@ -70,6 +72,7 @@ __all__ = [
     "diff_settings",
     "direction_text",
     "find_experiments",
+    "first_experiment",
     "folder_below_root",
     "global_k_text",
     "health_counts",
@@ -77,6 +80,7 @@ __all__ = [
     "parse_app_arguments",
     "path_html",
     "problems_of",
+    "query_start",
     "resolve_root",
     "rule_text",
     "schedule_text",
@@ -182,7 +186,7 @@ def folder_below_root(root: Path, requested: str | Sequence[str] | None) -> tupl
         return root, None
     query = f"?sweeps={shown_path(requested)}"
     below = shown_path(root)
-    instead = f"showing {below} instead"
+    instead = f"choose an experiment below {below}"
     try:
         candidate = (root / requested).resolve()
         inside = candidate.is_relative_to(root.resolve())
@@ -196,6 +200,34 @@ def folder_below_root(root: Path, requested: str | Sequence[str] | None) -> tupl
     if not is_folder:
         return root, f"{query} is not a folder below {below}: {instead}"
     return candidate, None
+
+
+@dataclass(frozen=True)
+class QueryStart:
+    """What the page starts from for its ``?sweeps=`` query (:func:`query_start`): the
+    ``folder`` whose experiments the picker lists, and ``refusal``, why the query was refused
+    (None when it was accepted or absent)."""
+
+    folder: Path
+    refusal: str | None
+
+
+def query_start(root: Path, requested: str | Sequence[str] | None) -> QueryStart:
+    """The page's start for a ``?sweeps=`` query: the folder it names below ``root``
+    (:func:`folder_below_root`), or, refused (outside the root, not a folder, no path at all),
+    ``root`` with the refusal."""
+    folder, refusal = folder_below_root(root, requested)
+    return QueryStart(folder, refusal)
+
+
+def first_experiment(start: QueryStart, experiments: Mapping[str, Path]) -> str | None:
+    """The experiment the picker starts on: none after a refused query, so that the page shows
+    the refusal and the picker and nothing computed from an experiment the query did not name
+    (not the default sample's verdict, schedule or config); else the default
+    (:func:`lib.app.guide.default_experiment`). None also when there is no experiment."""
+    if start.refusal is not None or not experiments:
+        return None
+    return default_experiment(experiments)
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:

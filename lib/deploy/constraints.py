@@ -20,9 +20,10 @@ then C is an *assumption*: the schedule is kept as tuned and the ranges past it 
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from lib.schedule import Range, Schedule, merge_picks
@@ -32,12 +33,14 @@ __all__ = [
     "DSD_METHODS_MRV1",
     "PLATFORM_CEILING",
     "SM100_PLATFORM_CEILING",
+    "STRETCH_STATUSES",
     "CappedRange",
     "CaptureCeiling",
     "CeilingCheck",
     "EngineFacts",
     "Fact",
     "GraphlessRange",
+    "Stretch",
     "assumed_capture_size",
     "capped_ranges",
     "capped_schedule",
@@ -45,6 +48,7 @@ __all__ = [
     "cells_past_ceiling",
     "check_ceiling",
     "dense_runs",
+    "deployed_stretches",
     "graphless_ranges",
     "method_warnings",
     "resolve_ceiling",
@@ -437,6 +441,80 @@ def cells_past_ceiling(cells: Sequence[tuple[int, int]], ceiling: int) -> list[t
 
 #: The speculative methods vLLM 0.33 keeps Dynamic SD for on model runner v1.
 DSD_METHODS_MRV1 = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+
+
+#: What backs the K a deployed schedule runs on a stretch of batch sizes, in legend order: a
+#: kept cell at that anchor and K (``measured``, one batch size), nothing (``not measured``: the
+#: batch sizes between and beyond the anchors), or nothing and a K the capture ceiling lowered
+#: (``capped, not measured``, the check's own words for a :class:`CappedRange`).
+STRETCH_STATUSES = ("measured", "not measured", "capped, not measured")
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """Batch sizes ``lo..hi`` that a deployed schedule runs at ``k``, with what backs it
+    (:data:`STRETCH_STATUSES`)."""
+
+    lo: int
+    hi: int
+    k: int
+    status: str
+
+
+def deployed_stretches(
+    schedule: Schedule,
+    measured: Collection[tuple[int, int]],
+    capped: Sequence[CappedRange] = (),
+    global_k: int | None = None,
+) -> list[Stretch]:
+    """What ``schedule`` runs at every batch size from 1 to its last range's end, as vLLM's
+    dense lookup (:func:`dense_runs`, clamped to ``global_k``) cut into stretches of one K and
+    one status:
+
+    - ``capped, not measured``: inside a range of ``capped`` (it wins over the others: the
+      CLI says "capped, not measured" of the whole range);
+    - ``measured``: an anchor whose (batch size, K) is in ``measured`` (the kept cells), one
+      batch size each;
+    - ``not measured``: every other batch size (between the anchors, past the last one, and an
+      anchor whose K there was not measured).
+
+    Neighbours with the same K and status merge, except measured anchors. O(ranges + anchors
+    + capped ranges), never one row per batch size: a schedule up to 2^31 - 1 is as cheap as
+    one up to 256. An empty schedule gives none.
+
+    >>> schedule = Schedule(((1, 63, 7), (64, 256, 0)))
+    >>> [(s.lo, s.hi, s.k, s.status) for s in deployed_stretches(schedule, {(1, 7), (64, 0)})]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [(1, 1, 7, 'measured'), (2, 63, 7, 'not measured'), (64, 64, 0, 'measured'),
+     (65, 256, 0, 'not measured')]
+    """
+    if not schedule.ranges:
+        return []
+    end = max(hi for _, hi, _ in schedule.ranges)
+    runs = dense_runs(schedule, end, global_k)
+    run_starts = [lo for lo, _, _ in runs]
+    spans = sorted((c.lo, c.hi) for c in capped)
+    anchors = {anchor for anchor, _ in measured if 1 <= anchor <= end}
+    cuts = {*run_starts, *anchors, *(a + 1 for a in anchors)}
+    cuts |= {edge for lo, hi in spans for edge in (lo, hi + 1)}
+    starts = sorted(cut for cut in cuts if 1 <= cut <= end)
+    stretches: list[Stretch] = []
+    for index, lo in enumerate(starts):
+        hi = starts[index + 1] - 1 if index + 1 < len(starts) else end
+        k = runs[bisect.bisect_right(run_starts, lo) - 1][2]
+        inside = bisect.bisect_right(spans, (lo, end)) - 1
+        if inside >= 0 and spans[inside][0] <= lo <= spans[inside][1]:
+            status = "capped, not measured"
+        elif lo == hi and (lo, k) in measured:
+            status = "measured"
+        else:
+            status = "not measured"
+        last = stretches[-1] if stretches else None
+        if last and status != "measured" and (last.k, last.status) == (k, status):
+            stretches[-1] = Stretch(last.lo, hi, k, status)
+        else:
+            stretches.append(Stretch(lo, hi, k, status))
+    return stretches
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Charts of a :class:`lib.schedule.TuningResult` for the app, as Vega-Lite specifications.
 
 - :func:`headline_chart`: the answer at a glance: each K's median speed-up over K=0 (%) with its
-  MAD band against batch size on a log axis, the chosen schedule over it, unresolved anchors
-  and doubtful picks marked.
+  MAD band against batch size on a log axis, the chosen K at each anchor, unresolved anchors
+  and doubtful picks marked, and under it the K the deployed schedule runs at every batch size
+  (measured, not measured, capped marked).
 - :func:`objective_charts`: one small chart per batch size, the objective against K: every run a
   faint point, the median with MAD error bars, the conservative score the policy ranks, and each
   cell's verdict (chosen, tied, kept, rejected) as colour and shape. Small charts of a fixed
@@ -40,6 +41,7 @@ are left to the theme (marimo renders charts with Vega's ``dark`` theme in dark 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -51,6 +53,8 @@ import vl_convert
 
 from lib import robust
 from lib.confidence import ConfidenceReport, policy_differences
+from lib.deploy.constraints import STRETCH_STATUSES, CappedRange, deployed_stretches
+from lib.deploy.tuning import Deployment
 from lib.loop.diff import DiffReport, Side
 from lib.schedule import Schedule, TuningResult
 from lib.sweeps import Sweep
@@ -59,6 +63,7 @@ from lib.switch_points import SwitchPoints
 __all__ = [
     "ACCEPTANCE_LENGTH",
     "CONFIDENCE_ROLES",
+    "DEPLOYED_MARKS",
     "DOUBTS",
     "IMAGE_WIDTH",
     "MAX_CHART_ROWS",
@@ -115,6 +120,18 @@ DOUBTS: dict[str, str] = {
     "pick below the confidence": "!",  # some K does, but not the exported one
 }
 
+#: How the headline chart's K track draws each stretch of the deployed schedule
+#: (:data:`lib.deploy.constraints.STRETCH_STATUSES`), with colour and dash: a measured anchor
+#: solid, the batch sizes nothing measured dashed, a capped range (capped, not measured) red
+#: and dotted.
+DEPLOYED_MARKS: dict[str, tuple[str, list[int]]] = dict(
+    zip(
+        STRETCH_STATUSES,
+        [("#4c78a8", [1, 0]), ("#4c78a8", [6, 4]), ("#e45756", [2, 3])],
+        strict=True,
+    )
+)
+
 #: The two schedules of the schedule chart: vLLM's steps at the anchors, and the one that
 #: switches at the interpolated crossovers (lib.switch), in legend order, with colour and dash.
 SCHEDULE_LINES: dict[str, tuple[str, list[int]]] = {
@@ -159,6 +176,11 @@ _UNITS = {
 _SMALL_WIDTH = 240
 _HEIGHT = 200
 _HEADLINE_HEIGHT = 240
+#: With the deployed schedule drawn, the headline's speed-up track, the gap under it and the
+#: K track under that (one plot: both share the batch-size axis and follow the container).
+_SPEED_UP_TRACK = 200
+_TRACK_GAP = 22
+_K_TRACK = 72
 #: The plot width of an image of a chart that follows its container on screen.
 IMAGE_WIDTH = 640
 #: Ticks that stand for a score beside the points (the conservative score, P without the
@@ -635,6 +657,65 @@ def _headline_rows(result: TuningResult, report: ConfidenceReport | None) -> lis
     ]
 
 
+def _deployment_of(result: TuningResult) -> Deployment | None:
+    """The capture check :func:`lib.deploy.tuning.deploy_analysis` attached to ``result``."""
+    deployment = result.additions.get("deployment")
+    return deployment if isinstance(deployment, Deployment) else None
+
+
+def _capped_note(capped: tuple[CappedRange, ...], lo: int) -> str:
+    """What a capped stretch starting at ``lo`` runs instead, in the check's words."""
+    for span in capped:
+        if span.lo <= lo <= span.hi:
+            return f"K={span.capped_k} instead of K={span.measured_k}: capped, not measured"
+    return ""
+
+
+def _deployed_rows(result: TuningResult, deployment: Deployment | None) -> list[pl.DataFrame]:
+    """The K track of :func:`headline_chart`: one ``deployed`` row per stretch of the schedule
+    ``result`` deploys (:func:`lib.deploy.constraints.deployed_stretches`: from 1 to the last
+    range's end, cut where K or what backs it changes), drawn from its first batch size to the
+    next stretch's (the last one to its own end), and one ``jump`` row per change of K, at the
+    batch size where the new K starts. Rows per stretch, never per batch size. None while the
+    result has errors or no schedule (the CLI writes none)."""
+    schedule = result.schedule
+    if not result.ok or schedule is None or not schedule.ranges:
+        return []
+    kept = result.cells.filter(pl.col("status") == "kept").select("anchor", "k").rows()
+    capped = deployment.check.capped if deployment is not None else ()
+    stretches = deployed_stretches(schedule, set(kept), capped, result.deploy_global_k)
+    ends = [*(stretch.lo for stretch in stretches[1:]), stretches[-1].hi]
+    deployed = pl.DataFrame(
+        {
+            "batch_size": [stretch.lo for stretch in stretches],
+            "batch_size_end": ends,
+            "lo": [stretch.lo for stretch in stretches],
+            "hi": [stretch.hi for stretch in stretches],
+            "k": [stretch.k for stretch in stretches],
+            "status": [stretch.status for stretch in stretches],
+            "note": [_capped_note(capped, stretch.lo) for stretch in stretches],
+        },
+        schema={
+            "batch_size": pl.Int64,
+            "batch_size_end": pl.Int64,
+            "lo": pl.Int64,
+            "hi": pl.Int64,
+            "k": pl.Int64,
+            "status": pl.Utf8,
+            "note": pl.Utf8,
+        },
+    )
+    pairs = itertools.pairwise(stretches)
+    changes = [(after.lo, before.k, after.k) for before, after in pairs if before.k != after.k]
+    jumps = pl.DataFrame(
+        changes, schema={"batch_size": pl.Int64, "k": pl.Int64, "k_to": pl.Int64}, orient="row"
+    )
+    return [
+        deployed.select(pl.lit("deployed").alias("layer"), pl.all()),
+        jumps.select(pl.lit("jump").alias("layer"), pl.all()),
+    ]
+
+
 # --------------------------------------------------------------------------- label layout
 
 #: The narrowest plot labels are laid out for (a phone): labels apart there are apart on any
@@ -945,7 +1026,10 @@ def _headline_template(batch_size_title: str, layers: frozenset[str]) -> dict[st
     """The layers of :func:`headline_chart` that ``layers`` names; the width follows the
     container."""
     x = _log_batch_size(batch_size_title)
-    y = alt.Y("speedup:Q", title="speed-up over K=0 (%)")
+    track = "deployed" in layers
+    # With the K track, the speed-up takes the plot's top part (a scale's range, in pixels).
+    top = alt.Scale(range=[_SPEED_UP_TRACK, 0]) if track else alt.Scale()
+    y = alt.Y("speedup:Q", title="speed-up over K=0 (%)", scale=top)
     # Full opacity in the legend: its symbols would otherwise take the faint band's.
     legend = alt.Legend(orient="top", symbolOpacity=1, symbolType="circle")
     colour = alt.Color("k:O", title="K").scale(scheme="tableau10").legend(legend)
@@ -962,7 +1046,12 @@ def _headline_template(batch_size_title: str, layers: frozenset[str]) -> dict[st
     band = (
         alt.Chart()
         .mark_area(opacity=0.15)
-        .encode(x=x, y=alt.Y("lo:Q", title="speed-up over K=0 (%)"), y2="hi:Q", color=colour)
+        .encode(
+            x=x,
+            y=alt.Y("lo:Q", title="speed-up over K=0 (%)", scale=top),
+            y2="hi:Q",
+            color=colour,
+        )
         .transform_filter(_layer("speedup"))
     )
     baseline = (
@@ -1000,12 +1089,6 @@ def _headline_template(batch_size_title: str, layers: frozenset[str]) -> dict[st
         alt.Tooltip("speedup:Q", title="speed-up over K=0 %", format="+.2f"),
         alt.Tooltip("doubt:N"),
     ]
-    schedule = (
-        alt.Chart()
-        .mark_line(color=NEUTRAL, strokeWidth=8, opacity=0.35)
-        .encode(x=x, y=y, tooltip=chosen_tooltip)
-        .transform_filter(_layer("chosen"))
-    )
     chosen = (
         alt.Chart()
         .mark_point(shape="diamond", filled=True, size=180, opacity=1)
@@ -1021,12 +1104,13 @@ def _headline_template(batch_size_title: str, layers: frozenset[str]) -> dict[st
         )
         .transform_filter(_layer("no_baseline"))
     )
+    bottom = _SPEED_UP_TRACK if track else _HEADLINE_HEIGHT
     no_baseline_labels = [
         (
             f"no_baseline_label:{row}",
             alt.Chart()
             .mark_text(align="left", dx=3, baseline="bottom", color=NEUTRAL, text="no K=0")
-            .encode(x=x, y=alt.value(_HEADLINE_HEIGHT - 2 - _LABEL_ROW_PX * row))
+            .encode(x=x, y=alt.value(bottom - 2 - _LABEL_ROW_PX * row))
             .transform_filter(_layer("no_baseline") & (alt.datum.label_row == row)),
         )
         for row in _label_rows_in(layers, "no_baseline_label")
@@ -1051,19 +1135,96 @@ def _headline_template(batch_size_title: str, layers: frozenset[str]) -> dict[st
         ("baseline", baseline),
         ("speedup", lines),
         ("rejected", rejected),
-        ("chosen", schedule),
         ("chosen", chosen),
         ("no_baseline", no_baseline),
         *no_baseline_labels,
         ("doubt", doubts),
     ]
+    speed_up = [layer for name, layer in named if name in layers]
+    if not track:
+        chart = alt.LayerChart(
+            data=alt.NamedData(name=_ROWS),
+            layer=speed_up,
+            width="container",
+            height=_HEADLINE_HEIGHT,
+        )
+        return _without_data(chart)
+    height = _SPEED_UP_TRACK + _TRACK_GAP + _K_TRACK
+    # The K track's own colour and dash scales (resolved apart from the K colours above).
     chart = alt.LayerChart(
         data=alt.NamedData(name=_ROWS),
-        layer=[layer for name, layer in named if name in layers],
+        layer=[
+            alt.LayerChart(layer=speed_up),
+            alt.LayerChart(layer=_deployed_layers(x, layers, height)),
+        ],
         width="container",
-        height=_HEADLINE_HEIGHT,
-    )
+        height=height,
+    ).resolve_scale(y="independent", color="independent", strokeDash="independent")
     return _without_data(chart)
+
+
+def _deployed_layers(x: Any, layers: frozenset[str], height: int) -> list[alt.Chart]:
+    """The headline's K track, below the speed-ups: the deployed K per stretch as horizontal
+    rules (colour and dash by what backs it, :data:`DEPLOYED_MARKS`, only the statuses
+    ``layers`` names in the legend), a thin vertical rule at each change of K, and a point
+    on each measured anchor."""
+    statuses = [name for name in DEPLOYED_MARKS if f"deployed:{name}" in layers]
+    marks = [DEPLOYED_MARKS[status] for status in statuses]
+    colours, dashes = [colour for colour, _ in marks], [dash for _, dash in marks]
+    legend = alt.Legend(title="deployed K", orient="top", symbolStrokeWidth=3)
+    y = alt.Y(
+        "k:Q",
+        title="deployed K",
+        scale=alt.Scale(range=[height, height - _K_TRACK], zero=True, nice=False, padding=6),
+        axis=alt.Axis(orient="right", tickMinStep=1, grid=False),
+    )
+    tooltip = [
+        alt.Tooltip("lo:Q", title="batch sizes from"),
+        alt.Tooltip("hi:Q", title="to"),
+        alt.Tooltip("k:Q", title="deployed K"),
+        alt.Tooltip("status:N", title="measured"),
+        alt.Tooltip("note:N"),
+    ]
+    stretches = (
+        alt.Chart()
+        .mark_rule(strokeWidth=3)
+        .encode(
+            x=x,
+            x2="batch_size_end:Q",
+            y=y,
+            color=alt.Color("status:N", scale=alt.Scale(domain=statuses, range=colours)).legend(
+                legend
+            ),
+            strokeDash=alt.StrokeDash(
+                "status:N", scale=alt.Scale(domain=statuses, range=dashes)
+            ).legend(legend),
+            tooltip=tooltip,
+        )
+        .transform_filter(_layer("deployed"))
+    )
+    jumps = (
+        alt.Chart()
+        .mark_rule(color=NEUTRAL, strokeWidth=1.5)
+        .encode(
+            x=x,
+            y=y,
+            y2="k_to:Q",
+            tooltip=[
+                alt.Tooltip("batch_size:Q", title="K changes at batch size"),
+                alt.Tooltip("k:Q", title="from K"),
+                alt.Tooltip("k_to:Q", title="to K"),
+            ],
+        )
+        .transform_filter(_layer("jump"))
+    )
+    anchors = (
+        alt.Chart()
+        .mark_point(filled=True, size=45, opacity=1, color=DEPLOYED_MARKS["measured"][0])
+        .encode(x=x, y=y, tooltip=tooltip)
+        .transform_filter(_layer("deployed") & (alt.datum.status == "measured"))
+    )
+    named = [("deployed", stretches), ("jump", jumps), ("deployed:measured", anchors)]
+    return [layer for name, layer in named if name in layers]
 
 
 @functools.lru_cache(maxsize=4)
@@ -1297,11 +1458,29 @@ def _present_layers(frames: list[pl.DataFrame]) -> frozenset[str]:
     return frozenset(name for frame in frames if frame.height for name in frame["layer"].unique())
 
 
-def headline_chart(result: TuningResult, report: ConfidenceReport | None) -> Chart:
+def headline_chart(
+    result: TuningResult,
+    report: ConfidenceReport | None,
+    deployment: Deployment | None = None,
+) -> Chart:
     """The answer at a glance: per K > 0, its median speed-up over K=0 (%) against batch size
     on a log axis, one coloured line per K with its MAD band, the K=0 baseline at 0 % (dashed),
-    and the chosen schedule over them (big diamonds on a thick grey line: the chosen K's
-    speed-up at each anchor).
+    the chosen K's speed-up at each anchor (big diamonds) and, under them on the same batch
+    axis, the schedule ``result`` deploys (``result.schedule``: the step schedule, the
+    interpolated one, or the one capped to the CUDA-graph capture ceiling by
+    :func:`lib.deploy.tuning.deploy_analysis`, whose ``deployment`` is read from the result
+    when not given).
+
+    Why a K track and not a line in the speed-up plot: between the anchors nothing was
+    measured, so there is no speed-up to draw for the deployed K there (a capped K may not
+    have been measured anywhere); a line joining the anchors' speed-ups would show the same
+    thing for the step and the interpolated schedule and hide where K changes. The track shows
+    what vLLM runs, K(b) for every b from 1 to the last range's end (horizontal rules, a
+    vertical rule where K changes, at the batch size the new range starts), and what backs it:
+    solid with a point at a measured anchor, dashed where nothing was measured, red and dotted
+    where the capture ceiling capped K (capped, not measured). The speed-ups above say what
+    each K gave at the anchors; the track below says where each K runs. It has one row per
+    stretch (:func:`lib.deploy.constraints.deployed_stretches`), never one per batch size.
 
     - Sign: :func:`speed_up_percent`, positive = better than K=0 whichever the direction (for a
       minimised objective such as TPOT, K=0's median over K's, less 1).
@@ -1312,15 +1491,17 @@ def headline_chart(result: TuningResult, report: ConfidenceReport | None) -> Cha
     - With a confidence ``report``, an unresolved anchor gets a "?" above it, and one whose
       exported K has P(eps-good) below the confidence (while another K reaches it) a "!".
     - Without a baseline anywhere, the chart only says so.
-    - With errors (``result.ok`` false) no pick is drawn and the subtitle says why: the CLI
-      would write no schedule.
+    - With errors (``result.ok`` false) no pick and no K track are drawn and the subtitle says
+      why: the CLI would write no schedule.
 
     The width follows the container (from a phone to a wide screen); the height is fixed.
     """
     rows = _headline_rows(result, report)
+    deployed = _deployed_rows(result, deployment or _deployment_of(result))
     labelled = [frame for frame in rows if "label_row" in frame.columns]
-    layers = _present_layers(rows).union(
-        *(_label_layers(frame, "no_baseline_label") for frame in labelled)
+    layers = _present_layers([*rows, *deployed]).union(
+        *(_label_layers(frame, "no_baseline_label") for frame in labelled),
+        {f"deployed:{status}" for frame in deployed[:1] for status in frame["status"]},
     )
     title = "Speed-up over K=0 by batch size"
     if not layers & {"speedup", "baseline"}:
@@ -1342,8 +1523,10 @@ def headline_chart(result: TuningResult, report: ConfidenceReport | None) -> Cha
     notes = [line for name, line in marks if name in layers]
     if notes:
         subtitle.append("; ".join(notes))
+    if "deployed" in layers:
+        subtitle.append("below: the deployed K at every batch size; dashed: not measured")
     template = _headline_template(_batch_size_title(result), layers)
-    return _chart(template, *rows, title={"text": title, "subtitle": subtitle})
+    return _chart(template, *rows, *deployed, title={"text": title, "subtitle": subtitle})
 
 
 def _schedule_layers(rows: list[pl.DataFrame]) -> frozenset[str]:

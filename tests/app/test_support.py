@@ -72,7 +72,7 @@ def test_query_that_is_no_path_is_refused_not_raised(
     assert folder == tmp_path
     assert refusal is not None
     assert refusal.startswith(f"?sweeps={shown} is not a usable path (")
-    assert f"showing {tmp_path} instead" in refusal
+    assert f"choose an experiment below {tmp_path}" in refusal
 
 
 def test_refusals_show_control_characters_escaped(tmp_path: Path) -> None:
@@ -80,8 +80,40 @@ def test_refusals_show_control_characters_escaped(tmp_path: Path) -> None:
     assert folder == tmp_path
     assert refusal == (
         f"?sweeps=runs\\n\\nerror [x] forged is not a folder below {tmp_path}:"
-        f" showing {tmp_path} instead"
+        f" choose an experiment below {tmp_path}"
     )
+
+
+@pytest.mark.parametrize("query", ["sonnet-lik", "..", "\x00"], ids=["mistyped", "outside", "nul"])
+def test_a_refused_query_starts_on_no_experiment(tmp_path: Path, query: str) -> None:
+    # The default sample and another experiment below the root: a refused query shows
+    # neither (the page shows the refusal and the picker), an accepted one its own folder's.
+    root = tmp_path / "root"
+    write_grid(root / "sonnet-like", grid([1], {0: [1.0]}))
+    write_grid(root / "other", grid([1], {0: [1.0]}))
+    start = app_support.query_start(root, query)
+    experiments, _ = app_support.find_experiments(start.folder, root)
+    assert start.folder == root and set(experiments) == {"sonnet-like", "other"}
+    assert start.refusal is not None and start.refusal.startswith("?sweeps=")
+    assert app_support.first_experiment(start, experiments) is None
+
+
+def test_an_accepted_or_absent_query_starts_on_its_default_experiment(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    write_grid(root / "sonnet-like", grid([1], {0: [1.0]}))
+    write_grid(root / "runs" / "b", grid([1], {0: [1.0]}))
+    write_grid(root / "runs" / "a", grid([1], {0: [1.0]}))
+    absent = app_support.query_start(root, None)
+    assert absent == app_support.QueryStart(root, None)
+    assert app_support.first_experiment(absent, app_support.find_experiments(root, root)[0]) == (
+        "sonnet-like"
+    )
+    runs = app_support.query_start(root, "runs")
+    found, _ = app_support.find_experiments(runs.folder, root)
+    # No sonnet-like below runs/: the first of the query's own folder.
+    assert runs.refusal is None and app_support.first_experiment(runs, found) == next(iter(found))
+    assert found[next(iter(found))].parent == (root / "runs").resolve()
+    assert app_support.first_experiment(runs, {}) is None
 
 
 def test_experiments_in_a_folder(tmp_path: Path) -> None:

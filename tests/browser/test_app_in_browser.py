@@ -175,9 +175,51 @@ def test_broken_input_shows_a_clear_callout_beside_the_analysis(page: Any, serve
 )
 def test_a_query_that_is_refused_says_why(page: Any, server: Any, query: str, refusal: str) -> None:
     page.goto(f"{server.url}/?sweeps={query}")
-    page.get_by_role("heading", name="tune-spec-k ·").wait_for(timeout=LOAD_TIMEOUT_MS)
     shown = refusal.format(root=server.root)
-    page.get_by_text(shown).wait_for(timeout=UPDATE_TIMEOUT_MS)
+    page.get_by_text(shown).first.wait_for(timeout=LOAD_TIMEOUT_MS)
+    assert page.get_by_text(ERROR_TOAST).count() == 0
+
+
+@pytest.mark.parametrize(
+    ("query", "refusal"),
+    [
+        ("sonnet-lik", "?sweeps=sonnet-lik is not a folder below {root}"),
+        ("../..", "?sweeps=../.. is outside {root}"),
+    ],
+    ids=["mistyped", "outside"],
+)
+def test_a_refused_query_shows_no_other_experiments_answer(
+    page: Any, server: Any, query: str, refusal: str
+) -> None:
+    """The refusal and the experiment picker on the first screen, and nothing computed from
+    another experiment (the default sonnet-like is below the root): no verdict, schedule,
+    config or chart, until an experiment is chosen."""
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{server.url}/?sweeps={query}")
+    shown = page.get_by_text(refusal.format(root=server.root)).first
+    shown.wait_for(timeout=LOAD_TIMEOUT_MS)
+    picker = page.get_by_role("combobox", name="Experiment").first
+    for locator in (shown, picker):
+        box = _box(page, locator)
+        assert box["y"] >= 0 and box["y"] + box["height"] <= 400, (locator, box)
+    # The page has settled on the refusal: the notes below and the sidebar's last part drawn.
+    page.get_by_text("Reading experiments in").first.wait_for(timeout=UPDATE_TIMEOUT_MS)
+    page.get_by_text(guide.CONTROL_LABELS["interpolated_schedule"]).first.wait_for(
+        timeout=UPDATE_TIMEOUT_MS
+    )
+    schedule = _schedule(server.root / "sonnet-like")
+    for absent in ("Ready to deploy", "Provisional", "Cannot tune", "--speculative-config"):
+        assert page.get_by_text(absent).count() == 0, absent
+    assert page.get_by_text(schedule).count() == 0
+    assert page.get_by_text(f"Download {app_support.SCHEDULE_FILE}").count() == 0
+    assert page.locator(".vega-embed").count() == 0
+    assert page.get_by_role("heading", name="tune-spec-k ·").count() == 0
+    # Choosing one shows its answer.
+    picker.select_option(label="sonnet-like")
+    page.get_by_role("heading", name="tune-spec-k · sonnet-like").wait_for(
+        timeout=UPDATE_TIMEOUT_MS
+    )
+    _wait_for_text(page, schedule, UPDATE_TIMEOUT_MS)
     assert page.get_by_text(ERROR_TOAST).count() == 0
 
 

@@ -4,6 +4,7 @@ against a brute-force evaluation of K'(b) = min(D(b), max(0, C // b - 1)) at eve
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -17,6 +18,7 @@ from sweep_builder import spread, write_grid
 from lib.cli.common import EXIT_OK
 from lib.cli.main import main
 from lib.deploy.constraints import (
+    CappedRange,
     CaptureCeiling,
     EngineFacts,
     Fact,
@@ -26,6 +28,7 @@ from lib.deploy.constraints import (
     cells_past_ceiling,
     check_ceiling,
     dense_runs,
+    deployed_stretches,
     graphless_ranges,
     method_warnings,
     resolve_ceiling,
@@ -379,3 +382,54 @@ def test_tune_reads_the_ceiling_from_the_saved_server_configs(tmp_path: Path) ->
     status, lines, data = tune(records, tmp_path / "out2.json")
     assert data["deployment"]["capture_ceiling"]["size"] == 1024
     assert lines[0] == PUBLISHED.json_text()  # 127 * 6 = 762 <= 1024: nothing to cap
+
+
+# --------------------------------------------------------------------------- deployed stretches
+
+
+def _capped(lo: int, hi: int) -> CappedRange:
+    return CappedRange(lo, hi, 5, 4, None, "no estimate")
+
+
+def test_deployed_stretches_hold_vllms_lookup_and_what_backs_it_at_every_batch_size() -> None:
+    # A gap (5-8 inherits K=3), an anchor whose K there was not measured (16: K=1 measured
+    # there, the lookup runs K=2), K clamped to the global 4, a capped range over an anchor.
+    schedule = Schedule(((1, 4, 3), (9, 15, 6), (16, 40, 2)))
+    measured = {(1, 3), (9, 6), (16, 1), (32, 2), (40, 2)}
+    capped = [_capped(30, 33)]
+    stretches = deployed_stretches(schedule, measured, capped, global_k=4)
+    for batch in range(1, 41):
+        k = schedule.k_at(batch, global_k=4)
+        if 30 <= batch <= 33:
+            status = "capped, not measured"
+        else:
+            status = "measured" if (batch, k) in measured else "not measured"
+        (found,) = [s for s in stretches if s.lo <= batch <= s.hi]
+        assert (found.k, found.status) == (k, status), batch
+    # (9, 6) was measured, but the clamped lookup runs K=4 there: not measured.
+    assert [s.status for s in stretches if s.lo <= 9 <= s.hi] == ["not measured"]
+    # Contiguous from 1 to the last range's end; neighbours differ in K or status, measured
+    # anchors alone on their batch size.
+    assert stretches[0].lo == 1 and stretches[-1].hi == 40
+    assert all(a.hi + 1 == b.lo for a, b in itertools.pairwise(stretches))
+    assert all(
+        (a.k, a.status) != (b.k, b.status) or a.status == "measured"
+        for a, b in itertools.pairwise(stretches)
+    )
+    assert all(s.lo == s.hi for s in stretches if s.status == "measured")
+
+
+def test_deployed_stretches_are_per_range_not_per_batch_size() -> None:
+    schedule = Schedule(((1, 7, 3), (8, LARGEST_WHOLE_NUMBER, 1)))
+    start = time.perf_counter()
+    stretches = deployed_stretches(schedule, {(1, 3), (8, 1)}, [_capped(100, 1 << 30)])
+    assert time.perf_counter() - start < 0.1
+    assert [(s.lo, s.hi, s.k, s.status) for s in stretches] == [
+        (1, 1, 3, "measured"),
+        (2, 7, 3, "not measured"),
+        (8, 8, 1, "measured"),
+        (9, 99, 1, "not measured"),
+        (100, 1 << 30, 1, "capped, not measured"),
+        ((1 << 30) + 1, LARGEST_WHOLE_NUMBER, 1, "not measured"),
+    ]
+    assert deployed_stretches(Schedule(()), {(1, 3)}) == []

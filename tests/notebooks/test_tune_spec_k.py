@@ -593,10 +593,17 @@ def test_sliders_never_reload_the_sweep() -> None:
         )
     ]
     assert len(loading) == 1
-    # The experiment, the two field names and the root (which never changes): the Fields are
-    # built from the two field controls in the same cell.
+    # The experiment, the two field names, the root and the query's start (neither changes
+    # after the first cell: it says why nothing is read while no experiment is chosen): the
+    # Fields are built from the two field controls in the same cell.
     arguments = {argument.arg for argument in loading[0].args.args}
-    assert arguments == {"experiment_picker", "k_var_picker", "batch_size_var_input", "root"}
+    assert arguments == {
+        "experiment_picker",
+        "k_var_picker",
+        "batch_size_var_input",
+        "root",
+        "query_start",
+    }
 
 
 def test_missing_root_stops_with_a_callout(
