@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -289,10 +290,16 @@ def test_cli_prints_each_format_s_config_as_export_does(tmp_path: Path, capsys) 
     out = tmp_path / "result.json"
     assert main([str(root), "--output-json", str(out)]) == 0
     tuned = capsys.readouterr().out.splitlines()
+    shared = json.loads(out.read_text())["speculative_config"]
     for name in ("vllm-context", "vllm-rfc-48944", "vllm-pr-54801"):
         assert main(["export", str(out), "--format", name]) == 0
-        exported = capsys.readouterr().out.splitlines()[0]
-        assert f"{name}: {exported}" in tuned
+        exported = json.loads(capsys.readouterr().out.splitlines()[0])
+        (line,) = [line for line in tuned if line.startswith(f"{name}: ")]
+        flag, value = shlex.split(line.removeprefix(f"{name}: "))
+        # tune prints the export's config whole, after the sweep's draft settings, paste-ready.
+        printed = json.loads(value)
+        assert flag == "--speculative-config" and printed.items() >= exported.items()
+        assert (printed["method"], printed["model"]) == (shared["method"], shared["model"])
 
 
 def test_the_default_mix_exports_the_shortest_context_s_own_picks(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -178,9 +178,9 @@ _HEIGHT = 200
 _HEADLINE_HEIGHT = 240
 #: With the deployed schedule drawn, the headline's speed-up track, the gap under it and the
 #: K track under that (one plot: both share the batch-size axis and follow the container).
-_SPEED_UP_TRACK = 200
+_SPEED_UP_TRACK = 156
 _TRACK_GAP = 22
-_K_TRACK = 72
+_K_TRACK = 60
 #: The plot width of an image of a chart that follows its container on screen.
 IMAGE_WIDTH = 640
 #: Ticks that stand for a score beside the points (the conservative score, P without the
