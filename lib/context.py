@@ -43,7 +43,7 @@ from lib.context_formats import (
 from lib.context_formats import ContextPoint as GridPoint
 from lib.objectives import direction_problems
 from lib.problems import Problem, Severity
-from lib.schedule import candidate_json
+from lib.schedule import candidate_json, finite_or_none
 from lib.settings import (
     CONTEXT_AUTO,
     CONTEXT_NONE,
@@ -514,10 +514,6 @@ def _anchors(analysis: Analysis) -> list[int]:
     return [int(anchor) for anchor in analysis.result.decisions["anchor"].to_list()]
 
 
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
 def _statuses(
     analysis: Analysis, confidence: float
 ) -> list[tuple[int, int | None, float | None, str, float | None]]:
@@ -544,7 +540,7 @@ def _statuses(
             status = "unresolved"
         else:
             status = "resolved"
-        rows.append((anchor, k, p, status, _finite(decision["selected_median"])))
+        rows.append((anchor, k, p, status, finite_or_none(decision["selected_median"])))
     return rows
 
 
@@ -580,9 +576,9 @@ def _grid_cells(
     scores: dict[int, dict[int, float]] = {}
     kept = analysis.result.cells.filter(pl.col("status") == "kept")
     for anchor, k, median, score in kept.select("anchor", "k", "median", "conservative").rows():
-        if _finite(median) is not None:
+        if finite_or_none(median) is not None:
             medians.setdefault(anchor, {})[k] = median
-            if _finite(score) is not None:
+            if finite_or_none(score) is not None:
                 scores.setdefault(anchor, {})[k] = score
     return {
         (anchor, point.prompt_tokens): GridCell(

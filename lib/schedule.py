@@ -61,6 +61,7 @@ __all__ = [
     "cell_statistics",
     "decide",
     "decided_schedule",
+    "finite_or_none",
     "global_k_gate",
     "health_gate",
     "merge_picks",
@@ -1036,12 +1037,12 @@ def candidate_json(cell: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "k": cell["k"],
         "num_runs": cell["num_runs"],
-        "median_objective": _finite(cell["median"]),
-        "mad_objective": _finite(cell["mad"]),
-        "conservative_objective": _finite(cell["conservative"]),
-        "objective_relative_mad": _finite(cell["relative_mad"]),
-        "median_acceptance": _finite(cell["median_acceptance"]),
-        "acceptance_relative_mad": _finite(cell["acceptance_relative_mad"]),
+        "median_objective": finite_or_none(cell["median"]),
+        "mad_objective": finite_or_none(cell["mad"]),
+        "conservative_objective": finite_or_none(cell["conservative"]),
+        "objective_relative_mad": finite_or_none(cell["relative_mad"]),
+        "median_acceptance": finite_or_none(cell["median_acceptance"]),
+        "acceptance_relative_mad": finite_or_none(cell["acceptance_relative_mad"]),
     }
 
 
@@ -1248,7 +1249,9 @@ def _concat_excluded(frames: list[pl.DataFrame]) -> pl.DataFrame:
     return combined.unique(subset=list(_ROW_KEY), keep="first", maintain_order=True)
 
 
-def _finite(value: float | None) -> float | None:
+def finite_or_none(value: float | None) -> float | None:
+    """``value`` where it is a finite float, else None: how the result JSON writes a statistic
+    that is not finite (JSON has no NaN or infinity)."""
     return value if value is not None and math.isfinite(value) else None
 
 

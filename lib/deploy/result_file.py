@@ -34,7 +34,7 @@ from lib.deploy.constraints import EngineFacts, Fact
 from lib.files import read_json
 from lib.keys import MISSING, whole_number
 from lib.problems import Problem, Severity
-from lib.schedule import NO_SCHEDULE, Schedule, candidate_json
+from lib.schedule import NO_SCHEDULE, Schedule, candidate_json, finite_or_none
 from lib.settings import Direction
 
 if TYPE_CHECKING:
@@ -111,10 +111,10 @@ def _tuning_document(result: TuningResult) -> dict[str, Any]:
         decision: dict[str, Any] = {
             "batch_size": row["anchor"],
             "selected_k": row["selected_k"],
-            "selected_median_objective": _finite(row["selected_median"]),
-            "selected_conservative_objective": _finite(row["selected_conservative"]),
-            "selected_vs_best_percent": _finite(row["vs_best_percent"]),
-            "selected_vs_k0_percent": _finite(row["vs_k0_percent"]),
+            "selected_median_objective": finite_or_none(row["selected_median"]),
+            "selected_conservative_objective": finite_or_none(row["selected_conservative"]),
+            "selected_vs_best_percent": finite_or_none(row["vs_best_percent"]),
+            "selected_vs_k0_percent": finite_or_none(row["vs_k0_percent"]),
             "candidates": candidates.get(row["anchor"], []),
         }
         block = blocks.get(row["anchor"])
@@ -158,10 +158,6 @@ def _context_document(analysis: ContextAnalysis) -> dict[str, Any]:
     data["context_measurement_plan"] = analysis.context_points_to_measure()
     data["verdict"] = context_verdict(analysis).to_json()
     return data
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
 
 
 # --------------------------------------------------------------------------- the reader
