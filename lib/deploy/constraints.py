@@ -39,6 +39,7 @@ __all__ = [
     "CeilingCheck",
     "EngineFacts",
     "Fact",
+    "Finding",
     "GraphlessRange",
     "Stretch",
     "assumed_capture_size",
@@ -518,6 +519,28 @@ def deployed_stretches(
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One thing the capture check found: its rule, what it found, the fix (None where none is
+    needed: vLLM never reaches an unreached range) and its size as a number (a capped range's
+    expected loss in percent, where the anchors give one). ``line`` is the warning printed:
+    the message and its fix, or the message alone where the fix is left to the anchors to
+    measure that follow it (``fix_in_line`` false: a capped range). The verdict
+    (:func:`lib.deploy.verdict.capture_reasons`) reads the same findings."""
+
+    rule: str
+    message: str
+    fix: str | None = None
+    size: float | None = None
+    fix_in_line: bool = True
+
+    @property
+    def line(self) -> str:
+        if self.fix is None or not self.fix_in_line:
+            return self.message
+        return f"{self.message}; {self.fix}"
+
+
+@dataclass(frozen=True)
 class CeilingCheck:
     """A vLLM schedule checked against the capture ceiling: the ``schedule`` to deploy (capped
     where C is known, else the tuned one as is), what was capped, what runs without CUDA graphs,
@@ -538,17 +561,17 @@ class CeilingCheck:
 
     def warnings(self) -> list[str]:
         """The lines of :meth:`findings`."""
-        return [line for _, line in self.findings()]
+        return [finding.line for finding in self.findings()]
 
-    def findings(self) -> list[tuple[str, str]]:
-        """(rule, line): one for the ranges past a known max_num_seqs (``unreached-range``),
-        one per graphless range (``graphless-range``: C assumed, or a schedule checked as it
-        ran) or capped range (``capped-range``: C known)."""
-        lines: list[tuple[str, str]] = []
+    def findings(self) -> list[Finding]:
+        """One for the ranges past a known max_num_seqs (``unreached-range``), one per
+        graphless range (``graphless-range``: C assumed, or a schedule checked as it ran) or
+        capped range (``capped-range``: C known; its size the expected loss, where known)."""
+        found: list[Finding] = []
         if self.unreached:
             spans = ", ".join(json.dumps(list(r)) for r in self.unreached)
-            lines.append(
-                (
+            found.append(
+                Finding(
                     "unreached-range",
                     f"ranges past max_num_seqs={self.ceiling.max_num_seqs} ({self._source_seqs()})"
                     f" are never used by vLLM: {spans}",
@@ -562,13 +585,14 @@ class CeilingCheck:
                 else "give --max-cudagraph-capture-size C (the server's"
                 " max_cudagraph_capture_size, e.g. from its /server_info) to cap them"
             )
-            lines.append(
-                (
+            found.append(
+                Finding(
                     "graphless-range",
                     f"batch sizes {_span(stretch.lo, stretch.hi)} run K={stretch.k} at"
                     f" {_span(low, high)} tokens per decode step, past the CUDA-graph capture"
                     f" ceiling C={self.ceiling.size} ({self._source()}): vLLM runs them"
-                    f" without CUDA graphs; {fix}",
+                    " without CUDA graphs",
+                    fix,
                 )
             )
         for capped in self.capped:
@@ -580,15 +604,18 @@ class CeilingCheck:
                     f"expected {size} {abs(capped.loss_percent):.1f} % against"
                     f" K={capped.measured_k} ({capped.basis})"
                 )
-            lines.append(
-                (
+            found.append(
+                Finding(
                     "capped-range",
                     f"capped, not measured: batch sizes {_span(capped.lo, capped.hi)} run"
                     f" K={capped.capped_k} instead of K={capped.measured_k} to stay within"
                     f" C={self.ceiling.size} tokens per step ({self._source()}); {loss}",
+                    f"measure an anchor at {capped.lo} with K={capped.capped_k}",
+                    capped.loss_percent,
+                    fix_in_line=False,
                 )
             )
-        return lines
+        return found
 
     def _source_seqs(self) -> str:
         ceiling = self.ceiling

@@ -182,7 +182,7 @@ class Deployment:
     def problems(self, past_means: str) -> list[Problem]:
         """A warning per finding of the check, and one naming the cells measured past the
         ceiling (``past_means``: what that makes of their numbers)."""
-        found = [Problem(Severity.WARNING, rule, line) for rule, line in self.check.findings()]
+        found = [Problem(Severity.WARNING, f.rule, f.line) for f in self.check.findings()]
         if self.past_ceiling:
             ceiling = self.check.ceiling
             cells = ", ".join(

@@ -275,45 +275,28 @@ def switch_reasons(
     return reasons
 
 
+#: The capture check's findings that put the deployed schedule in doubt (an unreached range
+#: is never run: it needs no fix).
+_CAPTURE_RULES = frozenset({"graphless-range", "capped-range"})
+
+
 def capture_reasons(deployment: Deployment) -> list[Reason]:
-    """The capture rule's findings on the deployed schedule (:mod:`lib.deploy.constraints`):
-    each range run past the ceiling without CUDA graphs (C assumed: the seed's schedule kept),
-    and each range the known ceiling capped (capped, not measured; size: its expected loss
-    where the neighbouring anchors give one)."""
-    check = deployment.check
-    ceiling = check.ceiling
-    reasons = []
-    for stretch in check.graphless:
-        low, high = stretch.tokens
-        fix = (
-            "lower K there or raise the server's max_cudagraph_capture_size"
-            if ceiling.known
-            else f"give --max-cudagraph-capture-size C (the server's; {ceiling.size} is"
-            " assumed) to cap the range"
+    """The capture rule's findings on the deployed schedule
+    (:meth:`lib.deploy.constraints.CeilingCheck.findings`, the ones its warnings print): each
+    range run past the ceiling without CUDA graphs (C assumed: the seed's schedule kept), and
+    each range the known ceiling capped (capped, not measured; size: its expected loss where
+    the neighbouring anchors give one)."""
+    return [
+        Reason(
+            finding.rule,
+            finding.message,
+            finding.fix or "",
+            finding.size,
+            "%" if finding.size is not None else "",
         )
-        reasons.append(
-            Reason(
-                "graphless-range",
-                f"batch sizes {stretch.lo}-{stretch.hi} run K={stretch.k} at {low}-{high}"
-                f" tokens per step, past the CUDA-graph capture ceiling C={ceiling.size}:"
-                " no CUDA graphs there",
-                fix,
-            )
-        )
-    for capped in check.capped:
-        size = capped.loss_percent
-        loss = "loss unknown" if size is None else f"expected loss {percent_text(size)}"
-        reasons.append(
-            Reason(
-                "capped-range",
-                f"batch sizes {capped.lo}-{capped.hi} capped from K={capped.measured_k} to"
-                f" K={capped.capped_k} by C={ceiling.size}: capped, not measured ({loss})",
-                f"measure an anchor at {capped.lo} with K={capped.capped_k}",
-                size,
-                "%",
-            )
-        )
-    return reasons
+        for finding in deployment.check.findings()
+        if finding.rule in _CAPTURE_RULES
+    ]
 
 
 def warning_reasons(problems: Iterable[Problem]) -> list[Reason]:

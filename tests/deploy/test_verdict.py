@@ -134,7 +134,7 @@ def test_the_capture_ceiling_assumed_names_the_graphless_range_and_known_caps_it
     )
     assert "graphless-range" not in _rules(known)
     capped = [r for r in known.reasons if r.rule == "capped-range"]
-    assert capped and capped[0].message.startswith("batch sizes 86-")
+    assert capped and capped[0].message.startswith("capped, not measured: batch sizes 86-")
 
 
 def _warning(rule: str, severity: Severity = Severity.WARNING) -> Problem:
