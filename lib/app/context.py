@@ -5,7 +5,6 @@ formats' downloads iterate the registry (:func:`lib.deploy.registry.formats`).""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +60,7 @@ class SweepAnalysis:
         """Every problem of what the page shows: the whole grid's, or the analysis's."""
         return self.grid.problems if self.grid is not None else self.analysis.result.problems
 
-    @functools.cached_property
+    @property
     def verdict(self) -> Verdict:
         """The verdict the CLI prints for this sweep (:mod:`lib.deploy.verdict`): the grid's
         when there is one, else the deployed analysis's."""

@@ -26,6 +26,7 @@ than the tie tolerance at some (batch size, prompt length).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -442,11 +443,24 @@ def context_loss_reasons(analysis: ContextAnalysis, tolerance: float) -> list[Re
     ]
 
 
+#: Each grid's verdict, found once: the CLI prints it and writes it, the app shows it and
+#: downloads it, and the loss rule exports every context format. Weak keys: an analysis the
+#: app no longer shows takes its verdict with it.
+_CONTEXT_VERDICTS: weakref.WeakKeyDictionary[ContextAnalysis, Verdict] = weakref.WeakKeyDictionary()
+
+
 def context_verdict(analysis: ContextAnalysis) -> Verdict:
     """The verdict of a (batch x context) grid: errors, or a grid that cannot be deployed,
     cannot tune; each cell the grid does not call resolved is a reason, as is the vLLM
     config's loss across prompt lengths (:func:`context_loss_reasons`), then the answer's
-    batch-only reasons (switches, warnings, K=0, draft settings)."""
+    warnings, K=0 everywhere and draft settings. Computed once per analysis."""
+    found = _CONTEXT_VERDICTS.get(analysis)
+    if found is None:
+        found = _CONTEXT_VERDICTS[analysis] = _context_verdict(analysis)
+    return found
+
+
+def _context_verdict(analysis: ContextAnalysis) -> Verdict:
     errors = error_reasons(analysis.problems)
     if not errors and analysis.not_deployable_reason is not None:
         errors = [

@@ -202,6 +202,8 @@ def test_a_context_export_losing_past_the_tolerance_is_a_reason(
     assert context_loss_reasons(long_context, reason.size / 100) == []
     assert len(context_loss_reasons(long_context, reason.size / 100 * (1 - 1e-9))) == 1
     assert "context-loss" in _rules(context_verdict(long_context))
+    # Found once per grid: what the CLI prints is the object its file writes.
+    assert context_verdict(long_context) is context_verdict(long_context)
 
 
 def test_the_cli_prints_the_verdict_before_the_config_and_writes_it(
