@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from paths import SAMPLE_SWEEPS
 from sweep_builder import WORKED_EXAMPLE, write_grid
 
 from lib.analysis import analyse
-from lib.context import ContextAnalysis, analyse_contexts, find_context_axis
+from lib.context import ContextAnalysis
 from lib.context_formats import ContextPoint as GridPoint
 from lib.context_formats import GridCell, unexportable_grid_problems
 from lib.deploy.decisions import context_decisions, read_decisions
@@ -22,16 +21,8 @@ from lib.deploy.result_file import (
     result_text,
 )
 from lib.deploy.tuning import deploy_analysis
-from lib.settings import ContextSettings, DeploySettings, Settings
+from lib.settings import DeploySettings, Settings
 from lib.sweeps import load_experiment
-
-
-@pytest.fixture(scope="module")
-def long_context() -> ContextAnalysis:
-    sweep = load_experiment(SAMPLE_SWEEPS / "long-context")
-    axis, _ = find_context_axis(sweep, ContextSettings())
-    assert axis is not None
-    return analyse_contexts(sweep, axis, Settings())
 
 
 def _written(tmp_path: Path, data: Any) -> Path:

@@ -8,13 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from paths import SAMPLE_SWEEPS
 from sweep_builder import WORKED_EXAMPLE, grid, write_grid
 
 from lib.analysis import Analysis, analyse
 from lib.app.context import analyse_sweep
 from lib.cli.main import main
-from lib.context import ContextAnalysis, analyse_contexts, find_context_axis
+from lib.context import ContextAnalysis
 from lib.deploy.tuning import deploy_analysis
 from lib.deploy.verdict import (
     Verdict,
@@ -29,7 +28,7 @@ from lib.deploy.verdict import (
 from lib.numbers import probability_text
 from lib.problems import Problem, Severity
 from lib.schedule import Schedule
-from lib.settings import ContextSettings, DeploySettings, Options, Settings
+from lib.settings import DeploySettings, Options, Settings
 from lib.sweeps import load_experiment
 
 # K=3 beats K=0 by 50 % with 0.5 % noise at both anchors (P(eps-good) is 1), and 8 requests
@@ -178,14 +177,6 @@ def test_a_config_without_its_method_or_draft_model_is_named(
     config: dict[str, str], rules: list[str]
 ) -> None:
     assert [r.rule for r in draft_settings_reasons(config)] == rules
-
-
-@pytest.fixture(scope="module")
-def long_context() -> ContextAnalysis:
-    sweep = load_experiment(SAMPLE_SWEEPS / "long-context")
-    axis, _ = find_context_axis(sweep, ContextSettings())
-    assert axis is not None
-    return analyse_contexts(sweep, axis, Settings())
 
 
 def test_a_context_export_losing_past_the_tolerance_is_a_reason(
