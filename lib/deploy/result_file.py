@@ -249,9 +249,14 @@ class ResultFile:
 class _Invalid(Exception):
     """A field of the file that is not what the writer writes: the problem says which."""
 
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.message)
-        self.problem = problem
+    def __init__(
+        self, source: str, message: str, field: str | None = None, value: Any = MISSING
+    ) -> None:
+        super().__init__(message)
+        shown = None if value is MISSING else json.dumps(value)[:80]
+        self.problem = Problem(
+            Severity.ERROR, "not-a-result", message, files=(source,), field=field, value=shown
+        )
 
 
 def read_result_file(path: str | Path) -> tuple[ResultFile | None, list[Problem]]:
@@ -275,9 +280,9 @@ def result_file_of(data: Any, source: str) -> tuple[ResultFile | None, list[Prob
     Refused: a value that is not an object with ``batch_decisions`` or a ``context_grid`` (a
     grid alone is read with no anchors: the context formats need only it); a schedule that is
     neither null nor valid for vLLM; ``batch_decisions`` that is not a list of objects, each
-    with a whole
-    ``batch_size`` and a ``candidates`` list of objects with whole ``batch_size``, ``k`` and
-    ``num_runs``; an objective direction other than maximize or minimize. Accepted as absent
+    with a whole ``batch_size`` and a ``candidates`` list of objects with whole
+    ``batch_size``, ``k`` and ``num_runs``; an objective direction other than maximize or
+    minimize. Accepted as absent
     (None, empty): ``confidence``, ``deployment``, ``speculative_config``, ``context_grid``
     (whose own reader, :func:`lib.context_formats.context_grid_of`, checks it when present)."""
     try:
@@ -287,40 +292,28 @@ def result_file_of(data: Any, source: str) -> tuple[ResultFile | None, list[Prob
 
 
 def _result_file(data: Any, source: str) -> ResultFile:
-    def invalid(message: str, field: str | None = None, value: Any = MISSING) -> _Invalid:
-        shown = None if value is MISSING else json.dumps(value)[:80]
-        return _Invalid(
-            Problem(
-                Severity.ERROR,
-                "not-a-result",
-                message,
-                files=(source,),
-                field=field,
-                value=shown,
-            )
-        )
-
     if not is_result(data):
-        raise invalid(
+        raise _Invalid(
+            source,
             "not a tuning result (expected the JSON written by tune-spec-k, with"
-            f" '{_SCHEDULE_KEY}' and '{_DECISIONS_KEY}')"
+            f" '{_SCHEDULE_KEY}' and '{_DECISIONS_KEY}')",
         )
     schedule = None
     if data.get(_SCHEDULE_KEY) is not None:
         schedule, violations = Schedule.parse(data.get(_SCHEDULE_KEY))
         if schedule is None:
-            raise invalid("not a valid schedule: " + "; ".join(violations), _SCHEDULE_KEY)
+            raise _Invalid(source, "not a valid schedule: " + "; ".join(violations), _SCHEDULE_KEY)
     selection = _mapping(data.get("selection"))
     direction = selection.get("objective_direction", "maximize")
     if direction not in ("maximize", "minimize"):
-        raise invalid(
-            "expected 'maximize' or 'minimize'", "selection.objective_direction", direction
+        raise _Invalid(
+            source, "expected 'maximize' or 'minimize'", "selection.objective_direction", direction
         )
     decisions = data.get(_DECISIONS_KEY, [] if _GRID_KEY in data else MISSING)
     if not isinstance(decisions, list):
-        raise invalid("missing or not a list", _DECISIONS_KEY, decisions)
+        raise _Invalid(source, "missing or not a list", _DECISIONS_KEY, decisions)
     anchors = tuple(
-        _anchor(entry, f"{_DECISIONS_KEY}[{i}]", invalid) for i, entry in enumerate(decisions)
+        _anchor(entry, f"{_DECISIONS_KEY}[{i}]", source) for i, entry in enumerate(decisions)
     )
     config = data.get("speculative_config")
     grid, grid_problems = context_grid_of(data, source) if "context_grid" in data else (None, [])
@@ -339,27 +332,29 @@ def _result_file(data: Any, source: str) -> ResultFile:
     )
 
 
-def _anchor(entry: Any, path: str, invalid: Any) -> ResultAnchor:
+def _anchor(entry: Any, path: str, source: str) -> ResultAnchor:
     """One ``batch_decisions`` entry."""
     if not isinstance(entry, dict):
-        raise invalid("not an object", path)
+        raise _Invalid(source, "not an object", path)
     batch = whole_number(entry.get("batch_size"))
     if batch is None:
-        raise invalid("expected a whole batch size", f"{path}.batch_size", entry.get("batch_size"))
+        raise _Invalid(
+            source, "expected a whole batch size", f"{path}.batch_size", entry.get("batch_size")
+        )
     candidates = entry.get("candidates")
     if not isinstance(candidates, list):
-        raise invalid("no 'candidates' list", f"{path}.candidates")
+        raise _Invalid(source, "no 'candidates' list", f"{path}.candidates")
     read = []
     for index, candidate in enumerate(candidates):
         where = f"{path}.candidates[{index}]"
         if not isinstance(candidate, dict):
-            raise invalid("not an object", where)
+            raise _Invalid(source, "not an object", where)
         numbers: dict[str, int] = {}
         for name in ("batch_size", "k", "num_runs"):
             number = whole_number(candidate.get(name))
             if number is None:
-                raise invalid(
-                    "expected a whole number >= 0", f"{where}.{name}", candidate.get(name)
+                raise _Invalid(
+                    source, "expected a whole number >= 0", f"{where}.{name}", candidate.get(name)
                 )
             numbers[name] = number
         read.append(
