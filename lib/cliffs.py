@@ -146,6 +146,11 @@ class Cliff:
             return None
         return high / low
 
+    @property
+    def stretch(self) -> tuple[int, int, int]:
+        """(lower anchor, upper anchor, K): what no estimate interpolates across."""
+        return (self.lower.batch_size, self.upper.batch_size, self.k)
+
     def spans(self, lower: int, upper: int) -> bool:
         """Whether the cliff lies between these two anchors (the stretch not interpolable)."""
         return self.lower.batch_size == lower and self.upper.batch_size == upper

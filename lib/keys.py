@@ -18,6 +18,7 @@ __all__ = [
     "k_at_batch_size",
     "lookup",
     "parse_json_string",
+    "stated_k",
     "whole_number",
 ]
 
@@ -50,6 +51,18 @@ def whole_number(value: Any) -> int | None:
     else:
         return None
     return number if 0 <= number <= LARGEST_WHOLE_NUMBER else None
+
+
+def stated_k(value: Any) -> int | None:
+    """A file's global K (``num_speculative_tokens``, ``max_draft_len``,
+    ``configured_global_num_speculative_tokens``): a JSON integer as written, else None (a
+    text, a boolean, a float is no K, in every reader). Callers that need a bound apply
+    :func:`whole_number` to it.
+
+    >>> stated_k(5), stated_k(5.0), stated_k("5"), stated_k(True), stated_k(2**40)
+    (5, None, None, None, 1099511627776)
+    """
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # How many names each lookup cache keeps. Loading a sweep looks up six names at most (the

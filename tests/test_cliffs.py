@@ -22,8 +22,11 @@ from lib.cliffs import (
     find_cliffs,
     is_cliff,
 )
+from lib.deploy.result_file import read_result_file, result_text
+from lib.deploy.settings import ExportSettings
 from lib.deploy.tuning import deploy_analysis
-from lib.schedule import tune
+from lib.loop.export import export_file
+from lib.schedule import Schedule, tune
 from lib.settings import DeploySettings, Settings
 from lib.sweeps import load_experiment
 
@@ -159,6 +162,43 @@ def test_the_deployment_restates_the_cause_with_c(tmp_path: Path) -> None:
     )
     (problem,) = [p for p in deployed.result.problems if p.rule == CLIFF_RULE]
     assert problem.extra["cause"] == "capture-ceiling"
+
+
+def test_no_capped_loss_is_estimated_across_a_cliff_in_memory_or_from_the_file(
+    tmp_path: Path,
+) -> None:
+    """C=32: the tuned schedule runs K=5 up to 7 (GB200_LIKE: K=5 wins at 1, 2 and 4), with
+    graphs only up to 32 // 6 = 5, so the capture rule caps 6 to K=4 (6 * 5 = 30) and 7 to K=3
+    (7 * 4 = 28), both between the anchors 4 and 8, where K=5 falls off its cliff. A line
+    through K=5's medians 650 -> 228 would put the drop anywhere in 4-8: no loss is estimated,
+    and the export of the written result says the same (the file keeps the cliff's stretch)."""
+    sweep = load_experiment(write_table(tmp_path / "sweep", GB200_LIKE))
+    deploy = DeploySettings(max_cudagraph_capture_size=32, max_num_seqs=16)
+    deployed, deployment = deploy_analysis(analyse(sweep, Settings()), deploy)
+    assert deployment is not None
+    capped = [r for r in deployment.check.capped if r.hi < 8]
+    assert [(r.lo, r.hi, r.measured_k, r.capped_k, r.loss_percent) for r in capped] == [
+        (6, 6, 5, 4, None),
+        (7, 7, 5, 3, None),
+    ]
+    assert all("K=5 falls off a cliff between 4 and 8" in r.basis for r in capped)
+    # Past 8 no cliff lies between the anchors (8 to 16: K=3 grows 1.6x like the others), so
+    # where both Ks were measured (K=3 capped to K=1 from 11: 11 * 2 = 22, 12 * 2 = 24 ...)
+    # the loss is estimated.
+    later = [r for r in deployment.check.capped if r.lo > 8 and r.capped_k == 1]
+    assert later and all(r.loss_percent is not None for r in later)
+    # Tuned with C assumed (the schedule kept as tuned), then exported with C=32 given: the
+    # export caps it, reading the cliff from the file.
+    assumed, _ = deploy_analysis(analyse(sweep, Settings()), DeploySettings(max_num_seqs=16))
+    assert assumed.result.schedule == Schedule(((1, 7, 5), (8, 16, 3)))
+    written = tmp_path / "result.json"
+    written.write_text(result_text(assumed.result))
+    read, problems = read_result_file(written)
+    assert problems == [] and read is not None
+    assert read.not_interpolable == frozenset({(4, 8, 5)})
+    exported, problems = export_file(written, ExportSettings(format="vllm"), deploy)
+    assert exported is not None and problems == []
+    assert any("K=5 falls off a cliff between 4 and 8" in w for w in exported.warnings)
 
 
 def _experiments() -> list[tuple[Path, dict[str, object]]]:

@@ -357,6 +357,11 @@ def _loss(kept: float, lost: float, maximize: bool) -> float:
     return (1 - ratio) * 100
 
 
+#: Stretches no estimate interpolates across: (lower anchor, upper anchor, K) where K falls off a
+#: cross-anchor cliff between the two neighbouring anchors (:mod:`lib.cliffs`).
+NotInterpolable = Collection[tuple[int, int, int]]
+
+
 def capped_ranges(
     original: Schedule,
     capped: Schedule,
@@ -364,12 +369,15 @@ def capped_ranges(
     medians: Medians,
     maximize: bool = True,
     global_k: int | None = None,
+    not_interpolable: NotInterpolable = (),
 ) -> list[CappedRange]:
     """Where ``capped`` runs a smaller K than ``original`` (both by vLLM's lookup), each
     stretch with its expected loss: the largest, over the stretch's two ends, of the loss of
     the capped K against the measured K, both interpolated between the nearest anchors at or
     below and at or above the stretch (log objective linear in log batch size, so the worst
-    point is an end). None, with the reason, where either K lacks a median at either anchor.
+    point is an end). None, with the reason, where either K lacks a median at either anchor,
+    or where either K falls off a cliff between them (``not_interpolable``): a straight line
+    across a cliff would put the drop anywhere.
 
     >>> ceiling = CaptureCeiling(512, True, "test", 128, True, "test")
     >>> tuned = Schedule(((1, 1, 3), (2, 127, 5), (128, 128, 3)))
@@ -396,6 +404,17 @@ def capped_ranges(
             found.append(
                 CappedRange(lo, hi, measured, kept, None, "no measured anchor on both sides")
             )
+            continue
+        across = sorted(
+            k for k in {kept, measured} if below < above and (below, above, k) in not_interpolable
+        )
+        if across:
+            named = " and ".join(f"K={k}" for k in across)
+            basis = (
+                f"no estimate: {named} falls off a cliff between {below} and {above}"
+                " (cross-anchor-cliff): nothing is interpolated across it"
+            )
+            found.append(CappedRange(lo, hi, measured, kept, None, basis))
             continue
         losses = []
         for batch in (lo, hi):
@@ -663,6 +682,7 @@ def check_ceiling(
     maximize: bool = True,
     global_k: int | None = None,
     repair: bool = True,
+    not_interpolable: NotInterpolable = (),
 ) -> CeilingCheck:
     """The capture rule applied to a schedule: with C known (and ``repair``), the repaired
     schedule and its capped ranges (each with its expected loss); with C assumed, or a
@@ -682,7 +702,9 @@ def check_ceiling(
     if not (repair and ceiling.known) or not graphless:
         return CeilingCheck(ceiling, schedule, (), tuple(graphless), unreached, schedule)
     repaired = capped_schedule(schedule, ceiling, global_k)
-    capped = capped_ranges(schedule, repaired, ceiling, medians, maximize, global_k)
+    capped = capped_ranges(
+        schedule, repaired, ceiling, medians, maximize, global_k, not_interpolable
+    )
     return CeilingCheck(ceiling, repaired, tuple(capped), (), unreached, schedule)
 
 

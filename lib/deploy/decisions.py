@@ -16,7 +16,7 @@ Two ways in, one type out:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 from lib.deploy.constraints import EngineFacts
 from lib.deploy.result_file import ResultFile, is_result, result_file_of
 from lib.files import read_json
-from lib.keys import MISSING
+from lib.keys import MISSING, stated_k
 from lib.problems import Problem, Severity
 from lib.schedule import Schedule
 
 if TYPE_CHECKING:
+    from lib.cliffs import Cliff
     from lib.context import ContextAnalysis
     from lib.context_formats import ContextGrid
     from lib.schedule import TuningResult
@@ -42,7 +43,6 @@ __all__ = [
     "grid_decisions",
     "read_decisions",
     "result_decisions",
-    "stated_k",
 ]
 
 #: vLLM's field for the schedule (also the seed's first output key).
@@ -60,7 +60,9 @@ class Decisions:
     speculative run shared (``method``, ``model``, ...), empty when unknown. ``engine``: the
     server settings the source was tuned under (the capture ceiling). ``grid``: the
     (batch x context) grid, typed, for the context formats; ``grid_problems``: why a source
-    that has a grid cannot give one (empty when it has none at all).
+    that has a grid cannot give one (empty when it has none at all). ``not_interpolable``:
+    (lower anchor, upper anchor, K) where K falls off a cross-anchor cliff (:mod:`lib.cliffs`),
+    so no estimate between those anchors reads a line through K's medians.
     """
 
     schedule: Schedule
@@ -73,6 +75,7 @@ class Decisions:
     engine: EngineFacts = field(default_factory=EngineFacts)
     grid: ContextGrid | None = None
     grid_problems: tuple[Problem, ...] = ()
+    not_interpolable: frozenset[tuple[int, int, int]] = frozenset()
 
     @property
     def method(self) -> str | None:
@@ -100,8 +103,11 @@ def _medians_of_cells(result: TuningResult) -> dict[int, dict[int, float]]:
     return medians
 
 
-def decisions_of(result: TuningResult, engine: EngineFacts | None = None) -> Decisions:
-    """The decisions of a tuning in memory (its schedule must exist: ``result.ok``)."""
+def decisions_of(
+    result: TuningResult, engine: EngineFacts | None = None, cliffs: Iterable[Cliff] = ()
+) -> Decisions:
+    """The decisions of a tuning in memory (its schedule must exist: ``result.ok``), with the
+    stretches its ``cliffs`` (:func:`lib.cliffs.find_cliffs`) make not interpolable."""
     assert result.schedule is not None, "no schedule to deploy"
     shared = {
         key: value
@@ -119,6 +125,7 @@ def decisions_of(result: TuningResult, engine: EngineFacts | None = None) -> Dec
         maximize=result.settings.maximize,
         speculative_config=shared,
         engine=engine or EngineFacts(),
+        not_interpolable=frozenset(cliff.stretch for cliff in cliffs),
     )
 
 
@@ -135,12 +142,6 @@ def context_decisions(analysis: ContextAnalysis) -> Decisions:
         grid=grid,
         grid_problems=tuple(problems),
     )
-
-
-def stated_k(value: Any) -> int | None:
-    """A file's global K (``num_speculative_tokens``, ``max_draft_len``): a JSON integer as
-    written, else None (a text, a boolean, a float is no K)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def result_decisions(result: ResultFile) -> Decisions:
@@ -168,6 +169,7 @@ def result_decisions(result: ResultFile) -> Decisions:
         engine=result.engine,
         grid=result.grid,
         grid_problems=result.grid_problems,
+        not_interpolable=result.not_interpolable,
     )
 
 

@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from lib.deploy.constraints import CaptureCeiling
-from lib.deploy.decisions import Decisions, stated_k
+from lib.deploy.decisions import Decisions
 from lib.deploy.registry import BatchExport, EngineFormat, Exported
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
+from lib.keys import stated_k
 from lib.problems import Problem, Severity
 from lib.schedule import TRTLLM_SCHEDULE, Schedule, merge_picks, trtllm_bound
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from lib.deploy.constraints import CaptureCeiling, check_ceiling, method_warnings
-from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_decisions, stated_k
+from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_decisions
 from lib.deploy.registry import BatchExport, EngineFormat, Exported, global_k_problem
 from lib.deploy.result_file import is_result, result_file_of
 from lib.deploy.settings import ExportSettings
+from lib.keys import stated_k
 from lib.problems import Problem
 from lib.schedule import Schedule
 
@@ -71,7 +72,12 @@ def build(
     assert ceiling is not None
     chosen = decisions.engine_k(settings.global_k)
     check = check_ceiling(
-        decisions.schedule, ceiling, decisions.medians, decisions.maximize, chosen
+        decisions.schedule,
+        ceiling,
+        decisions.medians,
+        decisions.maximize,
+        chosen,
+        not_interpolable=decisions.not_interpolable,
     )
     schedule = check.schedule
     if chosen < max(schedule.largest_k, 1):

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lib.cliffs import CLIFF_RULE
 from lib.context_formats import ContextGrid, context_grid_of
 from lib.deploy.constraints import EngineFacts, Fact
 from lib.files import read_json
-from lib.keys import MISSING, whole_number
+from lib.keys import MISSING, stated_k, whole_number
 from lib.problems import Problem, Severity
 from lib.schedule import NO_SCHEDULE, Schedule, candidate_json, finite_or_none
 from lib.settings import Direction
@@ -211,7 +212,8 @@ class ResultFile:
     placeholder), None when the file has none. ``anchors_to_measure``: the capture boundaries
     the schedule crosses, each with the K to measure there. ``grid``: the context grid, None
     when the file has none or it cannot be read (``grid_problems`` say why; empty when there is
-    no grid at all).
+    no grid at all). ``not_interpolable``: (lower anchor, upper anchor, K) of each
+    cross-anchor cliff the file's warnings report (:func:`_cliff_stretches`).
     """
 
     source: str
@@ -225,6 +227,7 @@ class ResultFile:
     anchors_to_measure: tuple[tuple[int, tuple[int, ...]], ...]
     grid: ContextGrid | None
     grid_problems: tuple[Problem, ...]
+    not_interpolable: frozenset[tuple[int, int, int]] = frozenset()
 
     @property
     def has_grid(self) -> bool:
@@ -320,7 +323,10 @@ def _result_file(data: Any, source: str) -> ResultFile:
     return ResultFile(
         source=source,
         schedule=schedule,
-        configured_global_k=_stated_k(data.get("configured_global_num_speculative_tokens")),
+        # Within the limit on any count, as every whole number the file holds.
+        configured_global_k=whole_number(
+            stated_k(data.get("configured_global_num_speculative_tokens"))
+        ),
         objective=str(selection.get("objective_metric", "output_throughput")),
         direction="minimize" if direction == "minimize" else "maximize",
         speculative_config=config if isinstance(config, dict) else None,
@@ -329,7 +335,37 @@ def _result_file(data: Any, source: str) -> ResultFile:
         anchors_to_measure=_anchors_to_measure(data),
         grid=grid,
         grid_problems=tuple(grid_problems),
+        not_interpolable=_cliff_stretches(data, source),
     )
+
+
+def _cliff_stretches(data: Mapping[str, Any], source: str) -> frozenset[tuple[int, int, int]]:
+    """The (lower anchor, upper anchor, K) of every ``cross-anchor-cliff`` warning in the
+    file's ``problems`` (the writer writes each cliff's anchors in its ``extra`` and its K as
+    ``k``). A file without problems has none; a cliff warning without whole anchors and K is
+    refused, naming the field: read as no cliff, an export would interpolate across it."""
+    problems = data.get("problems")
+    if not isinstance(problems, list):
+        return frozenset()
+    found = set()
+    for i, problem in enumerate(problems):
+        if not isinstance(problem, dict) or problem.get("rule") != CLIFF_RULE:
+            continue
+        extra = _mapping(problem.get("extra"))
+        values = {
+            f"problems[{i}].extra.lower_batch_size": extra.get("lower_batch_size"),
+            f"problems[{i}].extra.upper_batch_size": extra.get("upper_batch_size"),
+            f"problems[{i}].k": problem.get("k"),
+        }
+        numbers = []
+        for where, value in values.items():
+            number = whole_number(value)
+            if number is None:
+                raise _Invalid(source, f"a {CLIFF_RULE} warning needs a whole number", where, value)
+            numbers.append(number)
+        lower, upper, k = numbers
+        found.add((lower, upper, k))
+    return frozenset(found)
 
 
 def _anchor(entry: Any, path: str, source: str) -> ResultAnchor:
@@ -436,14 +472,6 @@ def _list(value: Any) -> list[Any]:
 
 def _int_text(key: str) -> int | None:
     return int(key) if key.isdigit() else None
-
-
-def _stated_k(value: Any) -> int | None:
-    """A global K as the file states it: a JSON integer within tune-spec-k's limit on any
-    count, else None (a text, a boolean, a float is no K, as in every format's reader)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        return None
-    return whole_number(value)
 
 
 def _number(value: Any) -> float | None:

@@ -250,10 +250,17 @@ def _checked(
         facts, problems = sweep_engine_facts(result.sweep)
     else:
         facts, problems = sweep_facts, list(fact_problems or [])
-    decisions = decisions_of(result, facts)
+    decisions = decisions_of(result, facts, analysis.cliffs)
     global_k = result.deploy_global_k
     ceiling = ceiling_for(decisions, deploy, global_k)
-    check = check_ceiling(result.schedule, ceiling, decisions.medians, decisions.maximize, global_k)
+    check = check_ceiling(
+        result.schedule,
+        ceiling,
+        decisions.medians,
+        decisions.maximize,
+        global_k,
+        not_interpolable=decisions.not_interpolable,
+    )
     measured = result.cells.select("anchor", "k").rows()
     past = tuple(cells_past_ceiling(measured, ceiling.size))
     anchors = tuple(sorted({anchor for anchor, _ in measured}))

@@ -52,6 +52,7 @@ import polars as pl
 import vl_convert
 
 from lib import robust
+from lib.cliffs import Cliff, find_cliffs
 from lib.confidence import ConfidenceReport, policy_differences
 from lib.deploy.constraints import STRETCH_STATUSES, CappedRange, deployed_stretches
 from lib.deploy.tuning import Deployment
@@ -536,10 +537,22 @@ def _baselines(cells: pl.DataFrame) -> pl.DataFrame:
     return cells.filter(usable).select("anchor", pl.col("median").alias("baseline"))
 
 
-def _speed_ups(result: TuningResult) -> pl.DataFrame:
+def _segments(cliffs: tuple[Cliff, ...]) -> pl.Expr:
+    """Per (anchor, K) row, which piece of K's line it is on: the number of K's cross-anchor
+    cliffs (:mod:`lib.cliffs`) at or below the anchor, so that no line or band joins the two
+    sides of a cliff (a straight line would put the drop anywhere between the anchors)."""
+    segment = pl.lit(0, pl.Int64)
+    for cliff in cliffs:
+        past = (pl.col("k") == cliff.k) & (pl.col("anchor") >= cliff.upper.batch_size)
+        segment = segment + past.cast(pl.Int64)
+    return segment.alias("segment")
+
+
+def _speed_ups(result: TuningResult, cliffs: tuple[Cliff, ...] = ()) -> pl.DataFrame:
     """Every cell with K > 0 at an anchor with a baseline, with its median speed-up over K=0
     and the MAD band: the ratio to K=0 times 1 -/+ the cell's relative MAD (the K=0 cell's own
-    noise is not added), in percent. Cells whose speed-up is not finite are left out."""
+    noise is not added), in percent, and its line's ``segment`` (:func:`_segments`). Cells
+    whose speed-up is not finite are left out."""
     maximize = result.settings.maximize
     ratio = 1 + pl.col("speedup") / 100
     relative_mad = pl.col("relative_mad").fill_null(0.0)
@@ -564,6 +577,7 @@ def _speed_ups(result: TuningResult) -> pl.DataFrame:
             "baseline",
             "num_runs",
             pl.col("reason").fill_null(""),
+            _segments(cliffs),
         )
         .sort("layer", "k", "batch_size")
     )
@@ -596,13 +610,16 @@ def _doubts(result: TuningResult, report: ConfidenceReport | None) -> pl.DataFra
     )
 
 
-def _headline_rows(result: TuningResult, report: ConfidenceReport | None) -> list[pl.DataFrame]:
+def _headline_rows(
+    result: TuningResult, report: ConfidenceReport | None, cliffs: tuple[Cliff, ...]
+) -> list[pl.DataFrame]:
     """The rows of :func:`headline_chart`: ``speedup`` and ``rejected`` cells
-    (:func:`_speed_ups`), a ``baseline`` row at 0 % per anchor with a baseline, a ``chosen``
-    row per anchor with a pick and a baseline, a ``no_baseline`` row per other anchor with
-    cells, and a ``doubt`` row per doubtful pick (:func:`_doubts`)."""
+    (:func:`_speed_ups`, their lines broken at ``cliffs``), a ``baseline`` row at 0 % per
+    anchor with a baseline, a ``chosen`` row per anchor with a pick and a baseline, a
+    ``no_baseline`` row per other anchor with cells, and a ``doubt`` row per doubtful pick
+    (:func:`_doubts`)."""
     baselines = _baselines(result.cells)
-    speed_ups = _speed_ups(result)
+    speed_ups = _speed_ups(result, cliffs)
     # With errors nothing is picked (the CLI writes no schedule): no pick, no doubt about one.
     doubts = _doubts(result, report).filter(pl.lit(result.ok))
     symbol = pl.col("doubt").replace_strict(DOUBTS, default="")
@@ -1051,6 +1068,7 @@ def _headline_template(batch_size_title: str, layers: frozenset[str]) -> dict[st
             y=alt.Y("lo:Q", title="speed-up over K=0 (%)", scale=top),
             y2="hi:Q",
             color=colour,
+            detail="segment:O",
         )
         .transform_filter(_layer("speedup"))
     )
@@ -1070,7 +1088,7 @@ def _headline_template(batch_size_title: str, layers: frozenset[str]) -> dict[st
     lines = (
         alt.Chart()
         .mark_line(point=alt.OverlayMarkDef(size=30))
-        .encode(x=x, y=y, color=colour, tooltip=speed_up_tooltip)
+        .encode(x=x, y=y, color=colour, detail="segment:O", tooltip=speed_up_tooltip)
         .transform_filter(_layer("speedup"))
     )
     rejected = (
@@ -1486,6 +1504,8 @@ def headline_chart(
       minimised objective such as TPOT, K=0's median over K's, less 1).
     - Band: the speed-up's ratio to K=0 times 1 -/+ the cell's relative MAD.
     - Cells a gate rejected are grey crosses off the lines, never part of a line or band.
+    - A K's line and band stop at a cross-anchor cliff (:func:`lib.cliffs.find_cliffs`) and
+      start again past it: nothing is interpolated across one.
     - An anchor without a kept K=0 cell has no speed-up to show: a dashed rule says "no K=0"
       there (nothing is made up); the chosen K there is not drawn.
     - With a confidence ``report``, an unresolved anchor gets a "?" above it, and one whose
@@ -1496,7 +1516,8 @@ def headline_chart(
 
     The width follows the container (from a phone to a wide screen); the height is fixed.
     """
-    rows = _headline_rows(result, report)
+    cliffs = find_cliffs(result)
+    rows = _headline_rows(result, report, cliffs)
     deployed = _deployed_rows(result, deployment or _deployment_of(result))
     labelled = [frame for frame in rows if "label_row" in frame.columns]
     layers = _present_layers([*rows, *deployed]).union(
@@ -1521,6 +1542,8 @@ def headline_chart(
         ("no_baseline", "no K=0: no baseline there"),
     ]
     notes = [line for name, line in marks if name in layers]
+    if cliffs:
+        notes.append("a gap in a line: a cliff, not joined")
     if notes:
         subtitle.append("; ".join(notes))
     if "deployed" in layers:

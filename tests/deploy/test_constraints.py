@@ -193,6 +193,31 @@ def test_capped_ranges_say_why_there_is_no_estimate() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("not_interpolable", "estimated"),
+    [
+        ((), True),
+        ({(64, 128, 5)}, False),  # the measured K falls off between the two anchors
+        ({(64, 128, 4)}, False),  # the capped K does
+        ({(64, 128, 7)}, True),  # another K: no matter
+        ({(32, 64, 5)}, True),  # another pair of anchors: no matter
+    ],
+)
+def test_no_loss_is_estimated_across_a_cliff_of_either_k(
+    not_interpolable: set[tuple[int, int, int]], estimated: bool
+) -> None:
+    limit = ceiling(512, 128)
+    medians = {64: {3: 70.0, 4: 80.0, 5: 100.0}, 128: {3: 60.0, 4: 90.0, 5: 110.0}}
+    capped = capped_schedule(PUBLISHED, limit)
+    first = capped_ranges(PUBLISHED, capped, limit, medians, not_interpolable=not_interpolable)[0]
+    # The first capped range, 86-102, runs K=4 for the tuned K=5 (the test above).
+    assert (first.lo, first.hi, first.measured_k, first.capped_k) == (86, 102, 5, 4)
+    assert (first.loss_percent is not None) is estimated
+    if not estimated:
+        (k,) = {k for _, _, k in not_interpolable}
+        assert f"K={k} falls off a cliff between 64 and 128" in first.basis
+
+
 def test_a_minimised_objective_counts_a_larger_value_as_the_loss() -> None:
     limit = ceiling(512, 128)
     medians = {64: {4: 12.0, 5: 10.0}, 128: {3: 12.0, 4: 12.0, 5: 10.0}}

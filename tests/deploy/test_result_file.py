@@ -136,6 +136,25 @@ def _with(**changes: Any) -> dict[str, Any]:
             "selection.objective_direction",
             "'maximize' or 'minimize'",
         ),
+        (
+            _with(problems=[{"rule": "cross-anchor-cliff", "k": 5, "extra": {}}]),
+            "problems[0].extra.lower_batch_size",
+            "needs a whole number",
+        ),
+        (
+            _with(
+                problems=[
+                    {"rule": "other"},
+                    {
+                        "rule": "cross-anchor-cliff",
+                        "k": "5",
+                        "extra": {"lower_batch_size": 4, "upper_batch_size": 8},
+                    },
+                ]
+            ),
+            "problems[1].k",
+            "needs a whole number",
+        ),
     ],
 )
 def test_a_damaged_result_is_refused_naming_the_field(

@@ -615,6 +615,42 @@ def test_headline_band_is_the_ratio_times_one_plus_minus_the_relative_mad(tmp_pa
     assert (band["encoding"]["y"]["field"], band["encoding"]["y2"]["field"]) == ("lo", "hi")
 
 
+def test_headline_lines_stop_at_a_cliff_and_start_again_past_it(tmp_path: Path) -> None:
+    """GB200_LIKE (tests/test_cliffs.py): K=5 falls off a cliff from batch 4 to 8. Its line is
+    two pieces (segment 0 up to 4, 1 from 8 on); the other Ks' lines are one; the band is
+    broken the same way, and the subtitle says what a gap is. Without the cliff, one piece
+    each and no such line."""
+    from test_cliffs import GB200_LIKE, write_table
+
+    def drawn(table: dict[int, tuple[float, ...]], name: str) -> dict[str, Any]:
+        sweep = load_experiment(write_table(tmp_path / name, table))
+        return charts.headline_chart(tune(sweep, Settings()), None).to_dict()
+
+    spec = drawn(GB200_LIKE, "cliff")
+    segments = {cell: row["segment"] for cell, row in _headline_rows(spec, "speedup").items()}
+    assert {b: segment for (b, k), segment in segments.items() if k == 5} == {
+        1: 0,
+        2: 0,
+        4: 0,
+        8: 1,
+        16: 1,
+    }
+    assert {segment for (_, k), segment in segments.items() if k != 5} == {0}
+    # The K lines (coloured by K) and the band: each broken by segment.
+    (line,) = [
+        layer
+        for layer in _layers(spec)
+        if layer["mark"]["type"] == "line" and layer["encoding"].get("color", {}).get("field") == "k"
+    ]
+    band = _layer_with_mark(spec, "area")
+    assert line["encoding"]["detail"]["field"] == band["encoding"]["detail"]["field"] == "segment"
+    assert any("a gap in a line: a cliff" in text for text in spec["title"]["subtitle"])
+    calm = {b: (*values[:3], values[2] * 1.05) for b, values in GB200_LIKE.items()}
+    spec = drawn(calm, "calm")
+    assert {row["segment"] for row in _headline_rows(spec, "speedup").values()} == {0}
+    assert not any("a gap" in text for text in spec["title"]["subtitle"])
+
+
 def test_headline_of_a_minimised_objective_is_the_rate_speed_up(tmp_path: Path) -> None:
     # TPOT 20 ms at K=0: 16 ms is 20 / 16 - 1 = +25 % (better), 25 ms is 20 / 25 - 1 = -20 %.
     runs = {(1, 0): [20.0] * 3, (1, 1): [25.0] * 3, (1, 3): [16.0] * 3}
