@@ -85,13 +85,18 @@ def analyse_sweep(
 ) -> SweepAnalysis:
     """The whole sweep's analysis, per context point when ``axis`` (from
     :func:`lib.context.find_context_axis`) is not None; ``point``: which one the page details
-    (default, or out of range: the shortest, the seed's world)."""
+    (default, or out of range: the shortest, the seed's world), deployed by
+    :func:`lib.deploy.tuning.deploy_analysis` like a batch-only sweep (the grid's own exports
+    are checked, not capped: :mod:`lib.deploy.grid`)."""
     if axis is None:
         deployed, _ = deploy_analysis(analyse(sweep, settings, options), deploy or DeploySettings())
         return SweepAnalysis(deployed, None, None)
     grid = analyse_contexts(sweep, axis, settings, options)
     chosen = point if point is not None and 0 <= point < len(axis.points) else 0
-    return SweepAnalysis(grid.contexts[chosen], grid, chosen)
+    # The point's schedule as its batch-only downloads deploy it (capped where C is known), so
+    # that the headline's K track marks the same capped ranges.
+    detailed, _ = deploy_analysis(grid.contexts[chosen], deploy or DeploySettings())
+    return SweepAnalysis(detailed, grid, chosen)
 
 
 def point_labels(axis: ContextAxis | None) -> dict[str, int]:

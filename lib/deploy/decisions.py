@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lib.cliffs import find_cliffs
 from lib.deploy.constraints import EngineFacts
 from lib.deploy.result_file import ResultFile, is_result, result_file_of
 from lib.files import read_json
@@ -104,10 +105,13 @@ def _medians_of_cells(result: TuningResult) -> dict[int, dict[int, float]]:
 
 
 def decisions_of(
-    result: TuningResult, engine: EngineFacts | None = None, cliffs: Iterable[Cliff] = ()
+    result: TuningResult, engine: EngineFacts | None = None, cliffs: Iterable[Cliff] | None = None
 ) -> Decisions:
     """The decisions of a tuning in memory (its schedule must exist: ``result.ok``), with the
-    stretches its ``cliffs`` (:func:`lib.cliffs.find_cliffs`) make not interpolable."""
+    stretches its ``cliffs`` make not interpolable (None: :func:`lib.cliffs.find_cliffs` of
+    ``result``, for a caller that has not found them)."""
+    if cliffs is None:
+        cliffs = find_cliffs(result)
     assert result.schedule is not None, "no schedule to deploy"
     shared = {
         key: value

@@ -3,6 +3,7 @@ downloads, which must be the CLI's files byte for byte."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from sweep_builder import CONTEXT_GRID, write_context_grid
@@ -11,7 +12,9 @@ from lib.app import context as view
 from lib.cli.main import main
 from lib.context import find_context_axis
 from lib.deploy.result_file import result_text
-from lib.settings import ContextSettings, Options, Settings
+from lib.deploy.decisions import SCHEDULE_KEY
+from lib.present import charts
+from lib.settings import ContextSettings, DeploySettings, Options, Settings
 from lib.sweeps import load_experiment
 
 
@@ -24,7 +27,8 @@ def _shown(tmp_path: Path, point: int | None = None, **context: str) -> view.Swe
 def test_the_page_details_the_chosen_context_point(tmp_path: Path) -> None:
     shown = _shown(tmp_path, point=1)
     assert shown.grid is not None and shown.point == 1
-    assert shown.analysis is shown.grid.contexts[1]
+    # The point's analysis, deployed (its schedule checked by the capture rule).
+    assert shown.analysis.result.cells.equals(shown.grid.contexts[1].result.cells)
     # At 8192 tokens K=3 wins at both batch sizes.
     assert shown.analysis.result.decisions["selected_k"].to_list() == [3, 3]
     assert list(view.point_labels(shown.grid.axis)) == [
@@ -35,6 +39,34 @@ def test_the_page_details_the_chosen_context_point(tmp_path: Path) -> None:
     assert shown.result_text() == result_text(shown.grid)
     # Out of range (the picker's value from another experiment): the shortest.
     assert _shown(tmp_path / "again", point=7).point == 0
+
+
+def test_the_detailed_point_is_deployed_so_its_k_track_marks_what_c_caps(tmp_path: Path) -> None:
+    """At 8192 tokens K=3 wins at 1 and 64 (CONTEXT_GRID): with C=128 known, K=3 runs with
+    graphs up to 128 // 4 = 32, so 33-64 is capped, and the headline's K track of the
+    detailed point says "capped, not measured" there, as the point's vLLM download caps it.
+    With C assumed (vLLM's default for max_num_seqs 64 is far above 64 * 4), nothing is."""
+    sweep = load_experiment(write_context_grid(tmp_path, CONTEXT_GRID))
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    known = DeploySettings(max_cudagraph_capture_size=128, max_num_seqs=64)
+    shown = view.analyse_sweep(sweep, Settings(), Options(), axis, 1, known)
+    schedule = shown.analysis.result.schedule
+    assert schedule is not None and schedule.k_at(32) == 3 and schedule.k_at(33) < 3
+    spec = charts.headline_chart(shown.analysis.result, shown.analysis.report).to_dict()
+    stretches = [
+        (row["lo"], row["status"]) for row in spec["data"]["values"] if row["layer"] == "deployed"
+    ]
+    assert (33, "capped, not measured") in stretches
+    (vllm,) = [d for d in view.engine_downloads(shown.analysis.result, known) if d.format == "vllm"]
+    assert vllm.text is not None
+    assert json.loads(vllm.text)[SCHEDULE_KEY] == schedule.to_json()
+    assumed = view.analyse_sweep(sweep, Settings(), Options(), axis, 1, DeploySettings())
+    spec = charts.headline_chart(assumed.analysis.result, None).to_dict()
+    assert all(
+        row["status"] != "capped, not measured"
+        for row in spec["data"]["values"]
+        if row["layer"] == "deployed"
+    )
 
 
 def test_without_an_axis_the_page_shows_the_whole_sweep(tmp_path: Path) -> None:
