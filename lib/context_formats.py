@@ -36,6 +36,7 @@ from typing import Any, Literal, get_args
 
 from lib.files import read_json
 from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, whole_number
+from lib.numbers import percent_text
 from lib.problems import Problem, Severity, show_value
 from lib.schedule import Schedule, validate_schedule
 from lib.settings import Direction
@@ -889,12 +890,12 @@ class LossSummary:
         else:
             batch, prompt = self.largest_at
             worst = (
-                f"largest loss {_percent(self.largest_loss_percent)} % (batch {batch}, prompt"
+                f"largest loss {percent_text(self.largest_loss_percent)} (batch {batch}, prompt"
                 f" {prompt} tokens) against the 2-D optimum"
             )
         return (
             f"{format}: {worst}; mix-weighted mean loss"
-            f" {_percent(self.mix_weighted_mean_loss_percent)} % (context mix {mix.text()});"
+            f" {percent_text(self.mix_weighted_mean_loss_percent)} (context mix {mix.text()});"
             f" {self.cells_off_optimum} of {self.cells} cells off the optimum K"
         )
 
@@ -909,12 +910,6 @@ class LossSummary:
             "cells_off_optimum": self.cells_off_optimum,
             "cells": self.cells,
         }
-
-
-def _percent(value: float) -> str:
-    """A percentage with one decimal; never ``-0.0``."""
-    text = f"{value:.1f}"
-    return "0.0" if text == "-0.0" else text
 
 
 def loss_summary(losses: Sequence[CellLoss]) -> LossSummary:
@@ -959,7 +954,7 @@ def _loss_table_lines(grid: ContextGrid, losses: Sequence[CellLoss]) -> list[str
         shown = []
         for point in grid.points:
             loss = by_cell[anchor, point.prompt_tokens]
-            text = f"{loss.exported_k}/{loss.optimum_k} {_percent(loss.loss_percent):>6} %"
+            text = f"{loss.exported_k}/{loss.optimum_k} {percent_text(loss.loss_percent):>7}"
             shown.append(f"{text:>16}")
         lines.append(f"{anchor:>7}" + "".join(shown))
     return lines
@@ -1727,7 +1722,7 @@ def _pr_54801_warnings(
                 f"batch {cell.batch_size}, prompt {cell.point.prompt_tokens} tokens: the pair runs"
                 f" K={loss.exported_k} (the smaller of batch K {batch_k} and length K"
                 f" {length_k}; {cause}) where the measured optimum is K={cell.selected_k}:"
-                f" loses {_percent(loss.loss_percent)} %"
+                f" loses {percent_text(loss.loss_percent)}"
             )
             if batch_k == 0 < cell.selected_k:
                 raised = _anchor_mix_loss(grid, index, cell.selected_k, pair.length_ks, mix)
@@ -1736,7 +1731,7 @@ def _pr_54801_warnings(
                     f". The batch table says 0 at batch {cell.batch_size}, and the smaller-K rule"
                     " lets no length table turn speculation back on; raising the batch table to"
                     f" {cell.selected_k} there would make batch {cell.batch_size}'s mix-weighted"
-                    f" loss {_percent(raised)} % instead of {_percent(now)} %"
+                    f" loss {percent_text(raised)} instead of {percent_text(now)}"
                 )
             warnings.append(text)
     return warnings

@@ -31,6 +31,7 @@ import polars as pl
 
 from lib.cliffs import CLIFF_RULE, Cliff, spanning
 from lib.confidence import MAX_RUNS_NEEDED, MIN_RUNS_NEEDED, ConfidenceReport
+from lib.numbers import percent_text
 from lib.schedule import TuningResult
 
 __all__ = ["NEW_ANCHOR_SCHEMA", "RERUN_SCHEMA", "MeasurementPlan", "measurement_plan"]
@@ -198,7 +199,8 @@ def _new_anchors(
         percent = math.expm1(loss) * 100
         reason = (
             f"K={lower_k} at {lower} and K={upper_k} at {upper}: at {where} K={worse} is"
-            f" {percent:.1f}% worse than K={better}, beyond the {report.tolerance * 100:g}%"
+            f" {percent_text(percent)} worse than K={better}, beyond the"
+            f" {report.tolerance * 100:g}%"
             f" tolerance, so where to switch matters; {middle} is the geometric midpoint"
         )
         if across:

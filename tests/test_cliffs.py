@@ -174,7 +174,7 @@ def test_no_capped_loss_is_estimated_across_a_cliff_in_memory_or_from_the_file(
     and the export of the written result says the same (the file keeps the cliff's stretch)."""
     sweep = load_experiment(write_table(tmp_path / "sweep", GB200_LIKE))
     deploy = DeploySettings(max_cudagraph_capture_size=32, max_num_seqs=16)
-    deployed, deployment = deploy_analysis(analyse(sweep, Settings()), deploy)
+    _, deployment = deploy_analysis(analyse(sweep, Settings()), deploy)
     assert deployment is not None
     capped = [r for r in deployment.check.capped if r.hi < 8]
     assert [(r.lo, r.hi, r.measured_k, r.capped_k, r.loss_percent) for r in capped] == [

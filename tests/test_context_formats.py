@@ -676,11 +676,11 @@ def test_pr_54801_warns_where_the_batch_table_turns_speculation_off() -> None:
     (warning,) = exported.warnings
     assert warning.startswith(
         "batch 256, prompt 4000 tokens: the pair runs K=0 (the smaller of batch K 0 and length"
-        " K 3; the batch table caps it) where the measured optimum is K=3: loses 25.0 %."
+        " K 3; the batch table caps it) where the measured optimum is K=3: loses 25.0%."
     )
     assert warning.endswith(
-        "raising the batch table to 3 there would make batch 256's mix-weighted loss 20.0 %"
-        " instead of 0.0 %"
+        "raising the batch table to 3 there would make batch 256's mix-weighted loss 20.0%"
+        " instead of 0.0%"
     )
     assert PR_54801_COMBINATION in exported.notes
     assert exported.to_json()["combination"] == PR_54801_COMBINATION
@@ -706,7 +706,7 @@ def test_pr_54801_raises_the_batch_table_when_the_mix_pays_for_it() -> None:
     (warning,) = exported.warnings
     assert "batch 256, prompt 500 tokens: the pair runs K=3" in warning
     assert "both tables allow more" in warning
-    assert "loses 20.0 %" in warning
+    assert "loses 20.0%" in warning
 
 
 def test_pr_54801_coordinate_ascent_when_the_search_is_large() -> None:

@@ -61,6 +61,6 @@ def test_loosened_it_tunes_the_readme_s_grid(tmp_path: Path, capsys) -> None:  #
     assert main(["export", str(result), "--format", "vllm-context"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert json.loads(lines[0])["num_speculative_tokens_per_batch_size"] == [[1, 4, 3]]
-    assert f"largest loss {loss:.1f} % (batch 1, prompt 3072 tokens)" in lines[1]
+    assert f"largest loss {loss:.1f}% (batch 1, prompt 3072 tokens)" in lines[1]
     assert main(["export", str(result), "--format", "vllm-rfc-48944"]) == 0
     assert "no cell loses" in capsys.readouterr().out.splitlines()[1]

@@ -26,6 +26,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from lib.numbers import percent_text
 from lib.schedule import Range, Schedule, merge_picks
 
 __all__ = [
@@ -620,7 +621,7 @@ class CeilingCheck:
             else:
                 size = "loss" if capped.loss_percent >= 0 else "gain"
                 loss = (
-                    f"expected {size} {abs(capped.loss_percent):.1f} % against"
+                    f"expected {size} {percent_text(abs(capped.loss_percent))} against"
                     f" K={capped.measured_k} ({capped.basis})"
                 )
             found.append(

@@ -20,6 +20,7 @@ from lib.deploy.registry import BatchExport, EngineFormat, Exported
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
 from lib.keys import stated_k
+from lib.numbers import percent_text
 from lib.problems import Problem, Severity
 from lib.schedule import TRTLLM_SCHEDULE, Schedule, merge_picks, trtllm_bound
 
@@ -129,7 +130,7 @@ def _measured_loss(decisions: Decisions, low: int, high: int, k: int, capped: in
                     if decisions.maximize
                     else medians[k] / medians[capped]
                 )
-                losses.append(f"{(1 - ratio) * 100:.1f} % at batch {anchor}")
+                losses.append(f"{percent_text((1 - ratio) * 100)} at batch {anchor}")
     if not losses:
         return "no measured loss (no anchor in the range measured both K)"
     return "measured loss " + ", ".join(losses)

@@ -51,6 +51,7 @@ from lib.deploy.registry import ceiling_for
 from lib.deploy.tuning import Deployment, sweep_engine_facts
 from lib.files import read_json
 from lib.keys import MISSING, lookup, parse_json_string
+from lib.numbers import percent_text
 from lib.problems import Problem, Severity, errors
 from lib.schedule import NO_SCHEDULE, Schedule, tune
 from lib.settings import GLOBAL_K_VAR, DeploySettings, Fields, Options, Settings
@@ -592,11 +593,13 @@ def _verdict(
         row.update(same_k_arm=same, overhead_percent=overhead)
         if dynamic["k"] == 0 and same == NO_SPECULATION and overhead is not None:
             reasons.append(
-                f"the schedule runs K=0 here: the Dynamic SD engine costs {overhead:.2f}% of"
+                "the schedule runs K=0 here: the Dynamic SD engine costs"
+                f" {percent_text(overhead, 2)} of"
                 f" {settings.tuning.objective} against a server without speculation"
                 f" ({REPORTED_OVERHEAD})"
                 if overhead >= 0
-                else f"the schedule runs K=0 here and measured {-overhead:.2f}% better than a"
+                else "the schedule runs K=0 here and measured"
+                f" {percent_text(-overhead, 2)} better than a"
                 " server without speculation: at K=0 throughout it could not be, so either"
                 " it speculated at the smaller batch sizes of ramp-up and drain, or this is"
                 " noise or drift between the two servers' runs"

@@ -57,6 +57,7 @@ from lib.confidence import ConfidenceReport, policy_differences
 from lib.deploy.constraints import STRETCH_STATUSES, CappedRange, deployed_stretches
 from lib.deploy.tuning import Deployment
 from lib.loop.diff import DiffReport, Side
+from lib.numbers import signed_percent_text
 from lib.schedule import Schedule, TuningResult
 from lib.sweeps import Sweep
 from lib.switch_points import SwitchPoints
@@ -1586,8 +1587,9 @@ def schedule_chart(result: TuningResult, switch_points: SwitchPoints | None = No
         subtitle[:0] = [
             f"deployed: the {_deployed(result, switch_points)} schedule",
             "dotted rules: interpolated switch points",
-            f"interpolated vs step: {switch_points.mean_gain_percent:+.2f}% on average"
-            f" (max {switch_points.max_gain_percent:+.2f}%)",
+            "interpolated vs step:"
+            f" {signed_percent_text(switch_points.mean_gain_percent)} on average"
+            f" (max {signed_percent_text(switch_points.max_gain_percent)})",
         ]
     title = {"text": title_text, "subtitle": subtitle}
     return _chart(_schedule_template(_batch_size_title(result), layers), *rows, title=title)

@@ -98,7 +98,7 @@ def confidence_lines(report: ConfidenceReport, result: TuningResult | None = Non
         change = log_change_percent(run["residual"], report.maximize)
         flagged.setdefault(run["anchor"], []).append(
             f"K={run['k']} run {run['run_number']} in {printable(run['source'])}"
-            f" ({change:+.1f}% vs its cell's median)"
+            f" ({signed_percent_text(change, 1)} vs its cell's median)"
         )
     lines = []
     for row in report.anchors.to_dicts():
@@ -229,7 +229,7 @@ def switch_point_lines(switch_points: SwitchPoints) -> list[str]:
         )
         if row["changed_batch_sizes"]:
             line += (
-                f", {row['gain_percent']:+.2f}% expected on the"
+                f", {signed_percent_text(row['gain_percent'])} expected on the"
                 f" {row['changed_batch_sizes']} batch size(s) that change"
             )
         if row["note"]:
@@ -237,8 +237,9 @@ def switch_point_lines(switch_points: SwitchPoints) -> list[str]:
         lines.append(line)
     lines.append(
         f"  interpolated schedule {switch_points.schedule.json_text()}: expected"
-        f" {switch_points.mean_gain_percent:+.2f}% over the step schedule on average over batch"
-        f" sizes (at most {switch_points.max_gain_percent:+.2f}%)"
+        f" {signed_percent_text(switch_points.mean_gain_percent)} over the step schedule on"
+        " average over batch"
+        f" sizes (at most {signed_percent_text(switch_points.max_gain_percent)})"
     )
     return lines
 
@@ -368,12 +369,13 @@ def diff_lines(report: DiffReport) -> list[str]:
         if row["objective_change_percent"] is not None:
             head += (
                 f"; {report.a.objective} {row['objective_a']:.2f} -> {row['objective_b']:.2f}"
-                f" ({row['objective_change_percent']:+.2f}%"
+                f" ({signed_percent_text(row['objective_change_percent'])}"
             )
             if row["change_low_percent"] is not None:
                 head += (
                     f", {settings.confidence:.0%} interval"
-                    f" [{row['change_low_percent']:+.2f}%, {row['change_high_percent']:+.2f}%]"
+                    f" [{signed_percent_text(row['change_low_percent'])},"
+                    f" {signed_percent_text(row['change_high_percent'])}]"
                 )
             head += ")"
         head += "; MATERIAL" if row["material"] else "; same"

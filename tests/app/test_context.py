@@ -11,8 +11,8 @@ from sweep_builder import CONTEXT_GRID, write_context_grid
 from lib.app import context as view
 from lib.cli.main import main
 from lib.context import find_context_axis
-from lib.deploy.result_file import result_text
 from lib.deploy.decisions import SCHEDULE_KEY
+from lib.deploy.result_file import result_text
 from lib.present import charts
 from lib.settings import ContextSettings, DeploySettings, Options, Settings
 from lib.sweeps import load_experiment

@@ -516,26 +516,35 @@ def test_bytes_that_are_not_utf8_in_paths_print_escaped(good_sweep: Path, tmp_pa
     ]
 
 
-def _quick_start_block() -> list[str]:
-    """The lines README's quick start says `tune-spec-k data/sample_sweeps/sonnet-like` prints."""
+#: README's examples of `tune-spec-k SAMPLE` output: (the sample, the text just before the
+#: command's output block).
+README_EXAMPLES = {
+    "sonnet-like": "uv run tune-spec-k data/sample_sweeps/sonnet-like\n```\nprints",
+    "long-context": "uv run tune-spec-k data/sample_sweeps/long-context\n```\nprints",
+}
+
+
+def _readme_block(sample: str) -> list[str]:
+    """The lines README says `tune-spec-k data/sample_sweeps/SAMPLE` prints."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    start = text.index("uv run tune-spec-k data/sample_sweeps/sonnet-like\n```\nprints")
-    block = text[text.index("```\n", start + 60) + 4 :]
+    start = text.index(README_EXAMPLES[sample])
+    block = text[text.index("```\n", start + len(README_EXAMPLES[sample])) + 4 :]
     return block[: block.index("```")].splitlines()
 
 
-def test_readme_quick_start_is_what_the_cli_prints(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("sample", sorted(README_EXAMPLES))
+def test_readme_examples_are_what_the_cli_prints(
+    sample: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / RESULT_FILE
-    sample = REPO / "data" / "sample_sweeps" / "sonnet-like"
-    assert main([str(sample), "--output-json", str(out)]) == EXIT_OK
+    folder = REPO / "data" / "sample_sweeps" / sample
+    assert main([str(folder), "--output-json", str(out)]) == EXIT_OK
     printed = capsys.readouterr().out.splitlines()
-    printed[-1] = printed[-1].replace(str(out), f"data/sample_sweeps/sonnet-like/{RESULT_FILE}")
+    printed[-1] = printed[-1].replace(str(out), f"data/sample_sweeps/{sample}/{RESULT_FILE}")
     # README's lines, in order, are printed lines: whole, or up to "..." where one is cut;
     # a line "..." stands for lines left out.
     position = 0
-    for line in _quick_start_block():
+    for line in _readme_block(sample):
         if line == "...":
             continue
         shown = line.removesuffix("...")
@@ -547,5 +556,5 @@ def test_readme_quick_start_is_what_the_cli_prints(
             ),
             None,
         )
-        assert found is not None, f"README's quick start line is not printed: {line!r}"
+        assert found is not None, f"README's {sample} line is not printed: {line!r}"
         position = found + 1

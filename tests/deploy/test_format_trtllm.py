@@ -97,7 +97,7 @@ def test_capping_a_later_k_warns_with_its_measured_loss() -> None:
     (warning,) = [w for w in capped.warnings if w.startswith("capped")]
     # At batch 64 (inside 2-127): K=3 800 against K=5 1000, 20 % less.
     assert "batch sizes 2-127 run K=3 instead of K=5" in warning
-    assert "measured loss 20.0 % at batch 64" in warning
+    assert "measured loss 20.0% at batch 64" in warning
 
 
 @pytest.mark.parametrize(

@@ -109,13 +109,14 @@ def _analysed(
     folder: Path, settings: Settings | None = None, options: Options | None = None, **loading: Any
 ) -> TuningResult:
     """What the CLI reports for ``folder``: lib on its own, without the notebook (for a sweep
-    with a context axis, its shortest context point's analysis, which the page shows first)."""
+    with a context axis, its shortest context point's analysis, which the page shows first),
+    deployed as the CLI deploys a batch-only sweep."""
     sweep = load_experiment(folder, **loading)
     axis, _ = find_context_axis(sweep, ContextSettings())
     if axis is not None:
-        grid = analyse_contexts(sweep, axis, settings or Settings(), options)
-        return grid.contexts[0].result
-    analysis = analyse(sweep, settings or Settings(), options)
+        analysis = analyse_contexts(sweep, axis, settings or Settings(), options).contexts[0]
+    else:
+        analysis = analyse(sweep, settings or Settings(), options)
     return deploy_analysis(analysis, DeploySettings())[0].result
 
 

@@ -640,7 +640,8 @@ def test_headline_lines_stop_at_a_cliff_and_start_again_past_it(tmp_path: Path) 
     (line,) = [
         layer
         for layer in _layers(spec)
-        if layer["mark"]["type"] == "line" and layer["encoding"].get("color", {}).get("field") == "k"
+        if layer["mark"]["type"] == "line"
+        and layer["encoding"].get("color", {}).get("field") == "k"
     ]
     band = _layer_with_mark(spec, "area")
     assert line["encoding"]["detail"]["field"] == band["encoding"]["detail"]["field"] == "segment"
