@@ -321,3 +321,32 @@ CONTEXT_GRID = {
     (64, 0, 8192): spread(2000.0),
     (64, 3, 8192): spread(2600.0),
 }
+
+
+# --------------------------------------------------------------------------- tables of medians
+
+#: The K of each column of a table of medians (:func:`write_table`).
+TABLE_KS = (0, 1, 3, 5)
+
+#: Median output_throughput per batch size for K = 0, 1, 3, 5: the issue's GB200 shape, K=5
+#: 605 -> 228 tok/s from batch 4 to 8 (here 650, so that K=5 is the pick at 4 and the switch
+#: to K=3 at 8 crosses the cliff) while the other Ks grow 1.6-1.9x.
+GB200_LIKE = {
+    1: (100.0, 140.0, 180.0, 200.0),
+    2: (195.0, 270.0, 340.0, 370.0),
+    4: (380.0, 520.0, 620.0, 650.0),
+    8: (700.0, 900.0, 1000.0, 228.0),
+    16: (1200.0, 1500.0, 1600.0, 400.0),
+}
+
+
+def write_table(root: Path, table: Mapping[int, Sequence[float]], **fields: Any) -> Path:
+    """A sweep from a table of medians, batch size -> one value per K of :data:`TABLE_KS`:
+    three runs per cell within +-0.5 % of it (:func:`spread`); ``fields`` as in
+    :func:`write_grid`."""
+    cells = {
+        (batch, k): spread(value)
+        for batch, values in table.items()
+        for k, value in zip(TABLE_KS, values, strict=True)
+    }
+    return write_grid(root, cells, **fields)

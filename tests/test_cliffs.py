@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from paths import REAL_DATA, SAMPLE_SWEEPS
-from sweep_builder import write_grid
+from sweep_builder import GB200_LIKE, write_grid, write_table
 
 from lib.analysis import analyse
 from lib.cliffs import (
@@ -29,27 +29,6 @@ from lib.loop.export import export_file
 from lib.schedule import Schedule, tune
 from lib.settings import DeploySettings, Settings
 from lib.sweeps import load_experiment
-
-KS = (0, 1, 3, 5)
-#: Median output_throughput per batch size for K = 0, 1, 3, 5: the issue's GB200 shape, K=5
-#: 605 -> 228 tok/s from batch 4 to 8 (here 650, so that K=5 is the pick at 4 and the switch
-#: to K=3 at 8 crosses the cliff) while the other Ks grow 1.6-1.9x.
-GB200_LIKE = {
-    1: (100.0, 140.0, 180.0, 200.0),
-    2: (195.0, 270.0, 340.0, 370.0),
-    4: (380.0, 520.0, 620.0, 650.0),
-    8: (700.0, 900.0, 1000.0, 228.0),
-    16: (1200.0, 1500.0, 1600.0, 400.0),
-}
-
-
-def write_table(root: Path, table: dict[int, tuple[float, ...]], **fields: object) -> Path:
-    cells = {
-        (batch, k): [value * 0.995, value, value * 1.005]
-        for batch, values in table.items()
-        for k, value in zip(KS, values, strict=True)
-    }
-    return write_grid(root, cells, **fields)
 
 
 def test_the_rule_is_strict_at_the_factor() -> None:
