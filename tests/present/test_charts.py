@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 import vl_convert
 from paths import SAMPLE_SWEEPS
-from sweep_builder import combo_name, record, write_combo, write_grid
+from sweep_builder import GB200_LIKE, combo_name, record, write_combo, write_grid, write_table
 
 from lib.analysis import Analysis, analyse
 from lib.app import context as app_context
@@ -620,7 +620,6 @@ def test_headline_lines_stop_at_a_cliff_and_start_again_past_it(tmp_path: Path) 
     two pieces (segment 0 up to 4, 1 from 8 on); the other Ks' lines are one; the band is
     broken the same way, and the subtitle says what a gap is. Without the cliff, one piece
     each and no such line."""
-    from test_cliffs import GB200_LIKE, write_table
 
     def drawn(table: dict[int, tuple[float, ...]], name: str) -> dict[str, Any]:
         sweep = load_experiment(write_table(tmp_path / name, table))
