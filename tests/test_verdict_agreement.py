@@ -13,8 +13,8 @@ for its errors, applied until none is left (what a person clicking them gets).
 
 A sweep with a context axis is judged by its grid's verdict (``context_verdict``): the app shows
 it, the CLI prints it and writes it. A verdict that cannot tune has no line on stdout and no
-file: the CLI exits 2 and lists the errors on stderr; there each reason is the first error of
-its rule as the CLI lists it.
+file: the CLI exits 2, lists the errors on stderr and then the verdict's lines; each reason is
+the first error of its rule as the CLI lists it.
 """
 
 from __future__ import annotations
@@ -180,6 +180,8 @@ def _assert_agree(
             more = f" (and {len(of_rule) - 1} more like it)" if len(of_rule) > 1 else ""
             assert reason.message.endswith(more)
             assert reason.message.removesuffix(more) in of_rule[0]
+        # And the verdict itself, last on stderr, as the app's first screen says it.
+        assert err.splitlines()[-len(verdict.lines()) :] == verdict.lines()
         return
     assert status == EXIT_OK and written is not None
     assert _printed_verdict(out) == verdict.lines()

@@ -13,6 +13,7 @@ prompt length), the context measurement plan and each context format's paste-rea
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -39,6 +40,7 @@ from lib.settings import (
 
 if TYPE_CHECKING:
     from lib.context import ContextAxis
+    from lib.deploy.verdict import Verdict
     from lib.server_info import SavedServers
     from lib.sweep_files import SweepFiles
     from lib.sweeps import Sweep
@@ -190,15 +192,18 @@ def _tune(args: TuneArgs) -> int:
     from lib.deploy.verdict import verdict_in
 
     facts, fact_problems = sweep_engine_facts(sweep, saved)
-    analysis, deployment = deploy_analysis(
-        analyse(sweep, args.settings, args.options), args.deploy, facts, fact_problems
-    )
-    result = analysis.result
+    tuned = analyse(sweep, args.settings, args.options)
     if context_problems:
         import dataclasses
 
-        problems = (*result.problems, *context_problems)
-        result = dataclasses.replace(result, problems=problems)
+        # Before the deployment, so that the verdict counts them too.
+        problems = (*tuned.result.problems, *context_problems)
+        tuned = dataclasses.replace(
+            tuned, result=dataclasses.replace(tuned.result, problems=problems)
+        )
+    analysis, deployment = deploy_analysis(tuned, args.deploy, facts, fact_problems)
+    result = analysis.result
+    verdict = verdict_in(result)
     failed = print_problems(
         result.problems,
         lambda count: (
@@ -206,6 +211,7 @@ def _tune(args: TuneArgs) -> int:
         ),
     )
     if failed or not result.ok or result.schedule is None:
+        _print_refused_verdict(verdict)
         return EXIT_BAD_INPUT
     plan = analysis.plan
     writes = [(output, result_text(result))]
@@ -222,11 +228,19 @@ def _tune(args: TuneArgs) -> int:
         lines += text.effective_batch_lines(analysis.effective_batch)
     if deployment is not None:
         lines += deployment.lines()
-    verdict = verdict_in(result)
     if verdict is not None:
         lines += verdict.lines()
     lines.append(text.speculative_config_line(result))
     return write_and_print(PROGRAM, writes, lines)
+
+
+def _print_refused_verdict(verdict: Verdict | None) -> None:
+    """The verdict of a tuning the CLI refuses (``cannot-tune``, each kind of error with its
+    fix), on stderr after the errors: stdout stays the seed's (nothing), and the app's first
+    screen says the same."""
+    if verdict is not None:
+        for line in verdict.lines():
+            print(line, file=sys.stderr)
 
 
 def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Output) -> int:
@@ -244,6 +258,7 @@ def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Outp
         ),
     )
     if failed or not analysis.ok:
+        _print_refused_verdict(context_verdict(analysis))
         return EXIT_BAD_INPUT
     lines = []
     answer = analysis.answer

@@ -16,6 +16,7 @@ from lib.cli.main import main
 from lib.context import ContextAnalysis
 from lib.deploy.tuning import deploy_analysis
 from lib.deploy.verdict import (
+    REFUSAL_FIXES,
     Verdict,
     context_loss_reasons,
     context_verdict,
@@ -226,3 +227,38 @@ def test_no_schedule_cannot_tune(tmp_path: Path) -> None:
     deployed, deployment = deploy_analysis(analyse(sweep, Settings()), DeploySettings())
     verdict = verdict_in(deployed.result)
     assert deployment is None and verdict is not None and verdict.state == "cannot-tune"
+
+
+def test_a_refused_sweep_prints_its_verdict_on_stderr_with_a_fix_per_kind_of_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two runs per cell (fewer than --min-runs 3) and, at batch 1, K=3's runs 100 / 150 / 200
+    # (relative MAD 50 / 150 = 0.33 > 0.1): three kinds of error, each with its own fix.
+    cells = {(1, 0): [100.0, 101.0], (1, 3): [100.0, 150.0, 200.0], (8, 0): [800.0, 801.0]}
+    folder = write_grid(tmp_path / "sweep", cells)
+    assert main([str(folder), "--output-json", str(tmp_path / "r.json")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not (tmp_path / "r.json").exists()
+    verdict = _verdict(folder)
+    assert verdict.state == "cannot-tune"
+    assert captured.err.splitlines()[-len(verdict.lines()) :] == verdict.lines()
+    fixes = {reason.rule: reason.fix for reason in verdict.reasons}
+    assert fixes["too-few-runs"] == REFUSAL_FIXES["too-few-runs"]()
+    assert "--min-runs" in fixes["too-few-runs"]
+    assert "--max-objective-relative-mad" in fixes["noisy-objective"]
+
+
+@pytest.mark.parametrize("rule", sorted(REFUSAL_FIXES))
+def test_every_refusal_fix_names_flags_the_cli_takes(rule: str) -> None:
+    """A fix is only a fix if the CLI accepts what it names: every --flag in it is one of
+    `tune-spec-k`'s (its parser, not a list here)."""
+    import argparse
+    import re
+
+    from lib.cli.tune import TuneArgs
+
+    parser = argparse.ArgumentParser()
+    TuneArgs.add_cli_args(parser)
+    known = {option for action in parser._actions for option in action.option_strings}
+    named = re.findall(r"--[a-z][a-z-]*", REFUSAL_FIXES[rule]())
+    assert set(named) <= known
