@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from lib.numbers import objective_text
 from lib.problems import Problem, Severity
 from lib.settings import CLIFF_ACCEPTANCE_FIELD as ACCEPTANCE_FIELD
 
@@ -320,7 +321,8 @@ def cliff_problems(
                 Severity.WARNING,
                 CLIFF_RULE,
                 f"K={cliff.k} falls off a cliff from batch size {low.batch_size} to"
-                f" {high.batch_size}: {objective} {low.value:.2f} -> {high.value:.2f}"
+                f" {high.batch_size}: {objective} {objective_text(low.value)} ->"
+                f" {objective_text(high.value)}"
                 f" (x{cliff.scaling:.2f}) while the other Ks ({others}) {change} x"
                 f"{cliff.others_scaling:.2f} (median), {cliff.drop_factor:.1f} times worse,"
                 f" beyond the factor {CLIFF_FACTOR:g}{acceptance}; {_cause_text(cliff, ceiling)};"

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from lib.numbers import objective_text
 from lib.problems import Problem, Severity
 from lib.settings import EFFECTIVE_BATCH_FIELDS
 
@@ -182,13 +183,14 @@ def effective_batch_problems(found: EffectiveBatch, result: TuningResult) -> lis
                 Problem(
                     Severity.WARNING,
                     "effective-batch-below-anchor",
-                    f"the runs held {value:.2f} requests in flight on average (Little's law,"
+                    f"the runs held {objective_text(value)} requests in flight on average"
+                    " (Little's law,"
                     f" median of {runs} run(s)), below {BELOW_ANCHOR_FRACTION:g} x the anchor"
                     f" {anchor}: vLLM looks K up by the requests it schedules, so these numbers"
                     " describe a smaller batch than the anchor",
                     files=tuple(files),
                     field="request_throughput x mean_e2el_ms / 1000",
-                    value=f"{value:.2f}",
+                    value=objective_text(value),
                     anchor=anchor,
                     k=k,
                     expected=f">= {BELOW_ANCHOR_FRACTION * anchor:g}",
@@ -200,7 +202,8 @@ def effective_batch_problems(found: EffectiveBatch, result: TuningResult) -> lis
                     Severity.WARNING,
                     "effective-batch-spread",
                     f"the runs' effective batch spreads by {spread:.0%} of its median"
-                    f" {value:.2f} ((max - min) / median over {runs} runs): they did not run"
+                    f" {objective_text(value)} ((max - min) / median over {runs} runs): they did"
+                    " not run"
                     " the same batch",
                     files=tuple(files),
                     field="request_throughput x mean_e2el_ms / 1000",

@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["PROBABILITY_DECIMALS", "percent_text", "probability_text", "signed_percent_text"]
+__all__ = [
+    "OBJECTIVE_DECIMALS",
+    "PROBABILITY_DECIMALS",
+    "objective_text",
+    "percent_text",
+    "probability_text",
+    "signed_percent_text",
+]
 
 #: Every probability is shown to this many decimals, rounded down.
 PROBABILITY_DECIMALS = 2
+#: Every objective value (a throughput in tok/s, a latency in ms, a count of requests) is
+#: shown to this many decimals, as the seed prints its medians; the app's tables round to it.
+OBJECTIVE_DECIMALS = 2
 
 
 def probability_text(value: float | None) -> str:
@@ -47,3 +57,13 @@ def signed_percent_text(value: float | None, decimals: int = 2) -> str:
     ('+9.65%', '-1.20%', 'n/a')
     """
     return "n/a" if value is None else f"{value:+.{decimals}f}%"
+
+
+def objective_text(value: float) -> str:
+    """An objective value (a median throughput, a latency, requests in flight) as the seed
+    prints its medians: :data:`OBJECTIVE_DECIMALS` decimals, rounded half to even.
+
+    >>> objective_text(93.0649), objective_text(605.0), objective_text(1911.135)
+    ('93.06', '605.00', '1911.14')
+    """
+    return f"{value:.{OBJECTIVE_DECIMALS}f}"

@@ -31,3 +31,16 @@ def test_percents_have_one_form_each() -> None:
     assert signed_percent_text(0.0) == "+0.00%"
     assert signed_percent_text(-0.004) == "-0.00%"
     assert signed_percent_text(None) == "n/a"
+
+
+def test_an_objective_reads_as_the_seed_prints_its_medians_and_the_tables_round_it() -> None:
+    # The seed prints medians with "%.2f"; the app's decision table rounds them to the same
+    # decimals, so the CLI's "median=93.06" is the table's 93.06.
+    import polars as pl
+
+    from lib.numbers import OBJECTIVE_DECIMALS, objective_text
+
+    for value in (93.0649, 0.005, 1911.135, 605.0):
+        assert objective_text(value) == "%.2f" % value  # noqa: UP031 (the seed's own format)
+        rounded = pl.Series([value]).round(OBJECTIVE_DECIMALS)[0]
+        assert float(objective_text(value)) == pytest.approx(rounded, abs=0.01)

@@ -10,7 +10,7 @@ import polars as pl
 from lib.confidence import ConfidenceReport, policy_differences
 from lib.loop.diff import DiffReport
 from lib.measurement_plan import MeasurementPlan
-from lib.numbers import PROBABILITY_DECIMALS
+from lib.numbers import OBJECTIVE_DECIMALS, PROBABILITY_DECIMALS
 from lib.schedule import TuningResult
 from lib.switch_points import SwitchPoints
 
@@ -105,15 +105,17 @@ def decision_table(result: TuningResult, picks: pl.DataFrame | None = None) -> p
         pl.col("anchor").alias("batch size"),
         pl.col("selected_k").alias("chosen K"),
         *sure,
-        pl.col("selected_median").round(2).alias("median"),
-        pl.col("selected_conservative").round(2).alias("conservative"),
+        pl.col("selected_median").round(OBJECTIVE_DECIMALS).alias("median"),
+        pl.col("selected_conservative").round(OBJECTIVE_DECIMALS).alias("conservative"),
         pl.col("vs_best_percent").round(2).alias("vs best %"),
         pl.col("vs_k0_percent").round(2).alias("vs K=0 %"),
         pl.col("tied_k").cast(pl.List(pl.Utf8)).list.join(", ").alias("tied K"),
         pl.col("complete").alias("every K kept"),
         *[
             (
-                pl.col(name).round(2) if name in decisions.columns else pl.lit(None, pl.Float64)
+                pl.col(name).round(OBJECTIVE_DECIMALS)
+                if name in decisions.columns
+                else pl.lit(None, pl.Float64)
             ).alias(name)
             for name in ordered
         ],
@@ -256,8 +258,8 @@ def comparison_table(report: DiffReport) -> pl.DataFrame:
         pl.col("batch_size").alias("batch size"),
         pl.col("k_a").alias("K (A)"),
         pl.col("k_b").alias("K (B)"),
-        pl.col("objective_a").round(2).alias(f"{report.a.objective} (A)"),
-        pl.col("objective_b").round(2).alias(f"{report.b.objective} (B)"),
+        pl.col("objective_a").round(OBJECTIVE_DECIMALS).alias(f"{report.a.objective} (A)"),
+        pl.col("objective_b").round(OBJECTIVE_DECIMALS).alias(f"{report.b.objective} (B)"),
         pl.col("objective_change_percent").round(2).alias("B vs A %"),
         pl.col("change_low_percent").round(2).alias("interval low %"),
         pl.col("change_high_percent").round(2).alias("interval high %"),

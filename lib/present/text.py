@@ -21,7 +21,7 @@ import polars as pl
 from lib.confidence import ConfidenceReport, log_change_percent
 from lib.effective_batch import EffectiveBatch
 from lib.measurement_plan import MeasurementPlan
-from lib.numbers import probability_text, signed_percent_text
+from lib.numbers import objective_text, probability_text, signed_percent_text
 from lib.problems import Problem, printable
 from lib.schedule import NO_SCHEDULE, TuningResult
 from lib.settings import RANDOM_PROMPT_LENGTH
@@ -69,7 +69,7 @@ def decision_lines(result: TuningResult) -> list[str]:
         vs_k0 = row["vs_k0_percent"]
         lines.append(
             f"batch_size={row['anchor']}: K={row['selected_k']}"
-            f" median={row['selected_median']:.2f}"
+            f" median={objective_text(row['selected_median'])}"
             f" conservative={row['selected_conservative']:.2f}"
             f" vs_best={row['vs_best_percent']:+.2f}%"
             f" vs_k0={'n/a' if vs_k0 is None else f'{vs_k0:+.2f}%'}"
@@ -288,7 +288,8 @@ def effective_batch_lines(found: EffectiveBatch) -> list[str]:
     ]
     for (anchor,), group in found.cells.group_by("anchor", maintain_order=True):
         cells = [
-            f"K={k} {value:.2f}{'*' if is_below_anchor(value, anchor) or is_spread(spread) else ''}"
+            f"K={k} {objective_text(value)}"
+            + ("*" if is_below_anchor(value, anchor) or is_spread(spread) else "")
             for k, value, spread in group.select("k", "effective_batch", "spread").rows()
         ]
         lines.append(f"  batch_size={anchor}: " + ", ".join(cells))
@@ -328,7 +329,7 @@ def check_lines(report: CheckReport) -> list[str]:
     for row in report.verdicts.to_dicts():
         parts = [
             f"batch_size={row['anchor']}: {row['verdict'].upper()}",
-            f"dynamic K={row['dynamic_k']} median={row['dynamic_median']:.2f}",
+            f"dynamic K={row['dynamic_k']} median={objective_text(row['dynamic_median'])}",
         ]
         if row["best_static"] is not None:
             change = signed_percent_text(row["vs_best_static_percent"])
@@ -368,7 +369,8 @@ def diff_lines(report: DiffReport) -> list[str]:
         head = f"batch_size={row['batch_size']}: K {row['k_a']} -> {row['k_b']}"
         if row["objective_change_percent"] is not None:
             head += (
-                f"; {report.a.objective} {row['objective_a']:.2f} -> {row['objective_b']:.2f}"
+                f"; {report.a.objective} {objective_text(row['objective_a'])} ->"
+                f" {objective_text(row['objective_b'])}"
                 f" ({signed_percent_text(row['objective_change_percent'])}"
             )
             if row["change_low_percent"] is not None:
