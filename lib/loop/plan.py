@@ -227,7 +227,12 @@ class SweepDesign:
         ),
     )
     warmup_num_prompts: int = field(
-        default=0, metadata=flag("--warmup-num-prompts", "an unmeasured warm-up run per combo")
+        default=0,
+        metadata=flag(
+            "--warmup-num-prompts",
+            "prompts of an unmeasured warm-up run before every bench combo (so before each"
+            " seeded run)",
+        ),
     )
     max_num_seqs: int | None = field(
         default=None,
@@ -625,16 +630,14 @@ def bench_params(
     Repeat r at an anchor has seed ``first_seeds[anchor] + r`` (the first seed 0 where not
     given), r = 0 .. ``runs`` - 1: the repeats of a cell sample different prompts, and every
     K and prompt length at the anchor sees the same prompts for the same repeat (the K are
-    compared on paired prompt sets). A key of the bench command's replaces its ``--seed``."""
-    first = first_seeds or {}
-    return {
-        seeded_combo_name(name, seed): {**params, REPEAT_SEED: seed}
-        for name, params in workloads(design, anchors).items()
-        for seed in range(
-            first.get(params["max_concurrency"], 0),
-            first.get(params["max_concurrency"], 0) + runs,
-        )
-    }
+    compared on paired prompt sets). The sweep passes the key as ``--seed`` (it would replace
+    a ``--seed`` of the bench command, which has none)."""
+    combos: dict[str, Any] = {}
+    for name, params in workloads(design, anchors).items():
+        first = (first_seeds or {}).get(params["max_concurrency"], 0)
+        for seed in range(first, first + runs):
+            combos[seeded_combo_name(name, seed)] = {**params, REPEAT_SEED: seed}
+    return combos
 
 
 def _max_model_len(serve_args: str) -> int | None:
@@ -1235,12 +1238,13 @@ def follow_up_plan(
     them needs and the runs each has so far; K alike in all three share a sweep (one server
     start each).
 
-    Seeds continue each cell's own: a cell with n runs so far gets seeds n, n+1, ... (the
-    tuning plan ran seeds 0 .. n-1), so the follow-up never replays a counted run's prompts,
-    a cell's runs keep the seeds 0 .. its runs - 1, and the K of an anchor stay paired on the
-    seeds they share. Hence K at one anchor with different runs so far go to different
-    sweeps (their bench combos differ). The counts are the usable runs the inputs report: a
-    run the tuner did not count (a failed one) leaves its seed to be used again."""
+    Seeds continue each cell's own: a cell with n runs so far gets seeds n, n+1, ... The
+    tuning plan ran it with seeds 0 .. n-1 (a sweep of the older design, one seed, ran seed 0
+    n times), so the follow-up sends none of its runs' prompts again; a planned cell's seeds
+    stay 0 .. its runs - 1, and the K of an anchor stay paired on the seeds they share. Hence
+    K at one anchor with different runs so far go to different sweeps (their bench combos
+    differ). The counts are the usable runs the inputs report: a run the tuner did not count
+    (a failed one) leaves its seed to be used again."""
     problems = design.invalid()
     if needs.global_k is not None and needs.global_k != design.startup_k:
         problems.append(
