@@ -689,3 +689,27 @@ def test_a_validation_plan_measures_seeds_the_tuning_did_not(tmp_path: Path) -> 
     (step,) = plan.steps
     assert set(step.seeds().values()) == {(most, most + 1)}
     assert step.runs == len(step.serve_params) * len(decisions) * 2
+
+
+def test_a_validation_sweep_of_the_plan_is_judged_with_its_seeds_pooled(tmp_path: Path) -> None:
+    """The validation plan's files run as the sweep runs them: `check` puts each seeded run in
+    its arm by its speculative_config, so every arm at every anchor holds --num-runs runs, and
+    a dynamic server 5 % ahead of every alternative passes everywhere."""
+    from lib.loop.check import CheckSettings, check_deployment
+
+    result = _sonnet_result(tmp_path)
+    plan, problems = validation_plan(llama_design(), result, "results", "validation")
+    assert plan is not None, problems
+    assert write_plan(plan, tmp_path / "validate")[1] == []
+
+    def measure(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+        ahead = 1.05 if serve["_benchmark_name"] == "dynamic" else 1.0
+        return {"output_throughput": 100.0 * ahead * (1 + 0.001 * bench["seed"])}
+
+    (experiment,) = run_planned_sweeps(tmp_path / "validate", tmp_path, measure)
+    report = check_deployment(experiment, CheckSettings())
+    assert [p.describe() for p in report.problems if p.severity.value == "error"] == []
+    assert set(report.arms["num_runs"].to_list()) == {SweepDesign().num_runs}
+    # dynamic, static K=1, 3, 7 and no speculation at each of the 4 anchors.
+    assert report.arms.height == 5 * 4
+    assert set(report.verdicts["verdict"].to_list()) == {"ok"}
