@@ -1314,7 +1314,8 @@ def follow_up_plan(
         )
     notes.append(
         "each cell's new runs continue its seeds (a cell with n runs so far gets seeds n, n+1,"
-        " ...): no counted run's prompts are sent again"
+        " ...), so its earlier runs' prompts are not sent again, unless a run was not counted"
+        " (a failed one): then a seed of the cell may come again"
     )
     notes += _warmup_notes(design)
     notes.append(
