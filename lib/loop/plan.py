@@ -1430,8 +1430,8 @@ def validation_plan(
         " concurrency 2 and +21.6% at 189)",
         f"every server runs each anchor with"
         f" {seeds_text(range(first_seed, first_seed + design.num_runs))}: the tuning ran at most"
-        f" {first_seed} run(s) per cell, with seeds from 0, so the check measures prompts the"
-        " schedule was not chosen on",
+        f" {first_seed} counted run(s) per cell, with seeds from 0, so the check measures"
+        " prompts the schedule was not chosen on (unless a failed run hid a seed above them)",
         *_warmup_notes(design),
         f"check with: tune-spec-k check {results_dir}/{experiment_name} --schedule TUNING_JSON",
     ]
@@ -1442,7 +1442,8 @@ def held_out_first_seed(result: ResultFile) -> int:
     """The first seed of a validation sweep: the most runs any cell of the tuning result has.
     The tuning's runs of a cell used seeds 0 .. its runs - 1 (its follow-ups continue them,
     :func:`follow_up_plan`; a sweep of one seed used one), so the check sees prompt sets the
-    schedule was not chosen on; 0 for a result without runs."""
+    schedule was not chosen on; 0 for a result without runs. The counts are usable runs: a
+    cell whose failed runs were not counted may have used a seed at or above it."""
     return max(
         (candidate.num_runs for anchor in result.anchors for candidate in anchor.candidates),
         default=0,
