@@ -1431,7 +1431,7 @@ def validation_plan(
         f"every server runs each anchor with"
         f" {seeds_text(range(first_seed, first_seed + design.num_runs))}: the tuning ran at most"
         f" {first_seed} counted run(s) per cell, with seeds from 0, so the check measures"
-        " prompts the schedule was not chosen on (unless a failed run hid a seed above them)",
+        " prompts the schedule was not chosen on (where every tuning run was counted)",
         *_warmup_notes(design),
         f"check with: tune-spec-k check {results_dir}/{experiment_name} --schedule TUNING_JSON",
     ]
