@@ -48,6 +48,7 @@ from lib.settings import (
     CONTEXT_AUTO,
     CONTEXT_NONE,
     RANDOM_PROMPT_LENGTH,
+    REPEAT_SEED,
     ContextSettings,
     Options,
     Settings,
@@ -83,12 +84,12 @@ _DECLARED_OUTPUT = ("random_output_len", "prefix_repetition_output_len")
 
 def context_fields_read(context_var: str) -> tuple[str, ...]:
     """The record fields :func:`find_context_axis` reads for ``context_var`` (a loader that
-    keeps only some metrics must keep these too).
+    keeps only some metrics must keep these too), the repeat's seed last.
 
     >>> context_fields_read("none")
     ()
-    >>> context_fields_read("my_len")[:3]
-    ('my_len', 'total_output_tokens', 'completed')
+    >>> context_fields_read("my_len")[:3], context_fields_read("my_len")[-1]
+    (('my_len', 'total_output_tokens', 'completed'), 'seed')
     """
     if context_var == CONTEXT_NONE:
         return ()
@@ -98,7 +99,7 @@ def context_fields_read(context_var: str) -> tuple[str, ...]:
             *(name for required, added in PROMPT_LENGTH_FIELDS for name in (*required, *added)),
             *MEASURED_PROMPT,
         )
-    return tuple(dict.fromkeys((*prompt, *_MEASURED_OUTPUT, *_DECLARED_OUTPUT)))
+    return tuple(dict.fromkeys((*prompt, *_MEASURED_OUTPUT, *_DECLARED_OUTPUT, REPEAT_SEED)))
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,10 @@ def find_context_axis(
     - Prompt lengths that vary only between anchors or K (every (anchor, K) measured at a
       single length: a dataset sampled differently per concurrency) are no axis either: a note
       says so, since no cell can be compared across lengths.
+    - Nor are lengths that vary only between the repeats' seeds (the records' ``seed``: each
+      seed samples its own prompts, so a measured mean prompt differs from seed to seed):
+      where every (anchor, K) has one length per seed, its runs are repeats of one workload,
+      and a note says so. Runs without a seed count as one seed.
     - The runs of one (anchor, K, context point) cell whose prompt lengths differ by more than
       the tolerance are an error naming their files: their median would mix contexts.
     """
@@ -293,9 +298,8 @@ def find_context_axis(
         & pl.col("k").is_not_null()
         & pl.col("context_point").is_not_null()
     )
-    crossing = placed.group_by("anchor", "k").agg(pl.col("context_point").n_unique().alias("n"))
-    if placed.height and crossing["n"].max() == 1:
-        lengths = ", ".join(_tokens(statistics.median(group)) for group in groups)
+    lengths = ", ".join(_tokens(statistics.median(group)) for group in groups)
+    if _one_point_each(placed, ()):
         return None, [
             Problem(
                 Severity.NOTE,
@@ -305,6 +309,20 @@ def find_context_axis(
                 field=label,
                 value=lengths,
                 expected="the same (batch size, K) measured at several prompt lengths",
+            )
+        ]
+    if REPEAT_SEED in placed.columns and _one_point_each(placed, (REPEAT_SEED,)):
+        return None, [
+            Problem(
+                Severity.NOTE,
+                "no-context-axis",
+                f"prompt lengths differ only between the repeats' seeds ({REPEAT_SEED}: each"
+                " samples its own prompts), so they are not a context axis; tuned as one"
+                " context",
+                field=label,
+                value=lengths,
+                expected="the same (batch size, K) measured at several prompt lengths with one"
+                " seed",
             )
         ]
     unplaced = runs.filter(pl.col("context_point").is_null())
@@ -335,6 +353,13 @@ def find_context_axis(
         points.append(ContextPoint(round(statistics.median(group)), output_tokens, members.height))
     axis = ContextAxis(label, settings.context_tolerance, tuple(points), runs, tuple(problems))
     return axis, list(problems)
+
+
+def _one_point_each(placed: pl.DataFrame, within: tuple[str, ...]) -> bool:
+    """Whether every (anchor, K) was measured at one context point only, for each value of
+    ``within`` (the fields that also split the runs); False when there are no runs."""
+    counts = placed.group_by("anchor", "k", *within).agg(pl.col("context_point").n_unique())
+    return bool(placed.height) and counts["context_point"].max() == 1
 
 
 def _tokens(value: float) -> str:

@@ -337,6 +337,10 @@ class DeploySettings:
 #: The bench key that sets the random dataset's prompt length (``--random-input-len``): what
 #: ``tune-spec-k plan --context-lengths`` sweeps and the context axis looks for first.
 RANDOM_PROMPT_LENGTH = "random_input_len"
+#: The bench key of a repeat's seed (``vllm bench serve --seed``, which samples the prompts):
+#: ``tune-spec-k plan`` sweeps it so that the repeats of a cell send different prompts. Runs
+#: that differ only by it are repeats of one workload, never a second axis.
+REPEAT_SEED = "seed"
 #: ``--context-var`` values that name no field: detect the context axis, or ignore it (the seed).
 CONTEXT_AUTO = "auto"
 CONTEXT_NONE = "none"

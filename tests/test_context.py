@@ -142,6 +142,26 @@ def test_lengths_that_differ_only_between_anchors_are_no_axis(tmp_path: Path) ->
     assert [(p.severity.value, p.rule) for p in problems] == [("note", "no-context-axis")]
 
 
+def test_measured_lengths_that_differ_only_by_seed_are_no_axis(tmp_path: Path) -> None:
+    """Seed 0 sampled prompts of 512 tokens, seed 1 of 700 (the measured mean prompt: no
+    swept length), every K the same per seed: repeats, no axis, a note naming the seeds.
+    Without the seed in the records the same runs read as an axis; and one seed measured at
+    both lengths is one (tests/loop/test_plan.py runs the plan's own seeded sweeps)."""
+    for seed, prompt in ((0, 512), (1, 700)):
+        cells = {(1, k, prompt): spread(100.0 + k) for k in (0, 3)}
+        write_context_grid(tmp_path / "seeded", cells, prompt_fields={}, seed=seed)
+        write_context_grid(tmp_path / "unseeded", cells, prompt_fields={})
+    _, axis, problems = _axis(tmp_path / "seeded")
+    assert axis is None
+    assert [(p.rule, p.value) for p in problems] == [("no-context-axis", "512, 700")]
+    assert "only between the repeats' seeds" in problems[0].message
+    _, axis, _ = _axis(tmp_path / "unseeded")
+    assert axis is not None and [p.prompt_tokens for p in axis.points] == [512, 700]
+    root = write_context_grid(tmp_path / "one-seed", CONTEXT_GRID, prompt_fields={}, seed=0)
+    _, axis, _ = _axis(root)
+    assert axis is not None and [p.prompt_tokens for p in axis.points] == [512, 8192]
+
+
 def test_each_context_point_is_tuned_on_its_own(tmp_path: Path) -> None:
     sweep, axis, _ = _axis(write_context_grid(tmp_path, CONTEXT_GRID))
     assert axis is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,37 @@ def parse_sweep_command(text: str) -> dict[str, str]:
     return flags
 
 
+def planned_k(serve: dict[str, Any]) -> int:
+    """The K a tuning plan's serve combo runs (its one-range schedule's)."""
+    return int(serve["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2])
+
+
+def run_planned_sweeps(
+    plan_dir: Path,
+    base: Path,
+    measure: Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]],
+) -> list[Path]:
+    """Every sweep of the plan's ``command.txt`` as `vllm bench sweep serve` runs it, with no
+    server: each serve combo with each bench combo of its params files, ``--num-runs`` times,
+    each run's record (:func:`vllm_record`, then ``measure(serve, bench, run_number)``) in
+    ``-o/-e/SERVE--<serve>-BENCH--<bench>``, relative paths below ``base``. Returns the
+    experiment folders."""
+    experiments = []
+    for command in (plan_dir / "command.txt").read_text().split("\n\n"):
+        flags = parse_sweep_command(command)
+        experiment = base / flags["-o"] / flags["-e"]
+        for serve in vllm_read_params(Path(flags["--serve-params"])):
+            for bench in vllm_read_params(Path(flags["--bench-params"])):
+                records = [
+                    {**vllm_record(serve, bench, run), **measure(serve, bench, run)}
+                    for run in range(int(flags["--num-runs"]))
+                ]
+                name = f"SERVE--{serve['_benchmark_name']}-BENCH--{bench['_benchmark_name']}"
+                write_combo(experiment / name, records)
+        experiments.append(experiment)
+    return experiments
+
+
 def llama_design(**changes: Any) -> SweepDesign:
     values: dict[str, Any] = {
         "model": "meta-llama/Llama-3.1-8B-Instruct",
@@ -114,24 +146,30 @@ LLAMA_FLAGS = (
 )
 
 
+#: (anchor, K) -> runs. K=0 and K=3 at anchors 1 and 16: at 1 K=3 wins by 50 %; at 16 the two
+#: are within the noise (medians 1000 and 990, runs 5-9 % apart: unresolved) and the seed picks
+#: K=0 (its conservative score 1000 - 1.4826 x 50 beats 990 - 1.4826 x 90), so the picks differ
+#: between the anchors by far more than the tolerance and the midpoint round(sqrt(1 x 16)) = 4
+#: is suggested.
+NOISY_FIRST_RUNS = {
+    (1, 0): [100.0, 101.0, 99.0],
+    (1, 3): [150.0, 151.0, 149.0],
+    (16, 0): [1000.0, 950.0, 1050.0],
+    (16, 3): [990.0, 900.0, 1080.0],
+}
+#: The design of :data:`NOISY_FIRST_RUNS`.
+NOISY_DESIGN = {"ks": (0, 3), "anchors": (1, 16)}
+
+
 def noisy_first_sweep(root: Path) -> Path:
-    """K=0 and K=3 at anchors 1 and 16: at 1 K=3 wins by 50 %; at 16 the two are within the
-    noise (medians 1000 and 990, runs 5-9 % apart: unresolved) and the seed picks K=0 (its
-    conservative score 1000 - 1.4826 x 50 beats 990 - 1.4826 x 90), so the picks differ between
-    the anchors by far more than the tolerance and the midpoint round(sqrt(1 x 16)) = 4 is
-    suggested."""
-    design = llama_design(ks=(0, 3), anchors=(1, 16))
-    values = {
-        (1, 0): [100.0, 101.0, 99.0],
-        (1, 3): [150.0, 151.0, 149.0],
-        (16, 0): [1000.0, 950.0, 1050.0],
-        (16, 3): [990.0, 900.0, 1080.0],
-    }
+    """:data:`NOISY_FIRST_RUNS` as a sweep of the old design: one bench combo per anchor, run
+    three times with the bench command's one seed (the records hold none)."""
+    design = llama_design(**NOISY_DESIGN)
     serve = {
         item["_benchmark_name"]: item
         for item in vllm_records_params(planned(design).steps[0].serve_params)
     }
-    for (anchor, k), runs in values.items():
+    for (anchor, k), runs in NOISY_FIRST_RUNS.items():
         records = [
             {
                 **vllm_record(

@@ -23,7 +23,15 @@ from lib.analysis import Analysis
 from lib.context import PROMPT_LENGTH_FIELDS
 from lib.flags import flag_name
 from lib.problems import Problem, Severity
-from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, HEALTH_FIELDS, Fields, Options, Settings
+from lib.settings import (
+    DEFAULT_K_VAR,
+    GLOBAL_K_VAR,
+    HEALTH_FIELDS,
+    REPEAT_SEED,
+    Fields,
+    Options,
+    Settings,
+)
 from lib.sweeps import Sweep
 
 __all__ = [
@@ -110,7 +118,7 @@ _NOT_OBJECTIVES = frozenset(
         "request_rate",
         "burstiness",
         "max_concurrency",
-        "seed",
+        REPEAT_SEED,
         # The prompt length a sweep varies is a second axis, not a measurement.
         *(name for required, added in PROMPT_LENGTH_FIELDS for name in (*required, *added)),
         "random_output_len",

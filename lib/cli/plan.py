@@ -50,8 +50,9 @@ class PlanArgs:
         "Write serve_params.json, bench_params.json, run.sh and command.txt for `vllm bench"
         " sweep serve`: the seed's K x anchor matrix (one global num_speculative_tokens = the"
         " largest K, K set by one-range schedules [[1, MAX, K]], K=0 included, anchors from 1 to"
-        " the deployment maximum); with --follow-up, only the cells an earlier result left"
-        " unresolved; with --validate, the tuned schedule next to static-K servers and a server"
+        " the deployment maximum), each of a cell's --num-runs repeats a bench combo with its"
+        " own --seed; with --follow-up, only the cells an earlier result left unresolved, on"
+        " new seeds; with --validate, the tuned schedule next to static-K servers and a server"
         " without speculation.\n\nExit status: 0 written, 2 bad input."
     )
     example: ClassVar[str] = (

@@ -16,6 +16,12 @@ Three kinds of plan, each one or more *steps* (one ``vllm bench sweep serve`` in
   user would otherwise deploy: static-K servers (``num_speculative_tokens: K``, no schedule)
   and a server without speculation (K=0); ``tune-spec-k check`` reads the result.
 
+**Repeats** are seeds (:func:`bench_params`): one bench combo per (anchor, repeat) with the
+repeat's ``seed`` (``vllm bench serve --seed``, which samples the prompts), each run once
+(``--num-runs 1``), rather than one combo run N times with one seed, which would send the same
+prompts N times. Every K sees the same prompts for the same seed at an anchor, so the K are
+compared on paired prompt sets; the bench combos of a serve combo share its one server start.
+
 Params files are dicts of named combos (``vllm bench sweep serve`` also reads lists of dicts);
 nested dicts such as ``speculative_config`` stay nested: the sweep passes them to the command
 as JSON and copies them into every record as they are.
@@ -40,7 +46,7 @@ from lib.flags import flag, flag_name
 from lib.keys import parse_json_string
 from lib.problems import Problem, Severity
 from lib.server_info import SERVER_INFO_FILE_GLOB
-from lib.settings import RANDOM_PROMPT_LENGTH
+from lib.settings import RANDOM_PROMPT_LENGTH, REPEAT_SEED
 
 __all__ = [
     "DESIGN_FILE",
@@ -95,6 +101,9 @@ RANDOM_OUTPUT_LEN_DEFAULT = 128
 #: The design's engine settings that go into every serve combo when given (named after vLLM's
 #: settings and ``vllm serve`` flags): the ones the capture-ceiling rule needs.
 ENGINE_PARAMS = ("max_num_seqs", "max_cudagraph_capture_size")
+
+#: ``--num-runs`` of every sweep: each seeded bench combo is one repeat (:func:`bench_params`).
+SWEEP_NUM_RUNS = 1
 
 #: Prompts per bench combo when not given: enough waves at every concurrency to reach a steady
 #: state (8 per slot), and never so few that one slow request dominates (32).
@@ -209,9 +218,21 @@ class SweepDesign:
             repeat=True,
         ),
     )
-    num_runs: int = field(default=3, metadata=flag("--num-runs", "runs per (anchor, K)"))
+    num_runs: int = field(
+        default=3,
+        metadata=flag(
+            "--num-runs",
+            "runs per (anchor, K), each with its own --seed (a bench combo per seed, so the"
+            " repeats send different prompts)",
+        ),
+    )
     warmup_num_prompts: int = field(
-        default=0, metadata=flag("--warmup-num-prompts", "an unmeasured warm-up run per combo")
+        default=0,
+        metadata=flag(
+            "--warmup-num-prompts",
+            "prompts of an unmeasured warm-up run before every bench combo (so before each"
+            " seeded run)",
+        ),
     )
     max_num_seqs: int | None = field(
         default=None,
@@ -378,13 +399,20 @@ class SweepDesign:
                 ">= 1 (to run without CUDA graphs: --serve-args --enforce-eager)",
             )
         for name, value in self.engine_params.items():
-            if _serve_arg(self.serve_args, "--" + name.replace("_", "-")) is not None:
+            if _argument_value(self.serve_args, "--" + name.replace("_", "-")) is not None:
                 bad(
                     "serve_args",
                     repr(self.serve_args),
                     f"no --{name.replace('_', '-')} in it: {_flag(name)} {value} sets it for"
                     " every server",
                 )
+        if _argument_value(self.bench_args, "--seed") is not None:
+            bad(
+                "bench_args",
+                repr(self.bench_args),
+                "no --seed in it: the plan gives each repeat its own seed (a bench-params key,"
+                " which would replace it)",
+            )
         if self.warmup_num_prompts < 0:
             bad("warmup_num_prompts", self.warmup_num_prompts, ">= 0")
         if self.dataset != "random" and not self.dataset_path:
@@ -561,10 +589,11 @@ def prompts_for(design: SweepDesign, anchor: int) -> int:
     return max(MIN_PROMPTS, PROMPTS_PER_SLOT * anchor)
 
 
-def bench_params(design: SweepDesign, anchors: Sequence[int]) -> dict[str, Any]:
-    """One bench combo per anchor: ``max_concurrency`` (the anchor the tuner reads) and the
-    number of prompts; with context lengths, one per (anchor, length), the length as
-    ``random_input_len`` (a swept key, so every record holds it)."""
+def workloads(design: SweepDesign, anchors: Sequence[int]) -> dict[str, Any]:
+    """What is measured at each anchor, before the repeats: one combo per anchor,
+    ``max_concurrency`` (the anchor the tuner reads) and the number of prompts; with context
+    lengths, one per (anchor, length), the length as ``random_input_len`` (a swept key, so
+    every record holds it)."""
     if not design.context_lengths:
         return {
             anchor_combo_name(anchor): {
@@ -584,25 +613,52 @@ def bench_params(design: SweepDesign, anchors: Sequence[int]) -> dict[str, Any]:
     }
 
 
+def seeded_combo_name(workload: str, seed: int) -> str:
+    return f"{workload}-seed{seed}"
+
+
+def bench_params(
+    design: SweepDesign,
+    anchors: Sequence[int],
+    runs: int,
+    first_seeds: Mapping[int, int] | None = None,
+) -> dict[str, Any]:
+    """The bench combos: each workload (:func:`workloads`) once per repeat, the repeat's
+    ``seed`` added, named ``<workload>-seed<seed>``, in workload order and then seed order (a
+    cell's runs follow each other, as ``--num-runs`` ran them).
+
+    Repeat r at an anchor has seed ``first_seeds[anchor] + r`` (the first seed 0 where not
+    given), r = 0 .. ``runs`` - 1: the repeats of a cell sample different prompts, and every
+    K and prompt length at the anchor sees the same prompts for the same repeat (the K are
+    compared on paired prompt sets). The sweep passes the key as ``--seed`` (it would replace
+    a ``--seed`` of the bench command, which has none)."""
+    combos: dict[str, Any] = {}
+    for name, params in workloads(design, anchors).items():
+        first = (first_seeds or {}).get(params["max_concurrency"], 0)
+        for seed in range(first, first + runs):
+            combos[seeded_combo_name(name, seed)] = {**params, REPEAT_SEED: seed}
+    return combos
+
+
 def _max_model_len(serve_args: str) -> int | None:
     """The ``--max-model-len`` in extra serve arguments, if any (None when absent or unreadable).
 
     >>> _max_model_len("--seed 0 --max-model-len 4096"), _max_model_len("--max-model-len=8k")
     (4096, None)
     """
-    value = _serve_arg(serve_args, "--max-model-len")
+    value = _argument_value(serve_args, "--max-model-len")
     return int(value) if value is not None and value.isdigit() else None
 
 
-def _serve_arg(serve_args: str, name: str) -> str | None:
+def _argument_value(arguments: str, name: str) -> str | None:
     """The value of flag ``name`` (``--flag VALUE`` or ``--flag=VALUE``, either spelling of
     ``-``/``_`` as vLLM accepts) in extra arguments; None when absent or unsplittable.
 
-    >>> _serve_arg("--seed 0 --max_num_seqs=8", "--max-num-seqs")
+    >>> _argument_value("--seed 0 --max_num_seqs=8", "--max-num-seqs")
     '8'
     """
     try:
-        words = shlex.split(serve_args)
+        words = shlex.split(arguments)
     except ValueError:
         return None
     spellings = {name, "--" + name[2:].replace("-", "_")}
@@ -637,7 +693,8 @@ def serve_command(design: SweepDesign) -> str:
 
 
 def bench_command(design: SweepDesign) -> str:
-    """``vllm bench serve`` with the workload; the combos add concurrency and prompt count."""
+    """``vllm bench serve`` with the workload; the combos add concurrency, prompt count and the
+    repeat's ``--seed``."""
     parts = [
         "vllm",
         "bench",
@@ -660,8 +717,9 @@ def bench_command(design: SweepDesign) -> str:
         parts += [input_flag, str(design.input_len)]
     if design.output_len is not None and output_flag is not None:
         parts += [output_flag, str(design.output_len)]
-    # Fixed-length, greedy, seeded: every K decodes the same tokens for the same prompts.
-    parts += ["--ignore-eos", "--temperature", "0", "--seed", "0"]
+    # Fixed-length and greedy: every K decodes the same tokens for the same prompts (the seed,
+    # and so the prompts, is each bench combo's).
+    parts += ["--ignore-eos", "--temperature", "0"]
     if design.goodput:
         parts += ["--goodput", *design.goodput]
     return _join(parts, design.bench_args)
@@ -760,12 +818,14 @@ fi""".splitlines()
 
 @dataclass(frozen=True)
 class SweepStep:
-    """One ``vllm bench sweep serve`` invocation: its params, runs and output folder."""
+    """One ``vllm bench sweep serve`` invocation: its params, runs and output folder. The bench
+    combos hold a combo per (workload, seed) (:func:`bench_params`), each run once."""
 
     name: str
     serve_params: dict[str, Any]
     bench_params: dict[str, Any]
-    num_runs: int
+    #: Runs of each (anchor, K) cell: its seeded bench combos.
+    runs_per_cell: int
     results_dir: str
     experiment_name: str
     #: What each (anchor, K) cell is measured for, for the plan's summary.
@@ -773,7 +833,15 @@ class SweepStep:
 
     @property
     def runs(self) -> int:
-        return len(self.serve_params) * len(self.bench_params) * self.num_runs
+        """Benchmark runs: every serve combo with every bench combo, ``--num-runs`` times."""
+        return len(self.serve_params) * len(self.bench_params) * SWEEP_NUM_RUNS
+
+    def seeds(self) -> dict[int, tuple[int, ...]]:
+        """The repeats' seeds per anchor, in order (every K and length there has the same)."""
+        seeds: dict[int, dict[int, None]] = {}
+        for combo in self.bench_params.values():
+            seeds.setdefault(combo["max_concurrency"], {})[combo[REPEAT_SEED]] = None
+        return {anchor: tuple(found) for anchor, found in seeds.items()}
 
 
 @dataclass(frozen=True)
@@ -817,7 +885,7 @@ class SweepPlan:
             "--bench-params",
             (folder / BENCH_PARAMS).as_posix(),
             "--num-runs",
-            str(step.num_runs),
+            str(SWEEP_NUM_RUNS),
         ]
         if self.design.warmup_num_prompts:
             parts += ["--warmup-num-prompts", str(self.design.warmup_num_prompts)]
@@ -905,7 +973,7 @@ class SweepPlan:
                     {
                         "name": step.name,
                         "folder": self.step_folder(step),
-                        "num_runs": step.num_runs,
+                        "num_runs": step.runs_per_cell,
                         "results": f"{step.results_dir}/{step.experiment_name}",
                         "purpose": step.purpose,
                     }
@@ -915,6 +983,29 @@ class SweepPlan:
             }
         )
         return texts
+
+
+def seeds_text(seeds: Sequence[int]) -> str:
+    """Seeds as the plan's notes and summary name them.
+
+    >>> seeds_text(range(3)), seeds_text([4]), seeds_text([0, 2])
+    ('seeds 0-2', 'seed 4', 'seeds 0, 2')
+    """
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    if list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return "seeds " + ", ".join(str(seed) for seed in seeds)
+
+
+def _warmup_notes(design: SweepDesign) -> list[str]:
+    """What ``--warmup-num-prompts`` costs with seeded repeats (none without it)."""
+    if not design.warmup_num_prompts:
+        return []
+    return [
+        f"the sweep warms up before every bench combo ({design.warmup_num_prompts} prompts,"
+        " not measured), so a cell gets a warm-up before each of its seeded runs"
+    ]
 
 
 def _json_text(data: Any) -> str:
@@ -931,8 +1022,8 @@ def tuning_plan(
     step = SweepStep(
         name="tuning",
         serve_params=tuning_serve_params(design, design.ks),
-        bench_params=bench_params(design, design.anchors),
-        num_runs=design.num_runs,
+        bench_params=bench_params(design, design.anchors, design.num_runs),
+        runs_per_cell=design.num_runs,
         results_dir=results_dir,
         experiment_name=experiment_name,
         purpose=f"every K in {sorted(design.ks)} at every anchor in {sorted(design.anchors)}"
@@ -946,6 +1037,12 @@ def tuning_plan(
         f"every server starts with num_speculative_tokens={design.startup_k} and runs K through"
         f" the one-range schedule [[1, {design.deploy_max}, K]] (the seed's design: one engine"
         " configuration for every candidate, K=0 included)",
+        f"each ({'anchor, prompt length' if design.context_lengths else 'anchor'}, K) runs"
+        f" {design.num_runs} time(s), with"
+        f" {seeds_text(range(design.num_runs))}: a bench combo per seed, each run once (the"
+        " repeats send different prompts; every K gets the same prompts for the same seed), and"
+        " a server serves all of them (one start per K)",
+        *_warmup_notes(design),
         f"tune with: tune-spec-k {results_dir}/{experiment_name}",
     ]
     if design.dataset == "random":
@@ -966,10 +1063,12 @@ def tuning_plan(
 
 @dataclass(frozen=True)
 class FollowUpNeeds:
-    """Runs still needed per (anchor, K), where they came from, and notes. ``result_file`` is
-    the tuning result read, if any: the follow-up's results belong beside it."""
+    """Runs still needed per (anchor, K), the runs each of those cells has so far (its first
+    new seed, :func:`follow_up_plan`), where they came from, and notes. ``result_file`` is the
+    tuning result read, if any: the follow-up's results belong beside it."""
 
     more_runs: dict[tuple[int, int], int]
+    runs_so_far: dict[tuple[int, int], int]
     new_anchors: tuple[int, ...]
     global_k: int | None
     ks: tuple[int, ...]
@@ -986,8 +1085,9 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
     --plan-json PATH``: reruns and new anchors) and/or a result JSON (``speculative_k_schedule
     .json``: its per-anchor ``confidence`` blocks give the reruns of unresolved anchors; its
     global K and candidate K are checked against the design). With both, the plan's numbers
-    are used and the result only supplies the global K. None and the problems of a file that
-    is neither, or is damaged."""
+    are used and the result only supplies the global K. The runs so far of a cell: the plan's
+    ``runs`` for a rerun, else the result's ``num_runs`` where it measured the cell, else 0 (a
+    new anchor). None and the problems of a file that is neither, or is damaged."""
     plan_data: dict[str, Any] | None = None
     result: ResultFile | None = None
     for path in files:
@@ -1011,6 +1111,7 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
                 " 'batch_decisions')",
             )
     more: dict[tuple[int, int], int] = {}
+    counted: dict[tuple[int, int], int] = {}
     notes: list[str] = []
     new_anchors: list[int] = []
     ks: set[int] = set()
@@ -1018,10 +1119,16 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
     if result is not None:
         global_k = result.configured_global_k
         ks.update(result.candidate_ks)
+        counted = {
+            (anchor.batch_size, candidate.k): candidate.num_runs
+            for anchor in result.anchors
+            for candidate in anchor.candidates
+        }
     if plan_data is not None:
         for row in plan_data["reruns"]:
             if row["more_runs"] > 0:
                 more[(row["batch_size"], row["k"])] = row["more_runs"]
+                counted[(row["batch_size"], row["k"])] = row["runs"]
             if row.get("noise_limited"):
                 notes.append(
                     f"batch size {row['batch_size']}, K={row['k']} is noise-limited: past"
@@ -1053,6 +1160,7 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
                 more[(batch, k)] = max(more.get((batch, k), 0), MIN_RUNS_NEEDED)
     needs = FollowUpNeeds(
         more,
+        {cell: counted.get(cell, 0) for cell in more},
         tuple(sorted(set(new_anchors))),
         global_k,
         tuple(sorted(ks)),
@@ -1065,7 +1173,7 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
 def _plan_problems(data: dict[str, Any], path: str | Path) -> list[Problem]:
     """What is wrong with a measurement plan's rows (it may be hand-edited); empty when fine."""
     for key, fields in (
-        ("reruns", ("batch_size", "k", "more_runs")),
+        ("reruns", ("batch_size", "k", "more_runs", "runs")),
         ("new_anchors", ("batch_size", "ks", "runs_per_k")),
     ):
         rows = data[key]
@@ -1126,8 +1234,17 @@ def follow_up_plan(
     design: SweepDesign, needs: FollowUpNeeds, results_dir: str, experiment_name: str
 ) -> tuple[SweepPlan | None, list[Problem]]:
     """Only the cells that need more runs, grouped so that each sweep's serve x bench product
-    holds no cell that was not asked for: per K the anchors it needs and the most runs any of
-    them needs; K with the same anchors and runs share a sweep (one server start each)."""
+    holds no cell that was not asked for: per K the anchors it needs, the most runs any of
+    them needs and the runs each has so far; K alike in all three share a sweep (one server
+    start each).
+
+    Seeds continue each cell's own: a cell with n runs so far gets seeds n, n+1, ... The
+    tuning plan ran it with seeds 0 .. n-1 (a sweep of the older design, one seed, ran seed 0
+    n times), so the follow-up sends none of its runs' prompts again; a planned cell's seeds
+    stay 0 .. its runs - 1, and the K of an anchor stay paired on the seeds they share. Hence
+    K at one anchor with different runs so far go to different sweeps (their bench combos
+    differ). The counts are the usable runs the inputs report: a run the tuner did not count
+    (a failed one) leaves its seed to be used again."""
     problems = design.invalid()
     if needs.global_k is not None and needs.global_k != design.startup_k:
         problems.append(
@@ -1162,23 +1279,26 @@ def follow_up_plan(
     per_k: dict[int, dict[int, int]] = {}
     for (anchor, k), runs in sorted(needs.more_runs.items()):
         per_k.setdefault(k, {})[anchor] = runs
-    groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
+    groups: dict[tuple[tuple[int, ...], int, tuple[int, ...]], list[int]] = {}
     for k, runs_at in sorted(per_k.items()):
-        groups.setdefault((tuple(sorted(runs_at)), max(runs_at.values())), []).append(k)
+        anchors = tuple(sorted(runs_at))
+        so_far = tuple(needs.runs_so_far.get((anchor, k), 0) for anchor in anchors)
+        groups.setdefault((anchors, max(runs_at.values()), so_far), []).append(k)
     steps = []
-    for index, ((anchors, runs), ks) in enumerate(
+    for index, ((anchors, runs, so_far), ks) in enumerate(
         sorted(groups.items(), key=lambda item: (item[1][0], item[0])), start=1
     ):
         new = [a for a in anchors if a in needs.new_anchors]
         purpose = f"K={ks} at batch sizes {list(anchors)}, {runs} more run(s)"
         if new:
             purpose += f" (new anchor(s) {new})"
+        first_seeds = dict(zip(anchors, so_far, strict=True))
         steps.append(
             SweepStep(
                 name=f"{experiment_name}-{index}",
                 serve_params=tuning_serve_params(design, ks),
-                bench_params=bench_params(design, anchors),
-                num_runs=runs,
+                bench_params=bench_params(design, anchors, runs, first_seeds),
+                runs_per_cell=runs,
                 results_dir=results_dir,
                 experiment_name=f"{experiment_name}-{index}",
                 purpose=purpose,
@@ -1192,6 +1312,12 @@ def follow_up_plan(
             f"{planned - asked} run(s) more than asked for: a sweep runs each cell as often as"
             " its most demanding cell (cheaper than another server start)"
         )
+    notes.append(
+        "each cell's new runs continue its seeds (a cell with n runs so far gets seeds n, n+1,"
+        " ...), so its earlier runs' prompts are not sent again, unless a run was not counted"
+        " (a failed one): then a seed of the cell may come again"
+    )
+    notes += _warmup_notes(design)
     notes.append(
         f"write the results inside the first experiment folder (here: {results_dir}) and"
         " tune that folder again: tune-spec-k reads summary.json at any depth, so the runs"
@@ -1223,7 +1349,8 @@ def validation_plan(
     static_ks: Sequence[int] | None = None,
 ) -> tuple[SweepPlan | None, list[Problem]]:
     """The tuned schedule (``result_file``: a tune-spec-k result JSON) as a dynamic server,
-    next to static-K servers and a server without speculation, at the result's anchors."""
+    next to static-K servers and a server without speculation, at the result's anchors, on
+    seeds the tuning did not use (:func:`held_out_first_seed`)."""
     problems = design.incomplete()
     if problems:
         return None, problems
@@ -1284,11 +1411,14 @@ def validation_plan(
         }
     serve[NO_SPECULATION_COMBO] = dict(engine)
     validation_design = _with_anchors(design, anchors)
+    first_seed = held_out_first_seed(result)
     step = SweepStep(
         name="validation",
         serve_params=serve,
-        bench_params=bench_params(validation_design, anchors),
-        num_runs=design.num_runs,
+        bench_params=bench_params(
+            validation_design, anchors, design.num_runs, dict.fromkeys(anchors, first_seed)
+        ),
+        runs_per_cell=design.num_runs,
         results_dir=results_dir,
         experiment_name=experiment_name,
         purpose=f"the schedule {json.dumps(schedule)} against static K={chosen} and no speculation",
@@ -1298,9 +1428,26 @@ def validation_plan(
         " without speculation: the deployments the schedule replaces, so the check also shows"
         " the Dynamic SD engine's own cost (vLLM issue #49548 measured +6.6% TPOT at"
         " concurrency 2 and +21.6% at 189)",
+        f"every server runs each anchor with"
+        f" {seeds_text(range(first_seed, first_seed + design.num_runs))}: the tuning ran at most"
+        f" {first_seed} counted run(s) per cell, with seeds from 0, so the check measures"
+        " prompts the schedule was not chosen on (where every tuning run was counted)",
+        *_warmup_notes(design),
         f"check with: tune-spec-k check {results_dir}/{experiment_name} --schedule TUNING_JSON",
     ]
     return SweepPlan("validation", validation_design, (step,), tuple(notes)), []
+
+
+def held_out_first_seed(result: ResultFile) -> int:
+    """The first seed of a validation sweep: the most runs any cell of the tuning result has.
+    The tuning's runs of a cell used seeds 0 .. its runs - 1 (its follow-ups continue them,
+    :func:`follow_up_plan`; a sweep of one seed used one), so the check sees prompt sets the
+    schedule was not chosen on; 0 for a result without runs. The counts are usable runs: a
+    cell whose failed runs were not counted may have used a seed at or above it."""
+    return max(
+        (candidate.num_runs for anchor in result.anchors for candidate in anchor.candidates),
+        default=0,
+    )
 
 
 def _with_anchors(design: SweepDesign, anchors: Sequence[int]) -> SweepDesign:

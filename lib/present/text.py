@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     # Only their types: tuning prints its lines without loading the loop's modules.
     from lib.loop.check import CheckReport
     from lib.loop.diff import DiffReport
-    from lib.loop.plan import SweepPlan
+    from lib.loop.plan import SweepPlan, SweepStep
 
 __all__ = [
     "check_lines",
@@ -311,12 +311,28 @@ def sweep_plan_lines(plan: SweepPlan, plan_dir: str) -> list[str]:
         )
         prompts = f" x prompt tokens [{lengths}]" if lengths else ""
         lines.append(
-            f"  {step.name}: servers [{ks}] x concurrency [{anchors}]{prompts} x {step.num_runs}"
-            f" run(s) -> {printable(f'{step.results_dir}/{step.experiment_name}')}:"
-            f" {step.purpose}"
+            f"  {step.name}: servers [{ks}] x concurrency [{anchors}]{prompts} x"
+            f" {step.runs_per_cell} run(s) ({_step_seeds(step)}) ->"
+            f" {printable(f'{step.results_dir}/{step.experiment_name}')}: {step.purpose}"
         )
     lines += [f"  note: {note}" for note in plan.notes]
     return lines + plan.commands(plan_dir)
+
+
+def _step_seeds(step: SweepStep) -> str:
+    """The seeds of a sweep's repeats: one range for all its anchors, or per anchor where
+    they differ (a follow-up continues each cell's own)."""
+    from lib.loop.plan import seeds_text
+
+    anchors_of: dict[tuple[int, ...], list[str]] = {}
+    for anchor, seeds in step.seeds().items():
+        anchors_of.setdefault(seeds, []).append(str(anchor))
+    if len(anchors_of) == 1:
+        return seeds_text(next(iter(anchors_of)))
+    return "; ".join(
+        f"{seeds_text(seeds)} at concurrency {', '.join(anchors)}"
+        for seeds, anchors in anchors_of.items()
+    )
 
 
 def check_lines(report: CheckReport) -> list[str]:

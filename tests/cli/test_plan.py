@@ -4,6 +4,7 @@ flag."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import http.server
 import json
@@ -51,7 +52,11 @@ def test_params_parse_as_vllm_parses_them(tmp_path: Path) -> None:
     serve = vllm_read_params(plan_dir / "serve_params.json")
     bench = vllm_read_params(plan_dir / "bench_params.json")
     assert [item["_benchmark_name"] for item in serve] == ["k0", "k1", "k3", "k7"]
-    assert [item["_benchmark_name"] for item in bench] == ["c1", "c64", "c128", "c256"]
+    # A combo per (anchor, repeat), the repeat's seed in it (--num-runs 3 by default).
+    assert [item["_benchmark_name"] for item in bench] == [
+        f"c{anchor}-seed{seed}" for anchor in (1, 64, 128, 256) for seed in range(3)
+    ]
+    assert [item["seed"] for item in bench] == 4 * [0, 1, 2]
     for item, k in zip(serve, (0, 1, 3, 7), strict=True):
         # Nested, not dotted: the sweep passes it as one JSON argument and records it nested.
         assert item["speculative_config"] == {
@@ -61,7 +66,7 @@ def test_params_parse_as_vllm_parses_them(tmp_path: Path) -> None:
             "num_speculative_tokens_per_batch_size": [[1, 256, k]],
         }
     # Prompts: max(32, 8 x concurrency).
-    assert [(b["max_concurrency"], b["num_prompts"]) for b in bench] == [
+    assert [(b["max_concurrency"], b["num_prompts"]) for b in bench[::3]] == [
         (1, 32),
         (64, 512),
         (128, 1024),
@@ -72,7 +77,8 @@ def test_params_parse_as_vllm_parses_them(tmp_path: Path) -> None:
 def test_commands_are_what_the_sweep_runs(tmp_path: Path) -> None:
     plan_dir = plan_files(tmp_path, *LLAMA_FLAGS)
     flags = parse_sweep_command((plan_dir / "command.txt").read_text().strip())
-    assert flags["--num-runs"] == "3"
+    # Each seeded bench combo runs once: the default 3 runs per cell are 3 combos.
+    assert flags["--num-runs"] == "1"
     assert flags["--serve-params"] == f"{plan_dir}/serve_params.json"
     serve = vllm_read_params(Path(flags["--serve-params"]))
     server = vllm_apply_to_cmd(serve[2], shlex.split(flags["--serve-cmd"]))
@@ -81,8 +87,10 @@ def test_commands_are_what_the_sweep_runs(tmp_path: Path) -> None:
     config = json.loads(server[server.index("--speculative-config") + 1])
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 256, 3]]
     bench = vllm_read_params(Path(flags["--bench-params"]))
-    client = vllm_apply_to_cmd(bench[1], shlex.split(flags["--bench-cmd"]))
+    client = vllm_apply_to_cmd(bench[5], shlex.split(flags["--bench-cmd"]))
+    assert bench[5]["_benchmark_name"] == "c64-seed2"
     for flag, value in (
+        ("--seed", "2"),
         ("--max-concurrency", "64"),
         ("--num-prompts", "512"),
         ("--random-input-len", "128"),
@@ -352,7 +360,8 @@ def test_default_anchors_are_powers_of_two_up_to_the_maximum(tmp_path: Path) -> 
         tmp_path, "--model", "m", "--method", "ngram", "--ks", "0,2", "--max-batch-size", "48"
     )
     bench = json.loads((plan_dir / "bench_params.json").read_text())
-    assert [v["max_concurrency"] for v in bench.values()] == [1, 2, 4, 8, 16, 32, 48]
+    anchors = [v["max_concurrency"] for v in bench.values()]
+    assert list(dict.fromkeys(anchors)) == [1, 2, 4, 8, 16, 32, 48]
 
 
 def test_design_file_round_trips(tmp_path: Path) -> None:
@@ -446,6 +455,7 @@ def test_follow_up_covers_only_the_unresolved_cells_and_the_new_anchor(tmp_path:
     )
     design = json.loads((out / "sweep_plan.json").read_text())
     planned: dict[tuple[int, int], int] = {}
+    seeds: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
     for step in design["steps"]:
         folder = out / step["folder"]
         serve = vllm_read_params(folder / "serve_params.json")
@@ -456,10 +466,17 @@ def test_follow_up_covers_only_the_unresolved_cells_and_the_new_anchor(tmp_path:
             k = config["num_speculative_tokens_per_batch_size"][0][2]
             for bench_item in bench:
                 planned[(bench_item["max_concurrency"], k)] = step["num_runs"]
+                seeds[(bench_item["max_concurrency"], k)].append(bench_item["seed"])
         # Results land inside the first experiment, so the loader pools both sweeps.
         assert step["results"].startswith(str(first))
     assert set(planned) == set(expected)
     assert all(planned[cell] >= runs for cell, runs in expected.items())
+    # Each cell's seeds continue from its runs so far (a new anchor's from 0), one per run.
+    so_far = {(row["batch_size"], row["k"]): row["runs"] for row in plan.reruns.to_dicts()}
+    assert so_far and set(so_far.values()) == {3}
+    for cell, runs in planned.items():
+        start = so_far.get(cell, 0)
+        assert seeds[cell] == list(range(start, start + runs)), cell
 
 
 @pytest.mark.parametrize(
@@ -469,6 +486,11 @@ def test_follow_up_covers_only_the_unresolved_cells_and_the_new_anchor(tmp_path:
         (
             {"reruns": [{"batch_size": 1, "k": "3", "more_runs": 2}], "new_anchors": []},
             "field 'reruns[0].k'; value \"3\"",
+        ),
+        (
+            # Without its runs so far a rerun has no first seed.
+            {"reruns": [{"batch_size": 1, "k": 3, "more_runs": 2}], "new_anchors": []},
+            "field 'reruns[0].runs'; value null; expected a whole number",
         ),
         (
             {"reruns": [], "new_anchors": [{"batch_size": 0, "ks": [0], "runs_per_k": 3}]},
@@ -511,7 +533,7 @@ def test_validation_plan_serves_the_schedule_next_to_static_and_plain_servers(
     # A plain server: the combo sets nothing, so the serve command has no --speculative-config.
     assert vllm_apply_to_cmd(serve["no-spec"], ["vllm", "serve", "m"]) == ["vllm", "serve", "m"]
     bench = vllm_read_params(out / "bench_params.json")
-    assert [b["max_concurrency"] for b in bench] == [1, 64, 128, 256]
+    assert [b["max_concurrency"] for b in bench[::3]] == [1, 64, 128, 256]
 
 
 def test_follow_up_of_the_real_cpu_sample_reuses_its_engine(

@@ -5,19 +5,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from paths import SAMPLE_SWEEPS
 from sweep_builder import write_combo
 from vllm_sweep import (
+    NOISY_DESIGN,
+    NOISY_FIRST_RUNS,
     llama_design,
     noisy_first_sweep,
+    parse_sweep_command,
     planned,
-    vllm_read_params,
+    planned_k,
+    run_planned_sweeps,
+    vllm_apply_to_cmd,
     vllm_record,
     vllm_records_params,
 )
@@ -26,7 +33,9 @@ from lib.confidence import ConfidenceReport, ConfidenceSettings, apply_policy, a
 from lib.deploy.result_file import result_text
 from lib.loop.plan import (
     RANDOM_TOKENS_NOTE,
+    FollowUpNeeds,
     SweepDesign,
+    SweepStep,
     default_anchors,
     design_from,
     follow_up_needs,
@@ -34,6 +43,7 @@ from lib.loop.plan import (
     validation_plan,
     write_plan,
 )
+from lib.measurement_plan import measurement_plan
 from lib.schedule import Schedule, TuningResult, tune
 from lib.settings import Settings
 from lib.sweeps import load_experiment
@@ -46,33 +56,23 @@ def tuned(root: Path) -> tuple[TuningResult, ConfidenceReport]:
 
 
 def test_a_sweep_of_the_plan_tunes(tmp_path: Path) -> None:
-    """Records made the way the sweep makes them from the planned params load and tune, with
-    the planned anchors and K and one global K."""
+    """Records made the way the sweep makes them from the planned files load and tune, with
+    the planned anchors and K, one global K and the planned runs per cell."""
     plan = planned(llama_design(goodput=("tpot:50",)))
     written, problems = write_plan(plan, tmp_path / "plan")
     assert problems == [] and (tmp_path / "plan" / "run.sh") in written
-    plan_dir = tmp_path / "plan"
-    experiment = tmp_path / "results" / "tuning"
-    serve = vllm_read_params(plan_dir / "serve_params.json")
-    bench = vllm_read_params(plan_dir / "bench_params.json")
-    for serve_item in serve:
-        for bench_item in bench:
-            k = serve_item["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
-            records = [
-                {
-                    **vllm_record(serve_item, bench_item, run),
-                    "output_throughput": 100.0 + k + run,
-                }
-                for run in range(3)
-            ]
-            name = f"SERVE--{serve_item['_benchmark_name']}-BENCH--{bench_item['_benchmark_name']}"
-            write_combo(experiment / name, records)
+    (experiment,) = run_planned_sweeps(
+        tmp_path / "plan",
+        tmp_path,
+        lambda serve, bench, _: {"output_throughput": 100.0 + planned_k(serve) + bench["seed"]},
+    )
     result = tune(load_experiment(experiment), Settings())
     assert result.ok, [p.describe() for p in result.problems]
     assert sorted(set(result.cells["anchor"].to_list())) == [1, 64, 128, 256]
     assert sorted(set(result.cells["k"].to_list())) == [0, 1, 3, 7]
+    assert set(result.cells["num_runs"].to_list()) == {SweepDesign().num_runs}
     assert result.configured_global_k == 7
-    # K=7 has the highest throughput everywhere (100 + K + run).
+    # K=7 has the highest throughput everywhere (100 + K + seed).
     assert result.schedule == Schedule(((1, 256, 7),))
 
 
@@ -184,9 +184,36 @@ def test_static_ks_of_a_validation_plan_must_be_positive(tmp_path: Path) -> None
     assert [p.rule for p in problems] == ["invalid-static-ks"]
 
 
+def _without_seeds(step: SweepStep) -> tuple[dict[str, Any], dict[str, list[int]]]:
+    """A step's bench combos with the repeat's seed taken out: the workloads (each name as
+    the plan gives it, less ``-seed<seed>``) and the seeds of each."""
+    workloads: dict[str, Any] = {}
+    seeds: dict[str, list[int]] = {}
+    for name, combo in step.bench_params.items():
+        workload = name.removesuffix(f"-seed{combo['seed']}")
+        params = {key: value for key, value in combo.items() if key != "seed"}
+        assert workloads.setdefault(workload, params) == params, name
+        seeds.setdefault(workload, []).append(combo["seed"])
+    return workloads, seeds
+
+
+def _as_run_before_the_seeds(sample: Path, design: SweepDesign) -> None:
+    """The committed params are what the plan writes (the model path aside, the machine's),
+    but for the repeats: the sample was run before the plan seeded them, one bench combo per
+    workload run --num-runs times with one seed; the plan runs the same workloads once per
+    seed 0 .. num_runs - 1."""
+    step = planned(design).steps[0]
+    assert json.loads((sample / "serve_params.json").read_text()) == step.serve_params
+    workloads, seeds = _without_seeds(step)
+    assert json.loads((sample / "bench_params.json").read_text()) == workloads
+    assert set(map(tuple, seeds.values())) == {tuple(range(design.num_runs))}
+    command = parse_sweep_command((sample / "command.txt").read_text().strip())
+    assert command["--num-runs"] == str(design.num_runs)
+
+
 def test_the_real_cpu_sample_was_run_from_this_plan() -> None:
-    """The committed real sweep's params are exactly what its script's plan command writes
-    (the model path aside, which is the machine's)."""
+    """The committed real sweep's params are what its script's plan command writes, but for
+    the seeded repeats (:func:`_as_run_before_the_seeds`)."""
     sample = SAMPLE_SWEEPS / "real-cpu-tiny-ngram"
     if not (sample / "serve_params.json").is_file():
         pytest.skip(f"{sample} has not been committed yet")
@@ -200,15 +227,14 @@ def test_the_real_cpu_sample_was_run_from_this_plan() -> None:
         output_len=128,
         num_prompts=48,
     )
-    step = planned(design).steps[0]
-    assert json.loads((sample / "serve_params.json").read_text()) == step.serve_params
-    assert json.loads((sample / "bench_params.json").read_text()) == step.bench_params
+    _as_run_before_the_seeds(sample, design)
 
 
 def test_the_real_server_info_sample_was_run_from_this_plan() -> None:
-    """The real sweep that saved its servers' configs ran the params this plan writes, the
-    engine setting (max_num_seqs 4, above the largest anchor) in every combo; each combo
-    folder holds the config its server reported, with that max_num_seqs."""
+    """The real sweep that saved its servers' configs ran the params this plan writes (but for
+    the seeded repeats, :func:`_as_run_before_the_seeds`), the engine setting (max_num_seqs 4,
+    above the largest anchor) in every combo; each combo folder holds the config its server
+    reported, with that max_num_seqs."""
     sample = SAMPLE_SWEEPS / "real-cpu-server-info"
     if not (sample / "serve_params.json").is_file():
         pytest.skip(f"{sample} has not been committed yet")
@@ -224,9 +250,7 @@ def test_the_real_server_info_sample_was_run_from_this_plan() -> None:
         num_prompts=16,
         num_runs=2,
     )
-    step = planned(design).steps[0]
-    assert json.loads((sample / "serve_params.json").read_text()) == step.serve_params
-    assert json.loads((sample / "bench_params.json").read_text()) == step.bench_params
+    _as_run_before_the_seeds(sample, design)
     for combo in sorted(sample.glob("SERVE--*")):
         saved = json.loads((combo / "server_info.json").read_text())
         assert saved["vllm_config"]["scheduler_config"]["max_num_seqs"] == 4, combo.name
@@ -237,7 +261,7 @@ def test_run_script_dry_run_without_vllm_prints_every_sweep(tmp_path: Path) -> N
     gives it (params beside the script, every extra argument appended) and runs nothing."""
     one = planned(llama_design(serve_args='--served-model-name "it\'s"'))
     (step,) = one.steps
-    second = dataclasses.replace(step, name="more", num_runs=5, experiment_name="more")
+    second = dataclasses.replace(step, name="more", experiment_name="more")
     plan = dataclasses.replace(one, steps=(step, second))
     plan_dir = tmp_path / "plan"
     _, problems = write_plan(plan, plan_dir)
@@ -379,7 +403,7 @@ def _sonnet_plan_json(tmp_path: Path) -> Path:
     path.write_text(
         json.dumps(
             {
-                "reruns": [{"batch_size": 1, "k": 3, "more_runs": 2}],
+                "reruns": [{"batch_size": 1, "k": 3, "runs": 3, "more_runs": 2}],
                 "new_anchors": [{"batch_size": 8, "ks": [0, 3], "runs_per_k": 3}],
             }
         )
@@ -409,9 +433,10 @@ def test_write_plan_reports_a_file_it_cannot_write(tmp_path: Path) -> None:
 
 
 def test_a_context_plan_sweeps_every_prompt_length_and_tunes_into_a_grid(tmp_path: Path) -> None:
-    """A bench combo per (anchor, length) with the length as random_input_len; the servers get
-    a --max-model-len for the longest prompt and its output; records made from the params as
-    the sweep makes them give the tuner a context axis with the planned lengths."""
+    """A bench combo per (anchor, length, seed) with the length as random_input_len; the
+    servers get a --max-model-len for the longest prompt and its output; records made from
+    the params as the sweep makes them give the tuner a context axis with the planned lengths
+    (the seeds are repeats within it)."""
     from lib.context import analyse_contexts, find_context_axis
     from lib.settings import ContextSettings
 
@@ -420,32 +445,35 @@ def test_a_context_plan_sweeps_every_prompt_length_and_tunes_into_a_grid(tmp_pat
     )
     plan = planned(design)
     step = plan.steps[0]
-    assert sorted(step.bench_params) == ["c1-p4096", "c1-p512", "c64-p4096", "c64-p512"]
-    assert step.bench_params["c64-p512"]["random_input_len"] == 512
+    assert list(step.bench_params) == [
+        f"c{anchor}-p{length}-seed{seed}"
+        for anchor in (1, 64)
+        for length in (512, 4096)
+        for seed in range(3)
+    ]
+    assert step.bench_params["c64-p512-seed2"] == {
+        "max_concurrency": 64,
+        "num_prompts": 512,
+        "random_input_len": 512,
+        "seed": 2,
+    }
     assert "--max-model-len 4196" in plan.commands("plan")[0]  # 4096 + 100
     assert write_plan(plan, tmp_path / "plan")[1] == []
-    serve = vllm_read_params(tmp_path / "plan" / "serve_params.json")
-    bench = vllm_read_params(tmp_path / "plan" / "bench_params.json")
-    experiment = tmp_path / "results"
-    for serve_item in serve:
-        k = serve_item["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
-        for bench_item in bench:
-            # K=3 pays except at batch 64 with short prompts.
-            short_and_busy = (
-                bench_item["max_concurrency"] == 64 and bench_item["random_input_len"] == 512
-            )
-            value = 100.0 + (-k if short_and_busy else k)
-            records = [
-                {**vllm_record(serve_item, bench_item, run), "output_throughput": value + run / 10}
-                for run in range(3)
-            ]
-            name = f"SERVE--{serve_item['_benchmark_name']}-BENCH--{bench_item['_benchmark_name']}"
-            write_combo(experiment / name, records)
+
+    def measure(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+        # K=3 pays except at batch 64 with short prompts.
+        k = planned_k(serve)
+        short_and_busy = bench["max_concurrency"] == 64 and bench["random_input_len"] == 512
+        return {"output_throughput": 100.0 + (-k if short_and_busy else k) + bench["seed"] / 10}
+
+    (experiment,) = run_planned_sweeps(tmp_path / "plan", tmp_path, measure)
     sweep = load_experiment(experiment)
     axis, problems = find_context_axis(sweep, ContextSettings())
     assert axis is not None and problems == []
     assert axis.field == "random_input_len"
     assert [point.prompt_tokens for point in axis.points] == [512, 4096]
+    # 2 anchors x 2 K x 3 seeds at each length.
+    assert [point.num_runs for point in axis.points] == [12, 12]
     grid = analyse_contexts(sweep, axis, Settings()).grid()
     assert {(c["batch_size"], c["prompt_tokens"]): c["selected_k"] for c in grid} == {
         (1, 512): 3,
@@ -462,38 +490,226 @@ def test_a_random_dataset_plan_says_why_random_tokens_mislead() -> None:
     assert RANDOM_TOKENS_NOTE not in sonnet.notes
 
 
-def test_repeats_as_seeded_bench_combos_pool_into_one_cell(tmp_path: Path) -> None:
-    """A per-repeat ``--seed`` as a bench-params axis (one bench combo per (anchor, seed), each
-    run once, as `vllm bench sweep serve` runs a list of combos with --num-runs 1): every
-    record holds its ``seed``, and the tuner still pools the repeats of an (anchor, K) into one
-    cell (different bench combos of one serve combo are one server), not a new axis."""
+def test_repeats_are_bench_combos_each_with_its_own_seed() -> None:
+    """--num-runs N: N bench combos per anchor, ``c<anchor>-seed<r>`` with seed r = 0 .. N-1,
+    each run once (the sweep's --num-runs 1), so the runs, the summary and the stored steps
+    count N per cell; as the sweep applies a combo, its client command holds --seed r once.
+    One run is one seed."""
+    for num_runs in (1, 3):
+        plan = planned(llama_design(anchors=(1, 64), ks=(0, 3), num_runs=num_runs))
+        (step,) = plan.steps
+        seeds = tuple(range(num_runs))
+        assert list(step.bench_params) == [f"c{a}-seed{r}" for a in (1, 64) for r in seeds]
+        assert step.seeds() == {1: seeds, 64: seeds}
+        assert step.runs_per_cell == num_runs
+        flags = parse_sweep_command(plan.commands("plan")[0])
+        assert flags["--num-runs"] == "1"
+        for combo in vllm_records_params(step.bench_params):
+            client = vllm_apply_to_cmd(combo, shlex.split(flags["--bench-cmd"]))
+            assert client.count("--seed") == 1
+            assert client[client.index("--seed") + 1] == str(combo["seed"])
+        # 2 K x 2 anchors x N runs, one server start per K.
+        assert step.runs == 2 * 2 * num_runs
+        assert (
+            plan.summary_line() == f"1 sweep(s), 2 server start(s), {4 * num_runs} benchmark runs"
+        )
+        stored = json.loads(plan.files("plan")["sweep_plan.json"])
+        assert stored["steps"][0]["num_runs"] == num_runs
+
+
+def test_a_seed_in_the_bench_arguments_is_refused_and_one_for_the_server_is_not() -> None:
+    """The plan owns the bench seed (a seed there would be replaced in every run); vllm serve's
+    own --seed (its sampling) is the user's."""
+    (problem,) = llama_design(bench_args="--seed=3").invalid()
+    assert problem.field == "--bench-args" and "no --seed in it" in str(problem.expected)
+    assert llama_design(serve_args="--seed 0", bench_args="--served-model-name x").invalid() == []
+
+
+def _seeded_effect(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+    """K=3 wins at batch 1 (by 50 %), K=0 at 64 (by 20 %); the seeds 1 % apart."""
+    busy = bench["max_concurrency"] > 1
+    base = (150.0 if planned_k(serve) else 100.0) * (
+        (0.8 if planned_k(serve) else 1.2) if busy else 1
+    )
+    return {"output_throughput": base * (1 + 0.01 * bench["seed"])}
+
+
+def test_seeded_repeats_pool_into_one_cell_of_one_server(tmp_path: Path) -> None:
+    """A sweep run from the plan's files: every record holds its seed, and the tuner pools an
+    (anchor, K)'s seeded bench combos into one cell of --num-runs runs (different bench combos
+    of one serve combo are one server: no pooled-servers error), with no context axis."""
+    from lib.context import find_context_axis
+    from lib.settings import ContextSettings
+
     plan = planned(llama_design(anchors=(1, 64), ks=(0, 3)))
-    step = plan.steps[0]
-    seeds = (0, 1, 2)
-    experiment = tmp_path / "e"
-    for serve_item in vllm_records_params(step.serve_params):
-        k = serve_item["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
-        for bench_item in vllm_records_params(step.bench_params):
-            for seed in seeds:
-                bench_seeded = {
-                    **bench_item,
-                    "_benchmark_name": f"{bench_item['_benchmark_name']}-seed{seed}",
-                    "seed": seed,
-                }
-                record = {
-                    **vllm_record(serve_item, bench_seeded, 0),
-                    # K=3 wins at 1 (by 50 %), K=0 at 64 (by 20 %), 1 % apart per seed.
-                    "output_throughput": (150.0 if k else 100.0)
-                    * (1 if bench_item["max_concurrency"] == 1 else (0.8 if k else 1.2))
-                    * (1 + 0.01 * seed),
-                }
-                bench_name = bench_seeded["_benchmark_name"]
-                name = f"SERVE--{serve_item['_benchmark_name']}-BENCH--{bench_name}"
-                write_combo(experiment / name, [record])
+    assert write_plan(plan, tmp_path / "plan")[1] == []
+    (experiment,) = run_planned_sweeps(tmp_path / "plan", tmp_path, _seeded_effect)
     sweep = load_experiment(experiment)
-    assert sorted(set(sweep.runs["seed"].to_list())) == list(seeds)
+    seeds = sweep.runs.group_by("anchor", "k").agg(pl.col("seed").sort())
+    assert {tuple(row) for row in seeds["seed"].to_list()} == {(0, 1, 2)}
     result = tune(sweep, Settings())
     assert result.ok, [p.describe() for p in result.problems]
+    assert "pooled-servers" not in {p.rule for p in result.problems}
     assert result.cells.height == 4  # 2 anchors x 2 K, the seeds pooled
     assert set(result.cells["num_runs"].to_list()) == {3}
     assert result.schedule == Schedule(((1, 63, 3), (64, 64, 0)))
+    assert find_context_axis(sweep, ContextSettings()) == (None, [])
+
+
+def test_prompt_lengths_that_differ_only_by_seed_are_no_context_axis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a dataset of real prompts each seed samples prompts of other lengths: the measured
+    mean prompt (total_input_tokens / completed) of a cell's runs differs by seed, by more than
+    the context tolerance (230 > 1.1 x 180, 290 > 1.1 x 230), while every K at an anchor saw
+    the same prompts per seed. Those are repeats of one workload, not a context axis: the
+    cells pool, in the CLI too (its loader keeps the seed). Lengths that differ within one
+    seed are an axis (tests/test_context.py)."""
+    from lib.cli.main import main
+    from lib.context import find_context_axis
+    from lib.settings import ContextSettings
+
+    design = llama_design(
+        anchors=(1, 64), ks=(0, 3), dataset="sharegpt", dataset_path="s.json", input_len=None
+    )
+    assert write_plan(planned(design), tmp_path / "plan")[1] == []
+    lengths = (180, 230, 290)
+
+    def measure(serve: dict[str, Any], bench: dict[str, Any], run: int) -> dict[str, Any]:
+        tokens = {"total_input_tokens": bench["num_prompts"] * lengths[bench["seed"]]}
+        return {**_seeded_effect(serve, bench, run), **tokens}
+
+    (experiment,) = run_planned_sweeps(tmp_path / "plan", tmp_path, measure)
+    sweep = load_experiment(experiment)
+    axis, problems = find_context_axis(sweep, ContextSettings())
+    assert axis is None
+    (note,) = problems
+    assert (note.rule, note.field, note.value) == (
+        "no-context-axis",
+        "total_input_tokens/completed",
+        "180, 230, 290",
+    )
+    assert "only between the repeats' seeds" in note.message
+    assert main([str(experiment)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "[[1, 63, 3], [64, 64, 0]]"
+    assert "context grid" not in out
+
+
+def _run_noisy(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+    """NOISY_FIRST_RUNS by seed (seed r: run r), later seeds 1 % apart around its median;
+    a cell it has none of at 2 % per K."""
+    anchor, k, seed = bench["max_concurrency"], planned_k(serve), bench["seed"]
+    runs = NOISY_FIRST_RUNS.get((anchor, k))
+    if runs is not None and seed < len(runs):
+        return {"output_throughput": runs[seed]}
+    center = sorted(runs)[1] if runs else 100.0 * anchor * (1 + 0.02 * k)
+    return {"output_throughput": center * (1 + 0.01 * (seed % 3 - 1))}
+
+
+def test_a_follow_up_continues_each_cell_s_seeds(tmp_path: Path) -> None:
+    """The plan's seeded sweep, tuned: the follow-up of its measurement plan and result gives
+    each cell to rerun the seeds from its runs so far (3: the first sweep ran 0-2) and the new
+    anchor's the seeds from 0. Run into the first experiment and tuned again, every cell's
+    runs hold the seeds 0 .. its runs - 1, each once: no prompts were sent twice."""
+    design = llama_design(**NOISY_DESIGN)
+    first_plan = planned(design)
+    assert write_plan(first_plan, tmp_path / "plan")[1] == []
+    (experiment,) = run_planned_sweeps(tmp_path / "plan", tmp_path, _run_noisy)
+    result, report = tuned(experiment)
+    plan_json, result_json = experiment / "plan.json", experiment / "result.json"
+    plan_json.write_text(measurement_plan(result, report).to_json_text())
+    result_json.write_text(result_text(result))
+    needs, problems = follow_up_needs([plan_json, result_json])
+    assert needs is not None, problems
+    follow_up, problems = follow_up_plan(design, needs, str(experiment), "followup")
+    assert follow_up is not None, problems
+    assert 4 in needs.new_anchors and any(anchor == 16 for anchor, _ in needs.more_runs)
+    for step in follow_up.steps:
+        for anchor, seeds in step.seeds().items():
+            first = 0 if anchor in needs.new_anchors else 3
+            assert seeds == tuple(range(first, first + step.runs_per_cell)), (step.name, anchor)
+    assert write_plan(follow_up, tmp_path / "followup")[1] == []
+    run_planned_sweeps(tmp_path / "followup", tmp_path, _run_noisy)
+    runs = load_experiment(experiment).runs
+    for (anchor, k), cell in runs.group_by("anchor", "k"):
+        assert sorted(cell["seed"].to_list()) == list(range(cell.height)), (anchor, k)
+    assert runs.filter(pl.col("anchor") == 16).height > 2 * 3
+
+
+def test_k_with_different_runs_so_far_at_an_anchor_get_sweeps_of_their_own() -> None:
+    """Each cell continues its own seeds: at anchor 16, K=0 has 3 runs (seeds 0-2) and K=3
+    has 5 (0-4); 2 more each gives K=0 seeds 3-4 and K=3 seeds 5-6, in two sweeps (one serve x
+    bench product cannot hold both). With equal runs so far the two share one sweep."""
+    design = llama_design(**NOISY_DESIGN)
+
+    def needs(so_far: dict[tuple[int, int], int]) -> FollowUpNeeds:
+        more = {(16, 0): 2, (16, 3): 2}
+        return FollowUpNeeds(more, so_far, new_anchors=(), global_k=None, ks=(0, 3), notes=())
+
+    plan, problems = follow_up_plan(design, needs({(16, 0): 3, (16, 3): 5}), "r", "f")
+    assert plan is not None, problems
+    assert [(list(step.serve_params), step.seeds()) for step in plan.steps] == [
+        (["k0"], {16: (3, 4)}),
+        (["k3"], {16: (5, 6)}),
+    ]
+    plan, problems = follow_up_plan(design, needs({(16, 0): 3, (16, 3): 3}), "r", "f")
+    assert plan is not None, problems
+    (step,) = plan.steps
+    assert (list(step.serve_params), step.seeds()) == (["k0", "k3"], {16: (3, 4)})
+
+
+def test_a_follow_up_of_a_one_seed_sweep_uses_new_seeds(tmp_path: Path) -> None:
+    """A hand-written sweep of the old design (a combo per anchor, --num-runs 3, one seed in
+    the bench command, none in the records) tunes as before, and its follow-up starts at seed
+    3: its cells have 3 runs, so no new run sends the seed-0 prompts again."""
+    first = noisy_first_sweep(tmp_path / "tuning")
+    result, _ = tuned(first)
+    assert set(result.cells["num_runs"].to_list()) == {3}
+    path = tmp_path / "result.json"
+    path.write_text(result_text(result))
+    needs, problems = follow_up_needs([path])
+    assert needs is not None, problems
+    assert set(needs.runs_so_far.values()) == {3}
+    plan, problems = follow_up_plan(llama_design(**NOISY_DESIGN), needs, "r", "followup")
+    assert plan is not None and plan.steps, problems
+    for step in plan.steps:
+        assert set(step.seeds().values()) == {tuple(range(3, 3 + step.runs_per_cell))}
+
+
+def test_a_validation_plan_measures_seeds_the_tuning_did_not(tmp_path: Path) -> None:
+    """The check's seeds start at the most runs any tuning cell has (its runs used the seeds
+    below), so the schedule is checked on prompts it was not chosen on; every arm at an
+    anchor gets the same seeds."""
+    path = _sonnet_result(tmp_path)
+    decisions = json.loads(path.read_text())["batch_decisions"]
+    most = max(c["num_runs"] for decision in decisions for c in decision["candidates"])
+    plan, problems = validation_plan(llama_design(num_runs=2), path, "r", "v")
+    assert plan is not None, problems
+    (step,) = plan.steps
+    assert set(step.seeds().values()) == {(most, most + 1)}
+    assert step.runs == len(step.serve_params) * len(decisions) * 2
+
+
+def test_a_validation_sweep_of_the_plan_is_judged_with_its_seeds_pooled(tmp_path: Path) -> None:
+    """The validation plan's files run as the sweep runs them: `check` puts each seeded run in
+    its arm by its speculative_config, so every arm at every anchor holds --num-runs runs, and
+    a dynamic server 5 % ahead of every alternative passes everywhere."""
+    from lib.loop.check import CheckSettings, check_deployment
+
+    result = _sonnet_result(tmp_path)
+    plan, problems = validation_plan(llama_design(), result, "results", "validation")
+    assert plan is not None, problems
+    assert write_plan(plan, tmp_path / "validate")[1] == []
+
+    def measure(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+        ahead = 1.05 if serve["_benchmark_name"] == "dynamic" else 1.0
+        return {"output_throughput": 100.0 * ahead * (1 + 0.001 * bench["seed"])}
+
+    (experiment,) = run_planned_sweeps(tmp_path / "validate", tmp_path, measure)
+    report = check_deployment(experiment, CheckSettings())
+    assert [p.describe() for p in report.problems if p.severity.value == "error"] == []
+    assert set(report.arms["num_runs"].to_list()) == {SweepDesign().num_runs}
+    # dynamic, static K=1, 3, 7 and no speculation at each of the 4 anchors.
+    assert report.arms.height == 5 * 4
+    assert set(report.verdicts["verdict"].to_list()) == {"ok"}

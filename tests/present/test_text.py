@@ -16,6 +16,7 @@ from vllm_sweep import llama_design, planned
 from lib.analysis import Analysis, analyse
 from lib.loop.check import CheckSettings, check_deployment
 from lib.loop.diff import DiffReport
+from lib.loop.plan import FollowUpNeeds, follow_up_plan
 from lib.present import text
 from lib.problems import Problem, Severity
 from lib.settings import Options, Settings
@@ -88,9 +89,25 @@ def test_sweep_plan_lines_summarise_then_give_the_command() -> None:
     lines = text.sweep_plan_lines(plan, "plan")
     # 4 K x 4 anchors x 3 runs = 48 benchmark runs, one server start per K.
     assert lines[0] == "tuning plan: 1 sweep(s), 4 server start(s), 48 benchmark runs"
-    assert lines[1].startswith("  tuning: servers [k0, k1, k3, k7] x concurrency [1, 64, 128, 256]")
+    assert lines[1].startswith(
+        "  tuning: servers [k0, k1, k3, k7] x concurrency [1, 64, 128, 256] x 3 run(s)"
+        " (seeds 0-2) -> r/e: "
+    )
     assert lines[-1].startswith("vllm bench sweep serve --serve-cmd ")
     assert lines[-1] == plan.commands("plan")[0]
+
+
+def test_a_sweep_whose_anchors_start_at_other_seeds_names_each() -> None:
+    """A follow-up continues each cell's seeds: anchor 4 is new (seeds from 0), anchor 16 had
+    3 runs (seeds from 3); one run gives one seed."""
+    more = {(4, 0): 2, (16, 0): 2}
+    needs = FollowUpNeeds(more, {(4, 0): 0, (16, 0): 3}, (4,), None, (0, 3), ())
+    plan, problems = follow_up_plan(llama_design(ks=(0, 3), anchors=(1, 16)), needs, "r", "f")
+    assert plan is not None, problems
+    line = text.sweep_plan_lines(plan, "plan")[1]
+    assert " x 2 run(s) (seeds 0-1 at concurrency 4; seeds 3-4 at concurrency 16) -> " in line
+    one = planned(llama_design(num_runs=1))
+    assert " x 1 run(s) (seed 0) -> " in text.sweep_plan_lines(one, "plan")[1]
 
 
 def test_check_lines_give_a_verdict_per_anchor(tmp_path: Path) -> None:
