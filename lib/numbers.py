@@ -61,9 +61,10 @@ def signed_percent_text(value: float | None, decimals: int = 2) -> str:
 
 def objective_text(value: float) -> str:
     """An objective value (a median throughput, a latency, requests in flight) as the seed
-    prints its medians: :data:`OBJECTIVE_DECIMALS` decimals, rounded half to even.
+    prints its medians: :data:`OBJECTIVE_DECIMALS` decimals (``%.2f``: the nearest of the
+    float as stored, so 1911.135, stored as 1911.13499..., reads 1911.13).
 
     >>> objective_text(93.0649), objective_text(605.0), objective_text(1911.135)
-    ('93.06', '605.00', '1911.14')
+    ('93.06', '605.00', '1911.13')
     """
     return f"{value:.{OBJECTIVE_DECIMALS}f}"
