@@ -240,6 +240,39 @@ def objective_gate(
     return _concat_excluded(excluded), problems
 
 
+def acceptance_value_gate(
+    runs: pl.DataFrame, settings: Settings
+) -> tuple[pl.DataFrame, list[Problem]]:
+    """Runs whose acceptance (``--acceptance-var``) is negative: no acceptance rate or length
+    is, so the field is not what the flag says or the record is damaged (the seed refuses the
+    sweep: "Expected non-negative acceptance"). Each such run is excluded, one error per
+    (anchor, K) naming the values. Zero is accepted (a run that drafted and accepted nothing);
+    without the flag nothing is checked."""
+    field = settings.acceptance
+    if field is None or field not in runs.columns or runs.is_empty():
+        return _excluded(runs, pl.lit(False), ""), []
+    mask = (pl.col(field) < 0).fill_null(False)
+    bad = runs.filter(mask & ~pl.col("failure_file"))
+    if bad.is_empty():
+        return _excluded(runs, pl.lit(False), ""), []
+    reason = "the acceptance is negative"
+    problems = [
+        Problem(
+            Severity.ERROR,
+            "negative-acceptance",
+            f"{group.height} run(s) with a negative acceptance: {reason}",
+            files=_cell_files(group),
+            field=field,
+            value=", ".join(dict.fromkeys(show_value(v) for v in group[field].to_list())),
+            anchor=_int_or_none(anchor),
+            k=_int_or_none(k),
+            expected=">= 0",
+        )
+        for (anchor, k), group in bad.group_by("anchor", "k", maintain_order=True)
+    ]
+    return _excluded(runs, mask & ~pl.col("failure_file"), reason), problems
+
+
 def global_k_gate(
     runs: pl.DataFrame, k_var: str, allow_mixed: bool
 ) -> tuple[pl.DataFrame, list[Problem], int | None]:
@@ -252,24 +285,31 @@ def global_k_gate(
     servers): the deployable global is then the largest observed, a configuration none of the
     candidates ran with, which the caller must say.
 
+    With another ``--k-var`` (a static-K sweep reads ``num_speculative_tokens`` itself) the
+    seed checks no global and states none, and so does this gate: no configured global, and a
+    global that differs between runs is an error only with the default ``--k-var``. One
+    check stays with any ``--k-var``, since it prevents a wrong answer: a K above its run's
+    global was clamped by vLLM, so the run did not measure that K.
+
     Returns excluded runs, problems and the configured global (None when absent).
     """
     problems = []
     excluded = []
     speculative = runs.filter(pl.col("speculation").fill_null(False))
-    if k_var == DEFAULT_K_VAR:
-        missing = speculative.filter(pl.col("global_k").is_null())
-        if not missing.is_empty():
-            problems.append(
-                Problem(
-                    Severity.ERROR,
-                    "missing-global-k",
-                    f"{missing.height} run(s) state no usable global speculative-token count",
-                    files=_cell_files(missing),
-                    field=GLOBAL_K_VAR,
-                    expected="the same whole number on every speculative run",
-                )
+    if k_var != DEFAULT_K_VAR:
+        return _k_above_global(runs), _k_above_global_problems(speculative), None
+    missing = speculative.filter(pl.col("global_k").is_null())
+    if not missing.is_empty():
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "missing-global-k",
+                f"{missing.height} run(s) state no usable global speculative-token count",
+                files=_cell_files(missing),
+                field=GLOBAL_K_VAR,
+                expected="the same whole number on every speculative run",
             )
+        )
     globals_seen = sorted(speculative["global_k"].drop_nulls().unique().to_list())
     configured = globals_seen[0] if len(globals_seen) == 1 else None
     if len(globals_seen) > 1:
@@ -298,24 +338,33 @@ def global_k_gate(
                 expected="one value for the whole sweep",
             )
         )
-    above = speculative.filter(pl.col("k") > pl.col("global_k"))
-    if not above.is_empty():
-        excluded.append(_excluded(runs, pl.col("k") > pl.col("global_k"), "K above the global"))
-        for (anchor, k), group in above.group_by("anchor", "k", maintain_order=True):
-            problems.append(
-                Problem(
-                    Severity.ERROR,
-                    "k-above-global",
-                    "K is above the global speculative-token count, which vLLM clamps to",
-                    files=_cell_files(group),
-                    field=GLOBAL_K_VAR,
-                    value=", ".join(str(v) for v in group["global_k"].unique().sort()),
-                    anchor=_int_or_none(anchor),
-                    k=_int_or_none(k),
-                    expected=f"global >= {k}",
-                )
-            )
+    excluded.append(_k_above_global(runs))
+    problems += _k_above_global_problems(speculative)
     return _concat_excluded(excluded), problems, configured
+
+
+def _k_above_global(runs: pl.DataFrame) -> pl.DataFrame:
+    """The runs whose K is above their global (excluded: vLLM clamped K to it)."""
+    return _excluded(runs, pl.col("k") > pl.col("global_k"), "K above the global")
+
+
+def _k_above_global_problems(speculative: pl.DataFrame) -> list[Problem]:
+    """One ``k-above-global`` error per (anchor, K) of a run whose K is above its global."""
+    above = speculative.filter(pl.col("k") > pl.col("global_k"))
+    return [
+        Problem(
+            Severity.ERROR,
+            "k-above-global",
+            "K is above the global speculative-token count, which vLLM clamps to",
+            files=_cell_files(group),
+            field=GLOBAL_K_VAR,
+            value=", ".join(str(v) for v in group["global_k"].unique().sort()),
+            anchor=_int_or_none(anchor),
+            k=_int_or_none(k),
+            expected=f"global >= {k}",
+        )
+        for (anchor, k), group in above.group_by("anchor", "k", maintain_order=True)
+    ]
 
 
 #: The serve combo of a ``SERVE--<serve combo>-BENCH--<bench combo>`` folder (the last part of
@@ -512,6 +561,7 @@ def acceptance_gate(cells: pl.DataFrame, settings: Settings) -> tuple[pl.Series,
     """Acceptance stability (only with ``--acceptance-var``).
 
     - K=0 may lack acceptance (no drafts, so vLLM writes no ``spec_decode_*`` fields).
+    - A cell with no usable run says nothing more: each of its runs' exclusions is reported.
     - A cell where only some runs have it is an error: the runs measured different things.
     - A K>0 cell with none is an error: the field is wrong or drafting never happened.
     - A relative MAD above ``max_acceptance_relative_mad`` is a warning, or an error that
@@ -526,7 +576,8 @@ def acceptance_gate(cells: pl.DataFrame, settings: Settings) -> tuple[pl.Series,
     for row in cells.to_dicts():
         runs, have = row["num_runs"], row["acceptance_runs"]
         reason = None
-        if have == 0 and row["k"] == 0:
+        if runs == 0 or (have == 0 and row["k"] == 0):
+            # No usable run (each exclusion is reported with its reason), or K=0 (no drafts).
             pass
         elif have == 0:
             reason = "no acceptance values"
@@ -620,21 +671,49 @@ def tie_rule(cells: pl.DataFrame, relative_tolerance: float, maximize: bool) -> 
     ``ratio = conservative / best`` (``best / conservative`` when minimising), so 1 is the best
     and smaller is worse. Every K with ``ratio >= 1 - relative_tolerance`` is tied with the
     best, and the smallest tied K is selected: fewer draft tokens cost less when the benefit is
-    the same. Edge case: when maximising and the best score is 0 (every K scored 0), every K
-    ties with ratio 1. Rejected cells get null ratio and are never tied or selected.
+    the same. Edge case: when maximising and the best score is 0 (every K scored 0, or its
+    penalty clipped it to 0), nothing is ranked: no ratio, no pick, as the seed refuses such an
+    anchor (:func:`zero_score_problems` says so). Rejected cells get null ratio and are never
+    tied or selected.
     """
     kept = pl.col("status") == "kept"
     score = pl.when(kept).then(pl.col("conservative"))
     best = (score.max() if maximize else score.min()).over("anchor")
-    if maximize:
-        ratio = pl.when(best > 0).then(score / best).otherwise(pl.when(kept).then(1.0))
-    else:
-        ratio = best / score
+    ratio = pl.when(best > 0).then(score / best) if maximize else best / score
     with_ratio = cells.with_columns(ratio.alias("ratio")).with_columns(
         (pl.col("ratio") >= 1 - relative_tolerance).fill_null(False).alias("tied")
     )
     chosen = pl.col("k").filter(pl.col("tied")).min().over("anchor")
     return with_ratio.with_columns((pl.col("tied") & (pl.col("k") == chosen)).alias("selected"))
+
+
+def zero_score_problems(cells: pl.DataFrame, maximize: bool) -> list[Problem]:
+    """One ``no-positive-objective`` error per anchor where kept cells exist and none scores
+    above 0 (maximising): the seed's "No positive conservative objective for batch_size=B".
+    A score is the median less ``penalty x 1.4826 x MAD``, clipped at 0, so it is 0 when every
+    K measured 0 or when the noise penalty eats the whole median. Minimising never meets it
+    (a latency must be > 0, so its score is too)."""
+    if not maximize:
+        return []
+    kept = cells.filter(pl.col("status") == "kept")
+    best = kept.group_by("anchor").agg(
+        pl.col("conservative").max().alias("best"), pl.col("files").explode().alias("files")
+    )
+    return [
+        Problem(
+            Severity.ERROR,
+            "no-positive-objective",
+            "no K scores above 0 here: every kept cell's conservative objective is 0, so"
+            " nothing can be ranked",
+            files=tuple(dict.fromkeys(files)),
+            anchor=anchor,
+            field="conservative objective",
+            value=show_value(value),
+            expected="> 0 for some K (a measured objective above 0, or a smaller"
+            f" {flag_name(Settings, 'uncertainty_penalty')})",
+        )
+        for anchor, value, files in best.filter(pl.col("best") <= 0).sort("anchor").rows()
+    ]
 
 
 #: Schema of the decision frame (one row per anchor).
@@ -1081,6 +1160,8 @@ def _run_gates(sweep: Sweep, settings: Settings) -> _GatedRuns:
     problems += found
     objective_excluded, found = objective_gate(runs, settings, sweep.non_numeric)
     problems += found
+    acceptance_excluded, found = acceptance_value_gate(runs, settings)
+    problems += found
     global_excluded, found, configured_global = global_k_gate(
         runs, sweep.k_var, settings.allow_mixed_global_k
     )
@@ -1092,6 +1173,7 @@ def _run_gates(sweep: Sweep, settings: Settings) -> _GatedRuns:
         [
             health_excluded,
             objective_excluded,
+            acceptance_excluded,
             global_excluded,
             server_excluded,
             unplaced_runs(runs),
@@ -1152,6 +1234,7 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
         .alias("status")
     )
     cells = tie_rule(cells, settings.relative_tolerance, settings.maximize)
+    problems += zero_score_problems(cells, settings.maximize)
     decisions = decide(cells, settings.maximize)
 
     anchors = decisions["anchor"].to_list()
@@ -1169,7 +1252,7 @@ def tune(sweep: Sweep, settings: Settings) -> TuningResult:
             )
         )
     schedule, found = decided_schedule(
-        decisions, max_batch_size, "every cell at the anchor was rejected"
+        decisions, max_batch_size, "every cell at the anchor was rejected, or none scored above 0"
     )
     problems += found
     return TuningResult(

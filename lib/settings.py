@@ -164,8 +164,10 @@ class Settings:
         default=False,
         metadata=flag(
             "--allow-mixed-global-k",
-            "accept a sweep whose global num_speculative_tokens differs between candidates,"
-            " as in sweeps of static-K servers; the schedule is exported with the largest",
+            "with the default --k-var, accept a sweep whose global num_speculative_tokens"
+            " differs between candidates (one-range schedules, each server started with its"
+            " own); the schedule is exported with the largest. Another --k-var (a static-K"
+            " sweep's num_speculative_tokens) checks no global, as in the seed",
             in_seed=False,
         ),
     )

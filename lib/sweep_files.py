@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -51,7 +52,6 @@ from lib.settings import (
     GLOBAL_K_VAR,
     HEALTH_FIELDS,
     Fields,
-    Settings,
 )
 
 __all__ = [
@@ -174,22 +174,59 @@ _SPECULATIVE_PREFIXES = ("speculative_config.", "speculative-config.")
 _COMPILATION_NAMES = ("compilation_config", "compilation-config")
 
 
+#: The first character of every text :func:`numeric_text` may read as a number (a cheap test
+#: before ``float()``, which most texts of a record, a model name or a backend, fail).
+_NUMBER_START = frozenset("0123456789+-. \t\n\r")
+
+
+def numeric_text(value: str) -> float | None:
+    """A JSON string that Python's ``float()`` reads as a finite number (``"110.0"``,
+    ``" 1e3"``), as the seed reads its objective and acceptance; else None: other texts, and
+    ``"inf"`` or ``"nan"`` (the seed refuses a value that is not finite; as a text it is
+    refused by name). A JSON boolean is never a number here (the seed's ``float(True)`` is 1.0,
+    a throughput no run measured).
+
+    >>> numeric_text("110.0"), numeric_text(" 1e3 "), numeric_text("inf"), numeric_text("fast")
+    (110.0, 1000.0, None, None)
+    """
+    if value[:1] not in _NUMBER_START:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _flatten(
     record: dict[str, Any],
     numbers: dict[str, float | None],
     others: dict[str, Any],
 ) -> None:
     """Numeric (and null) fields into ``numbers``, other scalars into ``others``; lists (per
-    request latencies, per-position rates, schedules) are not metrics and are skipped.
+    request latencies, per-position rates, schedules) are not metrics and are skipped. A text
+    that reads as a number (:func:`numeric_text`) is that number, in its place in the record.
 
     Runs on every record, so the common case is three dict comprehensions over exact types (a
     JSON parser makes nothing else; ``bool`` is not ``int`` here); ints stay ints: the Float64
     frame converts them exactly as ``float()`` would (:func:`_frame` handles ints beyond 128
     bits). The rare record with a field named like a derived column takes the slow path."""
     if _RENAMED.isdisjoint(record):
-        numbers.update({k: v for k, v in record.items() if type(v) in _NUMERIC})
+        texts = {k: v for k, v in record.items() if type(v) in _TEXT}
+        read = {
+            k: number
+            for k, v in texts.items()
+            if type(v) is str and (number := numeric_text(v)) is not None
+        }
+        if read:
+            numbers.update(
+                {k: read.get(k, v) for k, v in record.items() if type(v) in _NUMERIC or k in read}
+            )
+            texts = {k: v for k, v in texts.items() if k not in read}
+        else:
+            numbers.update({k: v for k, v in record.items() if type(v) in _NUMERIC})
         numbers.pop("run_number", None)  # the derived column holds it
-        others.update({k: v for k, v in record.items() if type(v) in _TEXT})
+        others.update(texts)
         for key, value in record.items():
             if type(value) is dict:
                 _flatten_nested(value, key + ".", numbers, others)
@@ -214,6 +251,8 @@ def _flatten_nested(
         kind = type(value)
         if kind in _NUMERIC:
             numbers[prefix + key] = value
+        elif kind is str and (number := numeric_text(value)) is not None:
+            numbers[prefix + key] = number
         elif kind in _TEXT:
             others[prefix + key] = value
         elif kind is dict:
@@ -370,7 +409,6 @@ class _Reader:
                 hint = (
                     "; this sweep seems to vary K statically: try "
                     f"{flag_name(Fields, 'k_var')} {GLOBAL_K_VAR}"
-                    f" {flag_name(Settings, 'allow_mixed_global_k')}"
                 )
             found.append(
                 (

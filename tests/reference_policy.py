@@ -183,6 +183,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _as_measurement(value: Any) -> Any:
+    """A measured value as the seed reads it with ``float()``: a JSON string of a finite number
+    (``"110.0"``) is that number. Booleans stay booleans: the one place where tune-spec-k is
+    stricter than ``float(True) == 1.0`` (README, "Where tune-spec-k differs from the seed")."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return number if math.isfinite(number) else value
+    return value
+
+
 def _as_int(value: Any) -> int | None:
     """An int, or a float with an integral value, as int; None for anything else."""
     if isinstance(value, bool):
@@ -414,8 +427,9 @@ def _policy(
         else:
             record_problems.append(f"{label}: {k_var} is missing")
 
-        # Global K (servers without speculation are exempt).
-        if speculative:
+        # Global K (servers without speculation are exempt), with the default k-var only: with
+        # another (a static-K sweep reads num_speculative_tokens itself) the seed checks none.
+        if speculative and k_var == DEFAULT_K_VAR:
             found, global_value = lookup(record, GLOBAL_K_VAR)
             if found and global_value is not None:
                 global_k = _as_int(global_value)
@@ -427,13 +441,14 @@ def _policy(
                     global_values.add(global_k)
                     if k is not None and k > global_k:
                         record_problems.append(f"{label}: K={k} is above {GLOBAL_K_VAR}={global_k}")
-            elif k_var == DEFAULT_K_VAR:
+            else:
                 record_problems.append(
                     f"{label}: {GLOBAL_K_VAR} is missing (required with the default k-var)"
                 )
 
         # Objective.
         found, objective_value = lookup(record, objective_var, parse_value=False)
+        objective_value = _as_measurement(objective_value)
         objective: float | None = None
         if not found or objective_value is None:
             record_problems.append(f"{label}: objective {objective_var} is missing")
@@ -461,8 +476,18 @@ def _policy(
         acceptance: float | None = None
         if acceptance_var is not None:
             found, acceptance_value = lookup(record, acceptance_var, parse_value=False)
+            acceptance_value = _as_measurement(acceptance_value)
             if found and acceptance_value is not None:
-                if _is_number(acceptance_value) and math.isfinite(acceptance_value):
+                if _is_number(acceptance_value) and not math.isfinite(acceptance_value):
+                    record_problems.append(
+                        f"{label}: acceptance {acceptance_var}={acceptance_value!r} "
+                        "is not a finite number"
+                    )
+                elif _is_number(acceptance_value) and acceptance_value < 0:
+                    record_problems.append(
+                        f"{label}: acceptance {acceptance_var}={acceptance_value!r} is negative"
+                    )
+                elif _is_number(acceptance_value):
                     acceptance = float(acceptance_value)
                 else:
                     record_problems.append(
@@ -563,6 +588,9 @@ def _policy(
         candidates = candidates_by_anchor[anchor]
         conservatives = {k: candidates[k]["conservative"] for k in candidates}
         best = max(conservatives.values()) if maximize else min(conservatives.values())
+        if maximize and best <= 0:
+            problems.append(f"batch size {anchor}: no positive conservative objective")
+            continue
         tied: list[int] = []
         for k in sorted(conservatives):
             if _ratio_to_best(conservatives[k], best, maximize) >= 1 - relative_tolerance:
@@ -577,6 +605,9 @@ def _policy(
                 "candidates": {k: candidates[k] for k in sorted(candidates)},
             }
         )
+
+    if problems:
+        raise ReferenceRejected(problems)
 
     # Phase 5: the schedule -------------------------------------------------------------------
     schedule: list[list[int]] = []

@@ -638,12 +638,13 @@ def test_cli_prints_one_status_line_per_anchor(
     assert main([str(sweep)]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
     # The seed's lines come first, unchanged; the status lines follow the decision lines.
-    assert lines[1].startswith("batch_size=1: K=2 ")
-    assert lines[2].startswith("batch_size=64: K=1 ")
-    assert lines[3].startswith("batch_size=1: unresolved, provisional K=4")
+    assert lines[1].startswith("batch_size=1: K=2, ")
+    assert lines[2].startswith("batch_size=64: K=1, ")
+    assert lines[3].startswith("anchor 1: K=2 ") and lines[4].startswith("anchor 64: K=1 ")
+    assert lines[5].startswith("batch_size=1: unresolved, provisional K=4")
     k2 = _p(assess(_tune(sweep)), 1)[2]
-    assert f"the reported pick K=2 has P(eps-good)={k2:.2f}" in lines[3]
-    assert lines[4].startswith("batch_size=64: resolved, K=1 P(eps-good)=0.9")
+    assert f"the reported pick K=2 has P(eps-good)={k2:.2f}" in lines[5]
+    assert lines[6].startswith("batch_size=64: resolved, K=1 P(eps-good)=0.9")
     assert lines[-2].startswith("--speculative-config ")
     assert lines[-1].startswith("Wrote ")
 

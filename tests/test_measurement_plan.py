@@ -143,10 +143,11 @@ def test_cli_reports_an_unwritable_plan_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sweep = write_grid(tmp_path / "sweep", WORKED_EXAMPLE)
+    (tmp_path / "no").write_text("")  # a file where a folder would be made
     missing = tmp_path / "no" / "such" / "plan.json"
     assert main([str(sweep), "--plan-json", str(missing)]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
-    assert f"[unwritable-file] cannot write the file: No such file or directory in {missing}" in err
+    assert f"[unwritable-file] cannot write the file: Not a directory in {missing}" in err
 
 
 def test_cli_plan_bytes_repeat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

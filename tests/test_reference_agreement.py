@@ -201,8 +201,13 @@ def test_every_real_experiment_is_covered(real_data: Path) -> None:
     assert empty == []
 
 
-def test_static_k_sweep_is_rejected_without_allow_mixed_global_k(real_data: Path) -> None:
-    assert_both_reject(real_data / "qwen3-32b-fp8-eagle3-tp2", k_var=GLOBAL_K_VAR)
+def test_a_static_k_sweep_needs_no_allow_mixed_global_k_and_states_no_global(
+    real_data: Path,
+) -> None:
+    """With a --k-var other than the default the seed checks no global K and writes null for
+    it: a static-K sweep (the global is the K) tunes as it is, as in the seed."""
+    result = assert_agree(real_data / "qwen3-32b-fp8-eagle3-tp2", k_var=GLOBAL_K_VAR)
+    assert result.ok and result.configured_global_k is None
 
 
 def test_single_run_sweep_is_rejected_with_the_default_min_runs(real_data: Path) -> None:
@@ -253,12 +258,27 @@ def _broken(root: Path, how: str) -> Path:
         write_grid(root, grid([1, 64], {5: [1.0] * 3}), global_k=5)
     elif how == "mixed-global-dotted-keys":
         write_grid(root, grid([1, 64], {5: [1.0] * 3}), global_k=5, keys="dotted")
-    elif how in ("failed", "string-objective", "negative-objective", "incomplete"):
+    elif how == "zero-objective":
+        # Every K measured 0 at 64: nothing scores above 0 (the seed's "No positive
+        # conservative objective for batch_size=64").
+        for k in (0, 3):
+            runs = [record(64, k, run_number=n, output_throughput=0.0) for n in range(3)]
+            write_combo(root / combo_name(64, k), runs)
+    elif how in (
+        "failed",
+        "text-objective",
+        "boolean-objective",
+        "negative-objective",
+        "incomplete",
+        "negative-acceptance",
+    ):
         fields = {
             "failed": {"failed": 1},
-            "string-objective": {"output_throughput": "123.4"},
+            "text-objective": {"output_throughput": "fast"},
+            "boolean-objective": {"output_throughput": True},
             "negative-objective": {"output_throughput": -1.0},
             "incomplete": {"completed": 99},
+            "negative-acceptance": {"spec_decode_acceptance_length": -1.5},
         }[how]
         runs = [record(64, 3, run_number=n, **fields) for n in range(3)]
         write_combo(root / combo_name(64, 3), runs)
@@ -280,13 +300,36 @@ def _broken(root: Path, how: str) -> Path:
         "mixed-global-dotted-keys",
         "failed",
         "incomplete",
-        "string-objective",
+        "text-objective",
+        "boolean-objective",
         "negative-objective",
+        "zero-objective",
+        "negative-acceptance",
         "failure-file",
     ],
 )
 def test_broken_synthetic_sweeps_are_rejected_by_both(tmp_path: Path, how: str) -> None:
-    assert_both_reject(_broken(tmp_path, how))
+    assert_both_reject(_broken(tmp_path, how), acceptance_var="spec_decode_acceptance_length")
+
+
+def test_an_objective_written_as_a_numeric_text_is_that_number_in_both(tmp_path: Path) -> None:
+    """The seed reads the objective with float(): "123.4" is 123.4, whatever the loader's path
+    (the CLI reads only the fields it needs; the app reads all)."""
+    write_grid(tmp_path, grid([1, 64], {0: [100.0, 101.0, 99.0]}))
+    runs = [
+        record(b, 3, run_number=n, output_throughput=f"{150.0 + n}")
+        for n in range(3)
+        for b in (1, 64)
+    ]
+    for anchor in (1, 64):
+        write_combo(
+            tmp_path / combo_name(anchor, 3),
+            [run for run in runs if run["max_concurrency"] == anchor],
+        )
+    result = assert_agree(tmp_path)
+    assert result.ok and result.schedule is not None and result.schedule.largest_k == 3
+    medians = dict(zip(result.cells["k"], result.cells["median"], strict=False))
+    assert medians[3] == 151.0
 
 
 @pytest.mark.parametrize("keys", ["nested", "dotted", "json-string"])

@@ -167,7 +167,11 @@ def test_null_goodput_says_the_bench_ran_without_goodput(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("value", "rule", "shown"),
     [
-        ("123.4", "non-numeric-objective", "'123.4'"),  # a string is never parsed as a number
+        # A text that is no finite number, and a boolean (the seed's float(True) is 1.0, a
+        # throughput no run measured): not numbers.
+        ("fast", "non-numeric-objective", "'fast'"),
+        ("inf", "non-numeric-objective", "'inf'"),
+        (True, "non-numeric-objective", "true"),
         (float("nan"), "non-finite-objective", "nan"),
         (float("inf"), "non-finite-objective", "inf"),
         (-1.0, "out-of-range-objective", "-1.0"),
@@ -185,6 +189,17 @@ def test_unusable_objective_values(tmp_path: Path, value: object, rule: str, sho
     assert problem.value == shown
     assert problem.files == (f"{combo_name(1, 3)}/summary.json",)
     assert _cell(result, 1, 3)["num_runs"] == 2
+
+
+@pytest.mark.parametrize("text", ["123.4", " 123.4", "1.234e2"])
+def test_an_objective_written_as_a_numeric_text_is_that_number(tmp_path: Path, text: str) -> None:
+    # The seed reads the objective with float(): the run counts, with its value.
+    root = _healthy_grid(tmp_path)
+    _replace_run(root, 1, 3, 0, output_throughput=text)
+    result = _tune(root)
+    assert not [p for p in result.problems if p.rule.endswith("-objective")]
+    assert _cell(result, 1, 3)["num_runs"] == 3
+    assert 123.4 in load_experiment(root).runs["output_throughput"].to_list()
 
 
 def test_zero_objective_is_rejected_only_when_minimising(tmp_path: Path) -> None:
@@ -473,12 +488,25 @@ def test_minimising_penalty_adds_spread(tmp_path: Path) -> None:
     assert result.schedule == Schedule(((1, 1, 0),))
 
 
-def test_best_of_zero_ties_every_k(tmp_path: Path) -> None:
-    write_grid(tmp_path, {(1, 1): [0.0] * 3, (1, 3): [0.0] * 3})
-    result = _tune(tmp_path)
-    assert result.ok
-    assert result.decisions["tied_k"].to_list() == [[1, 3]]
-    assert result.schedule == Schedule(((1, 1, 1),))
+def test_no_pick_where_no_k_scores_above_zero(tmp_path: Path) -> None:
+    # Every K measured 0 at batch 1: nothing to rank (the seed's "No positive conservative
+    # objective for batch_size=1"), one error naming the anchor, and no schedule.
+    write_grid(tmp_path / "zero", {(1, 1): [0.0] * 3, (1, 3): [0.0] * 3})
+    result = _tune(tmp_path / "zero")
+    assert not result.ok and result.schedule is None
+    problem = _one(result, "no-positive-objective")
+    assert (problem.anchor, problem.value) == (1, "0.0")
+    assert result.decisions["selected_k"].to_list() == [None]
+    # One K above 0 (the other side of the rule): it is picked, and nothing is refused.
+    write_grid(tmp_path / "one", {(1, 1): [0.0] * 3, (1, 3): [0.5] * 3})
+    result = _tune(tmp_path / "one")
+    assert result.ok and result.schedule == Schedule(((1, 1, 3),))
+    # The penalty can clip a score to 0 (median 1, MAD 1: 1 - 1.4826 < 0): the same refusal.
+    write_grid(tmp_path / "clipped", {(1, 1): [0.0, 1.0, 2.0], (1, 3): [0.0, 1.0, 2.0]})
+    result = _tune(tmp_path / "clipped", max_objective_relative_mad=1.0)
+    assert _rules(result) == ["no-positive-objective", "undecided-anchor"]
+    minimised = _tune(tmp_path / "one", objective="output_throughput", direction="minimize")
+    assert "no-positive-objective" not in _rules(minimised)
 
 
 def test_rejected_cells_are_never_selected(tmp_path: Path) -> None:

@@ -78,8 +78,9 @@ CONTROL_HELP: dict[str, str] = {
     "batch_size_var": "The record field holding each run's batch size (the anchor).",
     "k_var": "Where a record keeps K: the seed's one-range schedule, or"
     " num_speculative_tokens for sweeps of static-K servers.",
-    "allow_mixed_global_k": "Static-K sweeps start each server with its own"
-    " num_speculative_tokens; allow it, and deploy the largest.",
+    "allow_mixed_global_k": "Sweeps of one-range schedules may start each server with its own"
+    " num_speculative_tokens; allow it, and deploy the largest (static-K sweeps read as"
+    " num_speculative_tokens need not).",
     "objective": "The measured field the schedule optimises (numeric fields that vary).",
     "direction": "Whether a larger value of the objective is better (throughput) or a"
     " smaller one (latency); usual: the direction README's table of objectives gives the"

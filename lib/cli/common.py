@@ -164,7 +164,7 @@ def check_outputs(
     outputs: Sequence[Output],
     inputs: Sequence[str | os.PathLike[str]] = (),
     *,
-    make_folders: bool = False,
+    make_folders: bool = True,
     defaults: bool = False,
 ) -> list[Problem]:
     """Every reason not to write ``outputs``, each a problem naming the flag and the path;
@@ -176,10 +176,11 @@ def check_outputs(
     would replace the data read), and two outputs that are one file. Each problem names the
     path; its ``extra["flag"]`` the flag (:func:`print_output_problems` shows it: the line of
     a problem keeps the wording the write itself would fail with). Paths are compared
-    resolved, so ``./x``, ``x`` and a link to ``x`` are one file. ``make_folders``: missing
-    folders will be made. Whether a default path can be written is checked only with
-    ``defaults``: a command checks it once its work is done and printed, so that a read-only
-    default folder does not cost the user the analysis.
+    resolved, so ``./x``, ``x`` and a link to ``x`` are one file. ``make_folders`` (every
+    command's default, as the seed's ``tune_speculative_k`` makes the folders of its
+    ``--output-json``): missing folders will be made. Whether a default path can be written is
+    checked only with ``defaults``: a command checks it once its work is done and printed, so
+    that a read-only default folder does not cost the user the analysis.
     """
     from lib.files import unwritable_reason
     from lib.problems import Problem, Severity
@@ -229,7 +230,8 @@ def print_output_problems(command: str, problems: Sequence[Problem]) -> bool:
 
 
 def write_and_print(command: str, files: Sequence[tuple[Output, str]], lines: Sequence[str]) -> int:
-    """Print ``lines``, write ``files`` (all or none, :func:`lib.files.write_files`), then
+    """Print ``lines``, write ``files`` (all or none, :func:`lib.files.write_files`, making
+    missing folders), then
     print ``Wrote PATH`` for each file, last; :data:`EXIT_OK`, else :data:`EXIT_BAD_INPUT`.
 
     Each path is checked again first (:func:`check_outputs`). A path the user gave that cannot
@@ -257,7 +259,9 @@ def write_and_print(command: str, files: Sequence[tuple[Output, str]], lines: Se
         dataclasses.replace(problem, extra={"flag": flags[problem.files[0]]})
         if problem.files and problem.files[0] in flags
         else problem
-        for problem in write_files([(output.path, text) for output, text in files])
+        for problem in write_files(
+            [(output.path, text) for output, text in files], make_folders=True
+        )
     ]
     if print_output_problems(command, problems):
         return EXIT_BAD_INPUT

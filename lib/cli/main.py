@@ -101,6 +101,13 @@ class _Parser(argparse.ArgumentParser):
     error is :func:`~lib.problems.printable`: it quotes the arguments as given
     (``unrecognized arguments: ...``), newlines included."""
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        return super().parse_known_args(
+            dashed_flags(sys.argv[1:] if args is None else args), namespace
+        )
+
     def print_help(self, file: Any = None) -> None:
         if file is not None:
             super().print_help(file)
@@ -111,6 +118,26 @@ class _Parser(argparse.ArgumentParser):
         from lib.problems import printable
 
         super().error(printable(message))
+
+
+def dashed_flags(arguments: Sequence[str]) -> list[str]:
+    """The arguments with each flag's underscores as dashes, as vLLM's own parser takes them
+    (``--min_runs 5`` is ``--min-runs 5``, ``--k_var=x_y`` is ``--k-var=x_y``): only the name
+    of a token that starts with ``--``, never a value, and nothing after a bare ``--``. A
+    token with a space is a value (argparse reads it so: ``--serve-args "--seed_x 1"``).
+
+    >>> dashed_flags(["d", "--min_runs", "5", "--k_var=a_b", "--", "--x_y", "--a_b c"])
+    ['d', '--min-runs', '5', '--k-var=a_b', '--', '--x_y', '--a_b c']
+    """
+    found: list[str] = []
+    for position, argument in enumerate(arguments):
+        if argument == "--":
+            return found + list(arguments[position:])
+        if argument.startswith("--") and " " not in argument:
+            name, equals, value = argument.partition("=")
+            argument = name.replace("_", "-") + equals + value
+        found.append(argument)
+    return found
 
 
 def _parser(args_class: Any, prog: str, epilog: str | None = None) -> argparse.ArgumentParser:

@@ -130,7 +130,7 @@ def main(args: PlanArgs) -> int:
     root = Path(args.output_dir)
     outputs = [Output("--output-dir", root / name) for name in plan.files(args.output_dir)]
     inputs = [args.design_file, args.validate, *(args.follow_up or ())]
-    problems = check_outputs(outputs, [p for p in inputs if p is not None], make_folders=True)
+    problems = check_outputs(outputs, [p for p in inputs if p is not None])
     if print_output_problems(_COMMAND, problems):
         return EXIT_BAD_INPUT
     say(sweep_plan_lines(plan, args.output_dir))

@@ -218,6 +218,7 @@ def _tune(args: TuneArgs) -> int:
     if plan_output is not None and plan is not None:
         writes.insert(0, (plan_output, plan.to_json_text()))
     lines = [result.schedule.json_text(), *text.decision_lines(result)]
+    lines += text.anchor_detail_lines(result)
     if analysis.report is not None:
         lines += text.confidence_lines(analysis.report, result)
     if analysis.switch_points is not None:
@@ -264,6 +265,7 @@ def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Outp
     answer = analysis.answer
     if answer is not None and analysis.deployable and answer.result.schedule is not None:
         lines += [answer.result.schedule.json_text(), *text.decision_lines(answer.result)]
+        lines += text.anchor_detail_lines(answer.result)
     lines += text.context_grid_lines(analysis)
     lines += text.context_plan_lines(analysis)
     if analysis.deployable:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,7 @@ __all__ = [
     "result_document",
     "result_file_of",
     "result_text",
+    "seed_path_order",
 ]
 
 #: vLLM's field for the schedule (also the seed's first output key).
@@ -91,11 +92,11 @@ def _tuning_document(result: TuningResult) -> dict[str, Any]:
         "objective_direction": settings.direction,
         "acceptance_metric": settings.acceptance,
         "min_runs": settings.min_runs,
+        "relative_tolerance": settings.relative_tolerance,
         "uncertainty_penalty": settings.uncertainty_penalty,
         "max_objective_relative_mad": settings.max_objective_relative_mad,
         "max_acceptance_relative_mad": settings.max_acceptance_relative_mad,
         "strict_acceptance_stability": settings.strict_acceptance_stability,
-        "relative_tolerance": settings.relative_tolerance,
         "max_batch_size": result.max_batch_size,
         "allow_mixed_global_k": settings.allow_mixed_global_k,
     }
@@ -128,11 +129,22 @@ def _tuning_document(result: TuningResult) -> dict[str, Any]:
         "max_num_speculative_tokens_observed": result.max_k_observed,
         "selection": selection,
         _DECISIONS_KEY: decisions,
-        "input_summary_files": sorted(result.sweep.input_files),
+        "input_summary_files": seed_path_order(result.sweep.input_files),
         "speculative_config": result.speculative_config(),
         "problems": [problem.to_json() for problem in result.problems],
         **{key: value.to_json() for key, value in result.additions.items()},
     }
+
+
+def seed_path_order(paths: Iterable[str]) -> list[str]:
+    """Relative paths in the order the seed lists them: it sorts ``Path`` objects, which
+    compare component by component, so ``A/summary.json`` comes before ``A-2/summary.json``
+    although ``-`` sorts before ``/`` as text.
+
+    >>> seed_path_order(["A-2/summary.json", "A/summary.json", "A/b/summary.json"])
+    ['A/b/summary.json', 'A/summary.json', 'A-2/summary.json']
+    """
+    return sorted(paths, key=lambda path: path.split("/"))
 
 
 def _context_document(analysis: ContextAnalysis) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Every result as lines of text, the way the CLI prints them (and the app shows them).
 
-One function per result: :func:`decision_lines` (the seed's line per anchor),
+One function per result: :func:`decision_lines` (the seed's line per anchor, as it prints
+it), :func:`anchor_detail_lines` (tune-spec-k's),
 :func:`confidence_lines`, :func:`switch_point_lines`, :func:`measurement_plan_lines`,
 :func:`sweep_plan_lines`, :func:`check_lines`, :func:`diff_lines`, and the two lines a user
 pastes: :func:`speculative_config_line`. The HTML helpers at the end wrap such lines for the
@@ -23,7 +24,7 @@ from lib.effective_batch import EffectiveBatch
 from lib.measurement_plan import MeasurementPlan
 from lib.numbers import objective_text, probability_text, signed_percent_text
 from lib.problems import Problem, printable
-from lib.schedule import NO_SCHEDULE, TuningResult
+from lib.schedule import NO_SCHEDULE, TuningResult, finite_or_none
 from lib.settings import RANDOM_PROMPT_LENGTH
 from lib.switch_points import SwitchPoints
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from lib.loop.plan import SweepPlan, SweepStep
 
 __all__ = [
+    "anchor_detail_lines",
     "check_lines",
     "confidence_lines",
     "context_export_lines",
@@ -58,21 +60,39 @@ __all__ = [
 
 
 def decision_lines(result: TuningResult) -> list[str]:
-    """One line per anchor, as the seed prints them: the pick, its scores, and how it
-    compares with the best and with K=0."""
+    """One line per anchor exactly as the seed prints it (vLLM PR #49163's ``run_main``): the
+    pick, its conservative objective and its percent against the best to 2 decimals, and its
+    percent against K=0 as the JSON holds it (``str`` of the float, ``None`` without a K=0
+    arm). An anchor without a pick (only in a context grid's answer, which the seed never
+    writes) says so instead."""
     lines = []
-    tied = dict(zip(result.decisions["anchor"], result.decisions["tied_k"], strict=True))
     for row in result.decisions.to_dicts():
         if row["selected_k"] is None:
             lines.append(f"batch_size={row['anchor']}: no K (every cell rejected)")
             continue
-        vs_k0 = row["vs_k0_percent"]
         lines.append(
-            f"batch_size={row['anchor']}: K={row['selected_k']}"
+            f"batch_size={row['anchor']}: K={row['selected_k']},"
+            f" conservative_objective={row['selected_conservative']:.2f},"
+            f" vs_best={row['vs_best_percent']:.2f}%,"
+            f" vs_k0={finite_or_none(row['vs_k0_percent'])}"
+        )
+    return lines
+
+
+def anchor_detail_lines(result: TuningResult) -> list[str]:
+    """tune-spec-k's line per anchor, after the seed's: the pick with its median too, both
+    percents signed to 2 decimals (``n/a`` without a K=0 arm) and the K tied with it."""
+    lines = []
+    tied = dict(zip(result.decisions["anchor"], result.decisions["tied_k"], strict=True))
+    for row in result.decisions.to_dicts():
+        if row["selected_k"] is None:
+            continue
+        lines.append(
+            f"anchor {row['anchor']}: K={row['selected_k']}"
             f" median={objective_text(row['selected_median'])}"
-            f" conservative={row['selected_conservative']:.2f}"
-            f" vs_best={row['vs_best_percent']:+.2f}%"
-            f" vs_k0={'n/a' if vs_k0 is None else f'{vs_k0:+.2f}%'}"
+            f" conservative={objective_text(row['selected_conservative'])}"
+            f" vs_best={signed_percent_text(row['vs_best_percent'])}"
+            f" vs_k0={signed_percent_text(row['vs_k0_percent'])}"
             f" tied={list(tied[row['anchor']])}"
         )
     return lines

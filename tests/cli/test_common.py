@@ -69,6 +69,9 @@ def test_the_lines_come_first_and_wrote_comes_last(
 def test_a_path_given_that_cannot_be_written_prints_nothing_but_the_problem(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # A missing folder would be made (as the seed makes its --output-json's); one that is a
+    # regular file cannot be.
+    (tmp_path / "no").write_text("")
     missing = tmp_path / "no" / "c.json"
     files = [(Output("--ok", tmp_path / "ok.json"), "1\n"), (Output("--c", missing), "3\n")]
     assert write_and_print("cmd", files, ["x"]) == EXIT_BAD_INPUT
@@ -76,9 +79,20 @@ def test_a_path_given_that_cannot_be_written_prints_nothing_but_the_problem(
     assert captured.out == ""
     assert captured.err == (
         "cmd: nothing written: 1 problem(s) with --c\n"
-        f"  error [unwritable-file] cannot write the file: No such file or directory in {missing}\n"
+        f"  error [unwritable-file] cannot write the file: Not a directory in {missing}\n"
     )
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == [tmp_path / "no"]  # nothing written, ok.json neither
+
+
+def test_missing_folders_of_an_output_are_made_as_the_seed_makes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deep = tmp_path / "out" / "new" / "schedule.json"
+    assert check_outputs([Output("--o", deep)]) == []
+    assert not (tmp_path / "out").exists()  # checking creates nothing
+    assert write_and_print("cmd", [(Output("--o", deep), "1\n")], ["x"]) == EXIT_OK
+    assert deep.read_text() == "1\n"
+    assert capsys.readouterr().out == f"x\nWrote {deep}\n"
 
 
 @pytest.mark.parametrize("how", ["read-only folder", "a folder in the way"])
@@ -118,7 +132,8 @@ def _link(path: Path, target: Path) -> Path:
     ("outputs", "inputs", "refused"),
     [
         # Paths that cannot be written.
-        (lambda t: [t / "missing" / "x.json"], lambda t: [], [("unwritable-file", 0)]),
+        # A missing folder is made (the seed makes its output's folders): no problem.
+        (lambda t: [t / "missing" / "x.json"], lambda t: [], []),
         (lambda t: [t / "folder"], lambda t: [], [("unwritable-file", 0)]),
         (lambda t: [t / "data.json" / "x.json"], lambda t: [], [("unwritable-file", 0)]),
         # An input file, however spelled.

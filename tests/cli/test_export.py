@@ -76,12 +76,11 @@ def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_unwritable_output_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "schedule.json"
     source.write_text(json.dumps([[1, 63, 7], [64, 256, 0]]))
+    (tmp_path / "no").write_text("")  # a file where a folder would be made
     out = tmp_path / "no" / "such" / "trtllm.json"
     assert main(["export", str(source), "-o", str(out)]) == EXIT_BAD_INPUT
     captured = capsys.readouterr()
-    assert f"[unwritable-file] cannot write the file: No such file or directory in {out}" in (
-        captured.err
-    )
+    assert f"[unwritable-file] cannot write the file: Not a directory in {out}" in (captured.err)
     assert captured.out == ""
 
 

@@ -322,21 +322,28 @@ def _linked(tmp_path: Path, name: str, target: Path) -> Path:
     return link
 
 
+def _plain_file(path: Path) -> Path:
+    """``path``, an empty regular file (where an output's folder would have to be)."""
+    path.write_text("")
+    return path
+
+
 #: Outputs refused before anything is read, printed or written: (argv, the flag, the path
 #: reported), each a function of the inputs and the test's folder.
 REFUSALS: dict[
     str, tuple[Callable[[Inputs, Path], list[str]], str, Callable[[Inputs, Path], Path]]
 ] = {
-    "tune: the folder of --output-json is missing (--plan-json fine)": (
+    # (A missing folder is made, as the seed makes its --output-json's; a file is no folder.)
+    "tune: the folder of --output-json is a file (--plan-json fine)": (
         lambda given, t: [
             str(given.sweep),
             "--plan-json",
             str(t / "ok.json"),
             "--output-json",
-            str(t / "missing" / "x.json"),
+            str(_plain_file(t / "plain") / "x.json"),
         ],
         "--output-json",
-        lambda given, t: t / "missing" / "x.json",
+        lambda given, t: t / "plain" / "x.json",
     ),
     "tune: --output-json is a folder": (
         lambda given, t: [str(given.sweep), "--output-json", str(t)],

@@ -66,6 +66,8 @@ SEED_KEYS = [
     "batch_decisions",
     "input_summary_files",
 ]
+#: The seed's ``selection`` keys in its order (vLLM PR #49163 at 318528f6,
+#: ``tune_speculative_k``'s returned dict: ``relative_tolerance`` right after ``min_runs``).
 SEED_SELECTION_KEYS = [
     "batch_size_metric",
     "k_metric",
@@ -73,11 +75,11 @@ SEED_SELECTION_KEYS = [
     "objective_direction",
     "acceptance_metric",
     "min_runs",
+    "relative_tolerance",
     "uncertainty_penalty",
     "max_objective_relative_mad",
     "max_acceptance_relative_mad",
     "strict_acceptance_stability",
-    "relative_tolerance",
     "max_batch_size",
 ]
 DECISION_KEYS = [
@@ -183,10 +185,11 @@ def test_bad_sweep_exits_2_and_writes_nothing(
 
 
 def test_unwritable_output_exits_2(good_sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    output = good_sweep / "no such folder" / "schedule.json"
+    (good_sweep / "not a folder").write_text("")
+    output = good_sweep / "not a folder" / "schedule.json"
     code, out, err = _main(capsys, good_sweep, "--output-json", output)
     assert code == EXIT_BAD_INPUT
-    assert f"[unwritable-file] cannot write the file: No such file or directory in {output}" in err
+    assert f"[unwritable-file] cannot write the file: Not a directory in {output}" in err
     assert "Traceback" not in err
     assert out == ""
 
@@ -266,8 +269,19 @@ def test_stdout_structure(good_sweep: Path, capsys: pytest.CaptureFixture[str]) 
     # (confidence status per anchor, switch points, plan); then the deploy line and the path.
     assert json.loads(lines[0]) == written["num_speculative_tokens_per_batch_size"]
     assert json.loads(lines[0]) == GOOD_SCHEDULE
-    for line, anchor, k in zip(lines[1:4], GOOD_ANCHORS, [2, 2, 0], strict=True):
-        assert line.startswith(f"batch_size={anchor}: K={k} "), line
+    # Each anchor's line exactly as the seed prints it, from the JSON it wrote.
+    for line, decision in zip(lines[1:4], written["batch_decisions"], strict=True):
+        assert line == (
+            f"batch_size={decision['batch_size']}: K={decision['selected_k']},"
+            f" conservative_objective={decision['selected_conservative_objective']:.2f},"
+            f" vs_best={decision['selected_vs_best_percent']:.2f}%,"
+            f" vs_k0={decision['selected_vs_k0_percent']}"
+        )
+    assert [d["selected_k"] for d in written["batch_decisions"]] == [2, 2, 0]
+    # Then tune-spec-k's line per anchor, on lines of their own.
+    details = lines[4:7]
+    for line, anchor, k in zip(details, GOOD_ANCHORS, [2, 2, 0], strict=True):
+        assert line.startswith(f"anchor {anchor}: K={k} median="), line
     statuses = [line for line in lines if line.split(":")[0].startswith("batch_size=")][3:]
     assert [line.split(":")[0] for line in statuses] == [f"batch_size={a}" for a in GOOD_ANCHORS]
     assert all(" resolved" in line or " unresolved" in line for line in statuses)
@@ -284,12 +298,16 @@ def test_anchor_lines_show_the_hand_computed_scores(
     good_sweep: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, out, _ = _main(capsys, good_sweep)
-    anchor_1 = out.splitlines()[1]
+    seed_line, detail = out.splitlines()[1], out.splitlines()[4]
     # K=2 at anchor 1: median 150, conservative 150 - 1.4826 * 2 = 147.0348, and against
     # K=0 (97.0348): 147.0348 / 97.0348 - 1 = +51.53 %.
-    assert "median=150.00" in anchor_1
-    assert "conservative=147.03" in anchor_1
-    assert "vs_k0=+51.53%" in anchor_1
+    assert "conservative_objective=147.03, vs_best=0.00%" in seed_line
+    # The seed prints vs_k0 unrounded, as Python writes the float.
+    vs_k0 = float(seed_line.rsplit("vs_k0=", 1)[1])
+    assert vs_k0 == pytest.approx((147.0348 / 97.0348 - 1) * 100)
+    assert "median=150.00" in detail
+    assert "conservative=147.03" in detail
+    assert "vs_k0=+51.53%" in detail
 
 
 # --------------------------------------------------------------------------- the JSON file

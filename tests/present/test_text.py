@@ -34,11 +34,14 @@ def _analysis(root: Path, **options: object) -> Analysis:
 def test_decision_lines_are_the_seeds(tmp_path: Path) -> None:
     result = _analysis(write_grid(tmp_path, CROSSING)).result
     # Identical runs: MAD 0, conservative = median. Batch 1: K=3 at 200 vs K=0 at 100, +100 %.
+    # The seed's format: vs_k0 as Python writes the float (200 / 100 - 1 = 1.0 -> 100.0).
     assert text.decision_lines(result) == [
-        "batch_size=1: K=3 median=200.00 conservative=200.00 vs_best=+0.00% vs_k0=+100.00%"
-        " tied=[3]",
-        "batch_size=16: K=0 median=1600.00 conservative=1600.00 vs_best=+0.00% vs_k0=+0.00%"
-        " tied=[0]",
+        "batch_size=1: K=3, conservative_objective=200.00, vs_best=0.00%, vs_k0=100.0",
+        "batch_size=16: K=0, conservative_objective=1600.00, vs_best=0.00%, vs_k0=0.0",
+    ]
+    assert text.anchor_detail_lines(result) == [
+        "anchor 1: K=3 median=200.00 conservative=200.00 vs_best=+0.00% vs_k0=+100.00% tied=[3]",
+        "anchor 16: K=0 median=1600.00 conservative=1600.00 vs_best=+0.00% vs_k0=+0.00% tied=[0]",
     ]
 
 
