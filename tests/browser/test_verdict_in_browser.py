@@ -233,12 +233,14 @@ def test_the_first_screen_shows_the_cli_s_verdict(
     assert page.get_by_text(ERROR_TOAST).count() == 0
 
 
-def test_the_real_sweep_after_both_fixes_names_batch_1_unresolved(
+def test_the_real_sweep_after_its_k_field_fix_names_batch_1_unresolved(
     page: Any, real_server: Any, tmp_path: Path
 ) -> None:
     """qwen3-32b-fp8-eagle3-tp2 (a static-K sweep): the page offers two one-click fixes (the K
-    field, a global K that differs); after both, the verdict is the CLI's with the same
-    settings: provisional, batch size 1 unresolved with the P the CLI prints."""
+    field, a global K that differs). The K field's fix removes both errors (with the static K
+    field no global is checked, as in the seed), and both buttons go; the verdict is then the
+    CLI's with the same settings: provisional, batch size 1 unresolved with the P the CLI
+    prints."""
     found, _ = app_support.find_experiments(REAL_DATA / REAL_EXPERIMENT, REAL_DATA)
     (folder,) = found.values()
     shown = analyse_sweep(load_experiment(folder, within=REAL_DATA), Settings(), Options(), None)
@@ -246,16 +248,16 @@ def test_the_real_sweep_after_both_fixes_names_batch_1_unresolved(
     fixes = [g.fix for g in groups[:2] if g.severity is Severity.ERROR and g.fix is not None]
     assert [fix.control for fix in fixes] == ["k_var", "allow_mixed_global_k"]
     (k_var,) = [fix.value for fix in fixes if fix.control == "k_var"]
-    fields, settings = Fields(k_var=k_var), Settings(allow_mixed_global_k=True)
+    fields, settings = Fields(k_var=k_var), Settings()
     arguments = app_support.cli_arguments(folder, fields, settings, Options())
     verdict = _cli_verdict(folder, tmp_path, *arguments[1:])
     page.set_viewport_size(FIRST_SCREEN)
     page.goto(f"{real_server.url}/?sweeps={REAL_EXPERIMENT}")
     page.get_by_text("Cannot tune:").first.wait_for(timeout=LOAD_TIMEOUT_MS)
-    for fix in fixes:
-        button = page.get_by_role("button", name=fix.label).first
-        button.click()
-        # A fix applied removes its error, and its button with it.
+    buttons = [page.get_by_role("button", name=fix.label).first for fix in fixes]
+    buttons[0].click()
+    # A fix applied removes its error, and its button with it: here both errors, both buttons.
+    for button in buttons:
         button.wait_for(state="detached", timeout=UPDATE_TIMEOUT_MS)
     assert _first_screen_verdict(page, verdict) == _items(verdict)
     (batch_1,) = [
