@@ -576,3 +576,60 @@ def test_readme_examples_are_what_the_cli_prints(
         )
         assert found is not None, f"README's {sample} line is not printed: {line!r}"
         position = found + 1
+
+
+def _readme_sessions() -> list[list[str]]:
+    """README's shell sessions: each fenced block whose first line starts with ``$ ``."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = text.split("```")[1::2]
+    return [block.strip("\n").splitlines() for block in blocks if block.lstrip("\n")[:2] == "$ "]
+
+
+def _shown_in(line: str, printed: list[str]) -> bool:
+    """A README line is a printed line: whole, or up to "..." where it is cut."""
+    shown = line.removesuffix("...")
+    return any(p.startswith(shown) if shown != line else p == line for p in printed)
+
+
+@pytest.mark.parametrize("session", _readme_sessions(), ids=lambda s: s[0][:60])
+def test_readme_shell_sessions_are_what_the_cli_prints(
+    session: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Every ``$ `` command of README's sessions run in a fresh folder (``DIR`` and
+    ``data/sample_sweeps/...`` are the bundled samples, ``/tmp/...`` the test's folder; an
+    ``echo 'X' > F`` writes F): each line shown after it is a line it printed, on stdout or
+    stderr, whole or up to a "..." (a line that is "..." stands for lines left out)."""
+    monkeypatch.chdir(tmp_path)
+    samples = REPO / "data" / "sample_sweeps"
+    # The files README's sessions make (`echo 'X' > F`), whichever session makes them.
+    for line in (line for other in _readme_sessions() for line in other):
+        if line.startswith("$ echo "):
+            text, _, name = shlex.split(line[2:])[1:]
+            (tmp_path / name).write_text(text + "\n")
+    commands: list[tuple[str, list[str]]] = []
+    for line in session:
+        if line.startswith("$ "):
+            commands.append((line[2:], []))
+        elif commands and line.strip() != "...":
+            commands[-1][1].append(line)
+    assert commands
+    for command, shown in commands:
+        words = shlex.split(command.replace("DIR", str(samples / "sonnet-like")))
+        if words[0] == "echo":
+            continue
+        assert words[0] == "tune-spec-k", command
+        arguments = [
+            str(samples / w.removeprefix("data/sample_sweeps/"))
+            if w.startswith("data/sample_sweeps/")
+            else str(tmp_path / w.removeprefix("/tmp/"))
+            if w.startswith("/tmp/")
+            else w
+            for w in words[1:]
+        ]
+        if "export" not in arguments[:1] and "--output-json" not in arguments:
+            arguments += ["--output-json", str(tmp_path / "result.json")]
+        main(arguments)
+        captured = capsys.readouterr()
+        printed = captured.out.splitlines() + captured.err.splitlines()
+        missing = [line for line in shown if not _shown_in(line, printed)]
+        assert missing == [], f"{command}: README's lines not printed"
