@@ -20,10 +20,17 @@ from typing import Any
 import polars as pl
 
 from lib.analysis import Analysis
-from lib.context import PROMPT_LENGTH_FIELDS
 from lib.flags import flag_name
 from lib.problems import Problem, Severity
-from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, HEALTH_FIELDS, Fields, Options, Settings
+from lib.settings import (
+    DEFAULT_K_VAR,
+    GLOBAL_K_VAR,
+    HEALTH_FIELDS,
+    PROMPT_LENGTH_FIELDS,
+    Fields,
+    Options,
+    Settings,
+)
 from lib.sweeps import Sweep
 
 __all__ = [
