@@ -47,7 +47,10 @@ from lib.schedule import candidate_json, finite_or_none
 from lib.settings import (
     CONTEXT_AUTO,
     CONTEXT_NONE,
-    RANDOM_PROMPT_LENGTH,
+    DECLARED_OUTPUT,
+    MEASURED_OUTPUT,
+    MEASURED_PROMPT,
+    PROMPT_LENGTH_FIELDS,
     REPEAT_SEED,
     ContextSettings,
     Options,
@@ -56,50 +59,13 @@ from lib.settings import (
 from lib.sweeps import Sweep
 
 __all__ = [
-    "MEASURED_PROMPT",
-    "PROMPT_LENGTH_FIELDS",
     "ContextAnalysis",
     "ContextAxis",
     "ContextPoint",
     "analyse_contexts",
-    "context_fields_read",
     "context_points",
     "find_context_axis",
 ]
-
-#: The swept bench keys that set the prompt length, in the order ``auto`` looks for them:
-#: (fields that must all be present and are summed, fields added where present).
-#: ``random``: ``random_input_len`` tokens after a shared ``random_prefix_len``;
-#: ``prefix_repetition``: prompt = prefix + suffix exactly.
-PROMPT_LENGTH_FIELDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
-    ((RANDOM_PROMPT_LENGTH,), ("random_prefix_len",)),
-    (("prefix_repetition_prefix_len", "prefix_repetition_suffix_len"), ()),
-)
-#: The measured mean prompt of a run: prompt tokens over completed requests (client-side).
-MEASURED_PROMPT = ("total_input_tokens", "completed")
-#: The measured mean output of a run, and the swept output lengths to fall back on.
-_MEASURED_OUTPUT = ("total_output_tokens", "completed")
-_DECLARED_OUTPUT = ("random_output_len", "prefix_repetition_output_len")
-
-
-def context_fields_read(context_var: str) -> tuple[str, ...]:
-    """The record fields :func:`find_context_axis` reads for ``context_var`` (a loader that
-    keeps only some metrics must keep these too), the repeat's seed last.
-
-    >>> context_fields_read("none")
-    ()
-    >>> context_fields_read("my_len")[:3], context_fields_read("my_len")[-1]
-    (('my_len', 'total_output_tokens', 'completed'), 'seed')
-    """
-    if context_var == CONTEXT_NONE:
-        return ()
-    prompt: tuple[str, ...] = (context_var,)
-    if context_var == CONTEXT_AUTO:
-        prompt = (
-            *(name for required, added in PROMPT_LENGTH_FIELDS for name in (*required, *added)),
-            *MEASURED_PROMPT,
-        )
-    return tuple(dict.fromkeys((*prompt, *_MEASURED_OUTPUT, *_DECLARED_OUTPUT, REPEAT_SEED)))
 
 
 @dataclass(frozen=True)
@@ -212,11 +178,11 @@ def _prompt_expression(sweep: Sweep, context_var: str) -> tuple[str, pl.Expr] | 
 
 def _output_tokens(runs: pl.DataFrame) -> pl.Series | None:
     """The mean output length of each run: measured, else the swept output length."""
-    tokens, completed = _MEASURED_OUTPUT
+    tokens, completed = MEASURED_OUTPUT
     candidates: list[pl.Expr] = []
     if tokens in runs.columns and completed in runs.columns:
         candidates.append(pl.when(pl.col(completed) > 0).then(pl.col(tokens) / pl.col(completed)))
-    candidates += [pl.col(name) for name in _DECLARED_OUTPUT if name in runs.columns]
+    candidates += [pl.col(name) for name in DECLARED_OUTPUT if name in runs.columns]
     if not candidates:
         return None
     return runs.select(pl.coalesce(candidates))[:, 0]
@@ -231,7 +197,7 @@ def find_context_axis(
 
     - ``--context-var none``: no axis (the seed's behaviour).
     - The prompt length of a run is ``--context-var``'s field; with ``auto`` the first of
-      :data:`PROMPT_LENGTH_FIELDS` some record holds, else the measured mean prompt
+      :data:`~lib.settings.PROMPT_LENGTH_FIELDS` some record holds, else the measured mean prompt
       ``total_input_tokens / completed``. A field named explicitly that no record holds is an
       error.
     - A run without a prompt length (a failed run has no measurements) takes the context of

@@ -23,6 +23,7 @@ __all__ = [
     "CLIFF_ACCEPTANCE_FIELD",
     "CONTEXT_AUTO",
     "CONTEXT_NONE",
+    "DECLARED_OUTPUT",
     "DEFAULT_BATCH_SIZE_VAR",
     "DEFAULT_CONFIDENCE",
     "DEFAULT_K_VAR",
@@ -32,7 +33,10 @@ __all__ = [
     "ENGINE_FIELDS",
     "GLOBAL_K_VAR",
     "HEALTH_FIELDS",
+    "MEASURED_OUTPUT",
+    "MEASURED_PROMPT",
     "POLICIES",
+    "PROMPT_LENGTH_FIELDS",
     "RANDOM_PROMPT_LENGTH",
     "RESULT_FILE",
     "ContextSettings",
@@ -346,6 +350,19 @@ REPEAT_SEED = "seed"
 #: ``--context-var`` values that name no field: detect the context axis, or ignore it (the seed).
 CONTEXT_AUTO = "auto"
 CONTEXT_NONE = "none"
+#: The swept bench keys that set the prompt length, in the order ``auto`` looks for them:
+#: (fields that must all be present and are summed, fields added where present).
+#: ``random``: ``random_input_len`` tokens after a shared ``random_prefix_len``;
+#: ``prefix_repetition``: prompt = prefix + suffix exactly.
+PROMPT_LENGTH_FIELDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    ((RANDOM_PROMPT_LENGTH,), ("random_prefix_len",)),
+    (("prefix_repetition_prefix_len", "prefix_repetition_suffix_len"), ()),
+)
+#: The measured mean prompt of a run: prompt tokens over completed requests (client-side).
+MEASURED_PROMPT = ("total_input_tokens", "completed")
+#: The measured mean output of a run, and the swept output lengths to fall back on.
+MEASURED_OUTPUT = ("total_output_tokens", "completed")
+DECLARED_OUTPUT = ("random_output_len", "prefix_repetition_output_len")
 
 
 @dataclass(frozen=True)
@@ -373,6 +390,29 @@ class ContextSettings:
             echo="changed",
         ),
     )
+
+    def fields_read(self) -> tuple[str, ...]:
+        """The record fields the context axis (:func:`lib.context.find_context_axis`) reads
+        with these settings: a loader that keeps only some metrics must keep these too. Here,
+        not in :mod:`lib.context`, because the CLI's reading child asks for them and must not
+        import Polars (:mod:`lib.cli.prefetch`).
+
+        >>> ContextSettings(context_var="none").fields_read()
+        ()
+        >>> ContextSettings(context_var="my_len").fields_read()[:3]
+        ('my_len', 'total_output_tokens', 'completed')
+        >>> ContextSettings(context_var="my_len").fields_read()[-1]  # the repeat's seed, last
+        'seed'
+        """
+        if self.context_var == CONTEXT_NONE:
+            return ()
+        prompt: tuple[str, ...] = (self.context_var,)
+        if self.context_var == CONTEXT_AUTO:
+            prompt = (
+                *(name for required, added in PROMPT_LENGTH_FIELDS for name in (*required, *added)),
+                *MEASURED_PROMPT,
+            )
+        return tuple(dict.fromkeys((*prompt, *MEASURED_OUTPUT, *DECLARED_OUTPUT, REPEAT_SEED)))
 
     def invalid(self) -> list[str]:
         """Reasons these settings cannot be used (empty when fine).

@@ -16,6 +16,7 @@ Polars nor NumPy: the CLI reads a sweep in a second process while the first impo
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import math
@@ -306,6 +307,50 @@ def _fingerprint(fields: dict[str, Any]) -> bytes | None:
         return None
 
 
+#: Measurements that differ from run to run: their values give :func:`_run_key`, the cheap
+#: first key by which :meth:`_Reader._repeated` finds the runs a record may repeat.
+_RUN_KEY_FIELDS = ("duration", "date", "output_throughput", "mean_ttft_ms", "total_output_tokens")
+_SCALARS = frozenset({float, int, str, bool, type(None)})
+
+
+def _run_key(record: dict[str, Any], finite: bool) -> int:
+    """A hash of a few of the record's values: equal for records of equal content (it is
+    coarser: different records may share it). ``finite``: the record was parsed by orjson,
+    which reads no NaN or infinity.
+
+    What the content leaves out or writes alike keys alike: a value that is not a scalar
+    (a list may be a bulky one, which the content drops: it keys like an absent field) and
+    a NaN or infinity (orjson writes them as null) key as None.
+
+    >>> one, other = {"duration": 1.5, "date": "x"}, {"date": "x", "duration": 1.5}
+    >>> _run_key(one, True) == _run_key(other, False)
+    True
+    >>> _run_key({"duration": [0.1] * 64}, True) == _run_key({}, True)
+    True
+    >>> _run_key({"duration": float("nan")}, False) == _run_key({"duration": None}, False)
+    True
+    """
+    values = tuple(map(record.get, _RUN_KEY_FIELDS))
+    if not _SCALARS.issuperset(map(type, values)) or not finite:
+        values = tuple(
+            None
+            if type(value) not in _SCALARS or (type(value) is float and not math.isfinite(value))
+            else value
+            for value in values
+        )
+    return hash(values)
+
+
+@dataclass(frozen=True)
+class _RecordFile:
+    """A file records were read from, and how to read them again: the content of a run is
+    worked out only when a later record shares its :func:`_run_key`, and by then its file's
+    records have been freed (keeping every record would hold the whole sweep in memory)."""
+
+    source: str
+    read_again: Callable[[], list[Any]]
+
+
 class _Reader:
     """Turns records into rows, logging what cannot be used.
 
@@ -348,8 +393,11 @@ class _Reader:
         self._previous_params = _Params(None, None, False, None, ())
         self._previous_fields: tuple[str, ...] | None = None
         self._previous_dotted: tuple[str, ...] = ()
-        # What identifies each run read so far (see _repeated): the file it came from.
-        self._contents: dict[int, str] = {}
+        # What identifies each run read so far (see _repeated): per run key, the first run
+        # with it (its file and place), None once its content is in _contents; each content
+        # worked out, with the file it was first read from.
+        self._first_by_key: dict[int, tuple[_RecordFile, int] | None] = {}
+        self._contents: dict[bytes, str] = {}
         self._run_numbers: dict[tuple[str, int], str] = {}
 
     def protected(self, name: str) -> bool:
@@ -526,44 +574,88 @@ class _Reader:
             )
         return unhealthy
 
-    def _repeated(self, record: dict[str, Any], source: str, combo: str, number: int) -> bool:
+    def _repeated(
+        self,
+        record: dict[str, Any],
+        file: _RecordFile,
+        position: int,
+        records: list[Any],
+        finite: bool,
+        combo: str,
+        number: int,
+    ) -> bool:
         """Whether the run was read already (a warning says where), so it counts once.
 
         A copied combo folder (``cp -r``), a summary.json copied beside its original, or a
         record listed twice would otherwise count its runs twice, and a cell of 2 runs would
         pass ``--min-runs 3``. The same run is a record with the same content (the same
-        fields and values in the same order, as a copy has), or the same run number again in
-        one combo folder. Content is compared by a 64-bit hash of the record's JSON: two
-        different runs (their timestamps and measurements differ) share one with odds of
-        about 2^-64 a pair."""
-        content = _fingerprint(record)
-        if content is None or may_hold_bulky_lists(content):
-            # Without the per-request lists a large file's reading replaces: a record reads the
-            # same from any file.
-            record = without_lists(record, self.protected)
-            content = _fingerprint(record) or json.dumps(record, default=str).encode()
-        identity = hash(content)
-        earlier = self._contents.get(identity)
-        how = f"a record already read from {earlier} (a copy?)"
-        if earlier is None:
-            self._contents[identity] = source
-            earlier = self._run_numbers.get((combo, number))
-            how = f"run {number} of the folder again, already read from {earlier}"
+        fields and values in the same order, as a copy has: :meth:`_content`), or the same run
+        number again in one combo folder.
+
+        The content is written out only for records that share their :func:`_run_key` with
+        an earlier one (a copy does; different runs almost never): then the earlier record's
+        content is worked out too, from ``records`` (the file being read, ``position`` is the
+        record's place in it) or by reading its file again (:meth:`_resolve`)."""
+        key = _run_key(record, finite)
+        earlier = None
+        if key not in self._first_by_key:
+            self._first_by_key[key] = (file, position)
+        else:
+            first = self._first_by_key[key]
+            if first is not None:
+                self._resolve(first[0], records if first[0] is file else None)
+            content = self._content(record)
+            earlier = self._contents.get(content)
             if earlier is None:
-                self._run_numbers[(combo, number)] = source
+                self._contents[content] = file.source
+        if earlier is not None:
+            how = f"a record already read from {earlier} (a copy?)"
+        else:
+            earlier = self._run_numbers.get((combo, number))
+            if earlier is None:
+                self._run_numbers[(combo, number)] = file.source
                 return False
+            how = f"run {number} of the folder again, already read from {earlier}"
         self.log.add(
             "repeated-run",
             f"{how}: counted once, from there",
-            source,
+            file.source,
             severity=Severity.WARNING,
         )
         return True
 
+    def _content(self, record: dict[str, Any]) -> bytes:
+        """What tells two runs apart: the record's JSON text (:func:`_fingerprint`) without the
+        per-request lists a large file's reading replaces, so that a record reads the same
+        from any file (:mod:`lib.bulky_lists`)."""
+        content = _fingerprint(record)
+        if content is None or may_hold_bulky_lists(content):
+            record = without_lists(record, self.protected)
+            content = _fingerprint(record) or json.dumps(record, default=str).encode()
+        return content
+
+    def _resolve(self, file: _RecordFile, records: list[Any] | None) -> None:
+        """Work out the content of every run of ``file`` that is still first with its key
+        (``records``: the file's records, if still at hand; else it is read again), so that
+        each file is read again at most once."""
+        if records is None:
+            records = file.read_again()
+        first_by_key = self._first_by_key
+        for position, record in enumerate(records):
+            if not isinstance(record, dict):
+                continue
+            # Not finite=True even where orjson read the file: the key is the same either way
+            # for what orjson reads, and this file may have been read by Python's json.
+            key = _run_key(record, finite=False)
+            first = first_by_key.get(key)
+            if first is not None and first[0] is file and first[1] == position:
+                first_by_key[key] = None
+                self._contents.setdefault(self._content(record), file.source)
+
     def add_records(
         self,
         records: list[Any],
-        source: str,
+        file: _RecordFile,
         combo: str,
         run_number: int | None,
         parsed_by_orjson: bool,
@@ -571,6 +663,7 @@ class _Reader:
         """The records of one file: a summary.json's list (``run_number`` None: a record
         without its own ``run_number`` gets its position) or ``[record]`` of a run=N.json
         (``run_number`` N). Records that are not objects are reported and give no row."""
+        source = file.source
         derived = self.derived
         first_row = len(derived["source"])
         # Problems inside a summary.json name the record, so the user finds the run among many.
@@ -610,7 +703,7 @@ class _Reader:
                         value=show_value(raw),
                         expected=f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}",
                     )
-            if self._repeated(record, source, combo, number):
+            if self._repeated(record, file, position, records, parsed_by_orjson, combo, number):
                 continue
             params = self._params(record, parsed_by_orjson)
             if params.findings:
@@ -871,6 +964,16 @@ class SweepFiles:
     compilation_configs: tuple[dict[str, Any], ...] = ()
 
 
+def _records_again(
+    path: Path, relative: str, depth: int | None, protected: Callable[[str], bool], single: bool
+) -> list[Any]:
+    """The records of a file read before, read again as then (its problems are known)."""
+    data, _ = _read_json(path, relative, _ProblemLog(), depth, protected)
+    if single:
+        return [data]
+    return data if isinstance(data, list) else []
+
+
 def read_sweep_files(
     path: str | os.PathLike[str],
     *,
@@ -991,10 +1094,15 @@ def _read(
             continue
         if data is MISSING:
             continue
+        again = functools.partial(
+            _records_again, file_path, relative, depth, reader.protected, kind == "run"
+        )
         if kind == "run":
-            reader.add_records([data], relative, combo, number, parsed_by_orjson)
+            reader.add_records(
+                [data], _RecordFile(relative, again), combo, number, parsed_by_orjson
+            )
         elif isinstance(data, list):
-            reader.add_records(data, relative, combo, None, parsed_by_orjson)
+            reader.add_records(data, _RecordFile(relative, again), combo, None, parsed_by_orjson)
         else:
             log.add(
                 "summary-not-list",

@@ -354,15 +354,35 @@ _EULER_MACLAURIN_COEFFICIENTS = (
 )
 
 
-def _gauss_legendre(count: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Nodes and weights of ``count``-point Gauss-Legendre quadrature on [0, 1]."""
-    nodes, weights = np.polynomial.legendre.leggauss(count)
-    return (nodes + 1) / 2, weights / 2
-
-
-#: 8 nodes integrate ``e^(c v)`` over a piece where ``c v`` changes by at most 1 to about 1e-20
-#: relative.
-_GAUSS_LEGENDRE_NODES, _GAUSS_LEGENDRE_WEIGHTS = _gauss_legendre(8)
+#: Nodes and weights of 8-point Gauss-Legendre quadrature on [0, 1]: 8 nodes integrate
+#: ``e^(c v)`` over a piece where ``c v`` changes by at most 1 to about 1e-20 relative. Written
+#: out rather than computed with ``numpy.polynomial.legendre.leggauss(8)`` (mapped from [-1, 1]:
+#: ``(nodes + 1) / 2``, ``weights / 2``), which would import ``numpy.polynomial`` (20-40 ms) at
+#: every start; ``tests/test_switch_points.py`` checks they are those values bit for bit.
+_GAUSS_LEGENDRE_NODES = np.array(
+    [
+        0.019855071751231912,
+        0.10166676129318664,
+        0.2372337950418355,
+        0.4082826787521751,
+        0.5917173212478248,
+        0.7627662049581645,
+        0.8983332387068134,
+        0.9801449282487681,
+    ]
+)
+_GAUSS_LEGENDRE_WEIGHTS = np.array(
+    [
+        0.05061426814518853,
+        0.11119051722668721,
+        0.15685332293894344,
+        0.18134189168918083,
+        0.18134189168918083,
+        0.15685332293894344,
+        0.11119051722668721,
+        0.05061426814518853,
+    ]
+)
 
 #: The Euler-Maclaurin formula starts no lower than this batch size plus twice the slope
 #: (:meth:`_Lines.gain_sum_and_max`); below it the gains are summed term by term.

@@ -356,3 +356,33 @@ def test_the_typed_grid_is_the_grid_its_json_reads_back_as(sample: str) -> None:
     assert (typed, problems) == (read, read_problems)
     # long-context exports; real-cpu-context's noisy cells leave some undecided: refused.
     assert (typed is not None) == (sample == "long-context")
+
+
+@pytest.mark.parametrize(
+    ("prompt_fields", "context_var"),
+    [
+        (None, "auto"),
+        ({"random_input_len": lambda p: p - 100, "random_prefix_len": 100}, "auto"),
+        (
+            {"prefix_repetition_prefix_len": lambda p: p - 96, "prefix_repetition_suffix_len": 96},
+            "auto",
+        ),
+        ({}, "auto"),  # the measured mean prompt
+        (None, "random_input_len"),
+    ],
+)
+def test_the_fields_read_are_all_the_axis_reads(
+    tmp_path: Path, prompt_fields: dict[str, object] | None, context_var: str
+) -> None:
+    """The CLI loads only ``Settings.metrics_read()`` and ``ContextSettings.fields_read()``:
+    the axis found on that load must be the one found on the full load (a field the axis
+    reads that fields_read left out would change the points or lose the axis)."""
+    extra = {} if prompt_fields is None else {"prompt_fields": prompt_fields}
+    root = write_context_grid(tmp_path, CONTEXT_GRID, **extra)  # type: ignore[arg-type]
+    settings = ContextSettings(context_var=context_var)
+    full, full_problems = find_context_axis(load_experiment(root), settings)
+    metrics = (*Settings().metrics_read(), *settings.fields_read())
+    lean, lean_problems = find_context_axis(load_experiment(root, metrics=metrics), settings)
+    assert full is not None and lean is not None
+    assert (lean.field, lean.points) == (full.field, full.points)
+    assert lean_problems == full_problems

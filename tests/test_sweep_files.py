@@ -276,6 +276,45 @@ def test_a_copied_run_counts_once(tmp_path: Path) -> None:
     }
 
 
+def test_records_alike_in_the_run_key_fields_are_told_apart_by_their_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repeated-run check writes a record's content out only when its few run-key fields
+    (sweep_files._RUN_KEY_FIELDS) match an earlier record's; the earlier file is then read
+    again. A twin that matches there but differs elsewhere is a run of its own; a copy of
+    either is a repeat of that one, named by the file it was first read from."""
+    from lib import sweep_files
+
+    experiment = _healthy_copy(tmp_path)
+    original = experiment / "SERVE--k3-BENCH--c1" / "summary.json"
+    record = json.loads(original.read_text())[0]
+    twin = {**record, "label": "twin"}  # label is no run-key field
+    assert "label" not in sweep_files._RUN_KEY_FIELDS
+    for folder, content in {"z1-twin": twin, "z2-copy": record, "z3-copy": twin}.items():
+        (experiment / folder).mkdir()
+        (experiment / folder / "run=0.json").write_text(json.dumps(content))
+    read_again: list[str] = []
+    records_again = sweep_files._records_again
+
+    def counting(*arguments: Any) -> list[Any]:
+        read_again.append(arguments[1])
+        return records_again(*arguments)
+
+    monkeypatch.setattr(sweep_files, "_records_again", counting)
+    sweep = load_experiment(experiment)
+    # The twin is one more run; the two copies are not.
+    assert sweep.runs.height == load_experiment(HEALTHY).runs.height + 1
+    assert _repeats(sweep) == {
+        "z2-copy/run=0.json": "a record already read from SERVE--k3-BENCH--c1/summary.json"
+        " (a copy?): counted once, from there",
+        "z3-copy/run=0.json": "a record already read from z1-twin/run=0.json"
+        " (a copy?): counted once, from there",
+    }
+    # The original's file is read again once, when the twin matches its key; then both
+    # contents are known.
+    assert read_again == ["SERVE--k3-BENCH--c1/summary.json"]
+
+
 def test_a_record_listed_twice_or_a_run_number_repeated_counts_once(tmp_path: Path) -> None:
     experiment = _healthy_copy(tmp_path)
     summary = experiment / "SERVE--k0-BENCH--c4" / "summary.json"

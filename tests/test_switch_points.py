@@ -399,3 +399,15 @@ def test_the_most_distant_plausible_objectives_do_not_overflow(
     gain = json.loads(output.read_text())["switch_points"]["expected_gain_percent"]["max"]
     assert math.isfinite(gain)
     assert gain > 1e190
+
+
+def test_the_written_out_gauss_legendre_rule_is_numpy_s_bit_for_bit() -> None:
+    """The 8-point rule is written out so that no start imports numpy.polynomial; it must be
+    what ``leggauss(8)`` gives, mapped from [-1, 1] to [0, 1], to the last bit."""
+    import numpy as np
+
+    from lib import switch_points
+
+    nodes, weights = np.polynomial.legendre.leggauss(8)
+    assert switch_points._GAUSS_LEGENDRE_NODES.tobytes() == ((nodes + 1) / 2).tobytes()
+    assert switch_points._GAUSS_LEGENDRE_WEIGHTS.tobytes() == (weights / 2).tobytes()

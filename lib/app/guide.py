@@ -20,13 +20,13 @@ from typing import Any
 import polars as pl
 
 from lib.analysis import Analysis
-from lib.context import PROMPT_LENGTH_FIELDS
 from lib.flags import flag_name
 from lib.problems import Problem, Severity
 from lib.settings import (
     DEFAULT_K_VAR,
     GLOBAL_K_VAR,
     HEALTH_FIELDS,
+    PROMPT_LENGTH_FIELDS,
     REPEAT_SEED,
     Fields,
     Options,

@@ -130,7 +130,6 @@ def main(args: TuneArgs) -> int:
 def _read(args: TuneArgs) -> tuple[SweepFiles, SavedServers]:
     """The sweep's files, only the metrics the analysis reads, and the server configs it saved
     (run in the prefetch child)."""
-    from lib.context import context_fields_read
     from lib.server_info import read_server_settings
     from lib.sweep_files import read_sweep_files
 
@@ -140,7 +139,7 @@ def _read(args: TuneArgs) -> tuple[SweepFiles, SavedServers]:
         k_var=args.fields.k_var,
         metrics=(
             *args.settings.metrics_read(),
-            *context_fields_read(args.context.context_var),
+            *args.context.fields_read(),
             *(name for names in ENGINE_FIELDS.values() for name in names),
         ),
     )
