@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from sweep_builder import WORKED_EXAMPLE, grid, write_grid
+from sweep_builder import CONTEXT_GRID, WORKED_EXAMPLE, grid, write_context_grid, write_grid
 
 from lib.analysis import Analysis, analyse
 from lib.app.context import analyse_sweep
 from lib.cli.main import main
-from lib.context import ContextAnalysis
+from lib.context import ContextAnalysis, analyse_contexts, find_context_axis
 from lib.deploy.tuning import deploy_analysis
 from lib.deploy.verdict import (
     REFUSAL_FIXES,
@@ -29,7 +29,7 @@ from lib.deploy.verdict import (
 from lib.numbers import probability_text
 from lib.problems import Problem, Severity
 from lib.schedule import Schedule
-from lib.settings import DeploySettings, Options, Settings
+from lib.settings import GLOBAL_K_VAR, ContextSettings, DeploySettings, Options, Settings
 from lib.sweeps import load_experiment
 
 # K=3 beats K=0 by 50 % with 0.5 % noise at both anchors (P(eps-good) is 1), and 8 requests
@@ -262,3 +262,67 @@ def test_every_refusal_fix_names_flags_the_cli_takes(rule: str) -> None:
     known = {option for action in parser._actions for option in action.option_strings}
     named = re.findall(r"--[a-z][a-z-]*", REFUSAL_FIXES[rule]())
     assert set(named) <= known
+
+
+def test_a_resolved_anchor_whose_deployed_pick_is_unsure_is_a_reason(tmp_path: Path) -> None:
+    # Batch 1: K=1 runs 98.9 three times (score 98.9); K=3 runs 97 / 100 / 103 (median 100,
+    # MAD 3, score 100 - 1.4826 x 3 = 95.55). The seed deploys K=1 (the best score), 1.1 %
+    # below K=3's median, past the 1 % tolerance: the confident rule resolves the anchor on
+    # K=3, and the deployed K=1 is not sure enough. Without K=3's noise (the other side) K=3
+    # wins both rules and nothing is in doubt.
+    noisy = write_grid(
+        tmp_path / "noisy", {(1, 0): [50.0] * 3, (1, 1): [98.9] * 3, (1, 3): [97.0, 100.0, 103.0]}
+    )
+    verdict = _verdict(noisy, deploy=DeploySettings(max_num_seqs=1))
+    (reason,) = [r for r in verdict.reasons if r.rule == "unsure-pick"]
+    assert verdict.state == "provisional" and reason.size is not None and reason.size < 0.9
+    assert f"K=1 has P(eps-good) {probability_text(reason.size)}, below 0.9" in reason.message
+    steady = write_grid(
+        tmp_path / "steady", {(1, 0): [50.0] * 3, (1, 1): [98.9] * 3, (1, 3): [100.0] * 3}
+    )
+    assert "unsure-pick" not in _rules(_verdict(steady, deploy=DeploySettings(max_num_seqs=1)))
+
+
+def test_a_method_vllm_runs_without_the_schedule_is_a_reason(tmp_path: Path) -> None:
+    # vLLM 0.33 keeps Dynamic SD on model runner v1 only for DSD_METHODS_MRV1: a medusa
+    # drafter's schedule would not run; eagle3 (the other side) keeps it.
+    def static_sweep(folder: Path, method: str) -> Path:
+        write_grid(folder, {(1, 0): [100.0, 100.5, 99.5]}, spec="none")
+        spec = {"method": method, "model": "org/drafter", "num_speculative_tokens": 3}
+        return write_grid(folder, {(1, 3): [150.0, 150.5, 149.5]}, spec=spec)
+
+    def verdict_of_static(folder: Path) -> Verdict:
+        analysis = analyse(load_experiment(folder, k_var=GLOBAL_K_VAR), Settings())
+        deployed, _ = deploy_analysis(analysis, DeploySettings(max_num_seqs=1))
+        found = verdict_in(deployed.result)
+        assert found is not None
+        return found
+
+    medusa = verdict_of_static(static_sweep(tmp_path / "medusa", "medusa"))
+    (reason,) = [r for r in medusa.reasons if r.rule == "schedule-disabled"]
+    assert "'medusa'" in reason.message and medusa.state == "provisional"
+    eagle = verdict_of_static(static_sweep(tmp_path / "eagle", "eagle3"))
+    assert "schedule-disabled" not in _rules(eagle)
+
+
+def test_an_unresolved_context_cell_is_a_reason_with_its_p(tmp_path: Path) -> None:
+    # CONTEXT_GRID with batch 64 at 8192 tokens made a coin toss: K=0 2000 / 2100 / 1900 and
+    # K=3 2010 / 2110 / 1910 (0.5 % apart under 5 % noise): unresolved there, P well below 0.9.
+    cells = dict(CONTEXT_GRID)
+    cells[(64, 0, 8192)] = [2000.0, 2100.0, 1900.0]
+    cells[(64, 3, 8192)] = [2010.0, 2110.0, 1910.0]
+    sweep = load_experiment(write_context_grid(tmp_path / "coin", cells))
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    verdict = context_verdict(analyse_contexts(sweep, axis, Settings(), Options()))
+    (reason,) = [r for r in verdict.reasons if r.rule == "unresolved-cell"]
+    assert reason.message.startswith("batch size 64 at 8192-token prompts:")
+    assert reason.size is not None and reason.size < 0.9
+    assert f"(P(eps-good) {probability_text(reason.size)})" in reason.message
+    # The grid as built (every cell clear) has none.
+    clear = load_experiment(write_context_grid(tmp_path / "clear", CONTEXT_GRID))
+    axis, _ = find_context_axis(clear, ContextSettings())
+    assert axis is not None
+    assert "unresolved-cell" not in _rules(
+        context_verdict(analyse_contexts(clear, axis, Settings(), Options()))
+    )
