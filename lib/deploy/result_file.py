@@ -329,6 +329,12 @@ def _result_file(data: Any, source: str) -> ResultFile:
     )
     config = data.get("speculative_config")
     grid, grid_problems = context_grid_of(data, source) if "context_grid" in data else (None, [])
+    try:
+        context_cells = _context_cells(data, source)
+    except _Invalid as invalid:
+        # A damaged grid is the grid's problem (the result's other parts stay readable).
+        context_cells = ()
+        grid_problems = grid_problems or [invalid.problem]
     return ResultFile(
         source=source,
         schedule=schedule,
@@ -345,7 +351,7 @@ def _result_file(data: Any, source: str) -> ResultFile:
         grid=grid,
         grid_problems=tuple(grid_problems),
         not_interpolable=_cliff_stretches(data, source),
-        context_cells=_context_cells(data, source),
+        context_cells=context_cells,
         context_field=_context_field(data),
         context_points_to_measure=tuple(
             p

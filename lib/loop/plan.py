@@ -1119,6 +1119,9 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
                 " `tune-spec-k DIR --plan-json PATH`) nor a tuning result (key"
                 " 'batch_decisions')",
             )
+    if result is not None and result.has_grid and not result.context_cells:
+        # Planned without it, the follow-up would re-measure the batch-only answer instead.
+        return None, list(result.grid_problems)
     if result is not None and result.context_cells:
         return _context_follow_up_needs(result, plan_data)
     if plan_data is not None and "context_field" in plan_data:

@@ -841,3 +841,12 @@ def test_the_context_measurement_plan_is_written_and_planned(tmp_path: Path) -> 
     # A plan without its result cannot be planned: the runs so far are in the result.
     needs, problems = follow_up_needs([plan_file])
     assert needs is None and "needs its result JSON" in problems[0].message
+
+
+def test_a_damaged_grid_is_refused_not_planned_as_batch_only(tmp_path: Path) -> None:
+    def damage(data: dict[str, Any]) -> None:
+        data["context_grid"][0]["prompt_tokens"] = "512"
+
+    needs, problems = follow_up_needs([_context_result(tmp_path, damage)])
+    assert needs is None
+    assert problems and problems[0].field is not None and "context_grid[0]" in problems[0].field
