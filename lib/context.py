@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -483,6 +484,36 @@ class ContextAnalysis:
                 )
         return proposals
 
+    def measurement_plan(self) -> dict[str, Any]:
+        """The context measurement plan (``tune-spec-k DIR --plan-json PATH`` on a context
+        sweep): each context point's own measurement plan (:mod:`lib.measurement_plan`), its
+        rows with the point's ``prompt_tokens`` first, and the prompt lengths to measure next
+        (:meth:`context_points_to_measure`). ``total_more_runs`` counts the reruns and new
+        anchors only: a new prompt length is a new sweep (``plan --context-lengths``)."""
+        reruns: list[dict[str, Any]] = []
+        new_anchors: list[dict[str, Any]] = []
+        for point, analysis in zip(self.axis.points, self.contexts, strict=True):
+            if analysis.plan is None:
+                continue
+            plan = analysis.plan.to_json()
+            reruns += [{"prompt_tokens": point.prompt_tokens, **row} for row in plan["reruns"]]
+            new_anchors += [
+                {"prompt_tokens": point.prompt_tokens, **row} for row in plan["new_anchors"]
+            ]
+        return {
+            "context_field": self.axis.field,
+            "confidence": self.confidence,
+            "total_more_runs": sum(row["more_runs"] for row in reruns)
+            + sum(len(row["ks"]) * row["runs_per_k"] for row in new_anchors),
+            "reruns": reruns,
+            "new_anchors": new_anchors,
+            "context_points_to_measure": self.context_points_to_measure(),
+        }
+
+    def measurement_plan_text(self) -> str:
+        """The context measurement plan file's exact text (same input, same bytes)."""
+        return json.dumps(self.measurement_plan(), indent=2, allow_nan=False) + "\n"
+
     @staticmethod
     def between(lower: int, upper: int) -> int:
         """The geometric mean of two prompt lengths, rounded to the nearest token."""
@@ -542,6 +573,7 @@ def _grid_rows(point: ContextPoint, analysis: Analysis, confidence: float) -> li
         candidates.setdefault(cell["anchor"], []).append(
             {**candidate_json(cell), "verdict": cell["status"], "reason": cell["reason"]}
         )
+    blocks = analysis.report.blocks() if analysis.report is not None else {}
     return [
         {
             "batch_size": anchor,
@@ -551,6 +583,9 @@ def _grid_rows(point: ContextPoint, analysis: Analysis, confidence: float) -> li
             "selected_median_objective": median,
             "status": status,
             "p_eps_good": p,
+            # What a follow-up reruns here (plan --follow-up), as batch_decisions' confidence.
+            "contenders": blocks.get(anchor, {}).get("contenders", []),
+            "runs_needed": blocks.get(anchor, {}).get("runs_needed", {}),
             "candidates": candidates.get(anchor, []),
         }
         for anchor, k, p, status, median in _statuses(analysis, confidence)

@@ -22,10 +22,11 @@ from lib.cli.common import (
     write_and_print,
 )
 from lib.deploy.decisions import read_decisions
+from lib.files import read_json
 from lib.flags import add_flags, from_arguments
-from lib.loop.check import CheckSettings, check_deployment
+from lib.loop.check import CheckSettings, check_deployment, context_schedule_problems
 from lib.present.text import check_lines
-from lib.settings import DeploySettings, Fields, Options, Settings
+from lib.settings import ContextSettings, DeploySettings, Fields, Options, Settings
 
 __all__ = ["CheckArgs", "main"]
 
@@ -47,6 +48,7 @@ class CheckArgs:
     settings: Settings
     options: Options
     deploy: DeploySettings = field(default_factory=DeploySettings)
+    context: ContextSettings = field(default_factory=ContextSettings)
 
     description: ClassVar[str] = (
         "Judge a deployed schedule from a validation sweep (tune-spec-k plan --validate): per"
@@ -75,6 +77,7 @@ class CheckArgs:
         add_flags(parser, Fields, only=("batch_size_var",))
         add_flags(parser, Options, only=OPTIONS_USED)
         add_flags(parser, DeploySettings)
+        add_flags(parser, ContextSettings)
         parser.add_argument(
             "--strict", action="store_true", help="exit 1 for inconclusive anchors too"
         )
@@ -91,6 +94,7 @@ class CheckArgs:
             settings=from_arguments(Settings, arguments),
             options=from_arguments(Options, arguments),
             deploy=from_arguments(DeploySettings, arguments),
+            context=from_arguments(ContextSettings, arguments),
         )
 
 
@@ -102,12 +106,14 @@ def main(args: CheckArgs) -> int:
         return EXIT_BAD_INPUT
     schedule = None
     if args.schedule_file:
-        found, problems = read_decisions(args.schedule_file)
+        data, problems = read_json(args.schedule_file)
+        problems = problems or context_schedule_problems(data, args.schedule_file)
+        found, problems = (None, problems) if problems else read_decisions(args.schedule_file)
         if found is None:
             print_problems(problems, lambda count: f"{_COMMAND}: cannot read the schedule")
             return EXIT_BAD_INPUT
         schedule = found.schedule
-    settings = CheckSettings(args.settings, args.options, args.fields)
+    settings = CheckSettings(args.settings, args.options, args.fields, args.context)
     report = check_deployment(args.experiment_dir, settings, schedule, args.deploy)
     if print_problems(
         report.problems,

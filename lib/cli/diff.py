@@ -25,7 +25,7 @@ from lib.flags import add_flags, from_arguments
 from lib.loop.diff import DiffSettings, compare, read_side
 from lib.present.text import diff_lines
 from lib.problems import Problem, Severity
-from lib.settings import Fields, Options, Settings
+from lib.settings import ContextSettings, Fields, Options, Settings
 
 __all__ = ["DiffArgs", "main"]
 
@@ -55,8 +55,10 @@ class DiffArgs:
     description: ClassVar[str] = (
         "Compare two tunings (experiment folders, tuned here, or result JSONs): schedules side"
         " by side, per batch size the K change and its cost in either sweep, and the objective"
-        " change with its interval. The tuning flags apply to experiment folders; a result"
-        " JSON is read as written.\n\nExit status: 0 no material difference, 1 materially"
+        " change with its interval. Two context tunings (a sweep that varied the prompt length,"
+        " or a result JSON with a context_grid) are also compared cell by cell (batch size x"
+        " prompt length). The tuning flags apply to experiment folders; a result JSON is read"
+        " as written.\n\nExit status: 0 no material difference, 1 materially"
         " different, 2 bad input: usable as a CI gate."
     )
     example: ClassVar[str] = (
@@ -75,6 +77,7 @@ class DiffArgs:
         add_flags(parser, Settings, only=SETTINGS_USED)
         add_flags(parser, Fields)
         add_flags(parser, Options, only=OPTIONS_USED)
+        add_flags(parser, ContextSettings)
         add_output_json(parser, "also write the comparison as JSON")
 
     @classmethod
@@ -85,6 +88,7 @@ class DiffArgs:
             tuning=from_arguments(Settings, arguments),
             options=from_arguments(Options, arguments),
             fields=from_arguments(Fields, arguments),
+            context=from_arguments(ContextSettings, arguments),
         )
         return cls(arguments.a, arguments.b, arguments.output_json, settings)
 

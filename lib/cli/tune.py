@@ -95,7 +95,9 @@ class TuneArgs:
             "--plan-json",
             default=None,
             metavar="PATH",
-            help="(not in the seed) also write the measurement plan (reruns, new anchors) as JSON",
+            help="(not in the seed) also write the measurement plan (reruns, new anchors) as"
+            " JSON; on a context sweep, per prompt length, with the prompt lengths to measure"
+            " next",
         )
 
     @classmethod
@@ -185,7 +187,7 @@ def _tune(args: TuneArgs) -> int:
 
     axis, context_problems = find_context_axis(sweep, args.context)
     if axis is not None:
-        return _tune_contexts(args, sweep, axis, output)
+        return _tune_contexts(args, sweep, axis, output, plan_output)
     from lib.deploy.result_file import result_text
     from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
     from lib.deploy.verdict import verdict_in
@@ -243,8 +245,11 @@ def _print_refused_verdict(verdict: Verdict | None) -> None:
             print(line, file=sys.stderr)
 
 
-def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Output) -> int:
-    """A sweep with a context axis: the seed's batch-only answer (drop-in), then the grid."""
+def _tune_contexts(
+    args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Output, plan_output: Output | None
+) -> int:
+    """A sweep with a context axis: the seed's batch-only answer (drop-in), then the grid; the
+    context measurement plan to ``plan_output`` (``--plan-json``)."""
     from lib.context import analyse_contexts
     from lib.deploy.result_file import result_text
     from lib.deploy.verdict import context_verdict
@@ -273,4 +278,7 @@ def _tune_contexts(args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Outp
     lines += context_verdict(analysis).lines()
     if answer is not None and analysis.deployable:
         lines.append(text.speculative_config_line(answer.result))
-    return write_and_print(PROGRAM, [(output, result_text(analysis))], lines)
+    writes = [(output, result_text(analysis))]
+    if plan_output is not None:
+        writes.insert(0, (plan_output, analysis.measurement_plan_text()))
+    return write_and_print(PROGRAM, writes, lines)

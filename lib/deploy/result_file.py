@@ -240,6 +240,15 @@ class ResultFile:
     grid: ContextGrid | None
     grid_problems: tuple[Problem, ...]
     not_interpolable: frozenset[tuple[int, int, int]] = frozenset()
+    #: Each ``context_grid`` cell as an anchor at its prompt length, ``(prompt tokens,
+    #: anchor)``: its pick, candidates (runs, medians) and confidence (status, the selected
+    #: K's P(eps-good), contenders, runs needed), undecided cells included: what a follow-up
+    #: reruns (:func:`lib.loop.plan.follow_up_needs`). Empty without a grid.
+    context_cells: tuple[tuple[int, ResultAnchor], ...] = ()
+    #: The grid's prompt-length field (``context_axis.field``), None without a grid.
+    context_field: str | None = None
+    #: The prompt lengths ``context_measurement_plan`` proposes to measure next.
+    context_points_to_measure: tuple[int, ...] = ()
 
     @property
     def has_grid(self) -> bool:
@@ -332,6 +341,12 @@ def _result_file(data: Any, source: str) -> ResultFile:
     )
     config = data.get("speculative_config")
     grid, grid_problems = context_grid_of(data, source) if "context_grid" in data else (None, [])
+    try:
+        context_cells = _context_cells(data, source)
+    except _Invalid as invalid:
+        # A damaged grid is the grid's problem (the result's other parts stay readable).
+        context_cells = ()
+        grid_problems = grid_problems or [invalid.problem]
     return ResultFile(
         source=source,
         schedule=schedule,
@@ -348,7 +363,60 @@ def _result_file(data: Any, source: str) -> ResultFile:
         grid=grid,
         grid_problems=tuple(grid_problems),
         not_interpolable=_cliff_stretches(data, source),
+        context_cells=context_cells,
+        context_field=_context_field(data),
+        context_points_to_measure=tuple(
+            p
+            for p in (
+                whole_number(_mapping(row).get("prompt_tokens"))
+                for row in _list(data.get("context_measurement_plan"))
+            )
+            if p is not None and p >= 1
+        ),
     )
+
+
+def _context_field(data: Mapping[str, Any]) -> str | None:
+    if _GRID_KEY not in data:
+        return None
+    field = _mapping(data.get("context_axis")).get("field")
+    return field if isinstance(field, str) else None
+
+
+def _context_cells(data: Mapping[str, Any], source: str) -> tuple[tuple[int, ResultAnchor], ...]:
+    """The ``context_grid`` cells, each read as a ``batch_decisions`` entry is
+    (:func:`_anchor`) at its whole ``prompt_tokens`` >= 1; its confidence from the cell's
+    ``status``, ``p_eps_good`` (of the selected K), ``contenders`` and ``runs_needed``."""
+    cells = []
+    for index, row in enumerate(_list(data.get(_GRID_KEY))):
+        path = f"{_GRID_KEY}[{index}]"
+        if not isinstance(row, dict):
+            raise _Invalid(source, "not an object", path)
+        prompt = whole_number(row.get("prompt_tokens"))
+        if prompt is None or prompt < 1:
+            raise _Invalid(
+                source,
+                "expected a whole prompt length >= 1",
+                f"{path}.prompt_tokens",
+                row.get("prompt_tokens"),
+            )
+        batch = row.get("batch_size")
+        candidates = row.get("candidates")
+        if isinstance(candidates, list):
+            candidates = [
+                {"batch_size": batch, **c} if isinstance(c, dict) else c for c in candidates
+            ]
+        selected = whole_number(row.get("selected_k"))
+        p = row.get("p_eps_good")
+        block = {
+            "status": row.get("status", ""),
+            "p_eps_good": {} if selected is None or p is None else {str(selected): p},
+            "contenders": row.get("contenders"),
+            "runs_needed": row.get("runs_needed"),
+        }
+        entry = {**row, "candidates": candidates, "confidence": block}
+        cells.append((prompt, _anchor(entry, path, source)))
+    return tuple(cells)
 
 
 def _cliff_stretches(data: Mapping[str, Any], source: str) -> frozenset[tuple[int, int, int]]:

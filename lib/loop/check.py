@@ -45,6 +45,8 @@ from typing import Any
 import polars as pl
 
 from lib.confidence import ConfidenceSettings, assess
+from lib.context import find_context_axis
+from lib.context_formats import RFC_48944_KEY, SEQ_LEN_KEY
 from lib.deploy.constraints import cells_past_ceiling, check_ceiling
 from lib.deploy.decisions import Decisions
 from lib.deploy.registry import ceiling_for
@@ -54,7 +56,14 @@ from lib.keys import MISSING, lookup, parse_json_string
 from lib.numbers import percent_text
 from lib.problems import Problem, Severity, errors
 from lib.schedule import NO_SCHEDULE, Schedule, tune
-from lib.settings import GLOBAL_K_VAR, DeploySettings, Fields, Options, Settings
+from lib.settings import (
+    GLOBAL_K_VAR,
+    ContextSettings,
+    DeploySettings,
+    Fields,
+    Options,
+    Settings,
+)
 from lib.sweeps import Sweep, load_experiment
 
 __all__ = ["ARM_SCHEMA", "VERDICT_SCHEMA", "CheckReport", "CheckSettings", "check_deployment"]
@@ -110,6 +119,8 @@ class CheckSettings:
     tuning: Settings = field(default_factory=Settings)
     options: Options = field(default_factory=Options)
     fields: Fields = field(default_factory=Fields)
+    #: Whether the validation sweep's prompt length is an axis (then the check refuses).
+    context: ContextSettings = field(default_factory=ContextSettings)
 
     @property
     def maximize(self) -> bool:
@@ -126,7 +137,7 @@ class CheckSettings:
         )
 
     def invalid(self) -> list[str]:
-        return self.tuning.invalid() + self.confidence_settings().invalid()
+        return self.tuning.invalid() + self.confidence_settings().invalid() + self.context.invalid()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -262,6 +273,8 @@ def check_deployment(
     sweep = load_experiment(path, batch_size_var=settings.fields.batch_size_var, k_var=GLOBAL_K_VAR)
     # The loader judges K by the global field; arms are judged here, so its K findings go.
     problems += [p for p in sweep.problems if p.rule not in ("missing-k", "invalid-k")]
+    if not problems:
+        problems += _context_refusal(sweep, settings.context)
     empty = CheckReport(settings, dynamic, pl.DataFrame(schema=ARM_SCHEMA), _no_verdicts(), ())
     if any(p.severity is Severity.ERROR for p in problems) or sweep.runs.is_empty():
         return dataclasses.replace(empty, problems=tuple(problems))
@@ -322,6 +335,69 @@ def check_deployment(
         block,
         summary,
     )
+
+
+def _context_refusal(sweep: Sweep, context: ContextSettings) -> list[Problem]:
+    """An error when the validation sweep varied the prompt length (its context axis,
+    :func:`lib.context.find_context_axis`): the arms are judged per batch size, so the runs of
+    every prompt length would be pooled into one verdict. Judging per (batch size, prompt
+    length) is not done yet: one validation sweep per prompt length, or ``--context-var
+    none`` to pool them knowingly."""
+    axis, _ = find_context_axis(sweep, context)
+    if axis is None:
+        return []
+    lengths = ", ".join(str(point.prompt_tokens) for point in axis.points)
+    return [
+        Problem(
+            Severity.ERROR,
+            "context-validation",
+            f"the validation sweep varied the prompt length ({lengths} tokens, from"
+            f" {axis.field}); check judges each batch size over all its runs, so the verdicts"
+            " would pool the prompt lengths; judging per (batch size, prompt length) is not"
+            " implemented",
+            field=axis.field,
+            value=lengths,
+            expected="one validation sweep per prompt length (or --context-var none to pool"
+            " them knowingly)",
+        )
+    ]
+
+
+def context_schedule_problems(data: Any, source: str) -> list[Problem]:
+    """An error for a schedule under test whose K depends on the context: a ``tune-spec-k
+    export`` file of ``vllm-rfc-48944`` or ``vllm-pr-54801``, or a ``speculative_config``
+    holding ``speculative_token_schedule`` (PR #48944) or
+    ``num_speculative_tokens_per_seq_len`` (PR #54801). Read as a batch schedule (its batch
+    table alone), its verdict would be of another config. A ``vllm-context`` export is one
+    batch schedule: checked as any.
+
+    >>> [p.rule for p in context_schedule_problems({"format": "vllm-pr-54801"}, "x.json")]
+    ['context-schedule']
+    >>> context_schedule_problems({"format": "vllm-context"}, "x.json")
+    []
+    """
+    if not isinstance(data, dict):
+        return []
+    config = data.get("speculative_config")
+    config = config if isinstance(config, dict) else data
+    keys = [key for key in (RFC_48944_KEY, SEQ_LEN_KEY) if key in config]
+    kind = data.get("format")
+    if kind not in ("vllm-rfc-48944", "vllm-pr-54801") and not keys:
+        return []
+    return [
+        Problem(
+            Severity.ERROR,
+            "context-schedule",
+            "the schedule under test sets K per context too"
+            + (f" ({', '.join(keys)})" if keys else "")
+            + "; check judges one K per batch size:"
+            " checking a context schedule per (batch size, prompt length) is not implemented",
+            files=(source,),
+            field="format" if kind in ("vllm-rfc-48944", "vllm-pr-54801") else keys[0],
+            value=str(kind) if kind in ("vllm-rfc-48944", "vllm-pr-54801") else None,
+            expected="a batch schedule (a result JSON, --format vllm or vllm-context output)",
+        )
+    ]
 
 
 def _capture_check(

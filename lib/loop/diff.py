@@ -14,14 +14,26 @@ result JSON written by ``tune-spec-k`` (or the seed). Per batch size in either's
   log scale, over ``sqrt(runs)``). The change is **material** when it exceeds
   ``max_objective_change`` and the interval excludes 0 (the noise cannot explain it).
 
+A side tuned with a context axis (a sweep that varied the prompt length, or a result JSON with
+a ``context_grid``) is also compared **cell by cell** (:func:`compare_grids`): per (batch
+anchor, prompt length) the K each grid picks. Prompt lengths are matched within the larger of
+the two axis tolerances; a cell whose anchor or prompt length the other side has not measured
+(or a whole grid against a batch-only side) has no counterpart: it is listed, not compared. A
+changed pick is **material** when its loss (:func:`cell_loss`) is beyond ``max_k_loss``: B's
+pick measured in A's cell against A's pick, else (A's cell did not keep B's K) A's pick in B's
+cell against B's pick, else it cannot be judged and is material too. The batch rows above still
+compare the two batch-only answers (the seed's keys).
+
 Exit status of the command: 0 nothing material, 1 something material, 2 bad input.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -31,23 +43,29 @@ import polars as pl
 
 from lib.analysis import analyse
 from lib.confidence import ConfidenceReport, ConfidenceSettings
+from lib.context import analyse_contexts, find_context_axis
+from lib.context_formats import ContextGrid, ContextPoint, GridCell, loss_percent
 from lib.deploy.result_file import read_result_file
 from lib.flags import flag, flag_name
 from lib.problems import Problem, Severity, errors
 from lib.robust import NORMAL_MAD_SCALE
 from lib.schedule import NO_SCHEDULE, Schedule, TuningResult
-from lib.settings import Fields, Options, Settings
+from lib.settings import ContextSettings, Direction, Fields, Options, Settings
 from lib.sweeps import load_experiment
 
 _SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 __all__ = [
+    "CONTEXT_ROW_SCHEMA",
     "ROW_SCHEMA",
     "Cell",
     "DiffReport",
     "DiffSettings",
     "Side",
+    "cell_loss",
     "compare",
+    "compare_grids",
+    "matched_points",
     "read_side",
     "side_from_result",
 ]
@@ -71,6 +89,8 @@ class Side:
     direction: str
     cells: dict[tuple[int, int], Cell]
     global_k: int | None = None
+    #: The context grid of a side tuned with a context axis, else None.
+    grid: ContextGrid | None = None
 
     @property
     def anchors(self) -> list[int]:
@@ -126,6 +146,7 @@ class DiffSettings:
     tuning: Settings = field(default_factory=Settings)
     options: Options = field(default_factory=Options)
     fields: Fields = field(default_factory=Fields)
+    context: ContextSettings = field(default_factory=ContextSettings)
 
     @property
     def confidence(self) -> float:
@@ -139,7 +160,7 @@ class DiffSettings:
             if not (math.isfinite(value) and value >= 0):
                 reasons.append(f"{flag_name(DiffSettings, name)} {value}: expected a number >= 0")
         confidence = ConfidenceSettings(confidence=self.confidence, seed=self.options.seed)
-        return reasons + confidence.invalid()
+        return reasons + confidence.invalid() + self.context.invalid()
 
 
 #: One row per batch size compared.
@@ -166,12 +187,36 @@ ROW_SCHEMA = pl.Schema(
 )
 
 
+#: One row per (batch anchor, prompt length) of either grid (:func:`compare_grids`). The
+#: prompt lengths are each side's own (null where the side has no such cell); ``judged_in``
+#: says whose measurements the loss is of (null: not judged).
+CONTEXT_ROW_SCHEMA = pl.Schema(
+    {
+        "batch_size": pl.Int64(),
+        "prompt_tokens_a": pl.Int64(),
+        "prompt_tokens_b": pl.Int64(),
+        "k_a": pl.Int64(),
+        "k_b": pl.Int64(),
+        "k_changed": pl.Boolean(),
+        "judged_in": pl.Utf8(),
+        "loss_percent": pl.Float64(),
+        "material": pl.Boolean(),
+        "reasons": pl.List(pl.Utf8),
+    }
+)
+
+
 @dataclass(frozen=True, eq=False)
 class DiffReport:
+    """The comparison: a row per batch size (``rows``, :data:`ROW_SCHEMA`) and, when either
+    side has a context grid, a row per grid cell (``context_rows``, :data:`CONTEXT_ROW_SCHEMA`;
+    None when neither has one)."""
+
     a: Side
     b: Side
     settings: DiffSettings
     rows: pl.DataFrame
+    context_rows: pl.DataFrame | None = None
 
     @property
     def same_schedule(self) -> bool:
@@ -179,7 +224,12 @@ class DiffReport:
 
     @property
     def material(self) -> bool:
-        return bool(self.rows["material"].any())
+        return bool(self.rows["material"].any()) or self.context_material
+
+    @property
+    def context_material(self) -> bool:
+        """Whether some grid cell's changed pick is material."""
+        return self.context_rows is not None and bool(self.context_rows["material"].any())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -201,10 +251,29 @@ class DiffReport:
                 }
                 for row in self.rows.to_dicts()
             ],
+            **({} if self.context_rows is None else {"context_cells": self._context_json()}),
+        }
+
+    def _context_json(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens_a": _prompts(self.a.grid),
+            "prompt_tokens_b": _prompts(self.b.grid),
+            "materially_different": self.context_material,
+            "cells": [
+                {
+                    key: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                    for key, v in row.items()
+                }
+                for row in (self.context_rows.to_dicts() if self.context_rows is not None else [])
+            ],
         }
 
     def to_json_text(self) -> str:
         return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+
+
+def _prompts(grid: ContextGrid | None) -> list[int] | None:
+    return None if grid is None else [point.prompt_tokens for point in grid.points]
 
 
 def _side_json(side: Side) -> dict[str, Any]:
@@ -264,17 +333,40 @@ def _side_from_folder(
         k_var=settings.fields.k_var,
         within=within,
     )
+    heading = Problem(
+        Severity.ERROR,
+        "untunable-experiment",
+        "cannot be tuned with these settings (the problems follow)",
+        files=(str(folder),),
+    )
+    axis, axis_problems = find_context_axis(sweep, settings.context)
+    if axis is None and errors(axis_problems):
+        return None, [heading, *errors(axis_problems)]
+    if axis is not None:
+        contexts = analyse_contexts(sweep, axis, settings.tuning, settings.options)
+        grid, grid_problems = contexts.typed_grid
+        answer = contexts.answer
+        if not contexts.ok or grid is None:
+            return None, [heading, *errors([*contexts.problems, *grid_problems])]
+        if answer is None or answer.result.schedule is None or answer.report is None:
+            return None, [heading, _no_batch_schedule(str(folder))]
+        side = side_from_result(str(folder), answer.result, answer.report)
+        return dataclasses.replace(side, grid=grid), []
     analysis = analyse(sweep, settings.tuning, settings.options)
     result = analysis.result
     if not result.ok or result.schedule is None or analysis.report is None:
-        heading = Problem(
-            Severity.ERROR,
-            "untunable-experiment",
-            "cannot be tuned with these settings (the problems follow)",
-            files=(str(folder),),
-        )
         return None, [heading, *errors(list(result.problems))]
     return side_from_result(str(folder), result, analysis.report), []
+
+
+def _no_batch_schedule(source: str) -> Problem:
+    return Problem(
+        Severity.ERROR,
+        "not-a-result",
+        "the result has no batch schedule (null: a context grid that cannot be deployed)",
+        files=(source,),
+        field=_SCHEDULE_KEY,
+    )
 
 
 def side_from_result(label: str, result: TuningResult, report: ConfidenceReport) -> Side:
@@ -306,15 +398,11 @@ def _side_from_json(path: Path) -> tuple[Side | None, list[Problem]]:
     result, problems = read_result_file(path)
     if result is None:
         return None, problems
+    if result.grid_problems:
+        # A grid that cannot be read is not left out silently: the comparison would be wrong.
+        return None, list(result.grid_problems)
     if result.schedule is None:
-        problem = Problem(
-            Severity.ERROR,
-            "not-a-result",
-            "the result has no batch schedule (null: a context grid that cannot be deployed)",
-            files=(str(path),),
-            field=_SCHEDULE_KEY,
-        )
-        return None, [problem]
+        return None, [_no_batch_schedule(str(path))]
     cells = {}
     for anchor in result.anchors:
         p_eps_good = anchor.confidence.p_eps_good if anchor.confidence is not None else {}
@@ -332,6 +420,7 @@ def _side_from_json(path: Path) -> tuple[Side | None, list[Problem]]:
         direction=result.direction,
         cells=cells,
         global_k=result.configured_global_k,
+        grid=result.grid,
     )
     return side, []
 
@@ -358,7 +447,145 @@ def compare(a: Side, b: Side, settings: DiffSettings) -> tuple[DiffReport | None
         _row(batch_size, a, b, settings, z)
         for batch_size in sorted(set(a.anchors) | set(b.anchors))
     ]
-    return DiffReport(a, b, settings, pl.DataFrame(rows, schema=ROW_SCHEMA)), []
+    context_rows = None
+    if a.grid is not None or b.grid is not None:
+        direction: Direction = "maximize" if a.maximize else "minimize"
+        context_rows = compare_grids(a.grid, b.grid, settings.max_k_loss, direction)
+    frame = pl.DataFrame(rows, schema=ROW_SCHEMA)
+    return DiffReport(a, b, settings, frame, context_rows), []
+
+
+# --------------------------------------------------------------------------- the grids
+
+
+def matched_points(
+    a: Sequence[ContextPoint], b: Sequence[ContextPoint], tolerance: float
+) -> list[tuple[ContextPoint | None, ContextPoint | None]]:
+    """The context points of two grids paired by prompt length: each of A's points (in order)
+    with the nearest of B's not yet paired whose prompt length is within ``tolerance``
+    (relative to A's), else None; then B's unpaired points, each with None. Equal distances go
+    to the shorter of B's prompts.
+
+    >>> P = lambda n: ContextPoint(n, n + 64, 128)
+    >>> [(x and x.prompt_tokens, y and y.prompt_tokens)
+    ...  for x, y in matched_points([P(512), P(8192)], [P(520), P(4096)], 0.1)]
+    [(512, 520), (8192, None), (None, 4096)]
+    """
+    pairs: list[tuple[ContextPoint | None, ContextPoint | None]] = []
+    free = list(b)
+    for point in a:
+        near = [
+            other
+            for other in free
+            if abs(other.prompt_tokens - point.prompt_tokens) <= tolerance * point.prompt_tokens
+        ]
+        match = min(
+            near,
+            key=lambda other: (abs(other.prompt_tokens - point.prompt_tokens), other.prompt_tokens),
+            default=None,
+        )
+        if match is not None:
+            free.remove(match)
+        pairs.append((point, match))
+    return pairs + [(None, other) for other in free]
+
+
+def cell_loss(cell_a: GridCell, cell_b: GridCell, direction: Direction) -> tuple[str, float] | None:
+    """The loss of a changed pick at one cell, in percent (positive: worse), and whose
+    measurements it is of: B's pick in A's cell against A's pick (``"A"``) when A's cell kept a
+    median for B's K; else A's pick in B's cell against B's pick (``"B"``); None when neither
+    cell kept the other's K (the change cannot be judged).
+
+    >>> from lib.context_formats import ContextPoint as P
+    >>> a = GridCell(64, P(8192, 8256, 128), 3, "resolved", ((0, 2000.0), (3, 2600.0)))
+    >>> b = GridCell(64, P(8192, 8256, 128), 0, "resolved", ((0, 2100.0),))
+    >>> cell_loss(a, b, "maximize")
+    ('A', 23.076923076923073)
+    """
+    for name, measured, other_k in (
+        ("A", cell_a, cell_b.selected_k),
+        ("B", cell_b, cell_a.selected_k),
+    ):
+        median = measured.median(other_k)
+        if median is not None:
+            return name, loss_percent(median, measured.optimum, direction)
+    return None
+
+
+def compare_grids(
+    a: ContextGrid | None, b: ContextGrid | None, max_k_loss: float, direction: Direction
+) -> pl.DataFrame:
+    """A row per (batch anchor, matched prompt length) of either grid (:data:`CONTEXT_ROW_SCHEMA`),
+    by batch size then prompt length. A cell both grids hold is **material** when the picks
+    differ and :func:`cell_loss` is beyond ``max_k_loss`` (a fraction: a loss of exactly it is
+    not material), or when the loss cannot be judged. A cell only one side holds (its anchor
+    or prompt length not measured by the other, or the other side batch-only) has no
+    counterpart: listed, never material."""
+    tolerance = max(grid.tolerance for grid in (a, b) if grid is not None)
+    pairs = matched_points(a.points if a else (), b.points if b else (), tolerance)
+    anchors = sorted(set(a.anchors if a else ()) | set(b.anchors if b else ()))
+    rows = [
+        _grid_row(
+            anchor, _cell(a, anchor, point_a), _cell(b, anchor, point_b), max_k_loss, direction
+        )
+        for anchor in anchors
+        for point_a, point_b in pairs
+        if _cell(a, anchor, point_a) is not None or _cell(b, anchor, point_b) is not None
+    ]
+    rows.sort(key=lambda row: (row["batch_size"], row["prompt_tokens_a"] or row["prompt_tokens_b"]))
+    return pl.DataFrame(rows, schema=CONTEXT_ROW_SCHEMA)
+
+
+def _cell(grid: ContextGrid | None, anchor: int, point: ContextPoint | None) -> GridCell | None:
+    if grid is None or point is None or anchor not in grid.anchors:
+        return None
+    return grid.rows[grid.anchors.index(anchor)][grid.points.index(point)]
+
+
+def _grid_row(
+    anchor: int,
+    cell_a: GridCell | None,
+    cell_b: GridCell | None,
+    max_k_loss: float,
+    direction: Direction,
+) -> dict[str, Any]:
+    reasons: list[str] = []
+    row: dict[str, Any] = dict.fromkeys(CONTEXT_ROW_SCHEMA)
+    row.update(
+        batch_size=anchor,
+        prompt_tokens_a=cell_a.point.prompt_tokens if cell_a else None,
+        prompt_tokens_b=cell_b.point.prompt_tokens if cell_b else None,
+        k_a=cell_a.selected_k if cell_a else None,
+        k_b=cell_b.selected_k if cell_b else None,
+        k_changed=None,
+        material=False,
+        reasons=reasons,
+    )
+    if cell_a is None or cell_b is None:
+        reasons.append(f"no counterpart in {'B' if cell_b is None else 'A'}: not compared")
+        return row
+    row["k_changed"] = cell_a.selected_k != cell_b.selected_k
+    if not row["k_changed"]:
+        return row
+    judged = cell_loss(cell_a, cell_b, direction)
+    if judged is None:
+        reasons.append(
+            f"neither grid kept the other's K here (A K={cell_a.selected_k}, B"
+            f" K={cell_b.selected_k}): the change cannot be judged"
+        )
+        row["material"] = True
+        return row
+    name, loss = judged
+    row.update(judged_in=name, loss_percent=loss)
+    picked, pick = ("B", cell_b.selected_k) if name == "A" else ("A", cell_a.selected_k)
+    own = cell_a.selected_k if name == "A" else cell_b.selected_k
+    material = loss > max_k_loss * 100
+    row["material"] = material
+    reasons.append(
+        f"in {name}, {picked}'s K={pick} loses {loss:.2f}% against {name}'s K={own}"
+        + (f": beyond {max_k_loss:.1%}, material" if material else ": within the threshold")
+    )
+    return row
 
 
 def _row(batch_size: int, a: Side, b: Side, settings: DiffSettings, z: float) -> dict[str, Any]:

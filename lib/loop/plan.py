@@ -1074,6 +1074,15 @@ class FollowUpNeeds:
     ks: tuple[int, ...]
     notes: tuple[str, ...]
     result_file: str | None = None
+    #: A context follow-up: runs still needed per (anchor, prompt tokens, K) of the grid (its
+    #: unresolved and undecided cells, and the prompt lengths to measure next at every anchor
+    #: and K), and the runs each has so far.
+    context_runs: dict[tuple[int, int, int], int] = dataclasses.field(default_factory=dict)
+    context_runs_so_far: dict[tuple[int, int, int], int] = dataclasses.field(default_factory=dict)
+    #: The new prompt lengths among them (the context measurement plan's).
+    new_prompt_lengths: tuple[int, ...] = ()
+    #: Whether the needs are a context grid's (the follow-up plans (anchor, prompt) cells).
+    of_grid: bool = False
 
 
 def _refused(path: str | Path, message: str, field: str | None = None) -> list[Problem]:
@@ -1110,6 +1119,17 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
                 " `tune-spec-k DIR --plan-json PATH`) nor a tuning result (key"
                 " 'batch_decisions')",
             )
+    if result is not None and result.has_grid and not result.context_cells:
+        # Planned without it, the follow-up would re-measure the batch-only answer instead.
+        return None, list(result.grid_problems)
+    if result is not None and result.context_cells:
+        return _context_follow_up_needs(result, plan_data)
+    if plan_data is not None and "context_field" in plan_data:
+        return None, _refused(
+            files[0],
+            "a context measurement plan needs its result JSON too (its grid's runs so far"
+            " and K): pass both to --follow-up",
+        )
     more: dict[tuple[int, int], int] = {}
     counted: dict[tuple[int, int], int] = {}
     notes: list[str] = []
@@ -1170,6 +1190,130 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
     return needs, []
 
 
+def _context_follow_up_needs(
+    result: ResultFile, plan_data: dict[str, Any] | None
+) -> tuple[FollowUpNeeds | None, list[Problem]]:
+    """A follow-up of a context result: per (anchor, prompt length, K) the runs still needed.
+
+    - an **unresolved** cell: its contenders, by the batch-only rule (:func:`_target_runs`);
+    - an **undecided** cell (every candidate rejected): every candidate, by the same rule
+      with the minimum of :data:`MIN_RUNS_NEEDED` runs (no noise estimate says more);
+    - each prompt length the result's ``context_measurement_plan`` proposes: every anchor of
+      the grid and every K measured there, :data:`MIN_RUNS_NEEDED` runs (a new point, as a
+      capture boundary is a new anchor);
+    - with a context measurement plan (``--plan-json`` of a context sweep): its reruns and
+      new anchors, each at its ``prompt_tokens``, instead of the first two.
+
+    The prompt lengths are planned as ``random_input_len``: a grid whose axis was read from
+    another field is refused (the follow-up could not reproduce its prompts). The result's
+    batch-only keys (the seed's answer, pooled or the shortest context's) are not re-measured."""
+    if result.context_field != RANDOM_PROMPT_LENGTH:
+        return None, _refused(
+            result.source,
+            f"the grid's prompt length was read from {result.context_field!r}; a follow-up"
+            f" plans prompt lengths as {RANDOM_PROMPT_LENGTH} (plan --context-lengths), which"
+            " would not reproduce these prompts: plan it with the sweep's own dataset",
+            "context_axis.field",
+        )
+    more: dict[tuple[int, int, int], int] = {}
+    counted: dict[tuple[int, int, int], int] = {}
+    for prompt, anchor in result.context_cells:
+        for candidate in anchor.candidates:
+            counted[(anchor.batch_size, prompt, candidate.k)] = candidate.num_runs
+    ks = sorted({key[2] for key in counted})
+    anchors = sorted({key[0] for key in counted})
+    notes = [
+        "the result's batch-only keys (the seed's answer) are not re-measured: the grid's"
+        " cells are, each at its prompt length"
+    ]
+    if plan_data is not None:
+        problems = _context_plan_problems(plan_data, result.source)
+        if problems:
+            return None, problems
+        for row in plan_data["reruns"]:
+            if row["more_runs"] > 0:
+                more[(row["batch_size"], row["prompt_tokens"], row["k"])] = row["more_runs"]
+        for row in plan_data["new_anchors"]:
+            for k in row["ks"]:
+                key = (row["batch_size"], row["prompt_tokens"], k)
+                more[key] = max(more.get(key, 0), row["runs_per_k"])
+    else:
+        for prompt, anchor in result.context_cells:
+            confidence = anchor.confidence
+            status = confidence.status if confidence is not None else ""
+            if status == "unresolved" and confidence is not None:
+                wanted = [(k, confidence.runs_needed.get(k)) for k in confidence.contenders]
+            elif status == "undecided":
+                wanted = [(c.k, None) for c in anchor.candidates]
+            else:
+                continue
+            for k, needed in wanted:
+                runs = counted.get((anchor.batch_size, prompt, k), 0)
+                target = _target_runs(runs, needed)
+                if target > runs:
+                    more[(anchor.batch_size, prompt, k)] = target - runs
+        notes.append(
+            "new anchors at each prompt length are only in the context measurement plan: pass"
+            " the file of `tune-spec-k DIR --plan-json PATH` too to measure them"
+        )
+    measured = {prompt for prompt, _ in result.context_cells}
+    new_lengths = sorted(set(result.context_points_to_measure) - measured)
+    for prompt in new_lengths:
+        for anchor_size in anchors:
+            for k in ks:
+                more[(anchor_size, prompt, k)] = MIN_RUNS_NEEDED
+    needs = FollowUpNeeds(
+        {},
+        {},
+        (),
+        result.configured_global_k,
+        tuple(ks),
+        tuple(notes),
+        result.source,
+        context_runs=more,
+        context_runs_so_far={cell: counted.get(cell, 0) for cell in more},
+        new_prompt_lengths=tuple(new_lengths),
+        of_grid=True,
+    )
+    return needs, []
+
+
+def _context_plan_problems(data: dict[str, Any], source: str) -> list[Problem]:
+    """What is wrong with a context measurement plan's rows: the batch-only plan's checks
+    (:func:`_plan_problems`) and a whole ``prompt_tokens`` >= 1 in every row."""
+    problems = _plan_problems(data, source)
+    if problems:
+        return problems
+    for key in ("reruns", "new_anchors"):
+        for index, row in enumerate(data[key]):
+            prompt = _whole_or_none(row.get("prompt_tokens"))
+            if prompt is None or prompt < 1:
+                return [
+                    Problem(
+                        Severity.ERROR,
+                        "invalid-plan-input",
+                        "not usable",
+                        files=(source,),
+                        field=f"{key}[{index}].prompt_tokens",
+                        value=json.dumps(row.get("prompt_tokens")),
+                        expected="a whole prompt length >= 1",
+                    )
+                ]
+    return []
+
+
+def _target_runs(runs: int, needed: int | None) -> int:
+    """The runs a contender should have, by :mod:`lib.measurement_plan`'s rule: what its noise
+    calls for (:data:`MIN_RUNS_NEEDED` where unknown), at least one more than it has, at most
+    :data:`MAX_RUNS_NEEDED` in all (never fewer than it has).
+
+    >>> _target_runs(3, 5), _target_runs(3, None), _target_runs(3, 2), _target_runs(10, 40)
+    (5, 4, 4, 10)
+    """
+    wanted = needed or MIN_RUNS_NEEDED
+    return min(max(wanted, runs + 1), max(MAX_RUNS_NEEDED, runs))
+
+
 def _plan_problems(data: dict[str, Any], path: str | Path) -> list[Problem]:
     """What is wrong with a measurement plan's rows (it may be hand-edited); empty when fine."""
     for key, fields in (
@@ -1219,8 +1363,7 @@ def _reruns_from_confidence(result: ResultFile) -> dict[tuple[int, int], int]:
         for k in confidence.contenders:
             candidate = anchor.candidate(k)
             runs = candidate.num_runs if candidate is not None else 0
-            wanted = confidence.runs_needed.get(k) or MIN_RUNS_NEEDED
-            target = min(max(wanted, runs + 1), max(MAX_RUNS_NEEDED, runs))
+            target = _target_runs(runs, confidence.runs_needed.get(k))
             if target > runs:
                 more[(anchor.batch_size, k)] = target - runs
     return more
@@ -1254,12 +1397,13 @@ def follow_up_plan(
                 f" merge (set {_flag('global_k')} {needs.global_k})"
             )
         )
-    unknown = sorted({k for _, k in needs.more_runs} - set(design.ks) - set(needs.ks))
+    asked_ks = {k for _, k in needs.more_runs} | {k for _, _, k in needs.context_runs}
+    unknown = sorted(asked_ks - set(design.ks) - set(needs.ks))
     if unknown and needs.ks:
         problems.append(
             _mismatch(f"the plan asks for K={unknown}, which the first sweep did not measure")
         )
-    too_big = sorted({k for _, k in needs.more_runs if k > design.startup_k})
+    too_big = sorted({k for k in asked_ks if k > design.startup_k})
     if too_big:
         problems.append(
             _mismatch(
@@ -1268,6 +1412,8 @@ def follow_up_plan(
         )
     if problems:
         return None, problems
+    if needs.of_grid:
+        return _context_follow_up_plan(design, needs, results_dir, experiment_name)
     if not needs.more_runs:
         plan = SweepPlan(
             "follow-up",
@@ -1328,6 +1474,90 @@ def follow_up_plan(
             f"the new anchor(s) {list(needs.new_anchors)} are measured for every K, as the"
             " seed requires the same K at every anchor"
         )
+    return SweepPlan("follow-up", design, tuple(steps), tuple(notes)), []
+
+
+def _context_follow_up_plan(
+    design: SweepDesign, needs: FollowUpNeeds, results_dir: str, experiment_name: str
+) -> tuple[SweepPlan | None, list[Problem]]:
+    """:func:`follow_up_plan` of a context follow-up: as for batch sizes, with (anchor, prompt
+    length) in place of the anchor. Per K the cells it needs, the most runs any needs and the
+    runs each has so far; K alike in all three share a sweep, whose bench combos are those
+    cells' alone, each prompt length as ``random_input_len`` (as ``--context-lengths``
+    writes it) and each repeat a seed continuing the cell's own. Every server holds the
+    longest prompt of the first sweep's design and of the follow-up."""
+    lengths = sorted(set(design.context_lengths) | {p for _, p, _ in needs.context_runs})
+    design = dataclasses.replace(design, context_lengths=tuple(lengths))
+    problems = design.invalid()
+    if problems:
+        return None, problems
+    per_k: dict[int, dict[tuple[int, int], int]] = {}
+    for (anchor, prompt, k), runs in sorted(needs.context_runs.items()):
+        per_k.setdefault(k, {})[(anchor, prompt)] = runs
+    groups: dict[tuple[tuple[tuple[int, int], ...], int, tuple[int, ...]], list[int]] = {}
+    for k, runs_at in sorted(per_k.items()):
+        cells = tuple(sorted(runs_at))
+        so_far = tuple(needs.context_runs_so_far.get((a, p, k), 0) for a, p in cells)
+        groups.setdefault((cells, max(runs_at.values()), so_far), []).append(k)
+    steps = []
+    for index, ((cells, runs, so_far), ks) in enumerate(sorted(groups.items()), start=1):
+        where = ", ".join(f"batch {a} x {p} tokens" for a, p in cells)
+        bench: dict[str, Any] = {}
+        for (anchor, prompt), first in zip(cells, so_far, strict=True):
+            workload = f"{anchor_combo_name(anchor)}-p{prompt}"
+            params = {
+                "max_concurrency": anchor,
+                "num_prompts": prompts_for(design, anchor),
+                RANDOM_PROMPT_LENGTH: prompt,
+            }
+            for seed in range(first, first + runs):
+                bench[seeded_combo_name(workload, seed)] = {**params, REPEAT_SEED: seed}
+        steps.append(
+            SweepStep(
+                name=f"{experiment_name}-{index}",
+                serve_params=tuning_serve_params(design, ks),
+                bench_params=bench,
+                runs_per_cell=runs,
+                results_dir=results_dir,
+                experiment_name=f"{experiment_name}-{index}",
+                purpose=f"K={ks} at {where}, {runs} more run(s)",
+            )
+        )
+    notes = list(needs.notes)
+    if not steps:
+        notes.append(
+            "nothing to measure: every grid cell is resolved and no prompt length is proposed"
+        )
+        return SweepPlan("follow-up", design, (), tuple(notes)), []
+    if needs.new_prompt_lengths:
+        notes.append(
+            f"the new prompt length(s) {list(needs.new_prompt_lengths)} (the context"
+            " measurement plan's) are measured at every anchor and K of the grid,"
+            f" {MIN_RUNS_NEEDED} runs each"
+        )
+    asked = sum(needs.context_runs.values())
+    planned = sum(step.runs for step in steps)
+    if planned > asked:
+        notes.append(
+            f"{planned - asked} run(s) more than asked for: a sweep runs each cell as often as"
+            " its most demanding cell (cheaper than another server start)"
+        )
+    notes.append(
+        "each cell's new runs continue its seeds (a cell with n runs so far gets seeds n, n+1,"
+        " ...), so its earlier runs' prompts are not sent again, unless a run was not counted"
+        " (a failed one): then a seed of the cell may come again"
+    )
+    notes += _warmup_notes(design)
+    holds = _max_model_len(design.serve_args) or design.max_model_len_needed
+    notes.append(
+        f"every server holds --max-model-len {holds} (the longest prompt, {lengths[-1]}, plus"
+        f" {design.output_tokens} output tokens)"
+    )
+    notes.append(
+        f"write the results inside the first experiment folder (here: {results_dir}) and"
+        " tune that folder again: the runs of both sweeps are pooled per (anchor, K, prompt"
+        " length)"
+    )
     return SweepPlan("follow-up", design, tuple(steps), tuple(notes)), []
 
 

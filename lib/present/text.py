@@ -419,11 +419,55 @@ def diff_lines(report: DiffReport) -> list[str]:
         head += "; MATERIAL" if row["material"] else "; same"
         lines.append(head)
         lines += [f"  {reason}" for reason in row["reasons"]]
+    if report.context_rows is not None:
+        lines += _context_diff_lines(report)
     verdict = "materially different" if report.material else "no material difference"
     lines.append(
         f"{verdict} (thresholds: K loss {settings.max_k_loss:.1%}, objective change"
         f" {settings.max_objective_change:.1%}, confidence {settings.confidence:g})"
     )
+    return lines
+
+
+def _context_diff_lines(report: DiffReport) -> list[str]:
+    """The grid comparison: which side has a grid, a line per cell both hold, and the cells
+    without a counterpart, grouped by side and prompt length."""
+    assert report.context_rows is not None
+    grids = {name: side.grid for name, side in (("A", report.a), ("B", report.b))}
+    lines = [
+        "context grid, cell by cell (the batch rows above compare the batch-only answers):"
+        + "".join(
+            f" {name} "
+            + (
+                "batch-only"
+                if grid is None
+                else "prompt lengths " + ", ".join(str(p.prompt_tokens) for p in grid.points)
+            )
+            + (";" if name == "A" else "")
+            for name, grid in grids.items()
+        )
+    ]
+    alone: dict[tuple[str, int], list[int]] = {}
+    for row in report.context_rows.to_dicts():
+        if row["prompt_tokens_a"] is None or row["prompt_tokens_b"] is None:
+            name = "A" if row["prompt_tokens_a"] is not None else "B"
+            prompt = row["prompt_tokens_a"] or row["prompt_tokens_b"]
+            alone.setdefault((name, prompt), []).append(row["batch_size"])
+            continue
+        prompt = row["prompt_tokens_a"]
+        if row["prompt_tokens_b"] != prompt:
+            prompt = f"{prompt} (B {row['prompt_tokens_b']})"
+        lines.append(
+            f"batch_size={row['batch_size']}, prompt {prompt} tokens: K {row['k_a']} ->"
+            f" {row['k_b']}" + ("; MATERIAL" if row["material"] else "; same")
+        )
+        lines += [f"  {reason}" for reason in row["reasons"]]
+    for (name, prompt), batches in sorted(alone.items()):
+        other = "B" if name == "A" else "A"
+        lines.append(
+            f"no counterpart in {other}: {name}'s cells at prompt {prompt} tokens, batch sizes"
+            f" {', '.join(map(str, batches))}: not compared"
+        )
     return lines
 
 

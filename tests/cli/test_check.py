@@ -137,3 +137,51 @@ def test_an_invalid_engine_setting_is_refused(
     root = write_validation(tmp_path / "v", GOOD)
     assert main(["check", str(root), "--max-num-seqs", "0"]) == EXIT_BAD_INPUT
     assert "--max-num-seqs 0: expected >= 1" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- context
+
+
+def test_a_validation_sweep_that_varied_the_prompt_length_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sweep_builder import CONTEXT_GRID, write_context_grid
+
+    root = write_context_grid(tmp_path / "v", CONTEXT_GRID)
+    assert main(["check", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "[context-validation]" in err and "512, 8192 tokens" in err
+
+
+@pytest.mark.parametrize(
+    ("data", "refused"),
+    [
+        (
+            {"format": "vllm-rfc-48944", "speculative_config": {"speculative_token_schedule": []}},
+            True,
+        ),
+        (
+            {
+                "speculative_config": {
+                    "num_speculative_tokens": 3,
+                    "num_speculative_tokens_per_seq_len": [[1, 9, 3]],
+                }
+            },
+            True,
+        ),
+        (
+            {
+                "format": "vllm-context",
+                "speculative_config": {"num_speculative_tokens_per_batch_size": [[1, 64, 3]]},
+            },
+            False,
+        ),
+        ({"num_speculative_tokens_per_batch_size": [[1, 64, 3]]}, False),
+    ],
+)
+def test_a_schedule_that_sets_k_per_context_is_refused(data: object, refused: bool) -> None:
+    from lib.loop.check import context_schedule_problems
+
+    problems = context_schedule_problems(data, "s.json")
+    assert bool(problems) is refused
+    assert all(p.files == ("s.json",) and p.rule == "context-schedule" for p in problems)

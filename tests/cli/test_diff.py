@@ -91,3 +91,22 @@ def test_a_label_with_a_newline_prints_escaped(
     report, _ = compare(a, b, settings)
     assert report is not None
     assert diff_lines(report)[0] == out[0]
+
+
+def test_two_grids_that_pick_differently_at_one_cell_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sweep_builder import CONTEXT_GRID, spread, write_context_grid
+
+    # The case: K=3 against K=0 at batch 64, 8192 tokens, the batch-only answers
+    # (the 512-token column) the same.
+    a = write_context_grid(tmp_path / "a", CONTEXT_GRID)
+    b = write_context_grid(tmp_path / "b", {**CONTEXT_GRID, (64, 0, 8192): spread(2700.0)})
+    assert main(["diff", str(a), str(b)]) == EXIT_FINDING
+    out = capsys.readouterr().out
+    assert "batch_size=64, prompt 8192 tokens: K 3 -> 0; MATERIAL" in out
+    assert out.splitlines()[-1].startswith("materially different")
+    # --context-var none: the seed's view, which pools both lengths: its noise gate rejects
+    # the sweep (see CONTEXT_GRID), so nothing is compared.
+    assert main(["diff", str(a), str(b), "--context-var", "none"]) == 2
+    assert "context grid" not in capsys.readouterr().out

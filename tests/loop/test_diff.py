@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 from paths import SAMPLE_SWEEPS
-from sweep_builder import grid, write_grid
+from sweep_builder import CONTEXT_GRID, grid, spread, write_context_grid, write_grid
 
 from lib.cli.main import main
 from lib.loop.diff import DiffReport, DiffSettings, Side, compare, read_side
+from lib.present.text import diff_lines
 from lib.schedule import Schedule
 from lib.settings import Settings
 
@@ -224,3 +225,141 @@ def test_invalid_thresholds_name_their_flags() -> None:
         "--max-k-loss -1.0: expected a number >= 0",
         "--max-objective-change inf: expected a number >= 0",
     ]
+
+
+# --------------------------------------------------------------------------- context grids
+
+
+def _context_b(**cells: list[float]) -> dict[tuple[int, int, int], list[float]]:
+    """CONTEXT_GRID with the (anchor, K, prompt) cells given as ``a64_k0_p8192=[...]``."""
+    changed = dict(CONTEXT_GRID)
+    for name, values in cells.items():
+        anchor, k, prompt = (int(part[1:]) for part in name.split("_"))
+        changed[(anchor, k, prompt)] = values
+    return changed
+
+
+def _rows(result: DiffReport) -> dict[tuple[int, int | None, int | None], dict[str, object]]:
+    assert result.context_rows is not None
+    return {
+        (row["batch_size"], row["prompt_tokens_a"], row["prompt_tokens_b"]): row
+        for row in result.context_rows.to_dicts()
+    }
+
+
+def test_a_changed_grid_pick_is_compared_cell_by_cell(tmp_path: Path) -> None:
+    # A: CONTEXT_GRID picks K=3 at batch 64, 8192 tokens (2600 > 2000). B: K=0 measured at
+    # 2700 there, so B picks K=0. Both grids pick K=0 at 64 / 512, so the batch-only answers
+    # (the shortest context's, see CONTEXT_GRID) are the same: only the grid tells them apart.
+    a = write_context_grid(tmp_path / "a", CONTEXT_GRID)
+    b = write_context_grid(tmp_path / "b", _context_b(a64_k0_p8192=spread(2700.0)))
+    result = report(a, b)
+    assert not result.rows["material"].any()
+    row = _rows(result)[(64, 8192, 8192)]
+    assert (row["k_a"], row["k_b"], row["judged_in"]) == (3, 0, "A")
+    # B's K=0 in A's cell: 1 - 2000 / 2600.
+    assert row["loss_percent"] == pytest.approx((1 - 2000 / 2600) * 100)
+    assert row["material"] and result.material
+    same = _rows(result)[(1, 8192, 8192)]
+    assert (same["k_a"], same["k_b"], same["material"]) == (3, 3, False)
+    assert len(_rows(result)) == 4  # 2 anchors x 2 prompt lengths
+
+
+@pytest.mark.parametrize(("max_k_loss", "material"), [(0.23, True), (0.24, False)])
+def test_a_grid_change_is_material_only_beyond_the_threshold(
+    tmp_path: Path, max_k_loss: float, material: bool
+) -> None:
+    # The loss is 1 - 2000 / 2600 = 23.08 %: beyond 23 %, within 24 %.
+    a = write_context_grid(tmp_path / "a", CONTEXT_GRID)
+    b = write_context_grid(tmp_path / "b", _context_b(a64_k0_p8192=spread(2700.0)))
+    result = report(a, b, DiffSettings(max_k_loss=max_k_loss))
+    assert _rows(result)[(64, 8192, 8192)]["material"] is material
+    assert result.material is material
+
+
+def _result_json(folder: Path, path: Path, reject: tuple[int, int, int] | None = None) -> Path:
+    """The folder's result JSON; ``reject`` = (anchor, prompt, K) marks that grid candidate
+    rejected, as the noise gate would."""
+    assert main([str(folder), "--output-json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    if reject is not None:
+        anchor, prompt, k = reject
+        for cell in data["context_grid"]:
+            if (cell["batch_size"], cell["prompt_tokens"]) == (anchor, prompt):
+                for candidate in cell["candidates"]:
+                    if candidate["k"] == k:
+                        candidate["verdict"], candidate["reason"] = "rejected", "noisy"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_grid_change_is_judged_in_b_where_a_did_not_keep_b_s_pick(tmp_path: Path) -> None:
+    a_dir = write_context_grid(tmp_path / "a", CONTEXT_GRID)
+    b_dir = write_context_grid(tmp_path / "b", _context_b(a64_k0_p8192=spread(2700.0)))
+    a = _result_json(a_dir, tmp_path / "a.json", reject=(64, 8192, 0))
+    b = _result_json(b_dir, tmp_path / "b.json")
+    row = _rows(report(a, b))[(64, 8192, 8192)]
+    # A has no K=0 there: A's K=3 in B's cell, 1 - 2600 / 2700 against B's K=0.
+    assert row["judged_in"] == "B"
+    assert row["loss_percent"] == pytest.approx((1 - 2600 / 2700) * 100)
+    assert row["material"]
+    b_rejects = _result_json(b_dir, tmp_path / "b2.json", reject=(64, 8192, 3))
+    row = _rows(report(a, b_rejects))[(64, 8192, 8192)]
+    assert row["judged_in"] is None and row["loss_percent"] is None
+    assert row["material"], "a change neither grid can judge is material"
+
+
+def test_cells_without_a_counterpart_are_listed_not_compared(tmp_path: Path) -> None:
+    a = write_context_grid(tmp_path / "a", CONTEXT_GRID)
+    longer = dict(CONTEXT_GRID)
+    longer |= {(1, 0, 32768): spread(60.0), (1, 3, 32768): spread(120.0)}
+    longer |= {(64, 0, 32768): spread(1000.0), (64, 3, 32768): spread(1500.0)}
+    b = write_context_grid(tmp_path / "b", longer)
+    result = report(a, b)
+    rows = _rows(result)
+    alone = [key for key in rows if key[1] is None]
+    assert alone == [(1, None, 32768), (64, None, 32768)]
+    assert all(not rows[key]["material"] for key in alone)
+    assert not result.material
+    text = "\n".join(diff_lines(result))
+    assert "no counterpart in A: B's cells at prompt 32768 tokens, batch sizes 1, 64" in text
+
+
+def test_prompt_lengths_within_the_tolerance_are_counterparts(tmp_path: Path) -> None:
+    a = write_context_grid(tmp_path / "a", CONTEXT_GRID)
+    # 540 is within 10 % of 512; 9100 is not within 10 % of 8192 (819.2 tokens).
+    moved = {
+        (anchor, k, {512: 540, 8192: 9100}[p]): v for (anchor, k, p), v in CONTEXT_GRID.items()
+    }
+    b = write_context_grid(tmp_path / "b", moved)
+    rows = _rows(report(a, b))
+    assert (1, 512, 540) in rows and (1, 8192, None) in rows and (1, None, 9100) in rows
+
+
+def test_a_grid_against_a_batch_only_result_lists_every_cell(tmp_path: Path) -> None:
+    a = sweep(tmp_path / "batch-only")
+    b = write_context_grid(tmp_path / "grid", CONTEXT_GRID)
+    result = report(a, b)
+    assert result.a.grid is None and result.b.grid is not None
+    rows = _rows(result)
+    assert len(rows) == 4 and all(key[1] is None for key in rows)
+    assert not result.context_material
+    text = diff_lines(result)
+    assert any("A batch-only; B prompt lengths 512, 8192" in line for line in text)
+
+
+def test_a_batch_only_comparison_writes_no_context_cells() -> None:
+    result = report(SONNET, RANDOM)
+    assert result.context_rows is None
+    assert "context_cells" not in json.loads(result.to_json_text())
+    assert not any("context grid" in line for line in diff_lines(result))
+
+
+def test_a_grid_that_cannot_be_read_is_refused_not_ignored(tmp_path: Path) -> None:
+    path = _result_json(write_context_grid(tmp_path / "a", CONTEXT_GRID), tmp_path / "a.json")
+    data = json.loads(path.read_text())
+    data["context_grid"][0]["selected_k"] = "three"
+    path.write_text(json.dumps(data))
+    found, problems = read_side(path, DiffSettings())
+    assert found is None
+    assert problems and all(str(path) in p.files for p in problems)

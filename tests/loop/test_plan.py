@@ -29,12 +29,19 @@ from vllm_sweep import (
     vllm_records_params,
 )
 
-from lib.confidence import ConfidenceReport, ConfidenceSettings, apply_policy, assess
+from lib.confidence import (
+    MIN_RUNS_NEEDED,
+    ConfidenceReport,
+    ConfidenceSettings,
+    apply_policy,
+    assess,
+)
 from lib.deploy.result_file import result_text
 from lib.loop.plan import (
     RANDOM_TOKENS_NOTE,
     FollowUpNeeds,
     SweepDesign,
+    SweepPlan,
     SweepStep,
     default_anchors,
     design_from,
@@ -713,3 +720,133 @@ def test_a_validation_sweep_of_the_plan_is_judged_with_its_seeds_pooled(tmp_path
     # dynamic, static K=1, 3, 7 and no speculation at each of the 4 anchors.
     assert report.arms.height == 5 * 4
     assert set(report.verdicts["verdict"].to_list()) == {"ok"}
+
+
+# --------------------------------------------------------------------------- context grids
+
+LONG_CONTEXT = SAMPLE_SWEEPS / "long-context"
+#: The long-context sample's design (data/sample_sweeps/README.md): K 0/1/3/5 under global
+#: K 5, concurrency 1 / 8 / 64 / 256, the random dataset.
+CONTEXT_DESIGN = SweepDesign(
+    model="m", method="mtp", ks=(0, 1, 3, 5), anchors=(1, 8, 64, 256), global_k=5,
+    dataset="random",
+)  # fmt: skip
+
+
+def _context_result(tmp_path: Path, edit: Any = None) -> Path:
+    from lib.cli.main import main
+
+    path = tmp_path / "result.json"
+    assert main([str(LONG_CONTEXT), "--output-json", str(path)]) == 0
+    if edit is not None:
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
+    return path
+
+
+def _context_plan(path: Path, *files: Path) -> SweepPlan:
+    needs, problems = follow_up_needs([*files, path])
+    assert needs is not None, problems
+    plan, problems = follow_up_plan(CONTEXT_DESIGN, needs, "results", "followup")
+    assert plan is not None, problems
+    return plan
+
+
+def _benched(plan: SweepPlan) -> dict[tuple[int, int, int], list[int]]:
+    """(anchor, prompt, K) -> seeds planned."""
+    found: dict[tuple[int, int, int], list[int]] = {}
+    for step in plan.steps:
+        for k in (int(name.removeprefix("k")) for name in step.serve_params):
+            for combo in step.bench_params.values():
+                key = (combo["max_concurrency"], combo["random_input_len"], k)
+                found.setdefault(key, []).append(combo["seed"])
+    return found
+
+
+def test_a_resolved_grid_plans_the_proposed_prompt_lengths(tmp_path: Path) -> None:
+    path = _context_result(tmp_path)
+    data = json.loads(path.read_text())
+    proposed = [row["prompt_tokens"] for row in data["context_measurement_plan"]]
+    assert all(cell["status"] == "resolved" for cell in data["context_grid"])
+    planned = _benched(_context_plan(path))
+    # Every anchor and K of the grid at each proposed length, seeds 0 .. MIN_RUNS_NEEDED - 1
+    # (a new cell has no runs so far).
+    expected = {
+        (anchor, prompt, k): list(range(MIN_RUNS_NEEDED))
+        for anchor in (1, 8, 64, 256)
+        for prompt in proposed
+        for k in (0, 1, 3, 5)
+    }
+    assert planned == expected
+
+
+def _unresolve(
+    batch: int, prompt: int, status: str, contenders: list[int], needed: dict[str, int]
+) -> Any:
+    def edit(data: dict[str, Any]) -> None:
+        data["context_measurement_plan"] = []
+        for cell in data["context_grid"]:
+            if (cell["batch_size"], cell["prompt_tokens"]) == (batch, prompt):
+                cell.update(status=status, contenders=contenders, runs_needed=needed)
+
+    return edit
+
+
+def test_an_unresolved_cell_reruns_its_contenders_on_new_seeds(tmp_path: Path) -> None:
+    path = _context_result(tmp_path, _unresolve(64, 2048, "unresolved", [0, 3], {"0": 5, "3": 6}))
+    plan = _context_plan(path)
+    # Each contender has 3 runs (seeds 0-2): K=0 up to 5 (2 more), K=3 up to 6 (3 more); the
+    # sweep of a K runs its cells the same number of times, so they go to separate steps.
+    assert _benched(plan) == {(64, 2048, 0): [3, 4], (64, 2048, 3): [3, 4, 5]}
+    assert "nothing to measure" not in " ".join(plan.notes)
+
+
+def test_an_undecided_cell_reruns_every_candidate(tmp_path: Path) -> None:
+    path = _context_result(tmp_path, _unresolve(8, 512, "undecided", [], {}))
+    # Every candidate at 3 runs: one more each (the minimum of 3 reached, at least 1 more).
+    assert _benched(_context_plan(path)) == {(8, 512, k): [3] for k in (0, 1, 3, 5)}
+
+
+def test_a_resolved_grid_with_nothing_proposed_has_nothing_to_measure(tmp_path: Path) -> None:
+    plan = _context_plan(_context_result(tmp_path, lambda d: d.update(context_measurement_plan=[])))
+    assert plan.steps == ()
+    assert "nothing to measure: every grid cell is resolved" in plan.notes[-1]
+
+
+def test_a_grid_read_from_another_field_is_refused(tmp_path: Path) -> None:
+    path = _context_result(tmp_path, lambda d: d["context_axis"].update(field="my_len"))
+    needs, problems = follow_up_needs([path])
+    assert needs is None and problems[0].field == "context_axis.field"
+    assert "'my_len'" in problems[0].message
+
+
+def test_the_context_measurement_plan_is_written_and_planned(tmp_path: Path) -> None:
+    from lib.cli.main import main
+
+    result, plan_file = tmp_path / "result.json", tmp_path / "plan.json"
+    assert (
+        main([str(LONG_CONTEXT), "--output-json", str(result), "--plan-json", str(plan_file)]) == 0
+    )
+    plan_data = json.loads(plan_file.read_text())
+    assert plan_data["context_field"] == "random_input_len"
+    rows = plan_data["new_anchors"]
+    assert rows and all(row["prompt_tokens"] in (512, 2048, 8192, 32768) for row in rows)
+    planned = _benched(_context_plan(result, plan_file))
+    for row in rows:
+        for k in row["ks"]:
+            assert planned[(row["batch_size"], row["prompt_tokens"], k)] == list(
+                range(row["runs_per_k"])
+            )
+    # A plan without its result cannot be planned: the runs so far are in the result.
+    needs, problems = follow_up_needs([plan_file])
+    assert needs is None and "needs its result JSON" in problems[0].message
+
+
+def test_a_damaged_grid_is_refused_not_planned_as_batch_only(tmp_path: Path) -> None:
+    def damage(data: dict[str, Any]) -> None:
+        data["context_grid"][0]["prompt_tokens"] = "512"
+
+    needs, problems = follow_up_needs([_context_result(tmp_path, damage)])
+    assert needs is None
+    assert problems and problems[0].field is not None and "context_grid[0]" in problems[0].field
