@@ -56,6 +56,8 @@ from lib.settings import (
     ContextSettings,
     Options,
     Settings,
+    prompt_length_expected,
+    prompt_length_reason,
 )
 from lib.sweeps import Sweep
 
@@ -131,20 +133,24 @@ def _sweep_at(axis: ContextAxis, sweep: Sweep, index: int) -> Sweep:
 
 def context_points(values: Sequence[float], tolerance: float) -> list[list[float]]:
     """Group prompt lengths into context points: sorted, a new point starts where a length
-    exceeds the previous one by more than ``tolerance`` (relative). A chain of close lengths
-    stays one point, however far its ends lie apart; :func:`find_context_axis` checks the
-    spread within each cell.
+    exceeds the current point's *smallest* length by more than ``tolerance`` (relative), so no
+    point spans more than the tolerance, whatever the number of points. A chain of lengths each
+    close to the next (512, 560, 613, ...: 9 % steps at a 10 % tolerance) splits wherever it
+    outgrows its first length, instead of pooling prompts many times apart into one point.
+    The lengths must be finite (:func:`lib.settings.prompt_length_reason`).
 
     >>> context_points([512, 4096, 515, 4000, 32768], 0.1)
     [[512, 515], [4000, 4096], [32768]]
     >>> context_points([100, 105, 110, 116], 0.05)
-    [[100, 105, 110], [116]]
+    [[100, 105], [110], [116]]
+    >>> context_points([100, 110, 110.0001], 0.1)
+    [[100, 110], [110.0001]]
     >>> context_points([], 0.1)
     []
     """
     groups: list[list[float]] = []
     for value in sorted(values):
-        if groups and value <= groups[-1][-1] * (1 + tolerance):
+        if groups and value <= groups[-1][0] * (1 + tolerance):
             groups[-1].append(value)
         else:
             groups.append([value])
@@ -156,19 +162,25 @@ def _prompt_expression(sweep: Sweep, context_var: str) -> tuple[str, pl.Expr] | 
     columns = set(sweep.runs.columns)
 
     def present(name: str) -> bool:
-        return name in columns and sweep.runs[name].is_not_null().any()
+        # A field some record holds as text is present too: its text is refused by name
+        # (:func:`_text_prompt_problems`), never read as "no such field".
+        held = name in columns and sweep.runs[name].is_not_null().any()
+        return held or bool(sweep.non_numeric.get(name))
+
+    def column(name: str) -> pl.Expr:
+        return pl.col(name) if name in columns else pl.lit(None, dtype=pl.Float64)
 
     if context_var != CONTEXT_AUTO:
-        return (context_var, pl.col(context_var)) if context_var in columns else None
+        return (context_var, column(context_var)) if present(context_var) else None
     for required, added in PROMPT_LENGTH_FIELDS:
         if all(present(name) for name in required):
             used = [*required, *(name for name in added if present(name))]
-            total = pl.sum_horizontal(pl.col(name) for name in required)
+            total = pl.sum_horizontal(column(name) for name in required)
             for name in used[len(required) :]:
-                total = total + pl.col(name).fill_null(0)
+                total = total + column(name).fill_null(0)
             label = "+".join(used)
             # Null when a required field is missing: sum_horizontal would read it as 0.
-            missing = pl.any_horizontal(pl.col(name).is_null() for name in required)
+            missing = pl.any_horizontal(column(name).is_null() for name in required)
             return label, pl.when(~missing).then(total)
     tokens, completed = MEASURED_PROMPT
     if present(tokens) and present(completed):
@@ -234,6 +246,16 @@ def find_context_axis(
         ]
     label, prompt = source
     runs = sweep.runs.with_columns(prompt.cast(pl.Float64).alias("prompt_tokens"))
+    text_rows = _text_prompt_rows(sweep, label)
+    refused = _text_prompt_problems(sweep, label, text_rows) + _out_of_range_problems(runs, label)
+    # A refused run is out of the grid (and its folder's other runs do not fill it in).
+    out_of_range = [prompt_length_reason(value) is not None for value in _values(runs)]
+    in_text = runs.with_row_index("_row")["_row"].is_in(sorted(text_rows))
+    runs = runs.with_columns(
+        (pl.Series(out_of_range, dtype=pl.Boolean) | in_text).alias("_refused")
+    ).with_columns(
+        pl.when(~pl.col("_refused")).then(pl.col("prompt_tokens")).alias("prompt_tokens")
+    )
     # A failed run has no measurement: its folder (one bench combo) says its prompt length.
     by_folder = (
         runs.filter(pl.col("prompt_tokens").is_not_null())
@@ -242,13 +264,18 @@ def find_context_axis(
     )
     runs = (
         runs.join(by_folder, on="combo", how="left", maintain_order="left")
-        .with_columns(pl.col("prompt_tokens").fill_null(pl.col("_folder_prompt")))
+        .with_columns(
+            pl.when(~pl.col("_refused"))
+            .then(pl.col("prompt_tokens").fill_null(pl.col("_folder_prompt")))
+            .alias("prompt_tokens")
+        )
         .drop("_folder_prompt")
     )
     placed_values = runs["prompt_tokens"].drop_nulls().to_list()
     groups = context_points(placed_values, settings.context_tolerance)
     if len(groups) < 2:
-        return None, []
+        # Refused lengths are errors even where no axis is left: never a silent "no axis".
+        return None, refused
     bounds = [(group[0], group[-1]) for group in groups]
 
     def point_of(value: float | None) -> int | None:
@@ -259,7 +286,7 @@ def find_context_axis(
     runs = runs.with_columns(
         pl.col("prompt_tokens").map_elements(point_of, return_dtype=pl.Int64).alias("context_point")
     )
-    problems: list[Problem] = []
+    problems: list[Problem] = list(refused)
     placed = runs.filter(
         pl.col("anchor").is_not_null()
         & pl.col("k").is_not_null()
@@ -268,6 +295,7 @@ def find_context_axis(
     lengths = ", ".join(_tokens(statistics.median(group)) for group in groups)
     if _one_point_each(placed, ()):
         return None, [
+            *refused,
             Problem(
                 Severity.NOTE,
                 "no-context-axis",
@@ -276,10 +304,11 @@ def find_context_axis(
                 field=label,
                 value=lengths,
                 expected="the same (batch size, K) measured at several prompt lengths",
-            )
+            ),
         ]
     if REPEAT_SEED in placed.columns and _one_point_each(placed, (REPEAT_SEED,)):
         return None, [
+            *refused,
             Problem(
                 Severity.NOTE,
                 "no-context-axis",
@@ -290,9 +319,11 @@ def find_context_axis(
                 value=lengths,
                 expected="the same (batch size, K) measured at several prompt lengths with one"
                 " seed",
-            )
+            ),
         ]
-    unplaced = runs.filter(pl.col("context_point").is_null())
+    # A refused run is named by its own error, not again as one without a length.
+    unplaced = runs.filter(pl.col("context_point").is_null() & ~pl.col("_refused"))
+    runs = runs.drop("_refused")
     if unplaced.height:
         problems.append(
             Problem(
@@ -306,7 +337,6 @@ def find_context_axis(
                 expected="a prompt length",
             )
         )
-    problems += _mixed_cells(placed, label, settings.context_tolerance)
     output = _output_tokens(runs)
     points = []
     for index, group in enumerate(groups):
@@ -330,37 +360,82 @@ def _one_point_each(placed: pl.DataFrame, within: tuple[str, ...]) -> bool:
 
 
 def _tokens(value: float) -> str:
-    return f"{value:g}" if value < 1e6 else f"{value:.3g}"
+    """A prompt length as text: ``512``, ``511.5``, ``3e+09``, ``nan``, ``inf``, ``-512``."""
+    return f"{value:g}" if abs(value) < 1e6 or not math.isfinite(value) else f"{value:.3g}"
 
 
-def _mixed_cells(placed: pl.DataFrame, label: str, tolerance: float) -> list[Problem]:
-    """One error per (anchor, K, context point) cell whose prompt lengths spread beyond the
-    tolerance (largest over smallest)."""
-    spread = (
-        placed.group_by("anchor", "k", "context_point", maintain_order=True)
-        .agg(
-            pl.col("prompt_tokens").min().alias("low"),
-            pl.col("prompt_tokens").max().alias("high"),
-            pl.col("source").unique(maintain_order=True).alias("files"),
-        )
-        .filter(pl.col("high") > pl.col("low") * (1 + tolerance))
-        .sort("anchor", "k", "context_point")
-    )
+def _text_prompt_rows(sweep: Sweep, label: str) -> dict[int, tuple[str, str]]:
+    """The runs (row -> (field, the text as shown)) whose prompt-length field holds text. The
+    measured mean prompt is read from numeric fields only (their text is the loader's to
+    report)."""
+    fields = () if label == "/".join(MEASURED_PROMPT) else tuple(label.split("+"))
+    rows: dict[int, tuple[str, str]] = {}
+    for name in fields:
+        for row, shown in sweep.non_numeric.get(name, {}).items():
+            rows.setdefault(row, (name, shown))
+    return rows
+
+
+def _text_prompt_problems(
+    sweep: Sweep, label: str, rows: dict[int, tuple[str, str]]
+) -> list[Problem]:
+    """One error per prompt-length field some record holds as text (``"512"``, a JSON
+    string): not a number, as a batch size or K written as text is not one. The runs holding
+    it are named and stay out of the grid."""
+    sources = sweep.runs["source"]
+    by_field: dict[str, list[int]] = {}
+    for row in sorted(rows):
+        by_field.setdefault(rows[row][0], []).append(row)
     return [
         Problem(
             Severity.ERROR,
-            "mixed-prompt-lengths",
-            "the runs of one cell were measured at prompt lengths further apart than the"
-            " context tolerance, so their median mixes contexts",
-            files=tuple(row["files"]),
-            anchor=row["anchor"],
-            k=row["k"],
-            field=label,
-            value=f"{_tokens(row['low'])} to {_tokens(row['high'])}",
-            expected=f"within {tolerance:g} of each other (--context-tolerance)",
+            "non-numeric-prompt-length",
+            "the prompt-length field holds text, not a number: the run is left out of the"
+            " context grid (write the length as a JSON number)",
+            files=tuple(dict.fromkeys(sources[row] for row in field_rows)),
+            field=name,
+            value=", ".join(dict.fromkeys(rows[row][1] for row in field_rows)),
+            expected=prompt_length_expected() + ", as a JSON number",
         )
-        for row in spread.to_dicts()
+        for name, field_rows in by_field.items()
     ]
+
+
+def _values(runs: pl.DataFrame) -> list[float]:
+    """The runs' prompt lengths, a missing one as 1 (a usable length: nothing to refuse)."""
+    return [1.0 if value is None else value for value in runs["prompt_tokens"].to_list()]
+
+
+def _out_of_range_problems(runs: pl.DataFrame, label: str) -> list[Problem]:
+    """One error per distinct prompt length outside the limits every command shares
+    (:func:`lib.settings.prompt_length_reason`: 0, negatives, NaN, infinities, more than
+    2^30 tokens), naming the runs holding it; those runs stay out of the grid."""
+    values = runs.filter(pl.col("prompt_tokens").is_not_null())
+    problems = []
+    by_value: dict[float, list[str]] = {}
+    for value, file in values.select("prompt_tokens", "source").rows():
+        if prompt_length_reason(value) is not None:
+            # NaN is no dict key that finds itself: all NaNs are one value.
+            by_value.setdefault(math.nan if math.isnan(value) else value, []).append(file)
+    for value, files in sorted(by_value.items(), key=lambda item: _sort_key(item[0])):
+        reason = prompt_length_reason(value)
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "invalid-prompt-length",
+                f"the prompt length is {reason}: the run is left out of the context grid",
+                files=tuple(dict.fromkeys(files)),
+                field=label,
+                value=_tokens(value),
+                expected=prompt_length_expected(),
+            )
+        )
+    return problems
+
+
+def _sort_key(value: float) -> tuple[bool, float]:
+    """Numbers in order, NaN last."""
+    return (math.isnan(value), 0.0 if math.isnan(value) else value)
 
 
 # --------------------------------------------------------------------------- the grid

@@ -39,7 +39,7 @@ from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, whole_number
 from lib.numbers import percent_text
 from lib.problems import Problem, Severity, show_value
 from lib.schedule import Schedule, validate_schedule
-from lib.settings import Direction
+from lib.settings import Direction, prompt_length_expected, prompt_length_reason
 
 __all__ = [
     "CONTEXT_FORMATS",
@@ -74,6 +74,7 @@ __all__ = [
     "loss_summary",
     "merge_identical_neighbours",
     "mix_choice",
+    "normalised_weights",
     "not_deployable_refusal",
     "pr_54801_export",
     "pr_54801_violations",
@@ -275,6 +276,17 @@ class _Reader:
             return None
         return number
 
+    def prompt(self, data: Mapping[str, Any], path: str) -> int | None:
+        """A ``prompt_tokens`` field: a whole number within the prompt lengths every command
+        accepts (:data:`lib.settings.PROMPT_TOKENS_RANGE`), so the grid the tuner writes is
+        the grid this reads, and no export takes a length the tuner would refuse."""
+        value = data.get("prompt_tokens", MISSING)
+        number = None if value is MISSING else whole_number(value)
+        if number is None or prompt_length_reason(number) is not None:
+            self.bad(f"{path}.prompt_tokens", value, prompt_length_expected() + " (whole)")
+            return None
+        return number
+
     def mapping(self, data: Mapping[str, Any], key: str, path: str = "") -> Mapping[str, Any]:
         value = data.get(key, MISSING)
         if not isinstance(value, dict):
@@ -463,7 +475,7 @@ def _points(reader: _Reader, axis: Mapping[str, Any]) -> tuple[ContextPoint, ...
     context lengths (bucket boundaries need distinct, ordered contexts)."""
     points = []
     for path, raw in reader.objects(axis, "points", "context_axis"):
-        prompt = reader.whole(raw, "prompt_tokens", path, 1)
+        prompt = reader.prompt(raw, path)
         context = reader.whole(raw, "context_tokens", path, 1)
         output = None
         if "output_tokens" in raw:
@@ -493,7 +505,7 @@ def _cells(
     cells: dict[tuple[int, int], GridCell] = {}
     for path, raw in reader.objects(data, "context_grid"):
         batch = reader.whole(raw, "batch_size", path, 1)
-        prompt = reader.whole(raw, "prompt_tokens", path, 1)
+        prompt = reader.prompt(raw, path)
         selected = reader.whole(raw, "selected_k", path, 0, nullable=True)
         status = raw.get("status")
         candidates = _candidates(reader, raw, path)
@@ -723,22 +735,29 @@ def default_context_mix(grid: ContextGrid) -> ContextMix:
 
 
 def _mix_terms(text: str) -> tuple[list[tuple[int, float]], str | None]:
-    """``PROMPT:WEIGHT,...`` as pairs, or why not: prompts whole numbers >= 1, weights finite
-    and > 0.
+    """``PROMPT:WEIGHT,...`` as pairs, or why not: prompts whole numbers (ASCII digits) within
+    the prompt lengths every command accepts (:func:`lib.settings.prompt_length_reason`),
+    weights finite and > 0.
 
     >>> _mix_terms("512:0.7, 8192:0.3")
     ([(512, 0.7), (8192, 0.3)], None)
     >>> _mix_terms("512:0")
     ([], "weight '0' of 512 is not > 0")
+    >>> _mix_terms("512²:1")[1], _mix_terms("0:1")[1]
+    ("prompt length '512²' is not a whole number of tokens", 'prompt length 0 is below 1 token')
     """
     terms = []
     for part in (part.strip() for part in text.split(",")):
         prompt_text, colon, weight_text = part.partition(":")
         if not colon:
             return [], f"{part!r} is not PROMPT:WEIGHT"
-        prompt = whole_number(int(prompt_text)) if prompt_text.strip().isdigit() else None
-        if prompt is None or prompt < 1:
-            return [], f"prompt length {prompt_text.strip()!r} is not a whole number >= 1"
+        digits = prompt_text.strip()
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+        prompt = int(digits) if digits.isascii() and digits.isdigit() else None
+        if prompt is None:
+            return [], f"prompt length {digits!r} is not a whole number of tokens"
+        if prompt_length_reason(prompt) is not None:
+            return [], f"prompt length {prompt} is {prompt_length_reason(prompt)}"
         try:
             weight = float(weight_text)
         except ValueError:
@@ -747,6 +766,25 @@ def _mix_terms(text: str) -> tuple[list[tuple[int, float]], str | None]:
             return [], f"weight {weight_text.strip()!r} of {prompt} is not > 0"
         terms.append((prompt, weight))
     return terms, None
+
+
+def normalised_weights(weights: Sequence[float]) -> tuple[float, ...]:
+    """Finite weights > 0 scaled to sum 1, without overflow: divided by their sum; where that
+    sum overflows, each is first divided by the largest (so every one is in (0, 1] and their
+    sum at most their count). ``1e308, 1e308`` is ``1, 1``'s mix, not a sum of infinity that
+    makes every weight 0.
+
+    >>> normalised_weights([1e308, 1e308]), normalised_weights([1.0, 1.0])
+    ((0.5, 0.5), (0.5, 0.5))
+    >>> normalised_weights([7.0, 3.0]), normalised_weights([5e-324])
+    ((0.7, 0.3), (1.0,))
+    """
+    total = sum(weights)
+    if not math.isfinite(total):
+        largest = max(weights)
+        weights = [weight / largest for weight in weights]
+        total = sum(weights)
+    return tuple(weight / total for weight in weights)
 
 
 def _matched_point(prompt: int, grid: ContextGrid) -> ContextPoint | None:
@@ -804,11 +842,15 @@ def context_mix(
             )
         weights[point.prompt_tokens] = weight
         given[point.prompt_tokens] = prompt
-    total = sum(weights.values())
+    normalised = normalised_weights(
+        [weights[p.prompt_tokens] for p in grid.points if p.prompt_tokens in weights]
+    )
     ordered = tuple(
-        (point.prompt_tokens, weights[point.prompt_tokens] / total)
-        for point in grid.points
-        if point.prompt_tokens in weights
+        zip(
+            (p.prompt_tokens for p in grid.points if p.prompt_tokens in weights),
+            normalised,
+            strict=True,
+        )
     )
     rule = f"{field} {text}, matched to the measured prompt lengths and normalised to sum 1"
     return ContextMix(ordered, rule), []
@@ -1596,6 +1638,10 @@ class TablePair:
     length_ks: tuple[int, ...]
     method: str
     trials: int
+    #: How many (anchor, batch K, cell) terms the search looked up: its cost, counted.
+    lookups: int = 0
+    #: Coordinate ascent's full passes over the context points (0: exhaustive).
+    passes: int = 0
 
 
 def _anchor_key(
@@ -1659,41 +1705,173 @@ def table_pair_search(
     tried: the pair is the exact optimum over every pair. Else coordinate ascent from the
     length table that restricts nothing (the largest K everywhere): each context point in turn
     takes its best K given the others (ties: smallest; kept only when strictly better), until
-    a full pass changes nothing. Deterministic either way. None when no pair is feasible.
+    a full pass changes nothing (:func:`_coordinate_ascent`: its cost is linear in anchors
+    and in points, about anchors x Ks^2 x points look-ups a pass, counted in
+    :attr:`TablePair.lookups`). Deterministic either way. None when no pair is feasible.
     """
     ks = grid.ks
     size = len(grid.points)
-    exhaustive = len(ks) ** size * len(grid.anchors) * len(ks) <= max_exhaustive
+    anchors = len(grid.anchors)
+    exhaustive = len(ks) ** size * anchors * len(ks) <= max_exhaustive
+    if not exhaustive:
+        return _coordinate_ascent(grid, mix)
     best: tuple[tuple[float, float], tuple[int, ...], tuple[int, ...]] | None = None
     trials = 0
-
-    def consider(length_ks: tuple[int, ...]) -> bool:
-        nonlocal best, trials
-        trials += len(grid.anchors) * len(ks)
+    for length_ks in itertools.product(ks, repeat=size):
+        trials += anchors * len(ks)
         found = _best_batch_ks(grid, length_ks, mix)
         if found is not None and (best is None or found[0] < best[0]):
             best = (found[0], length_ks, found[1])
-            return True
-        return False
-
-    if exhaustive:
-        for length_ks in itertools.product(ks, repeat=size):
-            consider(tuple(length_ks))
-    else:
-        current = (ks[-1],) * size
-        consider(current)
-        changed = True
-        while changed and best is not None:
-            changed = False
-            for position in range(size):
-                for k in ks:
-                    trial = (*best[1][:position], k, *best[1][position + 1 :])
-                    if trial != best[1] and consider(trial):
-                        changed = True
     if best is None:
         return None
-    method = "exhaustive" if exhaustive else "coordinate ascent"
-    return TablePair(best[2], best[1], method, trials)
+    return TablePair(best[2], best[1], "exhaustive", trials, trials * size)
+
+
+#: One cell's term of an anchor's key under a K: (mix weight x expected score, the cell's own
+#: loss), or None where the K was not kept there (infeasible).
+_Term = tuple[float, float] | None
+
+
+def _cell_terms(grid: ContextGrid, mix: ContextMix) -> list[list[dict[int, _Term]]]:
+    """Per anchor, per context point, per K: the cell's term of :func:`_anchor_key` (looked
+    up once: the ascent adds terms, it does not recompute them)."""
+    terms = []
+    for row in grid.rows:
+        row_terms = []
+        for cell in row:
+            picked = cell.score(cell.selected_k)
+            by_score = picked is not None and picked > 0
+            best = picked if by_score and picked is not None else cell.optimum
+            weight = mix.weight(cell.point.prompt_tokens)
+            by_k: dict[int, _Term] = {}
+            for k in grid.ks:
+                value = cell.score(k) if by_score else cell.median(k)
+                by_k[k] = (
+                    None
+                    if value is None
+                    else (
+                        weight * value,
+                        loss_percent(value, best, grid.direction),
+                    )
+                )
+            row_terms.append(by_k)
+        terms.append(row_terms)
+    return terms
+
+
+def _anchor_optima(grid: ContextGrid, mix: ContextMix) -> list[float]:
+    """Per anchor, the mix-weighted score of the grid's own picks (:func:`_anchor_key`'s
+    reference: it depends on no table)."""
+    optima = []
+    for row in grid.rows:
+        total = 0.0
+        for cell in row:
+            picked = cell.score(cell.selected_k)
+            best = picked if picked is not None and picked > 0 else cell.optimum
+            total += mix.weight(cell.point.prompt_tokens) * best
+        optima.append(total)
+    return optima
+
+
+def _add(first: _Term, second: _Term) -> _Term:
+    if first is None or second is None:
+        return None
+    return (first[0] + second[0], first[1] + second[1])
+
+
+def _coordinate_ascent(grid: ContextGrid, mix: ContextMix) -> TablePair | None:
+    """:func:`table_pair_search` beyond the exhaustive bound: from the length table that
+    restricts nothing, each context point in turn takes its best K given the others (ties:
+    the smallest; changed only when strictly better), until a full pass changes nothing.
+
+    Near-linear in the grid: an anchor's key under a trial K at point ``p`` is the sum of its
+    cells' terms before ``p`` (kept as the pass moves on), the term at ``p``, and the sum after
+    ``p`` (summed once per pass), so a pass looks up about anchors x Ks x points x (Ks + 2)
+    terms, not anchors x Ks^2 x points^2. The best batch table of the final length table is
+    then found exactly (:func:`_best_batch_ks`)."""
+    ks = grid.ks
+    size = len(grid.points)
+    terms = _cell_terms(grid, mix)
+    optima = _anchor_optima(grid, mix)
+    zero: _Term = (0.0, 0.0)
+    length_ks = [ks[-1]] * size
+    lookups = trials = passes = 0
+
+    def key_of(anchor: int, total: _Term) -> tuple[float, float] | None:
+        if total is None:
+            return None
+        return loss_percent(total[0], optima[anchor], grid.direction), total[1]
+
+    def best_total(
+        keys: Sequence[Sequence[tuple[float, float] | None]],
+    ) -> tuple[float, float] | None:
+        """The summed best key over anchors (per anchor the smallest over batch Ks)."""
+        total = (0.0, 0.0)
+        for by_batch in keys:
+            feasible = [key for key in by_batch if key is not None]
+            if not feasible:
+                return None
+            smallest = min(feasible)
+            total = (total[0] + smallest[0], total[1] + smallest[1])
+        return total
+
+    changed = True
+    while changed:
+        changed = False
+        passes += 1
+        # suffix[a][b][p]: the terms after point p under the current length table.
+        suffix = []
+        for anchor in range(len(grid.anchors)):
+            by_batch = []
+            for batch_k in ks:
+                sums = [zero] * (size + 1)
+                for position in range(size - 1, -1, -1):
+                    term = terms[anchor][position][min(batch_k, length_ks[position])]
+                    sums[position] = _add(term, sums[position + 1])
+                    lookups += 1
+                by_batch.append(sums)
+            suffix.append(by_batch)
+        prefix = [[zero] * len(ks) for _ in grid.anchors]
+        for position in range(size):
+            scored: list[tuple[tuple[float, float] | None, int]] = []
+            for k in ks:
+                keys = []
+                for anchor in range(len(grid.anchors)):
+                    keys.append(
+                        [
+                            key_of(
+                                anchor,
+                                _add(
+                                    _add(
+                                        prefix[anchor][b],
+                                        terms[anchor][position][min(batch_k, k)],
+                                    ),
+                                    suffix[anchor][b][position + 1],
+                                ),
+                            )
+                            for b, batch_k in enumerate(ks)
+                        ]
+                    )
+                lookups += len(grid.anchors) * len(ks)
+                trials += len(grid.anchors) * len(ks)
+                scored.append((best_total(keys), k))
+            current = next(key for key, k in scored if k == length_ks[position])
+            feasible = [(key, k) for key, k in scored if key is not None]
+            if feasible:
+                key, k = min(feasible)
+                if current is None or key < current:
+                    changed = changed or k != length_ks[position]
+                    length_ks[position] = k
+            for anchor in range(len(grid.anchors)):
+                for b, batch_k in enumerate(ks):
+                    term = terms[anchor][position][min(batch_k, length_ks[position])]
+                    prefix[anchor][b] = _add(prefix[anchor][b], term)
+                    lookups += 1
+    found = _best_batch_ks(grid, length_ks, mix)
+    if found is None:
+        return None
+    lookups += len(grid.anchors) * len(ks) * size
+    return TablePair(found[1], tuple(length_ks), "coordinate ascent", trials, lookups, passes)
 
 
 def _pr_54801_warnings(
@@ -1793,6 +1971,7 @@ def pr_54801_export(
     search = {
         "method": pair.method,
         "trials": pair.trials,
+        "passes": pair.passes,
         "objective": "per batch anchor, the loss of the mix-weighted conservative score (the"
         " tuner's ranking) against the grid's picks', summed over the anchors; ties: the"
         " smaller sum of cell losses, then the smaller Ks",
@@ -1801,7 +1980,8 @@ def pr_54801_export(
         PR_54801_COMBINATION,
         "needs vLLM with PR #54801 (open); the length table's shape and lookup (the first range"
         " whose hi reaches the length) are presumed",
-        f"tables chosen by {pair.method} search ({pair.trials} trials)",
+        f"tables chosen by {pair.method} search ({pair.trials} trials"
+        + (f", {pair.passes} passes over the context points)" if pair.passes else ")"),
     ]
     return _finished(
         grid,

@@ -37,6 +37,7 @@ __all__ = [
     "MEASURED_PROMPT",
     "POLICIES",
     "PROMPT_LENGTH_FIELDS",
+    "PROMPT_TOKENS_RANGE",
     "RANDOM_PROMPT_LENGTH",
     "RESULT_FILE",
     "ContextSettings",
@@ -46,6 +47,9 @@ __all__ = [
     "Options",
     "Policy",
     "Settings",
+    "context_var_reason",
+    "prompt_length_expected",
+    "prompt_length_reason",
 ]
 
 Direction = Literal["maximize", "minimize"]
@@ -363,6 +367,43 @@ MEASURED_PROMPT = ("total_input_tokens", "completed")
 #: The measured mean output of a run, and the swept output lengths to fall back on.
 MEASURED_OUTPUT = ("total_output_tokens", "completed")
 DECLARED_OUTPUT = ("random_output_len", "prefix_repetition_output_len")
+#: The prompt lengths every command accepts, in tokens (the loader's context axis, the grid's
+#: reader, ``plan --context-lengths``, "measure next" and every context export): at least 1
+#: token, at most 2^30, so that a context (prompt + output / 2) and a server's
+#: ``--max-model-len`` (prompt + output) stay below the engines' 2^31 - 1 for any output up to
+#: 2^30. No model today reads a prompt of more than a few million tokens.
+PROMPT_TOKENS_RANGE = (1, 2**30)
+
+
+def prompt_length_reason(value: float) -> str | None:
+    """Why ``value`` cannot be a prompt length (None: it can): it must be a finite number
+    within :data:`PROMPT_TOKENS_RANGE`. A measured mean prompt may have a fraction (it is
+    rounded to whole tokens where a point is named); 0, negatives, NaN and infinities may not.
+
+    >>> prompt_length_reason(512), prompt_length_reason(511.5), prompt_length_reason(2**30)
+    (None, None, None)
+    >>> prompt_length_reason(0), prompt_length_reason(-512)
+    ('below 1 token', 'below 1 token')
+    >>> prompt_length_reason(3e9), prompt_length_reason(float("nan"))
+    ('above the largest prompt length 1073741824 tokens', 'not a finite number')
+    """
+    lowest, highest = PROMPT_TOKENS_RANGE
+    if not math.isfinite(value):
+        return "not a finite number"
+    if value < lowest:
+        return f"below {lowest} token"
+    if value > highest:
+        return f"above the largest prompt length {highest} tokens"
+    return None
+
+
+def prompt_length_expected() -> str:
+    """What a prompt length must be, as problems say it.
+
+    >>> prompt_length_expected()
+    'a prompt length from 1 to 1073741824 tokens'
+    """
+    return "a prompt length from {} to {} tokens".format(*PROMPT_TOKENS_RANGE)
 
 
 @dataclass(frozen=True)
@@ -414,13 +455,17 @@ class ContextSettings:
             )
         return tuple(dict.fromkeys((*prompt, *MEASURED_OUTPUT, *DECLARED_OUTPUT, REPEAT_SEED)))
 
-    def invalid(self) -> list[str]:
-        """Reasons these settings cannot be used (empty when fine).
+    def invalid(self, objective: str | None = None) -> list[str]:
+        """Reasons these settings cannot be used (empty when fine); ``objective``: the
+        objective field, which cannot be the prompt length too.
 
         >>> ContextSettings(context_tolerance=-1).invalid()
         ['--context-tolerance -1: expected a finite number in [0, 1)']
         """
         reasons = []
+        reason = context_var_reason(self.context_var, objective)
+        if reason is not None:
+            reasons.append(reason)
         if not (math.isfinite(self.context_tolerance) and 0 <= self.context_tolerance < 1):
             name = flag_name(ContextSettings, "context_tolerance")
             reasons.append(f"{name} {self.context_tolerance}: expected a finite number in [0, 1)")
@@ -428,3 +473,35 @@ class ContextSettings:
             name = flag_name(ContextSettings, "context_var")
             reasons.append(f"{name} {self.context_var!r}: expected a record field, auto or none")
         return reasons
+
+
+def context_var_reason(context_var: str, objective: str | None) -> str | None:
+    """Why ``--context-var`` cannot name this field (None: it can), as ``--objective-var`` is
+    refused a derived column: a column the loader derives for every run
+    (:data:`DERIVED_COLUMNS`) is no prompt length, and the objective cannot be its own axis
+    (every run would be at its own "context").
+
+    >>> context_var_reason("random_input_len", "output_throughput") is None
+    True
+    >>> context_var_reason("anchor", None)[:28]
+    "--context-var 'anchor': a co"
+    >>> context_var_reason("output_throughput", "output_throughput")[:48]
+    "--context-var 'output_throughput': the objective"
+    """
+    name = flag_name(ContextSettings, "context_var")
+    if context_var in DERIVED_COLUMNS:
+        kept_as = f"; a record field {context_var!r} is 'record.{context_var}'"
+        if context_var == "run_number":
+            kept_as = ""
+        return (
+            f"{name} {context_var!r}: a column tune-spec-k derives for every run"
+            f" ({', '.join(DERIVED_COLUMNS)}), not a prompt length: expected a record field"
+            f" such as {RANDOM_PROMPT_LENGTH}{kept_as}, auto or none"
+        )
+    if objective is not None and context_var == objective:
+        return (
+            f"{name} {context_var!r}: the objective ({flag_name(Settings, 'objective')}) cannot"
+            f" be the prompt length too: expected a record field such as {RANDOM_PROMPT_LENGTH},"
+            " auto or none"
+        )
+    return None

@@ -182,13 +182,33 @@ def _frame(reader: SweepFiles) -> tuple[pl.DataFrame, dict[str, dict[int, str]]]
         rows = [{name: _as_float(value) for name, value in row.items()} for row in reader.numbers]
         metrics = pl.from_dicts(rows, schema=schema)
     non_numeric: dict[str, dict[int, str]] = {}
-    text_names: set[str] = set().union(*reader.others)
-    if not text_names.isdisjoint(metric_names):
-        for row, others in enumerate(reader.others):
-            for name, value in others.items():
-                if name in metric_names:
-                    non_numeric.setdefault(name, {})[row] = show_value(value)
+    for row, others in enumerate(reader.others):
+        for name, value in others.items():
+            if name in metric_names or _number_as_text(value):
+                non_numeric.setdefault(name, {})[row] = show_value(value)
     return pl.concat([derived, metrics], how="horizontal"), non_numeric
+
+
+def _number_as_text(value: Any) -> bool:
+    """Whether a text field holds a number written as text (``"512"``, ``"NaN"`` is not
+    one). Such a field is kept in :attr:`Sweep.non_numeric` even where no record holds it as a
+    number, so that a reader wanting a number there names the text instead of calling the
+    field missing (the context axis's prompt length).
+
+    >>> [_number_as_text(value) for value in ("512", "1e3", "vllm", "", True)]
+    [True, True, False, False, False]
+    """
+    if not isinstance(value, str) or value[:1] not in _NUMBER_STARTS:
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+#: How a number written as text may start (a quick test before parsing every text field).
+_NUMBER_STARTS = frozenset("0123456789+-.")
 
 
 def _kept_frame(reader: SweepFiles) -> tuple[pl.DataFrame, dict[str, dict[int, str]]]:
@@ -205,9 +225,10 @@ def _kept_frame(reader: SweepFiles) -> tuple[pl.DataFrame, dict[str, dict[int, s
             # As in _frame: an int beyond the float range becomes an infinity of its sign.
             columns.append(pl.Series(name, [_as_float(v) for v in values], dtype=pl.Float64))
     derived = _derived_frame(reader.derived)
+    # Every kept name's text: the caller asked for the field, even where no record holds a
+    # number there (:func:`_number_as_text`).
     non_numeric = {
         name: {row: show_value(value) for row, value in rows.items()}
         for name, rows in reader.texts.items()
-        if name in reader.first_seen
     }
     return (derived.hstack(columns) if columns else derived), non_numeric

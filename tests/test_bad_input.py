@@ -20,9 +20,10 @@ from paths import BAD_INPUTS, REPO
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
+from lib.context import find_context_axis
 from lib.problems import Problem, Severity
 from lib.schedule import tune
-from lib.settings import GLOBAL_K_VAR, RESULT_FILE, Settings
+from lib.settings import GLOBAL_K_VAR, RESULT_FILE, ContextSettings, Settings
 from lib.sweeps import load_experiment
 
 CORPUS = BAD_INPUTS
@@ -57,13 +58,35 @@ class Case:
     objective: str = "output_throughput"
     #: Rules that would only be noise here, a consequence of the real problem misread.
     absent: tuple[str, ...] = ()
+    #: A sweep that varied the prompt length: its problems come from the context axis.
+    context: bool = False
 
     @property
     def arguments(self) -> list[str]:
         return ["--objective-var", self.objective]
 
 
+def _prompt(anchor: int, k: int, value: str, rule: str = "invalid-prompt-length") -> Expected:
+    """A prompt length refused at 8192 tokens in the bad-prompt-lengths case."""
+    return Expected(rule, f"{combo(anchor, k)}-p8192/summary.json", "random_input_len", value)
+
+
 CASES = [
+    Case(
+        "bad-prompt-lengths",
+        # Issue 22: each was a traceback (NaN: StopIteration; inf: OverflowError), a silent
+        # answer (-512, 0, 3e9 tuned with exit 0) or a silently dropped axis (text).
+        (
+            _prompt(4, 3, "nan", "invalid-prompt-length"),
+            _prompt(4, 3, "inf"),
+            _prompt(4, 0, "-512"),
+            _prompt(4, 0, "0"),
+            _prompt(1, 0, "3e+09"),
+            _prompt(1, 3, "'8192'", "non-numeric-prompt-length"),
+        ),
+        absent=("no-prompt-length", "mixed-prompt-lengths"),
+        context=True,
+    ),
     Case(
         "truncated-json",
         (
@@ -409,13 +432,20 @@ def test_cli_refuses_and_names_every_problem(
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.folder)
 def test_library_reports_the_problems_without_raising(case: Case) -> None:
     experiment = CORPUS / case.folder
-    result = tune(load_experiment(experiment), Settings(objective=case.objective))
-    assert not result.ok
+    sweep = load_experiment(experiment)
+    if case.context:
+        _, found = find_context_axis(sweep, ContextSettings())
+        problems = tuple(found)
+    else:
+        result = tune(sweep, Settings(objective=case.objective))
+        assert not result.ok
+        problems = result.problems
+    assert any(problem.severity is Severity.ERROR for problem in problems)
     for expected in case.expected:
-        assert any(_matches(problem, expected, experiment) for problem in result.problems), (
-            f"{expected} not among:\n" + "\n".join(p.describe() for p in result.problems)
+        assert any(_matches(problem, expected, experiment) for problem in problems), (
+            f"{expected} not among:\n" + "\n".join(p.describe() for p in problems)
         )
-    assert not {problem.rule for problem in result.problems} & set(case.absent)
+    assert not {problem.rule for problem in problems} & set(case.absent)
 
 
 def test_the_unbroken_sweep_is_healthy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

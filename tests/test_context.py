@@ -6,6 +6,7 @@ import json
 import shlex
 from pathlib import Path
 
+import polars as pl
 import pytest
 from sweep_builder import CONTEXT_GRID, spread, write_context_grid
 
@@ -108,25 +109,48 @@ def test_lengths_within_the_tolerance_are_one_point(tmp_path: Path) -> None:
     assert axis is not None and [p.prompt_tokens for p in axis.points] == [512, 540]
 
 
-def test_a_cell_mixing_lengths_beyond_the_tolerance_is_an_error(tmp_path: Path) -> None:
-    # A chain 500 -> 540 -> 580 is one point at 10 %, but batch 1 K=0 holds both 500 and 580
-    # (16 % apart): its median would mix two contexts.
+def test_a_chain_of_close_lengths_is_split_where_it_outgrows_its_first(tmp_path: Path) -> None:
+    # 500 -> 540 -> 580: each within 10 % of the next, but 580 is 16 % above 500. A point
+    # starts at 500 and holds up to 550 (500 x 1.1): {500, 540}, then {580}; no point pools
+    # prompts further apart than the tolerance.
     cells = {
-        (1, 0, 500): spread(100.0),
-        (1, 3, 540): spread(150.0),
-        (1, 0, 580): spread(90.0),
-        (1, 0, 8192): spread(80.0),
-        (1, 3, 8192): spread(150.0),
+        (1, k, prompt): spread(100.0 + k + prompt / 100)
+        for k in (0, 3)
+        for prompt in (500, 540, 580, 8192)
     }
     root = write_context_grid(tmp_path, cells)
     _, axis, problems = _axis(root)
+    assert axis is not None, problems
+    assert [p.prompt_tokens for p in axis.points] == [520, 580, 8192]
+    for point in axis.points:
+        members = axis.runs.filter(pl.col("context_point") == axis.points.index(point))
+        low, high = members["prompt_tokens"].min(), members["prompt_tokens"].max()
+        assert high <= low * 1.1  # type: ignore[operator]
+
+
+def test_a_long_chain_at_one_tolerance_is_many_points_not_one(tmp_path: Path) -> None:
+    # The chain: 512, 560, ... each 9.4 % above the last, up to 17x the first. Grouped
+    # by neighbours it was one point (and no axis, silently); bounded by a point's first
+    # length, a point holds at most two neighbours (9.4 % <= 10 % < 2 x 9.4 %).
+    lengths = [round(512 * 1.094**step) for step in range(32)]
+    assert lengths[-1] / lengths[0] > 16
+    cells = {(1, k, prompt): spread(100.0 + k) for k in (0, 3) for prompt in lengths}
+    _, axis, _ = _axis(write_context_grid(tmp_path, cells))
     assert axis is not None
-    mixed = [p for p in problems if p.rule == "mixed-prompt-lengths"]
-    assert [(p.anchor, p.k, p.value) for p in mixed] == [(1, 0, "500 to 580")]
-    assert {f.split("/")[0] for f in mixed[0].files} == {
-        "SERVE--k0-BENCH--c1-p500",
-        "SERVE--k0-BENCH--c1-p580",
-    }
+    assert len(axis.points) == 16
+    spans = [
+        axis.runs.filter(pl.col("context_point") == index)["prompt_tokens"]
+        for index in range(len(axis.points))
+    ]
+    assert all(span.max() <= span.min() * 1.1 for span in spans)  # type: ignore[operator]
+
+
+def test_one_point_that_holds_every_length_still_bounds_its_spread(tmp_path: Path) -> None:
+    # 512 and 563 (10 % apart, the tolerance itself): one point, no axis; 564 is beyond it.
+    for top, points in ((563, None), (564, [512, 564])):
+        cells = {(1, k, p): spread(100.0 + k + p / 10) for k in (0, 3) for p in (512, top)}
+        _, axis, _ = _axis(write_context_grid(tmp_path / str(top), cells))
+        assert (None if axis is None else [p.prompt_tokens for p in axis.points]) == points
 
 
 def test_lengths_that_differ_only_between_anchors_are_no_axis(tmp_path: Path) -> None:

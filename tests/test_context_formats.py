@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -352,6 +353,21 @@ def test_a_mix_is_matched_within_the_tolerance_and_normalised() -> None:
     assert "normalised to sum 1" in mix.rule
 
 
+@pytest.mark.parametrize("huge", ["1e308", "1.7976931348623157e308"])
+def test_weights_whose_sum_overflows_are_the_same_mix(huge: str) -> None:
+    # 1e308 + 1e308 is inf in floats: divided by it, every weight was 0 (and every export K=0
+    # with "mean loss 0.0%"). Scaled by the largest first, it is 1:1's mix, and its schedule.
+    grid = grid_of(result_json(PUBLISHED))
+    assert mix_of(grid, f"500:{huge},4000:{huge}").weights == mix_of(grid, "500:1,4000:1").weights
+    for format in CONTEXT_FORMATS:
+        exported = [
+            context_export(grid, format, mix_of(grid, text), 3)[0]
+            for text in (f"500:{huge},4000:{huge}", "500:1,4000:1")
+        ]
+        assert exported[0] is not None and exported[1] is not None
+        assert exported[0].config == exported[1].config
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -361,7 +377,16 @@ def test_a_mix_is_matched_within_the_tolerance_and_normalised() -> None:
         ("500:-1", "weight '-1' of 500 is not > 0"),
         ("500:nan", "weight 'nan' of 500 is not > 0"),
         ("500", "'500' is not PROMPT:WEIGHT"),
-        ("x:1", "prompt length 'x' is not a whole number >= 1"),
+        ("x:1", "prompt length 'x' is not a whole number of tokens"),
+        # "²" is a digit to str.isdigit() but not to int(): a refusal, not a ValueError.
+        ("500²:1", "prompt length '500²' is not a whole number of tokens"),
+        # The shared range of prompt lengths (lib.settings.PROMPT_TOKENS_RANGE), both ends.
+        ("0:1", "prompt length 0 is below 1 token"),
+        (
+            "1073741825:1",
+            "prompt length 1073741825 is above the largest prompt length 1073741824 tokens",
+        ),
+        ("1073741824:1", "prompt length 1073741824 matches no measured context point"),
         ("500:1,510:1", "prompt lengths 500 and 510 both match the context point 500"),
     ],
 )
@@ -717,11 +742,47 @@ def test_pr_54801_coordinate_ascent_when_the_search_is_large() -> None:
     assert exhaustive is not None and ascent is not None
     # 2 Ks ^ 2 contexts length tables x 2 anchors x 2 Ks = 16 trials.
     assert (exhaustive.method, exhaustive.trials) == ("exhaustive", 16)
-    # The ascent starts from length (3, 3), which restricts nothing (4 trials: 2 anchors x 2
-    # Ks), tries (0, 3) and (3, 0) (4 each), neither better: 12 trials. (From (0, 0) it would
-    # move twice and take 20.)
-    assert (ascent.method, ascent.trials) == ("coordinate ascent", 12)
+    # The ascent starts from length (3, 3), which restricts nothing, and scores both Ks at
+    # each of the 2 points (2 Ks x 2 anchors x 2 batch Ks = 8 trials a point); neither move is
+    # better, so one pass: 16 trials.
+    assert (ascent.method, ascent.trials, ascent.passes) == ("coordinate ascent", 16, 1)
     assert (ascent.batch_ks, ascent.length_ks) == (exhaustive.batch_ks, exhaustive.length_ks)
+
+
+def _random_grid(anchors: int, ks: int, points: int) -> ContextGrid:
+    """A grid of ``anchors`` x ``points`` cells, every K in 0..ks-1 kept, medians drawn from a
+    fixed seed."""
+    rng = random.Random(anchors * 1000 + ks * 100 + points)
+    medians = {
+        (anchor, 500 * 2**point): {k: 100.0 + 50.0 * rng.random() for k in range(ks)}
+        for anchor in range(1, anchors + 1)
+        for point in range(points)
+    }
+    return grid_of(result_json(medians, max_batch_size=anchors, global_k=ks))
+
+
+@pytest.mark.parametrize(("anchors", "ks", "points"), [(8, 4, 4), (16, 4, 4), (8, 4, 8)])
+def test_pr_54801_ascent_cost_is_linear_in_the_grid(anchors: int, ks: int, points: int) -> None:
+    # Counted, not timed: a pass sums each (anchor, batch K)'s terms after every point once (A x
+    # K x C look-ups), then at each point scores K trial Ks for every (anchor, batch K) from
+    # the running sums (C x A x K x K) and moves the running sum on (C x A x K); the final batch
+    # table looks up A x K x C more. Linear in anchors and in points (the old search summed
+    # every point anew for every trial: A x K^2 x C^2 a pass).
+    grid = _random_grid(anchors, ks, points)
+    pair = table_pair_search(grid, mix_of(grid, None), max_exhaustive=0)
+    assert pair is not None and pair.method == "coordinate ascent"
+    cells = anchors * ks * points
+    assert pair.lookups == pair.passes * (cells + points * anchors * ks * (ks + 1)) + cells
+    assert 1 <= pair.passes <= points * ks  # each pass but the last changes a length K
+
+
+def test_pr_54801_a_large_grid_is_searched_in_few_look_ups() -> None:
+    # The issue's 128 x 20 x 16 grid: about a minute before. Bounded by the count above with
+    # at most 3 passes (the seeded grid takes 2): 128 x 20 x 16 x (1 + 21) x 3 + ... < 3.0e6.
+    grid = _random_grid(128, 20, 16)
+    pair = table_pair_search(grid, mix_of(grid, None))
+    assert pair is not None and pair.method == "coordinate ascent"
+    assert pair.passes <= 3 and pair.lookups < 3_000_000
 
 
 def test_pr_54801_coordinate_ascent_lowers_a_length_k() -> None:

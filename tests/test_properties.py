@@ -13,6 +13,7 @@ committed corpus in tests/bad_inputs/ holds the cases worth naming one by one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -27,6 +28,13 @@ from hypothesis import strategies as st
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
+from lib.context_formats import (
+    CONTEXT_FORMATS,
+    RFC_48944_KEY,
+    pr_54801_violations,
+    rfc_48944_violations,
+    vllm_context_violations,
+)
 from lib.schedule import validate_schedule
 
 #: Values a field may be damaged into: wrong types, out of range, too large for any column.
@@ -159,3 +167,131 @@ def test_every_sweep_gets_a_schedule_or_a_named_problem(
         assert not any(line.startswith("error [x]") for line in err.splitlines())
         assert _run(experiment, output, capsys) == first
         shutil.rmtree(experiment)
+
+
+# --------------------------------------------------------------------------- the context axis
+
+#: Prompt lengths a record may hold (issue 22): ordinary, close to each other (a chain at 10 %),
+#: text, NaN, infinities, zero, negatives, beyond the shared range, fractions.
+PROMPT_VALUES = st.sampled_from(
+    [512, 540, 600, 4096, 8192, 8192.5, "512", "8192", math.nan, math.inf, -math.inf, 0, -512,
+     3e9, 2**30, 2**30 + 1, 1e308, None]
+)  # fmt: skip
+#: --context-mix texts: the measured lengths and others, odd weights and digits.
+MIX_TERMS = st.sampled_from(
+    ["512:1", "8192:1", "4096:0.3", "512:1e308", "8192:1e308", "512:1", "8192:2", "4096:1",
+     "512:0", "512²:1", "0:1", "512:nan", "x:1", "600:2", "1073741825:1"]
+)  # fmt: skip
+CONTEXT_FIELDS = st.sampled_from(["random_input_len", "my_len"])
+
+
+@st.composite
+def context_sweeps(draw: st.DrawFn) -> tuple[dict[str, bytes], list[str], str | None]:
+    """A context sweep (anchors 1 and 4, K 0 and 3, three runs per cell) at a few prompt
+    lengths, some damaged, with the tuner's context flags and a --context-mix."""
+    field = draw(CONTEXT_FIELDS)
+    prompts = sorted(draw(st.sets(st.sampled_from([512, 600, 4096, 8192]), min_size=1, max_size=3)))
+    files: dict[str, bytes] = {}
+    for prompt in prompts:
+        for anchor in (1, 4):
+            for k in (0, 3):
+                folder = f"SERVE--k{k}-BENCH--c{anchor}-p{prompt}"
+                records = []
+                for run in range(3):
+                    value: Any = prompt
+                    if draw(st.integers(0, 19)) == 0:
+                        value = draw(PROMPT_VALUES)
+                    records.append(
+                        {
+                            "max_concurrency": anchor,
+                            "num_prompts": NUM_PROMPTS,
+                            "completed": NUM_PROMPTS,
+                            "failed": 0,
+                            "output_throughput": (100.0 + 50 * k * (anchor == 1) + prompt / 100)
+                            * (1 + 0.002 * run),
+                            "run_number": run,
+                            field: value,
+                            "speculative_config": {
+                                "method": "ngram",
+                                "num_speculative_tokens": 3,
+                                "num_speculative_tokens_per_batch_size": [[1, 4, k]],
+                            },
+                        }
+                    )
+                for run, record in enumerate(records):
+                    # allow_nan: JSON NaN / Infinity as vLLM's json.dumps writes them.
+                    files[f"{folder}/run={run}.json"] = json.dumps(record).encode()
+    flags = ["--context-tolerance", str(draw(st.sampled_from([0.0, 0.05, 0.1, 0.5])))]
+    flags += ["--context-var", draw(st.sampled_from(["auto", field, field, "anchor"]))]
+    mix = None
+    if draw(st.booleans()):
+        mix = ",".join(draw(st.lists(MIX_TERMS, min_size=1, max_size=3)))
+    return files, flags, mix
+
+
+#: A line of stderr naming a flag or a file: "  error [rule] ... (field '--flag' ...)" or "in FILE".
+_NAMES_FLAG_OR_FILE = re.compile(r"^  error \[[a-z0-9-]+\] .*(field '--|--[a-z-]+ | in \S)")
+
+
+def _context_run(
+    experiment: Path, flags: list[str], mix: str | None, capsys: pytest.CaptureFixture[str]
+) -> list[tuple[Any, ...]]:
+    """The tuner's exit, output and file, then each context export's (exit, stdout, stderr)."""
+    output = experiment.parent / "result.json"
+    code = main([str(experiment), "--output-json", str(output), *flags])
+    captured = capsys.readouterr()
+    runs: list[tuple[Any, ...]] = [(code, captured.out, captured.err)]
+    if code != EXIT_OK:
+        assert not output.exists()
+        return runs
+    runs[0] += (output.read_bytes(),)
+    for format in CONTEXT_FORMATS:
+        command = ["export", str(output), "--format", format]
+        export_code = main(command + ([] if mix is None else ["--context-mix", mix]))
+        exported = capsys.readouterr()
+        runs.append((format, export_code, exported.out, exported.err))
+    output.unlink()
+    return runs
+
+
+def _config_violations(format: str, config: dict[str, Any]) -> list[str]:
+    if format == "vllm-context":
+        return vllm_context_violations(config)
+    if format == "vllm-rfc-48944":
+        return rfc_48944_violations(config[RFC_48944_KEY])
+    return pr_54801_violations(config)
+
+
+@settings(
+    max_examples=60,
+    deadline=timedelta(seconds=20),
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(drawn=context_sweeps())
+def test_every_context_sweep_gets_valid_exports_or_a_named_problem(
+    drawn: tuple[dict[str, bytes], list[str], str | None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    files, flags, mix = drawn
+    with tempfile.TemporaryDirectory() as scratch:
+        experiment = Path(scratch) / "experiment"
+        experiment.mkdir()
+        _write(experiment, files)
+        first = _context_run(experiment, flags, mix, capsys)
+        code, _, err = first[0][:3]
+        assert code in (EXIT_OK, EXIT_BAD_INPUT), err
+        event(f"tune exit {code}")
+        if code == EXIT_BAD_INPUT:
+            assert any(_NAMES_FLAG_OR_FILE.match(line) for line in err.splitlines()), err
+        for format, export_code, out, export_err in first[1:]:
+            assert export_code in (EXIT_OK, EXIT_BAD_INPUT), export_err
+            event(f"{format} exit {export_code}")
+            if export_code == EXIT_OK:
+                config = json.loads(out.splitlines()[0])
+                assert _config_violations(format, config) == []
+            else:
+                assert any(_NAMES_FLAG_OR_FILE.match(line) for line in export_err.splitlines()), (
+                    export_err
+                )
+        assert _context_run(experiment, flags, mix, capsys) == first

@@ -176,10 +176,11 @@ def _tune(args: TuneArgs) -> int:
 
     files, saved = reading.result()
     sweep = sweep_from(files)
-    if args.context.invalid() or args.deploy.invalid():
+    context_invalid = args.context.invalid(args.settings.objective)
+    if context_invalid or args.deploy.invalid():
         from lib.problems import Problem, Severity
 
-        reasons = [*args.context.invalid(), *args.deploy.invalid()]
+        reasons = [*context_invalid, *args.deploy.invalid()]
         invalid = [Problem(Severity.ERROR, "invalid-setting", r) for r in reasons]
         print_problems(invalid, lambda count: f"{PROGRAM}: nothing written: {count} problem(s)")
         return EXIT_BAD_INPUT

@@ -46,7 +46,12 @@ from lib.flags import flag, flag_name
 from lib.keys import parse_json_string
 from lib.problems import Problem, Severity
 from lib.server_info import SERVER_INFO_FILE_GLOB
-from lib.settings import RANDOM_PROMPT_LENGTH, REPEAT_SEED
+from lib.settings import (
+    PROMPT_TOKENS_RANGE,
+    RANDOM_PROMPT_LENGTH,
+    REPEAT_SEED,
+    prompt_length_reason,
+)
 
 __all__ = [
     "DESIGN_FILE",
@@ -417,8 +422,15 @@ class SweepDesign:
             bad("warmup_num_prompts", self.warmup_num_prompts, ">= 0")
         if self.dataset != "random" and not self.dataset_path:
             bad("dataset", self.dataset, f"{_flag('dataset_path')} with it")
-        if any(length < 1 for length in self.context_lengths):
-            bad("context_lengths", list(self.context_lengths), "prompt lengths >= 1")
+        refused = [length for length in self.context_lengths if prompt_length_reason(length)]
+        if refused:
+            reason = prompt_length_reason(refused[0])
+            bad(
+                "context_lengths",
+                list(self.context_lengths),
+                f"prompt lengths from {PROMPT_TOKENS_RANGE[0]} to {PROMPT_TOKENS_RANGE[1]}"
+                f" ({refused[0]} is {reason})",
+            )
         if len(set(self.context_lengths)) != len(self.context_lengths):
             bad("context_lengths", list(self.context_lengths), "no repeated length")
         if self.context_lengths and self.dataset != "random":

@@ -20,6 +20,7 @@ in ``tests/test_bad_input.py``, next to the assertions.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -311,7 +312,37 @@ def copied_combo_folder() -> dict[str, bytes]:
     return files
 
 
+def context_sweep() -> Combos:
+    """The healthy sweep measured at two prompt lengths (``random_input_len`` 512 and 8192,
+    the same throughputs: a context axis whose points agree)."""
+    combos: Combos = {}
+    for prompt in (512, 8192):
+        for folder, records in healthy().items():
+            for data in records:
+                data["random_input_len"] = prompt
+            combos[f"{folder}-p{prompt}"] = records
+    return combos
+
+
+def bad_prompt_lengths() -> dict[str, bytes]:
+    """Prompt lengths no command accepts, one run each at 8192 tokens: NaN, an infinity, a
+    negative, zero, one above 2^30 tokens and one written as text (issue 22)."""
+    combos = context_sweep()
+    damage = [
+        (combo(4, 3), 0, math.nan),
+        (combo(4, 3), 1, math.inf),
+        (combo(4, 0), 0, -512),
+        (combo(4, 0), 1, 0),
+        (combo(1, 0), 0, 3e9),
+        (combo(1, 3), 0, "8192"),
+    ]
+    for folder, run, value in damage:
+        set_field(combos, f"{folder}-p8192", run, "random_input_len", value)
+    return render(combos)
+
+
 CASES: dict[str, Callable[[], dict[str, bytes]]] = {
+    "bad-prompt-lengths": bad_prompt_lengths,
     "truncated-json": truncated_json,
     "record-not-object": record_not_object,
     "missing-anchor": missing_anchor,

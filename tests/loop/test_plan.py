@@ -319,7 +319,13 @@ def test_default_anchors_are_powers_of_two_up_to_the_maximum() -> None:
         ({"speculative_options": {"method": "x"}}, "--spec-option", "the plan sets them itself"),
         ({"serve_args": "'open"}, "--serve-args", "arguments a shell can split"),
         ({"model": None}, "--model", "a value (or an earlier plan's sweep_plan.json)"),
-        ({"context_lengths": (512, 0)}, "--context-lengths", "prompt lengths >= 1"),
+        # The shared range of prompt lengths (lib.settings.PROMPT_TOKENS_RANGE), both ends.
+        ({"context_lengths": (512, 0)}, "--context-lengths", "(0 is below 1 token)"),
+        (
+            {"context_lengths": (512, 2**30 + 1)},
+            "--context-lengths",
+            "prompt lengths from 1 to 1073741824 (1073741825 is above",
+        ),
         ({"context_lengths": (512, 512)}, "--context-lengths", "no repeated length"),
         (
             {"context_lengths": (512,), "dataset": "sonnet", "dataset_path": "s.txt"},
