@@ -82,7 +82,7 @@ CASES = [
             _prompt(4, 0, "-512"),
             _prompt(4, 0, "0"),
             _prompt(1, 0, "3e+09"),
-            _prompt(1, 3, "'8192'", "non-numeric-prompt-length"),
+            _prompt(1, 3, "'8k'", "non-numeric-prompt-length"),
         ),
         absent=("no-prompt-length", "mixed-prompt-lengths"),
         context=True,

@@ -410,3 +410,30 @@ def test_the_fields_read_are_all_the_axis_reads(
     assert full is not None and lean is not None
     assert (lean.field, lean.points) == (full.field, full.points)
     assert lean_problems == full_problems
+
+
+@pytest.mark.parametrize("context_var", ["auto", "random_input_len"])
+def test_a_prompt_length_written_as_a_json_string_is_that_number(
+    tmp_path: Path, context_var: str
+) -> None:
+    """Issue 22: "random_input_len": "512" switched the axis off under auto and was "held by
+    no record" when named. A JSON string of a number is that number, as the seed reads its
+    numbers (lib.sweep_files.numeric_text): the same axis and grid as with numbers."""
+    as_text = load_experiment(
+        write_context_grid(tmp_path / "text", CONTEXT_GRID, prompt_fields={"random_input_len": str})
+    )
+    as_numbers = load_experiment(write_context_grid(tmp_path / "numbers", CONTEXT_GRID))
+    settings = ContextSettings(context_var=context_var)
+    text_axis, text_notes = find_context_axis(as_text, settings)
+    number_axis, number_notes = find_context_axis(as_numbers, settings)
+    assert text_axis is not None and number_axis is not None
+    assert [p.prompt_tokens for p in text_axis.points] == [512, 8192]
+    assert [p.prompt_tokens for p in text_axis.points] == [
+        p.prompt_tokens for p in number_axis.points
+    ]
+    assert [n.rule for n in text_notes] == [n.rule for n in number_notes]
+    grids = [
+        analyse_contexts(sweep, axis, Settings(), Options()).grid()
+        for sweep, axis in ((as_text, text_axis), (as_numbers, number_axis))
+    ]
+    assert grids[0] == grids[1]
