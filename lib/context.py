@@ -56,6 +56,7 @@ from lib.settings import (
     ContextSettings,
     Options,
     Settings,
+    context_var_reason,
     prompt_length_expected,
     prompt_length_reason,
 )
@@ -202,13 +203,16 @@ def _output_tokens(runs: pl.DataFrame) -> pl.Series | None:
 
 
 def find_context_axis(
-    sweep: Sweep, settings: ContextSettings
+    sweep: Sweep, settings: ContextSettings, objective: str | None = None
 ) -> tuple[ContextAxis | None, list[Problem]]:
     """The sweep's context axis, or None when it has none (and what was noticed).
 
     Rules:
 
     - ``--context-var none``: no axis (the seed's behaviour).
+    - ``--context-var`` naming a column the loader derives, or the ``objective``: no axis and
+      an ``invalid-setting`` error (:func:`lib.settings.context_var_reason`; the CLI refuses
+      the flag before reading, the app's control comes here).
     - The prompt length of a run is ``--context-var``'s field; with ``auto`` the first of
       :data:`~lib.settings.PROMPT_LENGTH_FIELDS` some record holds, else the measured mean prompt
       ``total_input_tokens / completed``. A field named explicitly that no record holds is an
@@ -225,11 +229,14 @@ def find_context_axis(
       seed samples its own prompts, so a measured mean prompt differs from seed to seed):
       where every (anchor, K) has one length per seed, its runs are repeats of one workload,
       and a note says so. Runs without a seed count as one seed.
-    - The runs of one (anchor, K, context point) cell whose prompt lengths differ by more than
-      the tolerance are an error naming their files: their median would mix contexts.
+    - No cell mixes contexts: a point spans at most the tolerance (:func:`context_points`
+      bounds it from its smallest length), so no check of a cell's own spread is needed.
     """
     if settings.context_var == CONTEXT_NONE:
         return None, []
+    named_wrong = context_var_reason(settings.context_var, objective)
+    if named_wrong is not None:
+        return None, [Problem(Severity.ERROR, "invalid-setting", named_wrong)]
     source = _prompt_expression(sweep, settings.context_var)
     if source is None:
         if settings.context_var == CONTEXT_AUTO:

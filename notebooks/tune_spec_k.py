@@ -105,10 +105,12 @@ def _(batch_size_var_input, experiment_picker, k_var_picker, query_start, root):
 
 
 @app.cell
-def _(context_controls, sweep):
+def _(context_controls, objective_picker, sweep):
     # The prompt lengths the sweep varied, if any: the context picker's options.
     context_axis, context_notes = find_context_axis(
-        sweep, ContextSettings(context_var=context_controls.value["context_var"].strip() or "auto")
+        sweep,
+        ContextSettings(context_var=context_controls.value["context_var"].strip() or "auto"),
+        objective_picker.value,
     )
     _labels = app_context.point_labels(context_axis)
     context_point_picker = mo.ui.dropdown(

@@ -437,3 +437,30 @@ def test_a_prompt_length_written_as_a_json_string_is_that_number(
         for sweep, axis in ((as_text, text_axis), (as_numbers, number_axis))
     ]
     assert grids[0] == grids[1]
+
+
+@pytest.mark.parametrize(
+    ("context_var", "objective", "refused"),
+    [
+        ("anchor", None, True),  # a column the loader derives for every run
+        ("output_throughput", "output_throughput", True),  # the objective itself
+        ("output_throughput", "median_tpot_ms", False),  # a field, not the objective: read
+        ("random_input_len", "output_throughput", False),
+    ],
+)
+def test_the_app_s_context_field_is_refused_as_the_cli_s_flag_is(
+    tmp_path: Path, context_var: str, objective: str | None, refused: bool
+) -> None:
+    """Issue 22: --context-var naming a derived column or the objective gave errors such as
+    "at 0 tokens: only 2 usable run(s)". The CLI refuses the flag before reading; the app's
+    control reaches find_context_axis, which refuses it the same way (one rule,
+    lib.settings.context_var_reason)."""
+    sweep = load_experiment(write_context_grid(tmp_path, CONTEXT_GRID))
+    settings = ContextSettings(context_var=context_var)
+    axis, problems = find_context_axis(sweep, settings, objective)
+    errors = [p for p in problems if p.severity.value == "error"]
+    if refused:
+        assert axis is None and [p.rule for p in errors] == ["invalid-setting"]
+        assert errors[0].message == settings.invalid(objective)[0]
+    else:
+        assert not [p for p in errors if p.rule == "invalid-setting"]
