@@ -324,19 +324,33 @@ def sweep_plan_lines(plan: SweepPlan, plan_dir: str) -> list[str]:
     lines = [f"{plan.kind} plan: {plan.summary_line()}"]
     for step in plan.steps:
         ks = ", ".join(step.serve_params)
-        values = step.bench_params.values()
-        anchors = ", ".join(dict.fromkeys(str(v["max_concurrency"]) for v in values))
-        lengths = ", ".join(
-            dict.fromkeys(str(v[RANDOM_PROMPT_LENGTH]) for v in values if RANDOM_PROMPT_LENGTH in v)
-        )
-        prompts = f" x prompt tokens [{lengths}]" if lengths else ""
         lines.append(
-            f"  {step.name}: servers [{ks}] x concurrency [{anchors}]{prompts} x"
+            f"  {step.name}: servers [{ks}] x {_bench_cells(step)} x"
             f" {step.runs_per_cell} run(s) ({_step_seeds(step)}) ->"
             f" {printable(f'{step.results_dir}/{step.experiment_name}')}: {step.purpose}"
         )
     lines += [f"  note: {note}" for note in plan.notes]
     return lines + plan.commands(plan_dir)
+
+
+def _bench_cells(step: SweepStep) -> str:
+    """What every server of a sweep measures: ``concurrency [..]`` (and ``x prompt tokens
+    [..]`` when the whole product of the two is measured), else the (concurrency, prompt
+    tokens) pairs themselves, e.g. ``cells [1 x 1024, 8 x 16384]``: a follow-up planning
+    some cells at some lengths would otherwise read as every anchor at every length. Sorted
+    by number."""
+    pairs = sorted(
+        {(v["max_concurrency"], v.get(RANDOM_PROMPT_LENGTH)) for v in step.bench_params.values()},
+        key=lambda pair: (pair[0], pair[1] or 0),
+    )
+    anchors = sorted({anchor for anchor, _ in pairs})
+    lengths = sorted({length for _, length in pairs if length is not None})
+    concurrency = f"concurrency [{', '.join(str(a) for a in anchors)}]"
+    if not lengths:
+        return concurrency
+    if len(pairs) == len(anchors) * len(lengths):
+        return f"{concurrency} x prompt tokens [{', '.join(str(n) for n in lengths)}]"
+    return "cells [" + ", ".join(f"{a} x {n} tokens" for a, n in pairs) + "]"
 
 
 def _step_seeds(step: SweepStep) -> str:

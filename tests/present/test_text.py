@@ -16,7 +16,7 @@ from vllm_sweep import llama_design, planned
 from lib.analysis import Analysis, analyse
 from lib.loop.check import CheckSettings, check_deployment
 from lib.loop.diff import DiffReport
-from lib.loop.plan import FollowUpNeeds, follow_up_plan
+from lib.loop.plan import FollowUpNeeds, SweepPlan, SweepStep, follow_up_plan
 from lib.present import text
 from lib.problems import Problem, Severity
 from lib.settings import Options, Settings
@@ -172,3 +172,36 @@ def test_every_context_config_is_paste_ready_with_the_draft_settings() -> None:
         assert flag == "--speculative-config"
         assert (config["method"], config["model"]) == (shared["method"], shared["model"])
         assert config["num_speculative_tokens"] >= 1, name
+
+
+def _step(cells: list[tuple[int, int | None]]) -> SweepStep:
+    bench = {
+        f"c{anchor}-p{length}-seed0": {
+            "max_concurrency": anchor,
+            **({} if length is None else {"random_input_len": length}),
+            "seed": 0,
+        }
+        for anchor, length in cells
+    }
+    return SweepStep("followup-1", {"k0": {}, "k3": {}}, bench, 1, "/r", "e", "the cells")
+
+
+@pytest.mark.parametrize(
+    ("cells", "shown"),
+    [
+        ([(8, None), (1, None)], "x concurrency [1, 8] x 1 run(s)"),
+        # The whole product: anchors x lengths, each sorted by number.
+        (
+            [(64, 16384), (1, 1024), (1, 16384), (64, 1024)],
+            "x concurrency [1, 64] x prompt tokens [1024, 16384] x",
+        ),
+        # Some cells at some lengths: the pairs, never the product they do not make.
+        ([(64, 8192), (1, 1024)], "x cells [1 x 1024 tokens, 64 x 8192 tokens] x"),
+    ],
+)
+def test_a_sweep_line_says_which_cells_each_server_measures(
+    cells: list[tuple[int, int | None]], shown: str
+) -> None:
+    plan = SweepPlan("follow-up", llama_design(), (_step(cells),))
+    line = text.sweep_plan_lines(plan, "plan")[1]
+    assert line.startswith("  followup-1: servers [k0, k3] ") and shown in line
