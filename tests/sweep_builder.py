@@ -234,15 +234,24 @@ def arm_spec(arm: str) -> tuple[str | dict[str, Any], int]:
     return "static", int(arm.removeprefix("static-k"))
 
 
-def write_validation(root: Path, values: dict[tuple[int, str], list[float]]) -> Path:
-    """One combo per (anchor, arm), one run per value, named as `plan --validate` names them."""
+def write_validation(
+    root: Path, values: dict[tuple[int, str], list[float]], prompt_tokens: int | None = None
+) -> Path:
+    """One combo per (anchor, arm), one run per value, named as `plan --validate` names them;
+    with ``prompt_tokens``, every run at that swept ``random_input_len`` (its combos named
+    ``-p<tokens>``), as a validation sweep over prompt lengths holds one set per length."""
+    swept: dict[str, Any] = {}
+    suffix = ""
+    if prompt_tokens is not None:
+        swept = {"random_input_len": prompt_tokens, "total_input_tokens": prompt_tokens * 100}
+        suffix = f"-p{prompt_tokens}"
     for (anchor, arm), runs in values.items():
         spec, k = arm_spec(arm)
         records = [
-            record(anchor, k, run_number=n, spec=spec, output_throughput=value)
+            record(anchor, k, run_number=n, spec=spec, output_throughput=value, **swept)
             for n, value in enumerate(runs)
         ]
-        write_combo(root / f"SERVE--{arm}-BENCH--c{anchor}", records)
+        write_combo(root / f"SERVE--{arm}-BENCH--c{anchor}{suffix}", records)
     return root
 
 

@@ -123,5 +123,5 @@ def main(args: CheckArgs) -> int:
     files = [(output, report.to_json_text()) for output in outputs]
     if write_and_print(_COMMAND, files, check_lines(report)) != EXIT_OK:
         return EXIT_BAD_INPUT
-    inconclusive = "inconclusive" in report.verdicts["verdict"].to_list()
+    inconclusive = "inconclusive" in report.every_verdict
     return EXIT_FINDING if report.losses or (args.strict and inconclusive) else EXIT_OK

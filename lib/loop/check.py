@@ -45,7 +45,7 @@ from typing import Any
 import polars as pl
 
 from lib.confidence import ConfidenceSettings, assess
-from lib.context import find_context_axis
+from lib.context import ContextAxis, find_context_axis
 from lib.context_formats import RFC_48944_KEY, SEQ_LEN_KEY
 from lib.deploy.constraints import cells_past_ceiling, check_ceiling
 from lib.deploy.decisions import Decisions
@@ -152,7 +152,28 @@ class CheckSettings:
 
 
 @dataclass(frozen=True, eq=False)
+class ContextCheck:
+    """The arms and verdicts at one context point of a validation sweep that varied the prompt
+    length: the batch schedule under test judged on that point's runs alone."""
+
+    prompt_tokens: int
+    arms: pl.DataFrame
+    verdicts: pl.DataFrame
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "anchors": [_finite_row(row) for row in self.verdicts.to_dicts()],
+            "arms": [_finite_row(row) for row in self.arms.to_dicts()],
+        }
+
+
+@dataclass(frozen=True, eq=False)
 class CheckReport:
+    """``arms`` and ``verdicts`` per anchor; with a validation sweep that varied the prompt
+    length, those are empty and ``contexts`` holds them per context point (from
+    ``context_field``)."""
+
     settings: CheckSettings
     schedule: Schedule | None
     arms: pl.DataFrame
@@ -162,6 +183,8 @@ class CheckReport:
     deployment: Mapping[str, Any] | None = None
     #: Its one-line summary, as ``tune`` prints it.
     deployment_summary: str | None = None
+    contexts: tuple[ContextCheck, ...] = ()
+    context_field: str | None = None
 
     @property
     def errors(self) -> list[Problem]:
@@ -169,9 +192,27 @@ class CheckReport:
 
     @property
     def losses(self) -> list[int]:
-        return self.verdicts.filter(pl.col("verdict") == "loss")["anchor"].to_list()
+        """The anchors judged a loss (at any context point)."""
+        frames = [self.verdicts, *(context.verdicts for context in self.contexts)]
+        return sorted(
+            {a for frame in frames for a in frame.filter(pl.col("verdict") == "loss")["anchor"]}
+        )
+
+    @property
+    def every_verdict(self) -> list[str]:
+        """Every verdict, per anchor and, with contexts, per (anchor, context point)."""
+        frames = [self.verdicts, *(context.verdicts for context in self.contexts)]
+        return [verdict for frame in frames for verdict in frame["verdict"].to_list()]
 
     def to_json(self) -> dict[str, Any]:
+        contexts = (
+            {
+                "context_field": self.context_field,
+                "contexts": [context.to_json() for context in self.contexts],
+            }
+            if self.contexts
+            else {}
+        )
         return {
             "schedule": (self.schedule or NO_SCHEDULE).to_json(),
             "settings": self.settings.to_json(),
@@ -180,6 +221,7 @@ class CheckReport:
             "problems": [p.to_json() for p in self.problems],
             "reported_dynamic_sd_overhead": REPORTED_OVERHEAD,
             **({"deployment": dict(self.deployment)} if self.deployment is not None else {}),
+            **contexts,
         }
 
     def to_json_text(self) -> str:
@@ -273,8 +315,7 @@ def check_deployment(
     sweep = load_experiment(path, batch_size_var=settings.fields.batch_size_var, k_var=GLOBAL_K_VAR)
     # The loader judges K by the global field; arms are judged here, so its K findings go.
     problems += [p for p in sweep.problems if p.rule not in ("missing-k", "invalid-k")]
-    if not problems:
-        problems += _context_refusal(sweep, settings.context)
+    axis = find_context_axis(sweep, settings.context)[0] if not problems else None
     empty = CheckReport(settings, dynamic, pl.DataFrame(schema=ARM_SCHEMA), _no_verdicts(), ())
     if any(p.severity is Severity.ERROR for p in problems) or sweep.runs.is_empty():
         return dataclasses.replace(empty, problems=tuple(problems))
@@ -322,10 +363,23 @@ def check_deployment(
         return dataclasses.replace(empty, schedule=dynamic, problems=tuple(problems))
     if dynamic is None:
         dynamic = _schedule_from_runs(configs, arms)
-    arm_frame, verdicts, found = _judge(sweep, runs, settings, dynamic)
     block, summary, capture = (
         _capture_check(sweep, dynamic, deploy) if dynamic is not None else (None, None, [])
     )
+    if axis is not None:
+        contexts, found = _judge_contexts(sweep, axis, runs, settings, dynamic)
+        return CheckReport(
+            settings,
+            dynamic,
+            pl.DataFrame(schema=ARM_SCHEMA),
+            _no_verdicts(),
+            tuple(problems + found + capture),
+            block,
+            summary,
+            contexts,
+            axis.field,
+        )
+    arm_frame, verdicts, found = _judge(sweep, runs, settings, dynamic)
     return CheckReport(
         settings,
         dynamic,
@@ -337,30 +391,29 @@ def check_deployment(
     )
 
 
-def _context_refusal(sweep: Sweep, context: ContextSettings) -> list[Problem]:
-    """An error when the validation sweep varied the prompt length (its context axis,
-    :func:`lib.context.find_context_axis`): the arms are judged per batch size, so the runs of
-    every prompt length would be pooled into one verdict. Judging per (batch size, prompt
-    length) is not done yet: one validation sweep per prompt length, or ``--context-var
-    none`` to pool them knowingly."""
-    axis, _ = find_context_axis(sweep, context)
-    if axis is None:
-        return []
-    lengths = ", ".join(str(point.prompt_tokens) for point in axis.points)
-    return [
-        Problem(
-            Severity.ERROR,
-            "context-validation",
-            f"the validation sweep varied the prompt length ({lengths} tokens, from"
-            f" {axis.field}); check judges each batch size over all its runs, so the verdicts"
-            " would pool the prompt lengths; judging per (batch size, prompt length) is not"
-            " implemented",
-            field=axis.field,
-            value=lengths,
-            expected="one validation sweep per prompt length (or --context-var none to pool"
-            " them knowingly)",
-        )
-    ]
+def _judge_contexts(
+    sweep: Sweep,
+    axis: ContextAxis,
+    runs: pl.DataFrame,
+    settings: CheckSettings,
+    schedule: Schedule | None,
+) -> tuple[tuple[ContextCheck, ...], list[Problem]]:
+    """The arms judged at each context point of a validation sweep that varied the prompt
+    length (:func:`lib.context.find_context_axis`), on that point's runs alone: the batch
+    schedule under test (one K per batch size, as today's vLLM runs it whatever the prompt)
+    against the alternatives at every prompt length, never their runs pooled. Each point's
+    problems say which point they are at."""
+    contexts = []
+    problems: list[Problem] = []
+    placed = axis.runs.select("source", "position", "context_point")
+    for index, point in enumerate(axis.points):
+        keys = placed.filter(pl.col("context_point") == index).drop("context_point")
+        at = runs.join(keys, on=["source", "position"], how="semi")
+        arm_frame, verdicts, found = _judge(sweep, at, settings, schedule)
+        contexts.append(ContextCheck(point.prompt_tokens, arm_frame, verdicts))
+        where = f"at {point.prompt_tokens} prompt tokens: "
+        problems += [dataclasses.replace(p, message=where + p.message) for p in found]
+    return tuple(contexts), [*axis.problems, *problems]
 
 
 def context_schedule_problems(data: Any, source: str) -> list[Problem]:

@@ -376,7 +376,30 @@ def check_lines(report: CheckReport) -> list[str]:
     lines = [f"schedule under test: {(report.schedule or NO_SCHEDULE).json_text()}"]
     if report.deployment_summary is not None:
         lines.append(report.deployment_summary)
-    for row in report.verdicts.to_dicts():
+    lines += _verdict_lines(report.verdicts)
+    for context in report.contexts:
+        lines.append(f"at {context.prompt_tokens} prompt tokens ({report.context_field}):")
+        lines += [f"  {line}" for line in _verdict_lines(context.verdicts)]
+    losses = [
+        f"{row['anchor']} at {context.prompt_tokens} tokens"
+        for context in report.contexts
+        for row in context.verdicts.to_dicts()
+        if row["verdict"] == "loss"
+    ] or [str(anchor) for anchor in report.losses]
+    if losses:
+        lines.append(
+            f"LOSS at batch size(s) [{', '.join(losses)}]: the dynamic schedule is confidently"
+            f" worse than an alternative by more than"
+            f" {report.settings.tuning.relative_tolerance:.0%}"
+            f" ({REPORTED_OVERHEAD}, for a schedule-enabled engine at K=0)"
+        )
+    return lines
+
+
+def _verdict_lines(verdicts: pl.DataFrame) -> list[str]:
+    """A line per anchor of a check's verdicts (its numbers), then its reasons, indented."""
+    lines = []
+    for row in verdicts.to_dicts():
         parts = [
             f"batch_size={row['anchor']}: {row['verdict'].upper()}",
             f"dynamic K={row['dynamic_k']} median={objective_text(row['dynamic_median'])}",
@@ -397,13 +420,6 @@ def check_lines(report: CheckReport) -> list[str]:
             parts.append(f"Dynamic SD overhead vs {row['same_k_arm']}: {overhead}")
         lines.append("; ".join(parts))
         lines += [f"  {reason}" for reason in row["reasons"]]
-    losses = report.losses
-    if losses:
-        lines.append(
-            f"LOSS at batch size(s) {losses}: the dynamic schedule is confidently worse than"
-            f" an alternative by more than {report.settings.tuning.relative_tolerance:.0%}"
-            f" ({REPORTED_OVERHEAD}, for a schedule-enabled engine at K=0)"
-        )
     return lines
 
 

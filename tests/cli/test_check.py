@@ -142,15 +142,49 @@ def test_an_invalid_engine_setting_is_refused(
 # --------------------------------------------------------------------------- context
 
 
-def test_a_validation_sweep_that_varied_the_prompt_length_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from sweep_builder import CONTEXT_GRID, write_context_grid
+def _long_prompts_validation(root: Path, long_loses: bool) -> Path:
+    """GOOD_VALIDATION at 512 prompt tokens; at 8192 the same, except, with ``long_loses``,
+    static K=7 at batch 64 far ahead of the schedule's K=0 there (4400 against 3520, 25 %):
+    speculation pays again at long context, where a batch schedule tuned at 512 turns it off."""
+    write_validation(root, GOOD_VALIDATION, prompt_tokens=512)
+    long = dict(GOOD_VALIDATION)
+    if long_loses:
+        long[(64, "static-k7")] = spread(4400.0)
+    return write_validation(root, long, prompt_tokens=8192)
 
-    root = write_context_grid(tmp_path / "v", CONTEXT_GRID)
-    assert main(["check", str(root)]) == 2
-    err = capsys.readouterr().err
-    assert "[context-validation]" in err and "512, 8192 tokens" in err
+
+@pytest.mark.parametrize("long_loses", [True, False])
+def test_a_validation_sweep_that_varied_the_prompt_length_is_judged_per_length(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], long_loses: bool
+) -> None:
+    """Each prompt length's runs alone, never pooled: a loss at 8192 tokens is a loss (exit 1),
+    named with its length, while 512 tokens stays ok; without it, exit 0."""
+    root = _long_prompts_validation(tmp_path / "v", long_loses)
+    out = tmp_path / "check.json"
+    status = main(["check", str(root), "--output-json", str(out)])
+    assert status == (1 if long_loses else 0)
+    lines = capsys.readouterr().out.splitlines()
+    short = lines.index("at 512 prompt tokens (random_input_len):")
+    long = lines.index("at 8192 prompt tokens (random_input_len):")
+    assert short < long
+    assert lines[short + 1].startswith("  batch_size=1: OK") and lines[long + 1].startswith(
+        "  batch_size=1: OK"
+    )
+    at_64 = next(line for line in lines[long:] if line.startswith("  batch_size=64: "))
+    assert at_64.startswith("  batch_size=64: LOSS" if long_loses else "  batch_size=64: OK")
+    assert any(line.startswith("LOSS at batch size(s) [64 at 8192 tokens]") for line in lines) is (
+        long_loses
+    )
+    written = json.loads(out.read_text())
+    assert written["anchors"] == [] and written["context_field"] == "random_input_len"
+    assert [c["prompt_tokens"] for c in written["contexts"]] == [512, 8192]
+    verdicts = {
+        (c["prompt_tokens"], a["anchor"]): a["verdict"]
+        for c in written["contexts"]
+        for a in c["anchors"]
+    }
+    assert verdicts[(512, 64)] == "ok"
+    assert verdicts[(8192, 64)] == ("loss" if long_loses else "ok")
 
 
 @pytest.mark.parametrize(
