@@ -105,3 +105,20 @@ def test_downloads_are_the_cli_s_files(tmp_path: Path) -> None:
         command = ["export", str(result), "--format", download.format, "--context-mix", mix]
         assert main([*command, *extra, "-o", str(written)]) == 0
         assert download.text == written.read_text(encoding="utf-8"), download.format
+
+
+def test_a_mix_with_non_ascii_digits_is_refused_in_every_download_not_raised(
+    tmp_path: Path,
+) -> None:
+    """Issue 22: "512²:1" passed str.isdigit() and failed int(): a traceback in the CLI and
+    the app's export section gone. Each context download and the heatmap now carry the mix's
+    refusal (an error naming --context-mix), as `export --context-mix` exits 2 with it."""
+    grid = _shown(tmp_path).grid
+    assert grid is not None
+    downloads = view.context_downloads(grid, "512²:1")
+    assert downloads and all(d.text is None for d in downloads)
+    for download in downloads:
+        (problem,) = [p for p in download.problems if p.severity.value == "error"]
+        assert problem.field == "--context-mix" and "512²" in (problem.value or problem.message)
+    _, _, problems = view.heatmap_losses(grid, "512²:1")
+    assert problems and problems[0].field == "--context-mix"
