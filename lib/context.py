@@ -43,7 +43,7 @@ from lib.context_formats import (
 )
 from lib.context_formats import ContextPoint as GridPoint
 from lib.objectives import direction_problems
-from lib.problems import Problem, Severity
+from lib.problems import Problem, Severity, show_value
 from lib.schedule import candidate_json, finite_or_none
 from lib.settings import (
     CONTEXT_AUTO,
@@ -52,6 +52,7 @@ from lib.settings import (
     MEASURED_OUTPUT,
     MEASURED_PROMPT,
     PROMPT_LENGTH_FIELDS,
+    PROMPT_TOKENS_RANGE,
     REPEAT_SEED,
     ContextSettings,
     Options,
@@ -69,6 +70,7 @@ __all__ = [
     "analyse_contexts",
     "context_points",
     "find_context_axis",
+    "output_length_problem",
 ]
 
 
@@ -200,6 +202,35 @@ def _output_tokens(runs: pl.DataFrame) -> pl.Series | None:
     if not candidates:
         return None
     return runs.select(pl.coalesce(candidates))[:, 0]
+
+
+def output_length_problem(median: float, prompt_tokens: int, runs: pl.DataFrame) -> Problem | None:
+    """An ``invalid-output-length`` error when a context point's median output length (its
+    runs' ``total_output_tokens / completed``, else the swept output length) is no length:
+    not finite, negative, or above :data:`~lib.settings.PROMPT_TOKENS_RANGE`'s top, where a
+    decode-time context (prompt + output / 2) and a ``--max-model-len`` (prompt + output)
+    would pass the engines' 2^31 - 1 and the written result would be refused by its own
+    ``export``. None for any output from 0 to 2^30 tokens (0: nothing decoded).
+
+    >>> empty = pl.DataFrame({"source": []}, schema={"source": pl.Utf8})
+    >>> output_length_problem(128.0, 512, empty) is None, output_length_problem(0.0, 512, empty)
+    (True, None)
+    >>> output_length_problem(3e9, 512, empty).rule
+    'invalid-output-length'
+    """
+    highest = PROMPT_TOKENS_RANGE[1]
+    if math.isfinite(median) and 0 <= median <= highest:
+        return None
+    return Problem(
+        Severity.ERROR,
+        "invalid-output-length",
+        f"at {prompt_tokens} prompt tokens the runs' median output length is no length: the"
+        " decode-time context cannot be named",
+        files=tuple(runs["source"].unique(maintain_order=True).to_list()[:3]),
+        field=" / ".join(MEASURED_OUTPUT),
+        value=show_value(median),
+        expected=f"an output length from 0 to {highest} tokens",
+    )
 
 
 def find_context_axis(
@@ -353,7 +384,12 @@ def find_context_axis(
             outputs = output.filter(runs["context_point"] == index).drop_nulls()
         output_tokens = None
         if outputs is not None and outputs.len():
-            output_tokens = round(float(outputs.median()))  # type: ignore[arg-type]
+            median = float(outputs.median())  # type: ignore[arg-type]
+            bad_output = output_length_problem(median, round(statistics.median(group)), members)
+            if bad_output is None:
+                output_tokens = round(median)
+            else:
+                problems.append(bad_output)
         points.append(ContextPoint(round(statistics.median(group)), output_tokens, members.height))
     axis = ContextAxis(label, settings.context_tolerance, tuple(points), runs, tuple(problems))
     return axis, list(problems)

@@ -464,3 +464,21 @@ def test_the_app_s_context_field_is_refused_as_the_cli_s_flag_is(
         assert errors[0].message == settings.invalid(objective)[0]
     else:
         assert not [p for p in errors if p.rule == "invalid-setting"]
+
+
+@pytest.mark.parametrize(("output_len", "refused"), [(2**30, False), (2**30 + 1, True)])
+def test_an_output_length_no_engine_takes_is_refused_not_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output_len: int, refused: bool
+) -> None:
+    """Issue 22: prompt + output / 2 past 2^31 - 1 gave a result its own export refused. The
+    same top as prompt lengths (2^30): 2^30 output tokens is a length (the grid and every
+    export are written), one more is an error naming the field (exit 2, nothing written)."""
+    root = write_context_grid(tmp_path / "sweep", CONTEXT_GRID, output_len=output_len)
+    out = tmp_path / "result.json"
+    status = main([str(root), "--output-json", str(out)])
+    err = capsys.readouterr().err
+    assert status == (2 if refused else 0) and out.exists() is not refused
+    assert ("error [invalid-output-length]" in err) is refused
+    if not refused:
+        exported = tmp_path / "vllm_context.json"
+        assert main(["export", str(out), "--format", "vllm-context", "-o", str(exported)]) == 0
