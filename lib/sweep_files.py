@@ -350,7 +350,7 @@ class _Reader:
         self._previous_dotted: tuple[str, ...] = ()
         # What identifies each run read so far (see _repeated): the file it came from.
         self._contents: dict[int, str] = {}
-        self._run_numbers: dict[tuple[str, int], str] = {}
+        self._run_numbers: dict[tuple[str, int | None, int | None, int], str] = {}
 
     def protected(self, name: str) -> bool:
         """Whether a top-level field is read by name (the lookups, the health gate, the kept
@@ -526,16 +526,20 @@ class _Reader:
             )
         return unhealthy
 
-    def _repeated(self, record: dict[str, Any], source: str, combo: str, number: int) -> bool:
+    def _repeated(
+        self, record: dict[str, Any], source: str, combo: str, number: int, params: _Params
+    ) -> bool:
         """Whether the run was read already (a warning says where), so it counts once.
 
         A copied combo folder (``cp -r``), a summary.json copied beside its original, or a
         record listed twice would otherwise count its runs twice, and a cell of 2 runs would
         pass ``--min-runs 3``. The same run is a record with the same content (the same
         fields and values in the same order, as a copy has), or the same run number again in
-        one combo folder. Content is compared by a 64-bit hash of the record's JSON: two
-        different runs (their timestamps and measurements differ) share one with odds of
-        about 2^-64 a pair."""
+        one combo folder at the same batch size and K. Runs of other cells are other runs
+        whatever their numbers: a folder holding several cells (one summary.json of a whole
+        sweep, as the seed's own test writes it) numbers each cell's runs from 0. Content is
+        compared by a 64-bit hash of the record's JSON: two different runs (their timestamps
+        and measurements differ) share one with odds of about 2^-64 a pair."""
         content = _fingerprint(record)
         if content is None or may_hold_bulky_lists(content):
             # Without the per-request lists a large file's reading replaces: a record reads the
@@ -547,10 +551,11 @@ class _Reader:
         how = f"a record already read from {earlier} (a copy?)"
         if earlier is None:
             self._contents[identity] = source
-            earlier = self._run_numbers.get((combo, number))
+            run = (combo, params.anchor, params.k, number)
+            earlier = self._run_numbers.get(run)
             how = f"run {number} of the folder again, already read from {earlier}"
             if earlier is None:
-                self._run_numbers[(combo, number)] = source
+                self._run_numbers[run] = source
                 return False
         self.log.add(
             "repeated-run",
@@ -610,9 +615,9 @@ class _Reader:
                         value=show_value(raw),
                         expected=f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}",
                     )
-            if self._repeated(record, source, combo, number):
-                continue
             params = self._params(record, parsed_by_orjson)
+            if self._repeated(record, source, combo, number, params):
+                continue
             if params.findings:
                 for rule, message, name, value, expected in params.findings:
                     self.log.add(rule, message, where, field=name, value=value, expected=expected)
