@@ -284,9 +284,7 @@ def reference_document(reference: Mapping[str, Any], flags: Mapping[str, Any]) -
     selection = {
         **SEED_DEFAULT_SELECTION,
         **{
-            {"objective_var": "objective_metric", "k_var": "k_metric"}.get(
-                name, name.replace("_var", "_metric")
-            ): value
+            name.replace("_var", "_metric"): value
             for name, value in flags.items()
             if name != "allow_mixed_global_k"
         },
