@@ -24,8 +24,8 @@ global_k            Int64    ``speculative_config.num_speculative_tokens``; null
                              ``load_experiment(..., metrics=[...])`` only those named
 =================== ======== ==========================================================
 
-Non-numbers in a numeric field (``"abc"``, ``true``) are kept in :attr:`Sweep.non_numeric`
-so the policy can name them instead of treating them as missing.
+Text values (``"abc"``, ``true``), also of a field no run holds as a number, are kept in
+:attr:`Sweep.non_numeric` so the policy can name them instead of treating them as missing.
 """
 
 from __future__ import annotations
@@ -181,13 +181,13 @@ def _frame(reader: SweepFiles) -> tuple[pl.DataFrame, dict[str, dict[int, str]]]
         # Polars takes ints up to 128 bits; Python's json, the fallback parser, reads any size.
         rows = [{name: _as_float(value) for name, value in row.items()} for row in reader.numbers]
         metrics = pl.from_dicts(rows, schema=schema)
+    # Every text value, also of a field that no run holds as a number (an objective or an
+    # acceptance that is text in every run is there, and no number: the gates say so).
     non_numeric: dict[str, dict[int, str]] = {}
-    text_names: set[str] = set().union(*reader.others)
-    if not text_names.isdisjoint(metric_names):
-        for row, others in enumerate(reader.others):
-            for name, value in others.items():
-                if name in metric_names:
-                    non_numeric.setdefault(name, {})[row] = show_value(value)
+    for row, others in enumerate(reader.others):
+        for name, value in others.items():
+            if name not in DERIVED_COLUMNS:
+                non_numeric.setdefault(name, {})[row] = show_value(value)
     return pl.concat([derived, metrics], how="horizontal"), non_numeric
 
 
@@ -205,9 +205,9 @@ def _kept_frame(reader: SweepFiles) -> tuple[pl.DataFrame, dict[str, dict[int, s
             # As in _frame: an int beyond the float range becomes an infinity of its sign.
             columns.append(pl.Series(name, [_as_float(v) for v in values], dtype=pl.Float64))
     derived = _derived_frame(reader.derived)
+    # The kept names' text values, also where no row holds a number (there is no column then).
     non_numeric = {
         name: {row: show_value(value) for row, value in rows.items()}
         for name, rows in reader.texts.items()
-        if name in reader.first_seen
     }
     return (derived.hstack(columns) if columns else derived), non_numeric

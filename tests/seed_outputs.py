@@ -93,7 +93,11 @@ SEED_ERRORS: tuple[tuple[str, str, frozenset[str]], ...] = tuple(
     for message, kind, rules in (
         ("Sweep record contains N failed request(s)", "failed requests", {"failed-requests"}),
         ("Sweep record completed C of P prompts", "incomplete requests", {"incomplete-run"}),
-        ("Cannot find 'max_concurrency' in result keys", "missing anchor", {"missing-anchor"}),
+        (
+            "Cannot find 'max_concurrency' in result keys / Expected numeric, got None",
+            "missing anchor",
+            {"missing-anchor", "invalid-anchor"},
+        ),
         ("Expected positive integer max_concurrency", "invalid anchor", {"invalid-anchor"}),
         ("Cannot find '<k-var>' in result keys", "missing K", {"missing-k"}),
         ("Expected non-negative integer K", "invalid K", {"invalid-k", "invalid-schedule"}),
@@ -118,7 +122,12 @@ SEED_ERRORS: tuple[tuple[str, str, frozenset[str]], ...] = tuple(
             "missing objective",
             {"missing-objective"},
         ),
-        ("Expected numeric <objective-var>", "non-numeric objective", {"non-numeric-objective"}),
+        (
+            # Text in every run leaves no number at all: "no run has the field as a number".
+            "Expected numeric <objective-var>",
+            "non-numeric objective",
+            {"non-numeric-objective", "missing-objective"},
+        ),
         ("Expected finite <objective-var>", "non-finite objective", {"non-finite-objective"}),
         ("Expected non-negative objective", "negative objective", {"out-of-range-objective"}),
         ("Expected positive objective", "non-positive objective", {"out-of-range-objective"}),
@@ -132,7 +141,11 @@ SEED_ERRORS: tuple[tuple[str, str, frozenset[str]], ...] = tuple(
             "inconsistent missing acceptance",
             {"partial-acceptance"},
         ),
-        ("Expected numeric / finite <acceptance-var>", "non-numeric acceptance", set()),
+        (
+            "Expected numeric / finite <acceptance-var>",
+            "non-numeric acceptance",
+            {"non-numeric-acceptance", "non-finite-acceptance"},
+        ),
         ("Expected non-negative acceptance", "negative acceptance", {"negative-acceptance"}),
         ("batch_size=B, K=k has N runs; at least M are required", "too few runs", {"too-few-runs"}),
         ("Unstable objective for batch_size=B, K=k", "unstable objective", {"noisy-objective"}),
