@@ -5,14 +5,15 @@ run counts, levels and noise; maximised throughput or minimised TPOT; with or wi
 ``--acceptance-var`` and ``--strict-acceptance-stability``), one class of case per test
 parameter:
 
-- valid sweeps, and valid sweeps with a twist the seed handles in its own way: objectives
-  written as numeric text (``"110.0"``: the seed's ``float()`` reads it), a static-K sweep read
-  with ``--k-var speculative_config.num_speculative_tokens`` (no global check, a null global),
-  combo folders under sibling folders ``A`` and ``A-2`` (``input_summary_files`` in
-  ``pathlib.Path`` order, where ``A/`` comes first), ``--output-json`` into folders that do not
-  exist (the seed makes them);
+- valid sweeps, and valid sweeps with a twist the seed handles in its own way: objectives and
+  acceptances written as numeric text (``"110.0"``: the seed's ``float()`` reads it), a
+  static-K sweep read with ``--k-var speculative_config.num_speculative_tokens`` (no global
+  check, a null global), combo folders under sibling folders ``A`` and ``A-2``
+  (``input_summary_files`` in ``pathlib.Path`` order, where ``A/`` comes first),
+  ``--output-json`` into folders that do not exist (the seed makes them);
 - near-valid sweeps, each broken in one way the seed refuses: a cell with too few runs, a noisy
-  cell, every K scoring 0 at an anchor, a negative acceptance, an unstable acceptance (strict).
+  cell, every K scoring 0 at an anchor, a negative acceptance, an acceptance that is text
+  (``"n/a"``, at any K), an unstable acceptance (strict).
 
 tests/reference_policy.py (an independent plain-Python reading of the seed's policy) gives the
 expected outcome. Both must succeed or both fail; on success tune-spec-k's stdout starts with
@@ -63,7 +64,14 @@ FOLLOW_ON = re.compile(
 
 #: Classes whose sweeps the seed tunes, and classes broken in one way it refuses.
 VALID = ("valid", "numeric-text", "static-k", "sibling-folders", "new-output-folder")
-BROKEN = ("too-few-runs", "noisy", "all-zero", "negative-acceptance", "unstable-acceptance")
+BROKEN = (
+    "too-few-runs",
+    "noisy",
+    "all-zero",
+    "negative-acceptance",
+    "text-acceptance",
+    "unstable-acceptance",
+)
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class Case:
     field), with the flags to tune it, by the reference's names."""
 
     kind: str
-    cells: dict[tuple[int, int], list[tuple[Any, float | None]]]
+    cells: dict[tuple[int, int], list[tuple[Any, Any]]]
     flags: dict[str, Any]
 
     @property
@@ -127,7 +135,7 @@ def cases(draw: st.DrawFn, kind: str) -> Case:
     if not maximize:
         flags["objective_var"] = "median_tpot_ms"
         flags["objective_direction"] = "minimize"
-    if kind in ("negative-acceptance", "unstable-acceptance") or draw(st.booleans()):
+    if kind.endswith("-acceptance") or draw(st.booleans()):
         flags["acceptance_var"] = ACCEPTANCE
     if kind == "unstable-acceptance" or draw(st.booleans()):
         flags["strict_acceptance_stability"] = True
@@ -146,7 +154,7 @@ def cases(draw: st.DrawFn, kind: str) -> Case:
         )
     )
     noise = draw(st.sampled_from([0.0, 0.01, 0.03]))
-    cells: dict[tuple[int, int], list[tuple[Any, float | None]]] = {}
+    cells: dict[tuple[int, int], list[tuple[Any, Any]]] = {}
     for anchor in anchors:
         for k in ks:
             level = draw(st.sampled_from([100.0, 100.5, 110.0, 130.0])) * anchor
@@ -163,14 +171,17 @@ def cases(draw: st.DrawFn, kind: str) -> Case:
     _break(draw, kind, cells, anchors, ks)
     if kind == "numeric-text":
         chosen = draw(st.sampled_from(sorted(cells)))
-        cells[chosen] = [(f"{value}", acceptance) for value, acceptance in cells[chosen]]
+        cells[chosen] = [
+            (f"{value}", None if acceptance is None else f"{acceptance}")
+            for value, acceptance in cells[chosen]
+        ]
     return Case(kind, cells, flags)
 
 
 def _break(
     draw: st.DrawFn,
     kind: str,
-    cells: dict[tuple[int, int], list[tuple[Any, float | None]]],
+    cells: dict[tuple[int, int], list[tuple[Any, Any]]],
     anchors: list[int],
     ks: list[int],
 ) -> None:
@@ -190,6 +201,8 @@ def _break(
             cells[(anchor, other)] = [(0.0, a) for _, a in cells[(anchor, other)]]
     elif kind == "negative-acceptance":
         cells[(anchor, k)] = [(value, -1.5) for value, _ in runs]
+    elif kind == "text-acceptance":
+        cells[(anchor, k)] = [(value, "n/a") for value, _ in runs]
     elif kind == "unstable-acceptance":
         cells[(anchor, k)] = [(value, 1.0 + n) for n, (value, _) in enumerate(runs)]
 
