@@ -593,7 +593,9 @@ def _runs_needed(
 ) -> tuple[list[int | None], list[bool]]:
     """Total runs per contender to tell it from its nearest rival: ``12.4 * (s / delta)^2``
     with ``delta`` the gap to the leading K (for the leader, to the best other contender), at
-    least the tie tolerance (smaller gaps are ties anyway); between MIN_ and MAX_RUNS_NEEDED.
+    least the tie tolerance (smaller gaps are ties anyway); between MIN_ and MAX_RUNS_NEEDED
+    (MAX, ``limited``, where no number of runs would do: two K measured alike with a tolerance
+    of 0).
     Without a noise estimate: MIN_RUNS_NEEDED, enough to estimate it."""
     needed: list[int | None] = [None] * len(cells.ks)
     limited = [False] * len(cells.ks)
@@ -610,7 +612,9 @@ def _runs_needed(
         delta = max(gap, -margin)
         wanted = math.inf if delta == 0 else RUNS_PER_NOISE_RATIO * (log_sd / delta) ** 2
         limited[i] = wanted > MAX_RUNS_NEEDED
-        needed[i] = int(min(max(math.ceil(wanted), MIN_RUNS_NEEDED), MAX_RUNS_NEEDED))
+        # An exact tie (no gap, no tolerance) needs infinitely many runs: capped before ceil,
+        # which has no integer for infinity.
+        needed[i] = MAX_RUNS_NEEDED if limited[i] else max(math.ceil(wanted), MIN_RUNS_NEEDED)
     return needed, limited
 
 

@@ -168,6 +168,9 @@ def objective_gate(
     if runs.is_empty():
         # Nothing was read, and the loader has said why: "no objective" would only add noise.
         return _excluded(runs, pl.lit(True), "no objective field"), []
+    if objective not in runs.columns and non_numeric.get(objective):
+        # Text in every run ("fast"): the field is there, as no number; the rules below say so.
+        runs = runs.with_columns(pl.lit(None, pl.Float64).alias(objective))
     if objective not in runs.columns:
         problem = Problem(
             Severity.ERROR,
@@ -241,36 +244,68 @@ def objective_gate(
 
 
 def acceptance_value_gate(
-    runs: pl.DataFrame, settings: Settings
+    runs: pl.DataFrame, settings: Settings, non_numeric: dict[str, dict[int, str]]
 ) -> tuple[pl.DataFrame, list[Problem]]:
-    """Runs whose acceptance (``--acceptance-var``) is negative: no acceptance rate or length
-    is, so the field is not what the flag says or the record is damaged (the seed refuses the
-    sweep: "Expected non-negative acceptance"). Each such run is excluded, one error per
-    (anchor, K) naming the values. Zero is accepted (a run that drafted and accepted nothing);
-    without the flag nothing is checked."""
+    """Runs whose acceptance (``--acceptance-var``) is no usable value: text that is no
+    number (``"abc"``; numeric text such as ``"2.5"`` is that number, as the seed's
+    ``float()`` reads it), not finite, or negative: no acceptance rate or length is, so the
+    field is not what the flag says or the record is damaged (the seed refuses the sweep:
+    "Expected numeric / finite / non-negative acceptance"), whatever the K, K=0 included.
+    Each such run is excluded, one error per (rule, anchor, K) naming the values. Zero is
+    accepted (a run that drafted and accepted nothing); absent or null is no acceptance (the
+    cell rules judge it); without the flag nothing is checked."""
     field = settings.acceptance
-    if field is None or field not in runs.columns or runs.is_empty():
+    if field is None or runs.is_empty():
         return _excluded(runs, pl.lit(False), ""), []
-    mask = (pl.col(field) < 0).fill_null(False)
-    bad = runs.filter(mask & ~pl.col("failure_file"))
-    if bad.is_empty():
-        return _excluded(runs, pl.lit(False), ""), []
-    reason = "the acceptance is negative"
-    problems = [
-        Problem(
-            Severity.ERROR,
-            "negative-acceptance",
-            f"{group.height} run(s) with a negative acceptance: {reason}",
-            files=_cell_files(group),
-            field=field,
-            value=", ".join(dict.fromkeys(show_value(v) for v in group[field].to_list())),
-            anchor=_int_or_none(anchor),
-            k=_int_or_none(k),
-            expected=">= 0",
-        )
-        for (anchor, k), group in bad.group_by("anchor", "k", maintain_order=True)
+    text_rows = non_numeric.get(field, {})
+    if field not in runs.columns:
+        if not text_rows:
+            return _excluded(runs, pl.lit(False), ""), []
+        runs = runs.with_columns(pl.lit(None, pl.Float64).alias(field))
+    value = pl.col(field)
+    with_row = runs.with_row_index("_row")
+    rules = [
+        (
+            value.is_null() & pl.col("_row").is_in(list(text_rows)),
+            "non-numeric-acceptance",
+            "the acceptance is not a number",
+            "a number >= 0",
+        ),
+        (
+            value.is_nan() | value.is_infinite(),
+            "non-finite-acceptance",
+            "the acceptance is not finite",
+            "a finite number >= 0",
+        ),
+        (value < 0, "negative-acceptance", "the acceptance is negative", ">= 0"),
     ]
-    return _excluded(runs, mask & ~pl.col("failure_file"), reason), problems
+    excluded = []
+    problems = []
+    for mask, rule, reason, expected in rules:
+        bad = with_row.filter(mask.fill_null(False) & ~pl.col("failure_file"))
+        if bad.is_empty():
+            continue
+        excluded.append(_excluded(with_row, pl.col("_row").is_in(bad["_row"].implode()), reason))
+        for (anchor, k), group in bad.group_by("anchor", "k", maintain_order=True):
+            shown = (
+                [text_rows[row] for row in group["_row"].to_list()]
+                if rule == "non-numeric-acceptance"
+                else [show_value(v) for v in group[field].to_list()]
+            )
+            problems.append(
+                Problem(
+                    Severity.ERROR,
+                    rule,
+                    f"{group.height} run(s) with an unusable acceptance: {reason}",
+                    files=_cell_files(group),
+                    field=field,
+                    value=", ".join(dict.fromkeys(shown)),
+                    anchor=_int_or_none(anchor),
+                    k=_int_or_none(k),
+                    expected=expected,
+                )
+            )
+    return _concat_excluded(excluded), problems
 
 
 def global_k_gate(
@@ -1160,7 +1195,7 @@ def _run_gates(sweep: Sweep, settings: Settings) -> _GatedRuns:
     problems += found
     objective_excluded, found = objective_gate(runs, settings, sweep.non_numeric)
     problems += found
-    acceptance_excluded, found = acceptance_value_gate(runs, settings)
+    acceptance_excluded, found = acceptance_value_gate(runs, settings, sweep.non_numeric)
     problems += found
     global_excluded, found, configured_global = global_k_gate(
         runs, sweep.k_var, settings.allow_mixed_global_k

@@ -398,7 +398,7 @@ class _Reader:
         # worked out, with the file it was first read from.
         self._first_by_key: dict[int, tuple[_RecordFile, int] | None] = {}
         self._contents: dict[bytes, str] = {}
-        self._run_numbers: dict[tuple[str, int], str] = {}
+        self._run_numbers: dict[tuple[str, int | None, int | None, int], str] = {}
 
     def protected(self, name: str) -> bool:
         """Whether a top-level field is read by name (the lookups, the health gate, the kept
@@ -583,6 +583,7 @@ class _Reader:
         finite: bool,
         combo: str,
         number: int,
+        params: _Params,
     ) -> bool:
         """Whether the run was read already (a warning says where), so it counts once.
 
@@ -590,7 +591,10 @@ class _Reader:
         record listed twice would otherwise count its runs twice, and a cell of 2 runs would
         pass ``--min-runs 3``. The same run is a record with the same content (the same
         fields and values in the same order, as a copy has: :meth:`_content`), or the same run
-        number again in one combo folder.
+        number again in one combo folder at the same batch size and K (``params``). Runs of
+        other cells are other runs whatever their numbers: a folder holding several cells (one
+        summary.json of a whole sweep, as the seed's own test writes it) numbers each cell's
+        runs from 0.
 
         The content is written out only for records that share their :func:`_run_key` with
         an earlier one (a copy does; different runs almost never): then the earlier record's
@@ -611,9 +615,10 @@ class _Reader:
         if earlier is not None:
             how = f"a record already read from {earlier} (a copy?)"
         else:
-            earlier = self._run_numbers.get((combo, number))
+            run = (combo, params.anchor, params.k, number)
+            earlier = self._run_numbers.get(run)
             if earlier is None:
-                self._run_numbers[(combo, number)] = file.source
+                self._run_numbers[run] = file.source
                 return False
             how = f"run {number} of the folder again, already read from {earlier}"
         self.log.add(
@@ -703,9 +708,11 @@ class _Reader:
                         value=show_value(raw),
                         expected=f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}",
                     )
-            if self._repeated(record, file, position, records, parsed_by_orjson, combo, number):
-                continue
             params = self._params(record, parsed_by_orjson)
+            if self._repeated(
+                record, file, position, records, parsed_by_orjson, combo, number, params
+            ):
+                continue
             if params.findings:
                 for rule, message, name, value, expected in params.findings:
                     self.log.add(rule, message, where, field=name, value=value, expected=expected)

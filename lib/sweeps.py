@@ -24,8 +24,8 @@ global_k            Int64    ``speculative_config.num_speculative_tokens``; null
                              ``load_experiment(..., metrics=[...])`` only those named
 =================== ======== ==========================================================
 
-Non-numbers in a numeric field (``"abc"``, ``true``) are kept in :attr:`Sweep.non_numeric`
-so the policy can name them instead of treating them as missing.
+Text values (``"abc"``, ``true``), also of a field no run holds as a number, are kept in
+:attr:`Sweep.non_numeric` so the policy can name them instead of treating them as missing.
 """
 
 from __future__ import annotations
@@ -181,34 +181,14 @@ def _frame(reader: SweepFiles) -> tuple[pl.DataFrame, dict[str, dict[int, str]]]
         # Polars takes ints up to 128 bits; Python's json, the fallback parser, reads any size.
         rows = [{name: _as_float(value) for name, value in row.items()} for row in reader.numbers]
         metrics = pl.from_dicts(rows, schema=schema)
+    # Every text value, also of a field that no run holds as a number (an objective or an
+    # acceptance that is text in every run is there, and no number: the gates say so).
     non_numeric: dict[str, dict[int, str]] = {}
     for row, others in enumerate(reader.others):
         for name, value in others.items():
-            if name in metric_names or _number_as_text(value):
+            if name not in DERIVED_COLUMNS:
                 non_numeric.setdefault(name, {})[row] = show_value(value)
     return pl.concat([derived, metrics], how="horizontal"), non_numeric
-
-
-def _number_as_text(value: Any) -> bool:
-    """Whether a text field holds a number written as text (``"512"``, ``"NaN"`` is not
-    one). Such a field is kept in :attr:`Sweep.non_numeric` even where no record holds it as a
-    number, so that a reader wanting a number there names the text instead of calling the
-    field missing (the context axis's prompt length).
-
-    >>> [_number_as_text(value) for value in ("512", "1e3", "vllm", "", True)]
-    [True, True, False, False, False]
-    """
-    if not isinstance(value, str) or value[:1] not in _NUMBER_STARTS:
-        return False
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
-
-
-#: How a number written as text may start (a quick test before parsing every text field).
-_NUMBER_STARTS = frozenset("0123456789+-.")
 
 
 def _kept_frame(reader: SweepFiles) -> tuple[pl.DataFrame, dict[str, dict[int, str]]]:
@@ -225,8 +205,7 @@ def _kept_frame(reader: SweepFiles) -> tuple[pl.DataFrame, dict[str, dict[int, s
             # As in _frame: an int beyond the float range becomes an infinity of its sign.
             columns.append(pl.Series(name, [_as_float(v) for v in values], dtype=pl.Float64))
     derived = _derived_frame(reader.derived)
-    # Every kept name's text: the caller asked for the field, even where no record holds a
-    # number there (:func:`_number_as_text`).
+    # The kept names' text values, also where no row holds a number (there is no column then).
     non_numeric = {
         name: {row: show_value(value) for row, value in rows.items()}
         for name, rows in reader.texts.items()

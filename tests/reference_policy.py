@@ -17,13 +17,22 @@ records already parsed) returns::
                 "selected_k": k,
                 "selected_median_objective": float,
                 "selected_conservative_objective": float,
-                "candidates": {k: {"num_runs", "median", "mad", "conservative", "relative_mad"}},
+                "vs_best_percent": float,  # 100 * (selected / best - 1), best / selected minimising
+                "vs_k0_percent": float | None,  # the same against K=0; None without K=0 or at 0
+                "candidates": {
+                    k: {"num_runs", "median", "mad", "conservative", "relative_mad",
+                        "median_acceptance", "acceptance_relative_mad"},  # None: not every run
+                },                                                        # has an acceptance
             },
         ],
+        "max_num_speculative_tokens_observed": int,  # the largest K of any (anchor, K) group
+        "max_batch_size": int,  # as given, else the largest anchor
+        "input_files": [str, ...],  # the files read, relative, in pathlib.Path order
     }
 
 or raises ``ReferenceRejected`` whose ``problems`` lists every problem found in the phase that
-failed (files and records first, then groups, then anchors).
+failed (files and records first, then groups, then anchors) and ``kinds`` the seed's error each
+stands for, in the seed's words (``"unstable objective"``, ``"too few runs"``, ...).
 """
 
 from __future__ import annotations
@@ -31,10 +40,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterable
+from pathlib import Path, PurePosixPath
+from typing import Any, NamedTuple
 
 DEFAULT_K_VAR = "speculative_config.num_speculative_tokens_per_batch_size"
 GLOBAL_K_VAR = "speculative_config.num_speculative_tokens"
@@ -42,11 +52,22 @@ SPECULATIVE_CONFIG_VAR = "speculative_config"
 MAD_TO_SIGMA = 1.4826
 
 
-class ReferenceRejected(Exception):
-    """The sweep cannot be tuned; ``problems`` holds one readable line per problem found."""
+class Finding(NamedTuple):
+    """One problem: its ``kind`` (the seed's error it stands for, in the seed's words, e.g.
+    ``"unstable objective"``) and a readable line naming the file or cell."""
 
-    def __init__(self, problems: list[str]) -> None:
-        self.problems: list[str] = list(problems)
+    kind: str
+    message: str
+
+
+class ReferenceRejected(Exception):
+    """The sweep cannot be tuned; ``problems`` holds one readable line per problem found and
+    ``kinds`` the kind of each, in the same order."""
+
+    def __init__(self, findings: list[Finding]) -> None:
+        self.findings: list[Finding] = list(findings)
+        self.problems: list[str] = [finding.message for finding in self.findings]
+        self.kinds: list[str] = [finding.kind for finding in self.findings]
         super().__init__("\n".join(self.problems))
 
 
@@ -75,16 +96,16 @@ def _run_number_of(name: str) -> int:
     return int(name[len("run=") : -len(".json")])
 
 
-def _load_json(path: Path, problems: list[str], label: str) -> Any:
+def _load_json(path: Path, problems: list[Finding], label: str) -> Any:
     try:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
     except (OSError, ValueError) as error:
-        problems.append(f"{label}: cannot read JSON ({error})")
+        problems.append(Finding("unreadable file", f"{label}: cannot read JSON ({error})"))
         return None
 
 
-def _collect_records(root: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+def _collect_records(root: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[Finding]]:
     """Every record of the experiment as (label, record), plus the problems found on the way.
 
     A folder with a ``summary.json`` contributes that file's list; a folder without one
@@ -92,7 +113,7 @@ def _collect_records(root: Path) -> tuple[list[tuple[str, dict[str, Any]]], list
     ``run=N.failure.json`` is a failed run and therefore a problem.
     """
     records: list[tuple[str, dict[str, Any]]] = []
-    problems: list[str] = []
+    problems: list[Finding] = []
     for folder, subfolders, files in os.walk(root):
         subfolders.sort()
         folder_path = Path(folder)
@@ -101,7 +122,12 @@ def _collect_records(root: Path) -> tuple[list[tuple[str, dict[str, Any]]], list
         for name in names:
             if _is_failure_file(name):
                 label = (folder_path / name).relative_to(root).as_posix()
-                problems.append(f"{label}: a failed run (failure file); the sweep is not healthy")
+                problems.append(
+                    Finding(
+                        "failure file",
+                        f"{label}: a failed run (failure file); the sweep is not healthy",
+                    )
+                )
 
         if "summary.json" in names:
             label = (folder_path / "summary.json").relative_to(root).as_posix()
@@ -109,14 +135,21 @@ def _collect_records(root: Path) -> tuple[list[tuple[str, dict[str, Any]]], list
             if content is None:
                 continue
             if not isinstance(content, list):
-                problems.append(f"{label}: expected a JSON list of run records")
+                problems.append(
+                    Finding("summary not a list", f"{label}: expected a JSON list of run records")
+                )
                 continue
             for index, record in enumerate(content):
                 record_label = f"{label}[{index}]"
                 if isinstance(record, dict):
                     records.append((record_label, record))
                 else:
-                    problems.append(f"{record_label}: a run record must be a JSON object")
+                    problems.append(
+                        Finding(
+                            "record not an object",
+                            f"{record_label}: a run record must be a JSON object",
+                        )
+                    )
             continue
 
         run_names = [name for name in names if _is_run_file(name)]
@@ -129,7 +162,9 @@ def _collect_records(root: Path) -> tuple[list[tuple[str, dict[str, Any]]], list
             if isinstance(record, dict):
                 records.append((label, record))
             else:
-                problems.append(f"{label}: a run record must be a JSON object")
+                problems.append(
+                    Finding("record not an object", f"{label}: a run record must be a JSON object")
+                )
     return records, problems
 
 
@@ -292,25 +327,47 @@ def _check_settings(
     max_acceptance_relative_mad: float,
     relative_tolerance: float,
 ) -> None:
-    problems: list[str] = []
+    problems: list[Finding] = []
     if objective_direction not in ("maximize", "minimize"):
         problems.append(
-            f"objective_direction must be 'maximize' or 'minimize', got {objective_direction!r}"
+            Finding(
+                "invalid setting",
+                "objective_direction must be 'maximize' or 'minimize', "
+                f"got {objective_direction!r}",
+            )
         )
     if _as_int(min_runs) is None or min_runs < 1:
-        problems.append(f"min_runs must be an integer >= 1, got {min_runs!r}")
+        problems.append(
+            Finding("invalid setting", f"min_runs must be an integer >= 1, got {min_runs!r}")
+        )
     if not (_is_number(uncertainty_penalty) and 0 <= uncertainty_penalty < math.inf):
-        problems.append(f"uncertainty_penalty must be finite and >= 0, got {uncertainty_penalty!r}")
+        problems.append(
+            Finding(
+                "invalid setting",
+                f"uncertainty_penalty must be finite and >= 0, got {uncertainty_penalty!r}",
+            )
+        )
     if not (_is_number(max_objective_relative_mad) and max_objective_relative_mad >= 0):
         problems.append(
-            f"max_objective_relative_mad must be >= 0, got {max_objective_relative_mad!r}"
+            Finding(
+                "invalid setting",
+                f"max_objective_relative_mad must be >= 0, got {max_objective_relative_mad!r}",
+            )
         )
     if not (_is_number(max_acceptance_relative_mad) and max_acceptance_relative_mad >= 0):
         problems.append(
-            f"max_acceptance_relative_mad must be >= 0, got {max_acceptance_relative_mad!r}"
+            Finding(
+                "invalid setting",
+                f"max_acceptance_relative_mad must be >= 0, got {max_acceptance_relative_mad!r}",
+            )
         )
     if not (_is_number(relative_tolerance) and 0 <= relative_tolerance < 1):
-        problems.append(f"relative_tolerance must be in [0, 1), got {relative_tolerance!r}")
+        problems.append(
+            Finding(
+                "invalid setting",
+                f"relative_tolerance must be in [0, 1), got {relative_tolerance!r}",
+            )
+        )
     if problems:
         raise ReferenceRejected(problems)
 
@@ -327,34 +384,36 @@ def reference_tune_records(records_by_file: dict[str, list[Any]], **flags: Any) 
     return _policy(lambda: _label_records(records_by_file), **flags)
 
 
-def _read_experiment(root: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+def _read_experiment(root: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[Finding]]:
     if not root.is_dir():
-        raise ReferenceRejected([f"{root}: not a directory"])
+        raise ReferenceRejected([Finding("no records", f"{root}: not a directory")])
     records, problems = _collect_records(root)
     if not records and not problems:
-        problems.append(f"{root}: no summary.json or run=N.json files found")
+        problems.append(Finding("no records", f"{root}: no summary.json or run=N.json files found"))
     return records, problems
 
 
 def _label_records(
     records_by_file: dict[str, list[Any]],
-) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+) -> tuple[list[tuple[str, dict[str, Any]]], list[Finding]]:
     records: list[tuple[str, dict[str, Any]]] = []
-    problems: list[str] = []
+    problems: list[Finding] = []
     for file, content in records_by_file.items():
         for index, record in enumerate(content):
             label = f"{file}[{index}]"
             if isinstance(record, dict):
                 records.append((label, record))
             else:
-                problems.append(f"{label}: a run record must be a JSON object")
+                problems.append(
+                    Finding("record not an object", f"{label}: a run record must be a JSON object")
+                )
     if not records and not problems:
-        problems.append("no run records given")
+        problems.append(Finding("no records", "no run records given"))
     return records, problems
 
 
 def _policy(
-    read: Callable[[], tuple[list[tuple[str, dict[str, Any]]], list[str]]],
+    read: Callable[[], tuple[list[tuple[str, dict[str, Any]]], list[Finding]]],
     *,
     batch_size_var: str = "max_concurrency",
     k_var: str = DEFAULT_K_VAR,
@@ -388,29 +447,42 @@ def _policy(
     groups: dict[tuple[int, int], list[tuple[float, float | None]]] = {}
     global_values: set[int] = set()
     for label, record in records:
-        record_problems: list[str] = []
+        record_problems: list[Finding] = []
 
         # Health.
         failed = record.get("failed", 0)
         if _is_number(failed) and failed > 0:
-            record_problems.append(f"{label}: unhealthy run, failed={failed!r}")
+            record_problems.append(
+                Finding("failed requests", f"{label}: unhealthy run, failed={failed!r}")
+            )
         completed = record.get("completed")
         num_prompts = record.get("num_prompts")
         if completed is not None and num_prompts is not None and completed != num_prompts:
             record_problems.append(
-                f"{label}: unhealthy run, completed={completed!r} != num_prompts={num_prompts!r}"
+                Finding(
+                    "incomplete requests",
+                    f"{label}: unhealthy run, completed={completed!r} "
+                    f"!= num_prompts={num_prompts!r}",
+                )
             )
 
         # Anchor.
         found, anchor_value = lookup(record, batch_size_var)
         anchor: int | None = None
         if not found or anchor_value is None:
-            record_problems.append(f"{label}: no batch-size anchor ({batch_size_var} is null)")
+            record_problems.append(
+                Finding(
+                    "missing anchor", f"{label}: no batch-size anchor ({batch_size_var} is null)"
+                )
+            )
         else:
             anchor = _as_int(anchor_value)
             if anchor is None:
                 record_problems.append(
-                    f"{label}: anchor {batch_size_var}={anchor_value!r} is not an integer"
+                    Finding(
+                        "invalid anchor",
+                        f"{label}: anchor {batch_size_var}={anchor_value!r} is not an integer",
+                    )
                 )
 
         # K.
@@ -421,11 +493,11 @@ def _policy(
             if anchor is not None:
                 k, k_problem = _k_from_value(k_value, anchor)
                 if k_problem is not None:
-                    record_problems.append(f"{label}: {k_var}: {k_problem}")
+                    record_problems.append(Finding("invalid K", f"{label}: {k_var}: {k_problem}"))
         elif not speculative:
             k = 0  # a server without speculation
         else:
-            record_problems.append(f"{label}: {k_var} is missing")
+            record_problems.append(Finding("missing K", f"{label}: {k_var} is missing"))
 
         # Global K (servers without speculation are exempt), with the default k-var only: with
         # another (a static-K sweep reads num_speculative_tokens itself) the seed checks none.
@@ -435,15 +507,26 @@ def _policy(
                 global_k = _as_int(global_value)
                 if global_k is None:
                     record_problems.append(
-                        f"{label}: {GLOBAL_K_VAR}={global_value!r} is not an integer"
+                        Finding(
+                            "invalid global K",
+                            f"{label}: {GLOBAL_K_VAR}={global_value!r} is not an integer",
+                        )
                     )
                 else:
                     global_values.add(global_k)
                     if k is not None and k > global_k:
-                        record_problems.append(f"{label}: K={k} is above {GLOBAL_K_VAR}={global_k}")
+                        record_problems.append(
+                            Finding(
+                                "K exceeds global K",
+                                f"{label}: K={k} is above {GLOBAL_K_VAR}={global_k}",
+                            )
+                        )
             else:
                 record_problems.append(
-                    f"{label}: {GLOBAL_K_VAR} is missing (required with the default k-var)"
+                    Finding(
+                        "missing global K",
+                        f"{label}: {GLOBAL_K_VAR} is missing (required with the default k-var)",
+                    )
                 )
 
         # Objective.
@@ -451,23 +534,37 @@ def _policy(
         objective_value = _as_measurement(objective_value)
         objective: float | None = None
         if not found or objective_value is None:
-            record_problems.append(f"{label}: objective {objective_var} is missing")
+            record_problems.append(
+                Finding("missing objective", f"{label}: objective {objective_var} is missing")
+            )
         elif not _is_number(objective_value):
             record_problems.append(
-                f"{label}: objective {objective_var}={objective_value!r} is not a number"
+                Finding(
+                    "non-numeric objective",
+                    f"{label}: objective {objective_var}={objective_value!r} is not a number",
+                )
             )
         elif not math.isfinite(objective_value):
             record_problems.append(
-                f"{label}: objective {objective_var}={objective_value!r} is not finite"
+                Finding(
+                    "non-finite objective",
+                    f"{label}: objective {objective_var}={objective_value!r} is not finite",
+                )
             )
         elif maximize and objective_value < 0:
             record_problems.append(
-                f"{label}: objective {objective_var}={objective_value!r} must be >= 0"
+                Finding(
+                    "negative objective",
+                    f"{label}: objective {objective_var}={objective_value!r} must be >= 0",
+                )
             )
         elif not maximize and objective_value <= 0:
             record_problems.append(
-                f"{label}: objective {objective_var}={objective_value!r} must be > 0 "
-                "when minimising"
+                Finding(
+                    "non-positive objective",
+                    f"{label}: objective {objective_var}={objective_value!r} must be > 0 "
+                    "when minimising",
+                )
             )
         else:
             objective = float(objective_value)
@@ -480,19 +577,29 @@ def _policy(
             if found and acceptance_value is not None:
                 if _is_number(acceptance_value) and not math.isfinite(acceptance_value):
                     record_problems.append(
-                        f"{label}: acceptance {acceptance_var}={acceptance_value!r} "
-                        "is not a finite number"
+                        Finding(
+                            "non-numeric acceptance",
+                            f"{label}: acceptance {acceptance_var}={acceptance_value!r} "
+                            "is not a finite number",
+                        )
                     )
                 elif _is_number(acceptance_value) and acceptance_value < 0:
                     record_problems.append(
-                        f"{label}: acceptance {acceptance_var}={acceptance_value!r} is negative"
+                        Finding(
+                            "negative acceptance",
+                            f"{label}: acceptance {acceptance_var}={acceptance_value!r} "
+                            "is negative",
+                        )
                     )
                 elif _is_number(acceptance_value):
                     acceptance = float(acceptance_value)
                 else:
                     record_problems.append(
-                        f"{label}: acceptance {acceptance_var}={acceptance_value!r} "
-                        "is not a finite number"
+                        Finding(
+                            "non-numeric acceptance",
+                            f"{label}: acceptance {acceptance_var}={acceptance_value!r} "
+                            "is not a finite number",
+                        )
                     )
 
         if record_problems:
@@ -504,8 +611,11 @@ def _policy(
     configured_global: int | None = None
     if len(global_values) > 1 and not allow_mixed_global_k:
         problems.append(
-            f"{GLOBAL_K_VAR} differs between records ({sorted(global_values)}); the seed keeps "
-            "it fixed and varies K through num_speculative_tokens_per_batch_size"
+            Finding(
+                "mixed global K",
+                f"{GLOBAL_K_VAR} differs between records ({sorted(global_values)}); the seed keeps "
+                "it fixed and varies K through num_speculative_tokens_per_batch_size",
+            )
         )
     elif global_values:
         configured_global = max(global_values)
@@ -519,35 +629,52 @@ def _policy(
         runs = groups[(anchor, k)]
         where = f"batch size {anchor}, K={k}"
         if len(runs) < min_runs:
-            problems.append(f"{where}: {len(runs)} run(s), need at least {min_runs}")
+            problems.append(
+                Finding("too few runs", f"{where}: {len(runs)} run(s), need at least {min_runs}")
+            )
             continue
         objectives = [objective for objective, _ in runs]
         median, mad, relative_mad = _median_mad_relative(objectives)
         if relative_mad > max_objective_relative_mad:
             problems.append(
-                f"{where}: objective relative MAD {relative_mad:.4g} is above "
-                f"{max_objective_relative_mad}"
+                Finding(
+                    "unstable objective",
+                    f"{where}: objective relative MAD {relative_mad:.4g} is above "
+                    f"{max_objective_relative_mad}",
+                )
             )
         spread = uncertainty_penalty * MAD_TO_SIGMA * mad
         conservative = max(median - spread, 0.0) if maximize else median + spread
 
+        # Acceptance statistics exist only where every run of the group has a value.
+        median_acceptance: float | None = None
+        acceptance_relative_mad: float | None = None
         if acceptance_var is not None:
             acceptances = [value for _, value in runs if value is not None]
             if not acceptances:
                 if k > 0:
-                    problems.append(f"{where}: no run has {acceptance_var}")
+                    problems.append(
+                        Finding("missing acceptance", f"{where}: no run has {acceptance_var}")
+                    )
             elif len(acceptances) < len(runs):
                 problems.append(
-                    f"{where}: only {len(acceptances)} of {len(runs)} runs have {acceptance_var}"
+                    Finding(
+                        "inconsistent missing acceptance",
+                        f"{where}: only {len(acceptances)} of {len(runs)} runs have "
+                        f"{acceptance_var}",
+                    )
                 )
             else:
-                _, _, acceptance_relative_mad = _median_mad_relative(acceptances)
+                median_acceptance, _, acceptance_relative_mad = _median_mad_relative(acceptances)
                 if strict_acceptance_stability and (
                     acceptance_relative_mad > max_acceptance_relative_mad
                 ):
                     problems.append(
-                        f"{where}: acceptance relative MAD {acceptance_relative_mad:.4g} is "
-                        f"above {max_acceptance_relative_mad}"
+                        Finding(
+                            "unstable acceptance",
+                            f"{where}: acceptance relative MAD {acceptance_relative_mad:.4g} is "
+                            f"above {max_acceptance_relative_mad}",
+                        )
                     )
 
         candidates_by_anchor.setdefault(anchor, {})[k] = {
@@ -556,6 +683,8 @@ def _policy(
             "mad": mad,
             "conservative": conservative,
             "relative_mad": relative_mad,
+            "median_acceptance": median_acceptance,
+            "acceptance_relative_mad": acceptance_relative_mad,
         }
     if problems:
         raise ReferenceRejected(problems)
@@ -563,21 +692,32 @@ def _policy(
     # Phase 3: anchors ------------------------------------------------------------------------
     anchors = sorted(candidates_by_anchor)
     if anchors[0] != 1:
-        problems.append(f"the smallest batch-size anchor must be 1, got {anchors[0]}")
+        problems.append(
+            Finding(
+                "smallest batch size not 1",
+                f"the smallest batch-size anchor must be 1, got {anchors[0]}",
+            )
+        )
     first_ks = sorted(candidates_by_anchor[anchors[0]])
     for anchor in anchors[1:]:
         ks = sorted(candidates_by_anchor[anchor])
         if ks != first_ks:
             problems.append(
-                f"batch size {anchor} has K {ks}, but batch size {anchors[0]} has K {first_ks}; "
-                "every anchor needs the same set of K"
+                Finding(
+                    "different K candidates",
+                    f"batch size {anchor} has K {ks}, but batch size {anchors[0]} has K "
+                    f"{first_ks}; every anchor needs the same set of K",
+                )
             )
     largest = anchors[-1]
     if max_batch_size is None:
         max_batch_size = largest
     elif max_batch_size != largest:
         problems.append(
-            f"max_batch_size must equal the largest anchor {largest}, got {max_batch_size}"
+            Finding(
+                "max batch size not the largest anchor",
+                f"max_batch_size must equal the largest anchor {largest}, got {max_batch_size}",
+            )
         )
     if problems:
         raise ReferenceRejected(problems)
@@ -589,19 +729,31 @@ def _policy(
         conservatives = {k: candidates[k]["conservative"] for k in candidates}
         best = max(conservatives.values()) if maximize else min(conservatives.values())
         if maximize and best <= 0:
-            problems.append(f"batch size {anchor}: no positive conservative objective")
+            problems.append(
+                Finding(
+                    "no positive conservative objective",
+                    f"batch size {anchor}: no positive conservative objective",
+                )
+            )
             continue
         tied: list[int] = []
         for k in sorted(conservatives):
             if _ratio_to_best(conservatives[k], best, maximize) >= 1 - relative_tolerance:
                 tied.append(k)
         selected = min(tied)
+        chosen = conservatives[selected]
         decisions.append(
             {
                 "batch_size": anchor,
                 "selected_k": selected,
                 "selected_median_objective": candidates[selected]["median"],
-                "selected_conservative_objective": candidates[selected]["conservative"],
+                "selected_conservative_objective": chosen,
+                "vs_best_percent": _percent_better(chosen, best, maximize),
+                "vs_k0_percent": (
+                    None
+                    if conservatives.get(0, 0.0) == 0
+                    else _percent_better(chosen, conservatives[0], maximize)
+                ),
                 "candidates": {k: candidates[k] for k in sorted(candidates)},
             }
         )
@@ -623,5 +775,25 @@ def _policy(
     return {
         "schedule": schedule,
         "configured_global_num_speculative_tokens": configured_global,
+        "max_num_speculative_tokens_observed": max(k for _, k in groups),
+        "max_batch_size": max_batch_size,
         "decisions": decisions,
+        "input_files": _input_files(label for label, _ in records),
     }
+
+
+def _percent_better(value: float, other: float, maximize: bool) -> float:
+    """How much better ``value`` is than ``other`` in percent, in the objective's direction:
+    ``100 * (value / other - 1)`` maximising, ``100 * (other / value - 1)`` minimising (so a
+    positive percent is better either way). ``other`` (maximising) or ``value`` (minimising)
+    must not be 0."""
+    ratio = value / other if maximize else other / value
+    return 100.0 * (ratio - 1.0)
+
+
+def _input_files(labels: Iterable[str]) -> list[str]:
+    """The files the records came from (a label without its ``[index]``), each once, in the
+    seed's order: it sorts ``pathlib.Path`` objects, which compare part by part, so
+    ``A/summary.json`` comes before ``A-2/summary.json`` (as text ``-`` sorts before ``/``)."""
+    files = {re.sub(r"\[\d+\]$", "", label) for label in labels}
+    return sorted(files, key=lambda file: PurePosixPath(file).parts)

@@ -616,6 +616,21 @@ def test_runs_needed_follows_the_formula(tmp_path: Path) -> None:
     assert 3 < expected < MAX_RUNS_NEEDED
 
 
+def test_two_k_measured_alike_with_no_tolerance_need_the_most_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two K with the very same runs and a tie tolerance of 0: no gap, no noise, so no
+    number of runs tells them apart (``12.4 * (s / delta)^2`` with delta 0): the most runs
+    (MAX_RUNS_NEEDED), noise-limited, and the CLI tunes as the seed does (it raised before)."""
+    write_grid(tmp_path, {(1, k): [10.0, 10.0, 10.0] for k in (0, 1)})
+    _, report = _report(tmp_path, relative_tolerance=0.0)
+    needed = dict(report.cells.select("k", "runs_needed").rows())
+    assert needed == {0: MAX_RUNS_NEEDED, 1: MAX_RUNS_NEEDED}
+    output = tmp_path / "out.json"
+    assert main([str(tmp_path), "--relative-tolerance", "0", "--output-json", str(output)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "[[1, 1, 0]]"
+
+
 def test_policy_differences_show_where_the_rules_disagree(tmp_path: Path) -> None:
     result, report = _report(_worked(tmp_path))
     differences = policy_differences(

@@ -392,6 +392,63 @@ def test_k_above_zero_without_acceptance_is_an_error(tmp_path: Path) -> None:
     assert (problem.anchor, problem.k, problem.field) == (1, 3, ACCEPTANCE)
 
 
+@pytest.mark.parametrize(
+    ("value", "rule", "shown"),
+    [
+        ("abc", "non-numeric-acceptance", "'abc'"),
+        (float("nan"), "non-finite-acceptance", "nan"),
+        (-1.5, "negative-acceptance", "-1.5"),
+    ],
+    ids=["text", "nan", "negative"],
+)
+def test_an_unusable_acceptance_is_an_error_at_k0_too(
+    tmp_path: Path, value: Any, rule: str, shown: str
+) -> None:
+    """K=0 may lack an acceptance, but one that is there must be a number >= 0 (the seed's
+    float() refuses "abc", its finite check NaN, its sign check -1.5, whatever the K): the
+    runs are excluded, one error names them. Numeric text ("2.5") is that number."""
+    root = _healthy_grid(tmp_path)
+    runs = [record(1, 0, run_number=n, **{ACCEPTANCE: value}) for n in range(3)]
+    write_combo(root / combo_name(1, 0), runs)
+    result = _tune(root, acceptance=ACCEPTANCE)
+    problem = _one(result, rule)
+    assert (problem.anchor, problem.k, problem.field) == (1, 0, ACCEPTANCE)
+    assert shown in (problem.value or "")
+    assert _cell(result, 1, 0)["num_runs"] == 0
+    # Without --acceptance-var the field is not read: the same runs tune.
+    assert _tune(root).ok
+
+
+@pytest.mark.parametrize("metrics", [None, ["output_throughput", ACCEPTANCE]], ids=["app", "cli"])
+def test_text_in_every_run_is_no_number_not_no_field(
+    tmp_path: Path, metrics: list[str] | None
+) -> None:
+    """An objective or an acceptance that every run holds as text ("fast", "n/a": no numeric
+    column at all) is reported as not a number, the same in the full load (the app) and in
+    the load of the named fields (the CLI): the field is there."""
+    for k in (0, 3):
+        runs = [
+            record(1, k, run_number=n, output_throughput="fast", **{ACCEPTANCE: "n/a"})
+            for n in range(3)
+        ]
+        write_combo(tmp_path / combo_name(1, k), runs)
+    sweep = load_experiment(tmp_path, metrics=metrics)
+    result = tune(sweep, Settings(acceptance=ACCEPTANCE))
+    assert "non-numeric-objective" in _rules(result)
+    assert "missing-objective" not in _rules(result)
+    acceptance = [p for p in result.problems if p.rule == "non-numeric-acceptance"]
+    assert [(p.k, p.value) for p in acceptance] == [(0, "'n/a'"), (3, "'n/a'")]
+
+
+def test_an_acceptance_written_as_numeric_text_is_that_number(tmp_path: Path) -> None:
+    root = _healthy_grid(tmp_path)
+    runs = [record(1, 3, run_number=n, **{ACCEPTANCE: f"{2.0 + n / 10}"}) for n in range(3)]
+    write_combo(root / combo_name(1, 3), runs)
+    result = _tune(root, acceptance=ACCEPTANCE)
+    assert result.ok
+    assert _cell(result, 1, 3)["median_acceptance"] == 2.1
+
+
 def _unstable_acceptance(root: Path) -> Path:
     _healthy_grid(root)
     # acceptance [1.5, 2.0, 2.5]: median 2, MAD 0.5, relative 0.25 > 0.1

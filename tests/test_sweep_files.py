@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 import pytest
 from paths import BAD_INPUTS, REPO, SAMPLE_SWEEPS
-from sweep_builder import write_grid
+from sweep_builder import record, write_combo, write_grid
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
@@ -335,3 +335,28 @@ def test_a_record_listed_twice_or_a_run_number_repeated_counts_once(tmp_path: Pa
     # Each repeated run is left out; the runs kept are the first of each.
     kept = sweep.runs.filter(pl.col("combo") == "SERVE--k3-BENCH--c4")
     assert kept["run_number"].to_list() == [0, 1, 2]
+
+
+def test_one_summary_of_several_cells_numbering_each_from_0_keeps_every_run(
+    tmp_path: Path,
+) -> None:
+    """Runs 0, 1, 2 of each (batch size, K) in one folder (one summary.json of a whole sweep,
+    as the seed's own test writes it) are 12 runs, not 3: a run number repeats only within a
+    cell. The same number again at the same cell is still a repeat (test above)."""
+    records = [
+        record(anchor, k, run_number=number, output_throughput=100.0 + 10 * k + number)
+        for anchor in (1, 8)
+        for k in (0, 3)
+        for number in range(3)
+    ]
+    write_combo(tmp_path / "case", records, run_files=False)
+    sweep = load_experiment(tmp_path)
+    assert _repeats(sweep) == {}
+    cells = sweep.runs.group_by("anchor", "k").len().sort("anchor", "k")
+    assert cells.rows() == [(1, 0, 3), (1, 3, 3), (8, 0, 3), (8, 3, 3)]
+    # One more record repeating run 2 of batch size 8, K=3 (other measurements): counted once.
+    repeat = {**records[-1], "output_throughput": 999.0}
+    write_combo(tmp_path / "case", [*records, repeat], run_files=False)
+    again = load_experiment(tmp_path)
+    assert list(_repeats(again)) == ["case/summary.json"]
+    assert again.runs.height == 12
