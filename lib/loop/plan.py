@@ -1010,6 +1010,24 @@ def seeds_text(seeds: Sequence[int]) -> str:
     return "seeds " + ", ".join(str(seed) for seed in seeds)
 
 
+def _more_runs_notes(asked: int, steps: Sequence[SweepStep]) -> list[str]:
+    """A follow-up's notes on its runs: how many more than asked for the steps run (a sweep
+    runs each cell as often as its most demanding one), and how each cell's seeds go on."""
+    planned = sum(step.runs for step in steps)
+    notes = []
+    if planned > asked:
+        notes.append(
+            f"{planned - asked} run(s) more than asked for: a sweep runs each cell as often as"
+            " its most demanding cell (cheaper than another server start)"
+        )
+    notes.append(
+        "each cell's new runs continue its seeds (a cell with n runs so far gets seeds n, n+1,"
+        " ...), so its earlier runs' prompts are not sent again, unless a run was not counted"
+        " (a failed one): then a seed of the cell may come again"
+    )
+    return notes
+
+
 def _warmup_notes(design: SweepDesign) -> list[str]:
     """What ``--warmup-num-prompts`` costs with seeded repeats (none without it)."""
     if not design.warmup_num_prompts:
@@ -1462,19 +1480,8 @@ def follow_up_plan(
                 purpose=purpose,
             )
         )
-    asked = sum(needs.more_runs.values())
-    planned = sum(step.runs for step in steps)
     notes = list(needs.notes)
-    if planned > asked:
-        notes.append(
-            f"{planned - asked} run(s) more than asked for: a sweep runs each cell as often as"
-            " its most demanding cell (cheaper than another server start)"
-        )
-    notes.append(
-        "each cell's new runs continue its seeds (a cell with n runs so far gets seeds n, n+1,"
-        " ...), so its earlier runs' prompts are not sent again, unless a run was not counted"
-        " (a failed one): then a seed of the cell may come again"
-    )
+    notes += _more_runs_notes(sum(needs.more_runs.values()), steps)
     notes += _warmup_notes(design)
     notes.append(
         f"write the results inside the first experiment folder (here: {results_dir}) and"
@@ -1547,18 +1554,7 @@ def _context_follow_up_plan(
             " measurement plan's) are measured at every anchor and K of the grid,"
             f" {MIN_RUNS_NEEDED} runs each"
         )
-    asked = sum(needs.context_runs.values())
-    planned = sum(step.runs for step in steps)
-    if planned > asked:
-        notes.append(
-            f"{planned - asked} run(s) more than asked for: a sweep runs each cell as often as"
-            " its most demanding cell (cheaper than another server start)"
-        )
-    notes.append(
-        "each cell's new runs continue its seeds (a cell with n runs so far gets seeds n, n+1,"
-        " ...), so its earlier runs' prompts are not sent again, unless a run was not counted"
-        " (a failed one): then a seed of the cell may come again"
-    )
+    notes += _more_runs_notes(sum(needs.context_runs.values()), steps)
     notes += _warmup_notes(design)
     holds = _max_model_len(design.serve_args) or design.max_model_len_needed
     notes.append(

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from paths import BAD_INPUTS, REPO
+from seed_outputs import SEED_CANDIDATE_KEYS, SEED_DECISION_KEYS, SEED_KEYS, SEED_SELECTION_KEYS
 from sweep_builder import DEFAULT_GLOBAL_K, write_grid
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
@@ -58,50 +59,6 @@ GOOD_RUNS = {
 GOOD_SCHEDULE = [[1, 31, 2], [32, 32, 0]]
 GOOD_ANCHORS = [1, 8, 32]
 
-SEED_KEYS = [
-    "num_speculative_tokens_per_batch_size",
-    "configured_global_num_speculative_tokens",
-    "max_num_speculative_tokens_observed",
-    "selection",
-    "batch_decisions",
-    "input_summary_files",
-]
-#: The seed's ``selection`` keys in its order (vLLM PR #49163 at 318528f6,
-#: ``tune_speculative_k``'s returned dict: ``relative_tolerance`` right after ``min_runs``).
-SEED_SELECTION_KEYS = [
-    "batch_size_metric",
-    "k_metric",
-    "objective_metric",
-    "objective_direction",
-    "acceptance_metric",
-    "min_runs",
-    "relative_tolerance",
-    "uncertainty_penalty",
-    "max_objective_relative_mad",
-    "max_acceptance_relative_mad",
-    "strict_acceptance_stability",
-    "max_batch_size",
-]
-DECISION_KEYS = [
-    "batch_size",
-    "selected_k",
-    "selected_median_objective",
-    "selected_conservative_objective",
-    "selected_vs_best_percent",
-    "selected_vs_k0_percent",
-    "candidates",
-]
-CANDIDATE_KEYS = [
-    "batch_size",
-    "k",
-    "num_runs",
-    "median_objective",
-    "mad_objective",
-    "conservative_objective",
-    "objective_relative_mad",
-    "median_acceptance",
-    "acceptance_relative_mad",
-]
 SEED_FLAGS = [
     "--output-json",
     "--batch-size-var",
@@ -318,15 +275,15 @@ def test_json_has_the_seed_keys_in_order(
 ) -> None:
     _main(capsys, good_sweep)
     data = _read(good_sweep / RESULT_FILE)
-    assert list(data)[: len(SEED_KEYS)] == SEED_KEYS
-    assert list(data["selection"])[: len(SEED_SELECTION_KEYS)] == SEED_SELECTION_KEYS
+    assert tuple(data)[: len(SEED_KEYS)] == SEED_KEYS
+    assert tuple(data["selection"])[: len(SEED_SELECTION_KEYS)] == SEED_SELECTION_KEYS
     for decision in data["batch_decisions"]:
         # The seed's keys in order, then the confidence block (issue: decision confidence).
-        assert list(decision) == [*DECISION_KEYS, "confidence"]
+        assert list(decision) == [*SEED_DECISION_KEYS, "confidence"]
         assert decision["confidence"]["status"] in ("resolved", "unresolved")
         for candidate in decision["candidates"]:
             # The seed's keys in order, then the effective batch (lib/effective_batch.py).
-            assert list(candidate) == [*CANDIDATE_KEYS, "effective_batch_size"]
+            assert list(candidate) == [*SEED_CANDIDATE_KEYS, "effective_batch_size"]
 
 
 def test_json_values_match_the_hand_computation(
