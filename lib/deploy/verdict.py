@@ -25,10 +25,9 @@ than the tie tolerance at some (batch size, prompt length).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -149,34 +148,20 @@ def _verdict(errors: Sequence[Reason], others: Sequence[Reason]) -> Verdict:
 # --------------------------------------------------------------------------- the rules
 
 
-def _flag(name: str) -> str:
-    """The flag of a loading field (:class:`Fields`) or a policy setting (:class:`Settings`)."""
-    owner = Fields if name in {f.name for f in dataclasses.fields(Fields)} else Settings
-    return flag_name(owner, name)
-
-
 #: The fix of each kind of refusal a sweep commonly meets, in the CLI's flags (the app words
 #: the same fixes with its controls: :mod:`lib.app.guide`). Other errors: what was expected.
-REFUSAL_FIXES: Mapping[str, Callable[[], str]] = {
-    "too-few-runs": lambda: (
-        f"rerun those cells, or lower {_flag('min_runs')} to their runs for a provisional schedule"
-    ),
-    "noisy-objective": lambda: (
-        f"rerun those cells, or raise {_flag('max_objective_relative_mad')} to rank them anyway"
-    ),
-    "undecided-anchor": lambda: "fix the errors of the anchor's rejected cells (listed above)",
-    "mixed-global-k": lambda: (
-        f"{_flag('allow_mixed_global_k')} to compare static-K servers (the engine is deployed"
-        " with the largest)"
-    ),
-    "missing-k": lambda: (
-        f"{_flag('k_var')} naming the K field (each server ran one K:"
-        f" {_flag('k_var')} speculative_config.num_speculative_tokens)"
-    ),
-    "unstable-acceptance": lambda: (
-        f"drop {_flag('strict_acceptance_stability')} to warn instead, or raise"
-        f" {_flag('max_acceptance_relative_mad')}"
-    ),
+REFUSAL_FIXES: Mapping[str, str] = {
+    "too-few-runs": f"rerun those cells, or lower {flag_name(Settings, 'min_runs')} to their"
+    " runs for a provisional schedule",
+    "noisy-objective": "rerun those cells, or raise"
+    f" {flag_name(Settings, 'max_objective_relative_mad')} to rank them anyway",
+    "undecided-anchor": "fix the errors of the anchor's rejected cells (listed above)",
+    "mixed-global-k": f"{flag_name(Settings, 'allow_mixed_global_k')} to compare static-K"
+    " servers (the engine is deployed with the largest)",
+    "missing-k": f"{flag_name(Fields, 'k_var')} naming the K field (each server ran one K:"
+    f" {flag_name(Fields, 'k_var')} speculative_config.num_speculative_tokens)",
+    "unstable-acceptance": f"drop {flag_name(Settings, 'strict_acceptance_stability')} to warn"
+    f" instead, or raise {flag_name(Settings, 'max_acceptance_relative_mad')}",
 }
 
 
@@ -192,7 +177,7 @@ def error_reasons(problems: Iterable[Problem]) -> list[Reason]:
         more = f" (and {len(found) - 1} more like it)" if len(found) > 1 else ""
         expected = found[0].expected
         if rule in REFUSAL_FIXES:
-            fix = REFUSAL_FIXES[rule]()
+            fix = REFUSAL_FIXES[rule]
         elif expected:
             fix = f"give {expected}"
         else:

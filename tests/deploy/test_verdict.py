@@ -243,7 +243,7 @@ def test_a_refused_sweep_prints_its_verdict_on_stderr_with_a_fix_per_kind_of_err
     assert verdict.state == "cannot-tune"
     assert captured.err.splitlines()[-len(verdict.lines()) :] == verdict.lines()
     fixes = {reason.rule: reason.fix for reason in verdict.reasons}
-    assert fixes["too-few-runs"] == REFUSAL_FIXES["too-few-runs"]()
+    assert fixes["too-few-runs"] == REFUSAL_FIXES["too-few-runs"]
     assert "--min-runs" in fixes["too-few-runs"]
     assert "--max-objective-relative-mad" in fixes["noisy-objective"]
 
@@ -260,7 +260,7 @@ def test_every_refusal_fix_names_flags_the_cli_takes(rule: str) -> None:
     parser = argparse.ArgumentParser()
     TuneArgs.add_cli_args(parser)
     known = {option for action in parser._actions for option in action.option_strings}
-    named = re.findall(r"--[a-z][a-z-]*", REFUSAL_FIXES[rule]())
+    named = re.findall(r"--[a-z][a-z-]*", REFUSAL_FIXES[rule])
     assert set(named) <= known
 
 
