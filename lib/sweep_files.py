@@ -217,7 +217,8 @@ def _flatten(
         read = {
             k: number
             for k, v in texts.items()
-            if type(v) is str and (number := numeric_text(v)) is not None
+            # The first character first: most texts (names, dates) are not tried at all.
+            if type(v) is str and v[:1] in _NUMBER_START and (number := numeric_text(v)) is not None
         }
         if read:
             numbers.update(
