@@ -35,8 +35,10 @@ from lib.flags import flag_name
 from lib.keys import LARGEST_WHOLE_NUMBER, whole_number
 from lib.objectives import OBJECTIVES_BY_NAME, direction_problems
 from lib.problems import Problem, Severity, errors, show_value
+from lib.servers import configuration_expression, serve_combo_expression
 from lib.settings import (
     DEFAULT_K_VAR,
+    DEFAULT_REPLICA_VAR,
     GLOBAL_K_VAR,
     HEALTH_FIELDS,
     Fields,
@@ -402,15 +404,15 @@ def _k_above_global_problems(speculative: pl.DataFrame) -> list[Problem]:
     ]
 
 
-#: The serve combo of a ``SERVE--<serve combo>-BENCH--<bench combo>`` folder (the last part of
-#: the run's combo path): the name `vllm bench sweep serve` gives one server configuration.
-_SERVE_COMBO = r"(?:^|/)SERVE--([^/]*)-BENCH--[^/]*$"
-
-
-def server_gate(runs: pl.DataFrame, k_var: str) -> tuple[pl.DataFrame, list[Problem]]:
+def server_gate(
+    runs: pl.DataFrame, k_var: str, replica_var: str = DEFAULT_REPLICA_VAR
+) -> tuple[pl.DataFrame, list[Problem]]:
     """A cell holds the runs of one server configuration: runs at the same (anchor, K) from
     folders of different serve combos (``SERVE--a-...`` and ``SERVE--b-...``) are different
     servers that the records cannot tell apart, and pooling them would rank a mixture.
+    Serve combos whose names differ only in the replica marker (``k3-seed=0``, ``k3-seed=1``:
+    :mod:`lib.servers`, ``--replica-var``) are one configuration on several server starts,
+    which the confidence model weighs as such (:mod:`lib.confidence`, "Servers").
 
     It happens when the sweep varied something the records do not hold (a K set on the
     server's command line, where every record reads as K=0), or when two sweeps were copied
@@ -421,23 +423,29 @@ def server_gate(runs: pl.DataFrame, k_var: str) -> tuple[pl.DataFrame, list[Prob
     not compared; the same serve combo under several parent folders (a sweep resumed into
     another experiment folder) is one server.
     """
-    serve = pl.col("combo").str.extract(_SERVE_COMBO, 1)
+    serve = serve_combo_expression()
     placed = runs.filter(pl.col("anchor").is_not_null() & pl.col("k").is_not_null()).with_columns(
-        serve.alias("_serve")
+        serve.alias("_serve"),
+        configuration_expression(serve, replica_var).alias("_configuration"),
     )
     mixed = (
         placed.group_by("anchor", "k", maintain_order=True)
-        .agg(pl.col("_serve").drop_nulls().unique(maintain_order=True).alias("_serves"))
+        .agg(pl.col("_configuration").drop_nulls().unique(maintain_order=True).alias("_serves"))
         .filter(pl.col("_serves").list.len() > 1)
         .sort("anchor", "k")
     )
     if mixed.is_empty():
         return _concat_excluded([]), []
     problems = []
-    for anchor, k, serves in mixed.iter_rows():
+    for anchor, k, configurations in mixed.iter_rows():
         cell = placed.filter((pl.col("anchor") == anchor) & (pl.col("k") == k))
-        # A file of each server, so the user sees which folders collide.
-        first_files = [cell.filter(pl.col("_serve") == name)["source"][0] for name in serves]
+        # A file of each configuration, so the user sees which folders collide.
+        firsts = [
+            cell.filter(pl.col("_configuration") == name).row(0, named=True)
+            for name in configurations
+        ]
+        first_files = [first["source"] for first in firsts]
+        serves = [first["_serve"] for first in firsts]
         problems.append(
             Problem(
                 Severity.ERROR,
@@ -452,7 +460,9 @@ def server_gate(runs: pl.DataFrame, k_var: str) -> tuple[pl.DataFrame, list[Prob
                 expected=(
                     "one server configuration per (batch size, K): if the servers ran different"
                     " K (set on their command line, it is in no record), name a record field"
-                    f" that holds K with {flag_name(Fields, 'k_var')}; else keep the folders of"
+                    f" that holds K with {flag_name(Fields, 'k_var')}; if they are replicas (the"
+                    " same server started again), name the serve parameter that tells them"
+                    f" apart with {flag_name(Fields, 'replica_var')}; else keep the folders of"
                     " one server"
                 ),
             )
@@ -1201,7 +1211,7 @@ def _run_gates(sweep: Sweep, settings: Settings) -> _GatedRuns:
         runs, sweep.k_var, settings.allow_mixed_global_k
     )
     problems += found
-    server_excluded, found = server_gate(runs, sweep.k_var)
+    server_excluded, found = server_gate(runs, sweep.k_var, sweep.replica_var)
     problems += found
     problems += _baseline_notes(runs)
     excluded = _concat_excluded(

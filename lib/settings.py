@@ -27,7 +27,9 @@ __all__ = [
     "DEFAULT_BATCH_SIZE_VAR",
     "DEFAULT_CONFIDENCE",
     "DEFAULT_K_VAR",
+    "DEFAULT_REPLICA_VAR",
     "DEFAULT_SEED",
+    "DEFAULT_SERVER_CV",
     "DERIVED_COLUMNS",
     "EFFECTIVE_BATCH_FIELDS",
     "ENGINE_FIELDS",
@@ -63,6 +65,13 @@ GLOBAL_K_VAR = "speculative_config.num_speculative_tokens"
 #: Fixed default Monte-Carlo seed: the same sweep and settings give byte-identical output.
 DEFAULT_SEED = 49163
 DEFAULT_CONFIDENCE = 0.9
+#: The serve parameter whose ``KEY=VALUE`` part of a serve combo's name marks a server replica:
+#: vLLM's ``--seed`` (the sampler's random seed) changes nothing a greedy benchmark measures.
+DEFAULT_REPLICA_VAR = "seed"
+#: How much servers of one configuration are assumed to differ (the relative standard deviation
+#: of a server start's offset) where the sweep has no replicas to measure it: docs/confidence.md,
+#: "Servers".
+DEFAULT_SERVER_CV = 0.01
 #: The seed's output file, written into the experiment folder unless told otherwise.
 RESULT_FILE = "speculative_k_schedule.json"
 #: The health fields of a record the policy reads (:func:`lib.schedule.health_gate`).
@@ -89,7 +98,8 @@ DERIVED_COLUMNS = (
 
 @dataclass(frozen=True)
 class Fields:
-    """Where a record keeps its batch-size anchor and its K (dotted paths walk nested dicts)."""
+    """Where a record keeps its batch-size anchor and its K (dotted paths walk nested dicts),
+    and which part of a serve combo's name tells its server replicas apart."""
 
     batch_size_var: str = field(
         default=DEFAULT_BATCH_SIZE_VAR,
@@ -101,6 +111,17 @@ class Fields:
             "--k-var",
             "record field holding K: a number (static K) or a [[lo, hi, K], ...] schedule"
             " resolved at the anchor; dotted paths walk nested dicts",
+        ),
+    )
+    replica_var: str = field(
+        default=DEFAULT_REPLICA_VAR,
+        metadata=flag(
+            "--replica-var",
+            "serve parameter marking a server replica: serve combos whose names differ only in"
+            " its KEY=VALUE part (tune-spec-k plan --server-replicas writes k3-seed=1) are one"
+            " configuration measured on several server starts",
+            in_seed=False,
+            echo="changed",
         ),
     )
 
@@ -284,6 +305,17 @@ class Options:
             "emit the schedule with switch points interpolated between anchors instead of"
             " switching at the upper anchor",
             in_seed=False,
+        ),
+    )
+    server_cv: float = field(
+        default=DEFAULT_SERVER_CV,
+        metadata=flag(
+            "--server-cv",
+            "without server replicas, how much servers of one configuration are assumed to"
+            " differ (relative sd of a server start's offset; 0.01 = 1 %); P(eps-good) and"
+            " every 'resolved' include it. With replicas it is measured instead",
+            in_seed=False,
+            echo="changed",
         ),
     )
 

@@ -40,7 +40,7 @@ from typing import Any
 import polars as pl
 
 from lib.problems import Problem, show_value
-from lib.settings import DEFAULT_BATCH_SIZE_VAR, DEFAULT_K_VAR
+from lib.settings import DEFAULT_BATCH_SIZE_VAR, DEFAULT_K_VAR, DEFAULT_REPLICA_VAR
 from lib.sweep_files import DERIVED_COLUMNS, Progress, SweepFiles, read_sweep_files
 
 __all__ = ["Sweep", "load_experiment", "sweep_from"]
@@ -60,6 +60,8 @@ class Sweep:
     speculative_configs: tuple[dict[str, Any], ...] = ()
     #: Each distinct ``compilation_config`` the serve combos set (none when none did).
     compilation_configs: tuple[dict[str, Any], ...] = ()
+    #: The serve parameter marking server replicas in serve combo names (:mod:`lib.servers`).
+    replica_var: str = DEFAULT_REPLICA_VAR
 
     @property
     def metrics(self) -> list[str]:
@@ -72,6 +74,7 @@ def load_experiment(
     *,
     batch_size_var: str = DEFAULT_BATCH_SIZE_VAR,
     k_var: str = DEFAULT_K_VAR,
+    replica_var: str = DEFAULT_REPLICA_VAR,
     progress: Progress | None = None,
     metrics: Collection[str] | None = None,
     within: str | os.PathLike[str] | None = None,
@@ -105,11 +108,12 @@ def load_experiment(
         metrics=metrics,
         within=within,
     )
-    return sweep_from(files)
+    return sweep_from(files, replica_var=replica_var)
 
 
-def sweep_from(files: SweepFiles) -> Sweep:
-    """The sweep of files read by :func:`lib.sweep_files.read_sweep_files`."""
+def sweep_from(files: SweepFiles, *, replica_var: str = DEFAULT_REPLICA_VAR) -> Sweep:
+    """The sweep of files read by :func:`lib.sweep_files.read_sweep_files`; ``replica_var``
+    names the serve parameter marking server replicas (:mod:`lib.servers`)."""
     if files.kept is not None:
         runs, non_numeric = _kept_frame(files)
     else:
@@ -130,6 +134,7 @@ def sweep_from(files: SweepFiles) -> Sweep:
         non_numeric=non_numeric,
         speculative_configs=files.speculative_configs,
         compilation_configs=files.compilation_configs,
+        replica_var=replica_var,
     )
 
 

@@ -96,6 +96,7 @@ def _(batch_size_var_input, experiment_picker, k_var_picker, query_start, root):
         experiment_picker.value,
         batch_size_var=fields.batch_size_var,
         k_var=fields.k_var,
+        replica_var=fields.replica_var,
         within=root,
         progress=functools.partial(
             mo.status.progress_bar, title="Reading sweep files", remove_on_exit=True

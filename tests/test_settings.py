@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from lib.settings import DEFAULT_K_VAR, DERIVED_COLUMNS, Fields, Options, Settings
+from lib.settings import (
+    DEFAULT_K_VAR,
+    DEFAULT_REPLICA_VAR,
+    DEFAULT_SERVER_CV,
+    DERIVED_COLUMNS,
+    Fields,
+    Options,
+    Settings,
+)
 
 
 def test_defaults_are_the_seeds() -> None:
@@ -25,7 +33,8 @@ def test_defaults_are_the_seeds() -> None:
         allow_mixed_global_k=False,
     )
     assert Fields() == Fields("max_concurrency", DEFAULT_K_VAR)
-    assert Options() == Options("seed", 0.9, 49163, False)
+    assert Options() == Options("seed", 0.9, 49163, False, DEFAULT_SERVER_CV)
+    assert Fields().replica_var == DEFAULT_REPLICA_VAR == "seed"
 
 
 def test_default_settings_are_valid() -> None:

@@ -175,7 +175,7 @@ def _tune(args: TuneArgs) -> int:
     from lib.sweeps import sweep_from
 
     files, saved = reading.result()
-    sweep = sweep_from(files)
+    sweep = sweep_from(files, replica_var=args.fields.replica_var)
     context_invalid = args.context.invalid(args.settings.objective)
     if context_invalid or args.deploy.invalid():
         from lib.problems import Problem, Severity

@@ -331,6 +331,7 @@ def _side_from_folder(
         folder,
         batch_size_var=settings.fields.batch_size_var,
         k_var=settings.fields.k_var,
+        replica_var=settings.fields.replica_var,
         within=within,
     )
     heading = Problem(
