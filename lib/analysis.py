@@ -53,7 +53,7 @@ def analyse(sweep: Sweep, settings: Settings, options: Options | None = None) ->
     """
     options = options or Options()
     seed_result = tune(sweep, settings)
-    confidence_settings = ConfidenceSettings(confidence=options.confidence, seed=options.seed)
+    confidence_settings = ConfidenceSettings.of(options)
     invalid = [
         Problem(Severity.ERROR, "invalid-setting", reason)
         for reason in confidence_settings.invalid()

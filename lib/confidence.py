@@ -47,6 +47,7 @@ import dataclasses
 import functools
 import math
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,9 +56,11 @@ import polars as pl
 from numpy.typing import NDArray
 
 from lib.flags import flag_name
+from lib.numbers import percent_text
 from lib.problems import Problem, Severity
 from lib.schedule import TuningResult, acceptance_gate, decide, decided_schedule, min_runs_gate
-from lib.settings import DEFAULT_CONFIDENCE, DEFAULT_SEED, Options, Policy
+from lib.servers import serve_combo_expression
+from lib.settings import DEFAULT_CONFIDENCE, DEFAULT_SEED, DEFAULT_SERVER_CV, Options, Policy
 from lib.sweeps import Sweep
 
 __all__ = [
@@ -69,6 +72,7 @@ __all__ = [
     "DEFAULT_DRAWS",
     "LEADER_CALIBRATION",
     "MAX_RUNS_NEEDED",
+    "MAX_SERVERS_NEEDED",
     "MIN_RUNS_NEEDED",
     "OTHER_CALIBRATION",
     "OUTLIER_FACTOR",
@@ -78,16 +82,21 @@ __all__ = [
     "ConfidenceReport",
     "ConfidenceSettings",
     "DecisionPolicy",
+    "ServerNoise",
     "apply_policy",
     "assess",
     "calibrated",
     "calibration_inputs",
+    "cell_mean_sd",
+    "combined_servers",
     "eligible_cells",
     "knot_weights",
     "leader_peak",
     "log_change_percent",
     "noise_ratio",
     "policy_differences",
+    "relative_sd",
+    "servers_dominate",
 ]
 
 #: Posterior draws per anchor: the Monte-Carlo error of a P near 0.9 is about 0.003.
@@ -103,6 +112,8 @@ RUNS_PER_NOISE_RATIO = 12.4
 MAX_RUNS_NEEDED = 10
 #: Fewest runs worth asking for: the sweep default, and enough for a per-cell spread.
 MIN_RUNS_NEEDED = 3
+#: Past this many server starts per (anchor, K) a gap is not worth resolving: call it a tie.
+MAX_SERVERS_NEEDED = 6
 
 #: Noise ratios (natural log of the standard error of a difference of two cell means over the
 #: tie tolerance) at which the calibration is fitted: linear in between, flat outside.
@@ -143,6 +154,7 @@ OTHER_CALIBRATION: tuple[tuple[float, float], ...] = (
 
 _NORMAL_STREAM = 1
 _CHI2_STREAM = 2
+_SERVER_STREAM = 3
 
 #: One row per usable run at an eligible cell.
 RUN_SCHEMA = pl.Schema(
@@ -152,10 +164,11 @@ RUN_SCHEMA = pl.Schema(
         "source": pl.Utf8,
         "position": pl.Int64,
         "run_number": pl.Int64,
+        "server": pl.Utf8,  # the serve combo (one server start); "" outside the sweep's layout
         "value": pl.Float64,  # the objective as measured
         "score": pl.Float64,  # log(value), or -log(value) when minimising; null when infeasible
         "infeasible": pl.Boolean,  # a zero objective when maximising
-        "residual": pl.Float64,  # score minus the median score of its cell
+        "residual": pl.Float64,  # score minus the median score of its cell's runs on its server
         # |residual| > OUTLIER_FACTOR * the anchor's median nonzero |residual|
         "flagged": pl.Boolean,
     }
@@ -167,6 +180,7 @@ CONFIDENCE_CELL_SCHEMA = pl.Schema(
         "anchor": pl.Int64,
         "k": pl.Int64,
         "num_runs": pl.Int64,
+        "num_servers": pl.Int64,  # server starts the runs came from (replicas: lib.servers)
         "mean_score": pl.Float64,  # mean of the scores; -inf when infeasible
         "geometric_mean": pl.Float64,  # exp(mean log value): the centre the rule ranks by
         "infeasible": pl.Boolean,
@@ -177,6 +191,9 @@ CONFIDENCE_CELL_SCHEMA = pl.Schema(
         "p_model_without_flagged": pl.Float64,  # the same before calibration
         "contender": pl.Boolean,  # P(eps-good) >= CONTENDER_PROBABILITY (see the module doc)
         "runs_needed": pl.Int64,  # total runs this contender needs; null for non-contenders
+        # total server starts those runs should come from (see _more_measurement); null for
+        # non-contenders and where the noise is unknown
+        "servers_needed": pl.Int64,
         "noise_limited": pl.Boolean,  # the formula asked for more than MAX_RUNS_NEEDED
     }
 )
@@ -190,8 +207,14 @@ ANCHOR_SCHEMA = pl.Schema(
         "provisional": pl.Boolean(),
         "qualifying_k": pl.List(pl.Int64),  # K whose P(eps-good) reaches the confidence
         "contenders": pl.List(pl.Int64),
-        "pooled_log_sd": pl.Float64(),  # the anchor's noise on the log scale (~ relative noise)
-        "pooled_df": pl.Int64(),  # degrees of freedom: runs minus cells (feasible cells only)
+        # the anchor's run noise on the log scale (~ relative noise), between runs of a server
+        "pooled_log_sd": pl.Float64(),
+        "pooled_df": pl.Int64(),  # degrees of freedom: runs minus servers (feasible cells only)
+        # how much server starts of one configuration differ (log scale): measured from the
+        # replicas, else the assumed --server-cv; null when the noise is unknown
+        "server_log_sd": pl.Float64(),
+        "servers_measured": pl.Boolean(),  # the anchor has replicas: the server sd is measured
+        "server_df": pl.Int64(),  # degrees of freedom of the measured server sd (0: assumed)
         "noise_ratio": pl.Float64(),  # see noise_ratio; null when the noise is unknown
         "noise_ratio_without_flagged": pl.Float64(),  # null unless the anchor has flagged runs
         "leader_peak": pl.Float64(),  # see leader_peak; null when the noise is unknown
@@ -217,6 +240,18 @@ class ConfidenceSettings:
     seed: int = DEFAULT_SEED
     draws: int = DEFAULT_DRAWS
     ordered_k: bool = True
+    server_cv: float = DEFAULT_SERVER_CV
+
+    @classmethod
+    def of(cls, options: Options, *, ordered_k: bool = True) -> ConfidenceSettings:
+        """The settings the command-line options (``--confidence``, ``--seed``,
+        ``--server-cv``) ask for."""
+        return cls(
+            confidence=options.confidence,
+            seed=options.seed,
+            ordered_k=ordered_k,
+            server_cv=options.server_cv,
+        )
 
     def invalid(self) -> list[str]:
         """Human-readable reasons why these settings cannot be used (empty when fine)."""
@@ -229,7 +264,96 @@ class ConfidenceSettings:
             reasons.append(f"{flag_name(Options, 'seed')} {self.seed}: expected >= 0")
         if self.draws < 100:
             reasons.append(f"draws {self.draws}: expected >= 100")
+        if not (math.isfinite(self.server_cv) and 0 <= self.server_cv < 1):
+            reasons.append(
+                f"{flag_name(Options, 'server_cv')} {self.server_cv}: expected a relative"
+                " standard deviation in [0, 1), e.g. 0.01 for servers 1 % apart"
+            )
         return reasons
+
+    @property
+    def server_log_variance(self) -> float:
+        """The assumed variance of a server's offset on the log scale: a log-normal offset of
+        relative standard deviation ``cv`` has ``var(log) = log(1 + cv^2)``."""
+        return math.log1p(self.server_cv**2)
+
+
+@dataclass(frozen=True)
+class ServerNoise:
+    """What the report's P(eps-good) take of server starts, over the whole sweep
+    (docs/confidence.md, "Servers"): which anchors measured the server offsets from replicas,
+    which assumed ``--server-cv``, and the measured sd pooled over the anchors that have it
+    (``sum(df * excess) / sum(df)`` of each anchor's method-of-moments excess, then clipped
+    at 0; log scale)."""
+
+    assumed_cv: float
+    measured_at: tuple[int, ...] = ()
+    assumed_at: tuple[int, ...] = ()
+    measured_sd: float | None = None
+    measured_df: int = 0
+
+    @property
+    def measured_cv(self) -> float | None:
+        """The measured sd as a relative one (None without replicas)."""
+        return None if self.measured_sd is None else relative_sd(self.measured_sd)
+
+    def statement(self) -> str | None:
+        """The assumption every "resolved" and the verdict rest on, in one sentence (None
+        where no anchor's noise is known: then no P is stated at all)."""
+        flag = flag_name(Options, "server_cv")
+        assumed = (
+            f"assumes servers vary by at most {percent_text(self.assumed_cv * 100)} ({flag};"
+            " measure it with tune-spec-k plan --server-replicas)"
+        )
+        if self.measured_cv is None:
+            return f"no server replicas: P(eps-good) {assumed}" if self.assumed_at else None
+        measured = (
+            f"servers of one configuration vary by {percent_text(self.measured_cv * 100)}"
+            f" (measured, {self.measured_df} degrees of freedom)"
+        )
+        if not self.assumed_at:
+            return f"server replicas: {measured}"
+        where = ", ".join(str(anchor) for anchor in self.measured_at)
+        return (
+            f"server replicas at batch sizes {where}: {measured}; elsewhere P(eps-good) {assumed}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "assumed_server_cv": self.assumed_cv,
+            "measured_server_cv": _rounded(self.measured_cv, 6),
+            "measured_df": self.measured_df,
+            "measured_at": list(self.measured_at),
+            "assumed_at": list(self.assumed_at),
+            "statement": self.statement(),
+        }
+
+
+def combined_servers(parts: Sequence[ServerNoise], assumed_cv: float) -> ServerNoise:
+    """Several reports' server noise as one (a context grid's points): the anchors of each,
+    and the measured sd pooled by degrees of freedom (``sqrt(sum(df * sd^2) / sum(df))``)."""
+    df = sum(part.measured_df for part in parts)
+    squares = sum(part.measured_df * (part.measured_sd or 0.0) ** 2 for part in parts)
+    return ServerNoise(
+        assumed_cv=assumed_cv,
+        measured_at=tuple(sorted({a for part in parts for a in part.measured_at})),
+        assumed_at=tuple(sorted({a for part in parts for a in part.assumed_at})),
+        measured_sd=math.sqrt(squares / df) if df else None,
+        measured_df=df,
+    )
+
+
+def _server_noise_of(noises: Mapping[int, _Noise], settings: ConfidenceSettings) -> ServerNoise:
+    measured = {anchor: n for anchor, n in noises.items() if n.measured}
+    df = sum(n.server_df for n in measured.values())
+    excess = sum(n.server_df * (n.server_excess or 0.0) for n in measured.values())
+    return ServerNoise(
+        assumed_cv=settings.server_cv,
+        measured_at=tuple(sorted(measured)),
+        assumed_at=tuple(sorted(a for a, n in noises.items() if not n.measured)),
+        measured_sd=math.sqrt(max(excess / df, 0.0)) if df else None,
+        measured_df=df,
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -242,6 +366,7 @@ class ConfidenceReport:
     runs: pl.DataFrame
     cells: pl.DataFrame
     anchors: pl.DataFrame
+    servers: ServerNoise = dataclasses.field(default_factory=lambda: ServerNoise(DEFAULT_SERVER_CV))
 
     def blocks(self) -> dict[int, dict[str, Any]]:
         """The ``batch_decisions[i]["confidence"]`` block per anchor: ``status``,
@@ -278,6 +403,15 @@ class ConfidenceReport:
                 "provisional": row["provisional"],
                 "pooled_log_sd": _rounded(row["pooled_log_sd"], 6),
                 "pooled_df": row["pooled_df"],
+                "num_servers": {str(c["k"]): c["num_servers"] for c in cells},
+                "servers_needed": {
+                    str(c["k"]): c["servers_needed"]
+                    for c in cells
+                    if c["servers_needed"] is not None
+                },
+                "server_log_sd": _rounded(row["server_log_sd"], 6),
+                "servers_measured": row["servers_measured"],
+                "server_df": row["server_df"],
                 "flagged_runs": flagged.get(row["anchor"], []),
                 "depends_on_flagged_runs": row["depends_on_flagged"],
                 "reasons": list(row["reasons"]),
@@ -298,6 +432,8 @@ class ConfidenceReport:
             "tie_tolerance": self.tolerance,
             "monte_carlo_seed": self.settings.seed,
             "monte_carlo_draws": self.settings.draws,
+            "server_cv": self.settings.server_cv,
+            "servers": self.servers.to_json(),
             "outlier_factor": OUTLIER_FACTOR,
             "contender_probability": CONTENDER_PROBABILITY,
             "max_runs_needed": MAX_RUNS_NEEDED,
@@ -367,6 +503,7 @@ def _scored(
         "source",
         "position",
         "run_number",
+        serve_combo_expression().fill_null("").alias("server"),
         value.cast(pl.Float64).alias("value"),
         score.alias("score"),
         infeasible.alias("infeasible"),
@@ -384,7 +521,9 @@ def _scored(
         scored = scored.join(unpicked, on=["anchor", "k"], how="anti")
     placed = pl.col("anchor").is_not_null() & pl.col("k").is_not_null()
     scored = scored.filter(pl.col("value").is_not_null() & placed)
-    residual = pl.col("score") - pl.col("score").median().over("anchor", "k")
+    # Against the run's own server (its cell's one server where there are no replicas): a
+    # whole server off is a server offset, which the model weighs, not a glitch.
+    residual = pl.col("score") - pl.col("score").median().over("anchor", "k", "server")
     spread = pl.col("_abs").filter(pl.col("_abs") > 0).median().over("anchor")
     usable = (
         scored.with_columns(residual.alias("residual"))
@@ -420,16 +559,84 @@ class _Cells:
     means: NDArray[np.float64]
     squares: NDArray[np.float64]  # sum of squared deviations from the cell mean
     infeasible: NDArray[np.bool_]
+    servers: NDArray[np.int64]  # server starts (serve combos) the cell's runs came from
+    within: NDArray[np.float64]  # squared deviations of runs from their server's mean
+    server_means: NDArray[np.float64]  # the mean of the cell's server means
+    between: NDArray[np.float64]  # squared deviations of server means from their mean
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """What the posterior of one anchor treats as its independent observations
+    (docs/confidence.md, "Servers"), feasible cells only.
+
+    With replicas (a cell with runs from two or more server starts): the **server means**,
+    each ``mu_K + offset + run noise / n``, pooled over the anchor's cells (``df`` = servers
+    minus cells); the server's variance is inside their spread, so nothing is added. Without:
+    the runs, and the assumed server variance (``--server-cv``) added to each cell mean."""
+
+    counts: NDArray[np.int64]
+    means: NDArray[np.float64]
+    df: int
+    log_sd: float  # sd of one observation; 0.0 where df is 0 (then unused)
+    server_variance: float  # known variance added to every cell mean (0 with replicas)
+    measured: bool
+
+
+def _unit(cells: _Cells, feasible: NDArray[np.bool_], settings: ConfidenceSettings) -> _Unit:
+    """The observations of :class:`_Unit`: server means where the anchor has replicas, else
+    runs with the assumed server variance."""
+    if bool((cells.servers[feasible] > 1).any()):
+        counts = cells.servers[feasible]
+        df = int(counts.sum() - len(counts))
+        squares = float(cells.between[feasible].sum())
+        return _Unit(counts, cells.server_means[feasible], df, math.sqrt(squares / df), 0.0, True)
+    counts = cells.counts[feasible]
+    df = int(counts.sum() - len(counts))
+    log_sd = math.sqrt(float(cells.squares[feasible].sum()) / df) if df else 0.0
+    return _Unit(counts, cells.means[feasible], df, log_sd, settings.server_log_variance, False)
+
+
+@dataclass(frozen=True)
+class _Noise:
+    """An anchor's two noise components on the log scale (docs/confidence.md, "Servers")."""
+
+    run_sd: float | None  # between runs of one server; None without two runs on one server
+    run_df: int
+    server_sd: float  # between server starts of one configuration: measured, or assumed
+    server_df: int  # 0: assumed (no replicas)
+    measured: bool
+    #: Measured only: the server variance before clipping at 0 (what the sweep pools).
+    server_excess: float | None = None
+
+
+def _noise(
+    cells: _Cells, feasible: NDArray[np.bool_], unit: _Unit, settings: ConfidenceSettings
+) -> _Noise:
+    """Split the anchor's noise into run noise and server offsets.
+
+    Run noise: the pooled spread of runs around their own server's mean (runs minus servers
+    degrees of freedom). With replicas the server variance is the method-of-moments estimate
+    ``var(server means) - run variance * mean(1 / runs per server)``, at least 0 (with one
+    run per server the two cannot be split: all of it is counted as the server's). Without,
+    it is the assumed ``--server-cv``.
+    """
+    run_df = int((cells.counts[feasible] - cells.servers[feasible]).sum())
+    run_sd = math.sqrt(float(cells.within[feasible].sum()) / run_df) if run_df else None
+    if not unit.measured:
+        return _Noise(run_sd, run_df, math.sqrt(unit.server_variance), 0, False)
+    per_server = float(np.mean(cells.servers[feasible] / cells.counts[feasible]))
+    excess = unit.log_sd**2 - (run_sd or 0.0) ** 2 * per_server
+    return _Noise(run_sd, run_df, math.sqrt(max(excess, 0.0)), unit.df, True, excess)
 
 
 @dataclass(frozen=True)
 class _Verdict:
     p: NDArray[np.float64] | None  # calibrated; None: the noise cannot be estimated
     model: NDArray[np.float64] | None  # the flat-prior model's P, before calibration
-    log_sd: float | None
+    noise: _Noise | None  # None when the noise cannot be estimated
     ratio: float | None  # noise_ratio; None when the noise is unknown or not needed
     peak: float | None  # leader_peak; None when the noise is unknown or not needed
-    df: int
     pick: int
     qualifying: list[int]
 
@@ -453,37 +660,52 @@ def _posterior_noise(seed: int, draws: int, df: int, columns: int) -> NDArray[np
     return noise
 
 
+@functools.lru_cache(maxsize=64)
+def _server_noise(seed: int, draws: int, columns: int) -> NDArray[np.float32]:
+    """Standard normal draws of each K's server offset, in units of the server sd (its own
+    stream: the run noise of :func:`_posterior_noise` is the same with and without it)."""
+    z = np.random.default_rng([seed, _SERVER_STREAM, columns]).standard_normal((columns, draws))
+    offsets = z.astype(np.float32)
+    offsets.setflags(write=False)
+    return offsets
+
+
 def _verdict(cells: _Cells, margin: float, settings: ConfidenceSettings) -> _Verdict:
-    """P(eps-good) per K and the confident rule's pick. ``margin = log(1 - eps) <= 0``."""
+    """P(eps-good) per K and the confident rule's pick. ``margin = log(1 - eps) <= 0``.
+
+    The posterior of each K's centre is ``mean_K + sd / sqrt(n_K) * t_df`` over the anchor's
+    observations (:func:`_unit`: server means with replicas, runs without), plus
+    ``server_sd * z_K`` for the assumed server offset where there are no replicas."""
     feasible = ~cells.infeasible
     count = len(cells.ks)
     if not feasible.any() or feasible.sum() == 1:
         # Every K infeasible: they tie at the worst. One feasible K: it is the best.
         p = np.where(feasible, 1.0, 0.0) if feasible.any() else np.ones(count)
         qualifying = cells.ks[p >= settings.confidence].tolist()
-        return _Verdict(p, p, None, None, None, 0, qualifying[0], qualifying)
-    counts = cells.counts[feasible]
-    means = cells.means[feasible]
-    df = int(counts.sum() - len(counts))
-    if df == 0:
+        return _Verdict(p, p, None, None, None, qualifying[0], qualifying)
+    unit = _unit(cells, feasible, settings)
+    counts, means = unit.counts, unit.means
+    if unit.df == 0:
         best = means.max()
         tied = [k for k, m in zip(cells.ks[feasible], means, strict=True) if m >= best + margin]
-        return _Verdict(None, None, None, None, None, 0, int(min(tied)), [])
-    log_sd = math.sqrt(float(cells.squares[feasible].sum()) / df)
-    centred = means - means.max()
-    if log_sd == 0.0:
-        mu: NDArray[Any] = centred[:, np.newaxis]
-    else:
+        return _Verdict(None, None, None, None, None, int(min(tied)), [])
+    noise = _noise(cells, feasible, unit, settings)
+    log_sd, server_variance = unit.log_sd, unit.server_variance
+    centred = (means - means.max()).astype(np.float32)[:, np.newaxis]
+    mu: NDArray[Any] = centred
+    if log_sd > 0.0:
         spread = (log_sd / np.sqrt(counts)).astype(np.float32)[:, np.newaxis]
-        mu = _posterior_noise(settings.seed, settings.draws, df, len(counts)) * spread
-        mu += centred.astype(np.float32)[:, np.newaxis]
+        mu = _posterior_noise(settings.seed, settings.draws, unit.df, len(counts)) * spread + mu
+    if server_variance > 0.0:
+        offsets = _server_noise(settings.seed, settings.draws, len(counts))
+        mu = offsets * np.float32(math.sqrt(server_variance)) + mu
     good = mu >= mu.max(axis=0) + np.float32(margin)
     model = np.zeros(count)
     model[feasible] = np.count_nonzero(good, axis=1) / mu.shape[1]
     p = np.zeros(count)
-    ratio = noise_ratio(log_sd, counts, margin)
+    ratio = noise_ratio(log_sd, counts, margin, server_variance)
     peak = (
-        leader_peak(cells.ks[feasible], counts, means, log_sd, model[feasible])
+        leader_peak(cells.ks[feasible], counts, means, log_sd, model[feasible], server_variance)
         if settings.ordered_k
         else 0.0
     )
@@ -492,22 +714,27 @@ def _verdict(cells: _Cells, margin: float, settings: ConfidenceSettings) -> _Ver
     p[feasible] = np.round(calibrated(model[feasible], ratio, peak), 4)
     qualifying = cells.ks[p >= settings.confidence].tolist()
     if qualifying:
-        return _Verdict(p, model, log_sd, ratio, peak, df, qualifying[0], qualifying)
+        return _Verdict(p, model, noise, ratio, peak, qualifying[0], qualifying)
     # Provisional: the highest P, ties to the smaller K (argmax returns the first).
-    return _Verdict(p, model, log_sd, ratio, peak, df, int(cells.ks[np.argmax(p)]), [])
+    return _Verdict(p, model, noise, ratio, peak, int(cells.ks[np.argmax(p)]), [])
 
 
-def noise_ratio(log_sd: float, counts: NDArray[np.int64], margin: float) -> float:
+def noise_ratio(
+    log_sd: float, counts: NDArray[np.int64], margin: float, server_variance: float = 0.0
+) -> float:
     """How noisy an anchor is against the tie tolerance: the standard error of a difference of
-    two cell means, ``log_sd * sqrt(2 / mean(counts))``, over ``-margin = -log(1 - eps)``.
+    two cell means, ``sqrt(2 * (log_sd^2 / mean(counts) + server_variance))``, over
+    ``-margin = -log(1 - eps)`` (``server_variance``: the assumed server offset's, added to
+    every cell mean where there are no replicas).
 
     0 without noise; infinite with a zero tolerance (then any noise is large).
     """
-    if log_sd == 0.0:
+    variance = log_sd**2 / float(np.mean(counts)) + server_variance
+    if variance == 0.0:
         return 0.0
     if margin == 0.0:
         return math.inf
-    return log_sd * math.sqrt(2.0 / float(np.mean(counts))) / -margin
+    return math.sqrt(2.0 * variance) / -margin
 
 
 def leader_peak(
@@ -516,6 +743,7 @@ def leader_peak(
     means: NDArray[np.float64],
     log_sd: float,
     model: NDArray[np.float64],
+    server_variance: float = 0.0,
 ) -> float:
     """How far the leading K (the highest model P, as in :func:`calibration_inputs`) stands
     above the straight line through its two neighbouring K, in standard errors of that
@@ -528,18 +756,18 @@ def leader_peak(
     leading where K=4 is truly better), docs/confidence.md, "Calibration".
     """
     leader = int(np.argmax(model))
-    if log_sd == 0.0 or leader == 0 or leader == len(ks) - 1:
+    if (log_sd == 0.0 and server_variance == 0.0) or leader == 0 or leader == len(ks) - 1:
         return 0.0
     low, high = float(ks[leader - 1]), float(ks[leader + 1])
     # The line through the neighbours at the leader's K (unequal K steps weigh the nearer more).
     share = (float(ks[leader]) - low) / (high - low)
     line = (1.0 - share) * means[leader - 1] + share * means[leader + 1]
-    variance = (
+    variance = log_sd**2 * (
         1.0 / counts[leader]
         + (1.0 - share) ** 2 / counts[leader - 1]
         + share**2 / counts[leader + 1]
-    )
-    return min(max(float(means[leader] - line) / (log_sd * math.sqrt(variance)), 0.0), PEAK_CAP)
+    ) + server_variance * (1.0 + (1.0 - share) ** 2 + share**2)
+    return min(max(float(means[leader] - line) / math.sqrt(variance), 0.0), PEAK_CAP)
 
 
 def knot_weights(ratio: float) -> NDArray[np.float64]:
@@ -588,34 +816,77 @@ def calibrated(model: NDArray[np.float64], ratio: float, peak: float) -> NDArray
     return result
 
 
-def _runs_needed(
-    cells: _Cells, contenders: NDArray[np.bool_], log_sd: float | None, margin: float
-) -> tuple[list[int | None], list[bool]]:
-    """Total runs per contender to tell it from its nearest rival: ``12.4 * (s / delta)^2``
-    with ``delta`` the gap to the leading K (for the leader, to the best other contender), at
-    least the tie tolerance (smaller gaps are ties anyway); between MIN_ and MAX_RUNS_NEEDED
-    (MAX, ``limited``, where no number of runs would do: two K measured alike with a tolerance
-    of 0).
-    Without a noise estimate: MIN_RUNS_NEEDED, enough to estimate it."""
-    needed: list[int | None] = [None] * len(cells.ks)
-    limited = [False] * len(cells.ks)
-    indices = [i for i in range(len(cells.ks)) if contenders[i]]
+def cell_mean_sd(run_sd: float, server_sd: float, runs_per_server: Sequence[int]) -> float:
+    """The standard error of a cell mean (log scale) whose runs came from server starts with
+    ``runs_per_server`` runs each: ``sqrt(run_sd^2 / N + server_sd^2 * sum(n_s^2) / N^2)``
+    (each server's offset weighs as its share of the runs).
+
+    >>> round(cell_mean_sd(0.02, 0.0, [4]), 4), round(cell_mean_sd(0.0, 0.02, [1, 1, 1, 1]), 4)
+    (0.01, 0.01)
+    >>> round(cell_mean_sd(0.0, 0.02, [3, 1]), 4)  # one server's offset weighs 3/4
+    0.0158
+    """
+    total = sum(runs_per_server)
+    weight = sum(n * n for n in runs_per_server) / total**2
+    return math.sqrt(run_sd**2 / total + server_sd**2 * weight)
+
+
+def servers_dominate(run_sd: float, server_sd: float, runs: int, servers: int) -> bool:
+    """Whether server offsets are at least half of a cell mean's variance
+    (``server_sd^2 / servers >= run_sd^2 / runs``): then new server starts reduce the error
+    that matters, and more runs on as many servers barely do. Ties go to the servers, except
+    with no noise at all (then neither helps, and the runs' cap says so)."""
+    return server_sd > 0 and server_sd**2 / servers >= run_sd**2 / runs
+
+
+def _more_measurement(
+    cells: _Cells, contenders: NDArray[np.bool_], noise: _Noise | None, margin: float
+) -> tuple[list[int | None], list[int | None], list[bool]]:
+    """Per contender, the total runs and server starts to tell it from its nearest rival:
+    a cell-mean variance of at most ``delta^2 / 12.4`` (80 % power, one-sided alpha 0.05),
+    ``delta`` the gap to the leading K (for the leader, to the best other contender), at
+    least the tie tolerance (smaller gaps are ties anyway).
+
+    Where run noise dominates (:func:`servers_dominate` false): ``12.4 * (s / delta)^2`` runs,
+    between MIN_ and MAX_RUNS_NEEDED, on one more server start (a follow-up sweep starts its
+    own). Where server offsets dominate: ``(server_sd^2 + s^2 / n) * 12.4 / delta^2`` server
+    starts of ``n`` runs each (``n`` the cell's runs per server so far), between one more than
+    now and MAX_SERVERS_NEEDED, and their runs. ``limited`` where the formula asked for more
+    than either cap: the gap is not worth resolving (call it a tie), or no number would do
+    (two K measured alike with a tolerance of 0). Without a noise estimate: MIN_RUNS_NEEDED
+    runs, enough to estimate it, and no server count."""
+    size = len(cells.ks)
+    runs: list[int | None] = [None] * size
+    servers: list[int | None] = [None] * size
+    limited = [False] * size
+    indices = [i for i in range(size) if contenders[i]]
     if not indices:
-        return needed, limited
+        return runs, servers, limited
     leader = max(indices, key=lambda i: (cells.means[i], -i))
     for i in indices:
-        if log_sd is None:
-            needed[i] = MIN_RUNS_NEEDED
+        if noise is None:
+            runs[i] = MIN_RUNS_NEEDED
             continue
         rivals = [j for j in indices if j != i] if i == leader else [leader]
         gap = min((abs(cells.means[i] - cells.means[j]) for j in rivals), default=math.inf)
         delta = max(gap, -margin)
-        wanted = math.inf if delta == 0 else RUNS_PER_NOISE_RATIO * (log_sd / delta) ** 2
+        run_sd, server_sd = noise.run_sd or 0.0, noise.server_sd
+        count, started = int(cells.counts[i]), int(cells.servers[i])
+        if servers_dominate(run_sd, server_sd, count, started):
+            per_server = max(round(count / started), 1)
+            one_server = server_sd**2 + run_sd**2 / per_server
+            wanted = math.inf if delta == 0 else RUNS_PER_NOISE_RATIO * one_server / delta**2
+            limited[i] = wanted > MAX_SERVERS_NEEDED
+            # An exact tie (no gap, no tolerance) needs infinitely many: capped before ceil,
+            # which has no integer for infinity.
+            total = MAX_SERVERS_NEEDED if limited[i] else max(math.ceil(wanted), started + 1)
+            servers[i], runs[i] = total, total * per_server
+            continue
+        wanted = math.inf if delta == 0 else RUNS_PER_NOISE_RATIO * (run_sd / delta) ** 2
         limited[i] = wanted > MAX_RUNS_NEEDED
-        # An exact tie (no gap, no tolerance) needs infinitely many runs: capped before ceil,
-        # which has no integer for infinity.
-        needed[i] = MAX_RUNS_NEEDED if limited[i] else max(math.ceil(wanted), MIN_RUNS_NEEDED)
-    return needed, limited
+        runs[i] = MAX_RUNS_NEEDED if limited[i] else max(math.ceil(wanted), MIN_RUNS_NEEDED)
+        servers[i] = started + 1
+    return runs, servers, limited
 
 
 def _best_and_challenger(cells: _Cells, margin: float) -> NDArray[np.bool_]:
@@ -629,28 +900,60 @@ def _best_and_challenger(cells: _Cells, margin: float) -> NDArray[np.bool_]:
 
 
 def _cell_arrays(runs: pl.DataFrame) -> dict[int, _Cells]:
+    score = pl.col("score")
     stats = (
         runs.group_by("anchor", "k")
         .agg(
             pl.len().alias("count"),
-            pl.col("score").mean().alias("mean"),
-            ((pl.col("score") - pl.col("score").mean()) ** 2).sum().alias("squares"),
+            score.mean().alias("mean"),
+            ((score - score.mean()) ** 2).sum().alias("squares"),
             pl.col("infeasible").any().alias("infeasible"),
+            pl.col("server").n_unique().alias("servers"),
         )
         .sort("anchor", "k")
     )
     if stats.is_empty():
         return {}
+    if stats["servers"].max() == 1:
+        # No replicas (the usual sweep): each cell is one server, its mean the server's.
+        stats = stats.with_columns(
+            pl.col("squares").alias("within"),
+            pl.col("mean").alias("server_mean"),
+            pl.lit(0.0).alias("between"),
+        )
+    else:
+        servers = (
+            runs.group_by("anchor", "k", "server")
+            .agg(score.mean().alias("m"), ((score - score.mean()) ** 2).sum().alias("sq"))
+            .group_by("anchor", "k")
+            .agg(
+                pl.col("sq").sum().alias("within"),
+                pl.col("m").mean().alias("server_mean"),
+                ((pl.col("m") - pl.col("m").mean()) ** 2).sum().alias("between"),
+            )
+        )
+        stats = stats.join(servers, on=["anchor", "k"], how="left").sort("anchor", "k")
     anchors = stats["anchor"].to_numpy()
-    ks = stats["k"].to_numpy()
-    counts = stats["count"].cast(pl.Int64).to_numpy()
     infeasible = stats["infeasible"].to_numpy()
-    means = np.where(infeasible, -np.inf, stats["mean"].fill_null(0.0).to_numpy())
-    squares = np.where(infeasible, 0.0, stats["squares"].fill_null(0.0).to_numpy())
+
+    def column(name: str, infeasible_value: float) -> NDArray[np.float64]:
+        return np.where(infeasible, infeasible_value, stats[name].fill_null(0.0).to_numpy())
+
+    arrays: tuple[NDArray[Any], ...] = (
+        stats["k"].to_numpy(),
+        stats["count"].cast(pl.Int64).to_numpy(),
+        column("mean", -np.inf),
+        column("squares", 0.0),
+        infeasible,
+        stats["servers"].cast(pl.Int64).to_numpy(),
+        column("within", 0.0),
+        column("server_mean", -np.inf),
+        column("between", 0.0),
+    )
     starts = np.flatnonzero(np.r_[True, anchors[1:] != anchors[:-1]])
     ends = np.r_[starts[1:], len(anchors)]
     return {
-        int(anchors[a]): _Cells(ks[a:b], counts[a:b], means[a:b], squares[a:b], infeasible[a:b])
+        int(anchors[a]): _Cells(*(array[a:b] for array in arrays))
         for a, b in zip(starts, ends, strict=True)
     }
 
@@ -683,6 +986,7 @@ def _assess(
     runs, clean, flags_at = scored.runs, scored.clean, scored.flags_at
     cell_columns: dict[str, list[Any]] = {name: [] for name in CONFIDENCE_CELL_SCHEMA}
     anchor_columns: dict[str, list[Any]] = {name: [] for name in ANCHOR_SCHEMA}
+    noises: dict[int, _Noise] = {}
     for anchor, cells in scored.cells.items():
         verdict = _verdict(cells, margin, settings)
         ks: list[int] = cells.ks.tolist()
@@ -728,12 +1032,19 @@ def _assess(
             contenders = (p >= CONTENDER_PROBABILITY) & ~cells.infeasible
         if not contenders.any():
             contenders = cells.ks == pick
-        needed, limited = _runs_needed(cells, contenders, verdict.log_sd, margin)
+        needed, servers_needed, limited = _more_measurement(
+            cells, contenders, verdict.noise, margin
+        )
+        noise = verdict.noise
+        if noise is not None:
+            notes.append(server_note(noise, settings))
+            noises[anchor] = noise
         unknown = [None] * len(ks)
         for name, values in (
             ("anchor", [anchor] * len(ks)),
             ("k", ks),
             ("num_runs", cells.counts.tolist()),
+            ("num_servers", cells.servers.tolist()),
             ("mean_score", cells.means.tolist()),
             ("infeasible", cells.infeasible.tolist()),
             ("flagged_runs", flags),
@@ -749,6 +1060,7 @@ def _assess(
             ),
             ("contender", contenders.tolist()),
             ("runs_needed", needed),
+            ("servers_needed", servers_needed),
             ("noise_limited", limited),
         ):
             cell_columns[name] += values
@@ -759,8 +1071,11 @@ def _assess(
             ("provisional", not resolved),
             ("qualifying_k", decision.qualifying),
             ("contenders", cells.ks[contenders].tolist()),
-            ("pooled_log_sd", verdict.log_sd),
-            ("pooled_df", verdict.df),
+            ("pooled_log_sd", None if noise is None else noise.run_sd),
+            ("pooled_df", 0 if noise is None else noise.run_df),
+            ("server_log_sd", None if noise is None else noise.server_sd),
+            ("servers_measured", None if noise is None else noise.measured),
+            ("server_df", 0 if noise is None else noise.server_df),
             ("noise_ratio", verdict.ratio),
             ("noise_ratio_without_flagged", None if without is None else without.ratio),
             ("leader_peak", verdict.peak),
@@ -785,7 +1100,30 @@ def _assess(
             .alias("geometric_mean")
         ),
         anchors=pl.DataFrame(anchor_columns, schema=ANCHOR_SCHEMA),
+        servers=_server_noise_of(noises, settings),
     )
+
+
+def server_note(noise: _Noise, settings: ConfidenceSettings) -> str:
+    """What the anchor's P(eps-good) assumes about server starts, said with every status
+    (resolved or not): measured from replicas, or the assumed ``--server-cv``."""
+    flag = flag_name(Options, "server_cv")
+    if noise.measured:
+        return (
+            f"server replicas: servers of one configuration vary by"
+            f" {percent_text(relative_sd(noise.server_sd) * 100)} here (measured, {noise.server_df}"
+            f" degrees of freedom; {flag} is not used)"
+        )
+    return (
+        f"no server replicas: assumes servers vary by at most"
+        f" {percent_text(settings.server_cv * 100)} ({flag})"
+    )
+
+
+def relative_sd(log_sd: float) -> float:
+    """A log-scale standard deviation as the relative one of its log-normal, the inverse of
+    :attr:`ConfidenceSettings.server_log_variance`."""
+    return math.sqrt(math.expm1(log_sd**2))
 
 
 def _leader(verdict: _Verdict, ks: NDArray[np.int64]) -> int:
@@ -809,10 +1147,11 @@ def _aligned(clean: _Cells, full: _Cells) -> _Cells:
 
     return _Cells(
         ks=full.ks,
-        counts=pick(clean.counts, full.counts),
-        means=pick(clean.means, full.means),
-        squares=pick(clean.squares, full.squares),
-        infeasible=pick(clean.infeasible, full.infeasible),
+        **{
+            name.name: pick(getattr(clean, name.name), getattr(full, name.name))
+            for name in dataclasses.fields(_Cells)
+            if name.name != "ks"
+        },
     )
 
 

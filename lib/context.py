@@ -34,6 +34,7 @@ from typing import Any
 import polars as pl
 
 from lib.analysis import Analysis, analyse
+from lib.confidence import ServerNoise, combined_servers
 from lib.context_formats import (
     ContextGrid,
     GridCell,
@@ -505,6 +506,15 @@ class ContextAnalysis:
     answer: Analysis | None
     problems: tuple[Problem, ...]
     confidence: float
+
+    @property
+    def servers(self) -> ServerNoise | None:
+        """What the grid's P(eps-good) rest on about server starts, over every point (None
+        where no point has a confidence report)."""
+        reports = [c.report for c in self.contexts if c.report is not None]
+        if not reports:
+            return None
+        return combined_servers([r.servers for r in reports], reports[0].settings.server_cv)
 
     @property
     def deployable(self) -> bool:

@@ -23,18 +23,33 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from lib.cliffs import CLIFF_RULE, Cliff, spanning
-from lib.confidence import MAX_RUNS_NEEDED, MIN_RUNS_NEEDED, ConfidenceReport
+from lib.confidence import (
+    MAX_RUNS_NEEDED,
+    MAX_SERVERS_NEEDED,
+    MIN_RUNS_NEEDED,
+    ConfidenceReport,
+    cell_mean_sd,
+    relative_sd,
+    servers_dominate,
+)
 from lib.numbers import percent_text
 from lib.schedule import TuningResult
 
-__all__ = ["NEW_ANCHOR_SCHEMA", "RERUN_SCHEMA", "MeasurementPlan", "measurement_plan"]
+__all__ = [
+    "NEW_ANCHOR_SCHEMA",
+    "RERUN_SCHEMA",
+    "MeasurementPlan",
+    "measurement_plan",
+    "new_servers_text",
+    "rerun_text",
+]
 
 #: One row per (anchor, K) to rerun.
 RERUN_SCHEMA = pl.Schema(
@@ -42,8 +57,13 @@ RERUN_SCHEMA = pl.Schema(
         "batch_size": pl.Int64,
         "k": pl.Int64,
         "runs": pl.Int64,  # usable runs so far
+        "servers": pl.Int64,  # server starts they came from
         "target_runs": pl.Int64,
         "more_runs": pl.Int64,
+        # new server starts for the more runs (a follow-up sweep starts at least one), and the
+        # runs on each: several where server offsets dominate (see _new_servers)
+        "new_servers": pl.Int64,
+        "runs_per_new_server": pl.Int64,
         "noise_limited": pl.Boolean,
         "reason": pl.Utf8,
     }
@@ -126,13 +146,16 @@ def _reruns(report: ConfidenceReport) -> pl.DataFrame:
         ks = sorted(set(anchor_row["contenders"]) | {k for (a, k) in flagged if a == anchor})
         for k in ks:
             cell = p_of[(anchor, k)]
-            runs = cell["num_runs"]
+            runs, servers = cell["num_runs"], cell["num_servers"]
             reasons = []
             target = runs
             limited = False
+            starts = 1
             if k in anchor_row["contenders"]:
                 needed = cell["runs_needed"] or MIN_RUNS_NEEDED
-                target = min(max(needed, runs + 1), max(MAX_RUNS_NEEDED, runs))
+                starts = max((cell["servers_needed"] or servers + 1) - servers, 1)
+                cap = max(MAX_RUNS_NEEDED, runs) if starts == 1 else needed
+                target = min(max(needed, runs + 1), cap)
                 # Already at the cap and still unresolved: more runs are not worth it either.
                 limited = bool(cell["noise_limited"]) or target == runs
                 if not noise_known:
@@ -141,26 +164,93 @@ def _reruns(report: ConfidenceReport) -> pl.DataFrame:
                     )
                 else:
                     reasons.append(f"contender, P(eps-good)={cell['p_eps_good']:.2f}")
-                if limited:
                     reasons.append(
-                        f"noise-limited: past {MAX_RUNS_NEEDED} runs the gap to its rival is"
-                        " within the noise, so treat them as tied and keep the smaller K"
+                        _servers_or_runs(anchor_row, runs, servers, starts, target - runs)
+                    )
+                if limited:
+                    past = (
+                        f"{MAX_RUNS_NEEDED} runs"
+                        if starts == 1
+                        else f"{MAX_SERVERS_NEEDED} server starts"
+                    )
+                    reasons.append(
+                        f"noise-limited: past {past} the gap to its rival is within the noise,"
+                        " so treat them as tied and keep the smaller K"
                     )
             if (anchor, k) in flagged:
                 target = max(target, runs + len(flagged[(anchor, k)]))
                 reasons.append("re-measure the flagged " + ", ".join(flagged[(anchor, k)]))
+            more = target - runs
+            starts = min(starts, max(more, 1))
             rows.append(
                 {
                     "batch_size": anchor,
                     "k": k,
                     "runs": runs,
+                    "servers": servers,
                     "target_runs": target,
-                    "more_runs": target - runs,
+                    "more_runs": more,
+                    "new_servers": starts,
+                    "runs_per_new_server": math.ceil(more / starts) if more else 0,
                     "noise_limited": limited,
                     "reason": "; ".join(reasons),
                 }
             )
     return pl.DataFrame(rows, schema=RERUN_SCHEMA)
+
+
+def new_servers_text(row: Mapping[str, Any]) -> str:
+    """Where a rerun (a :data:`RERUN_SCHEMA` row) needs several new server starts, on how
+    many (`` on 3 new server starts (3 runs each)``); nothing for the one every follow-up
+    sweep starts."""
+    if row["new_servers"] > 1:
+        return (
+            f" on {row['new_servers']} new server starts ({row['runs_per_new_server']} runs each)"
+        )
+    return ""
+
+
+def rerun_text(row: Mapping[str, Any]) -> str:
+    """A rerun in words: ``6 more run(s) of K=3`` and :func:`new_servers_text`."""
+    return f"{row['more_runs']} more run(s) of K={row['k']}{new_servers_text(row)}"
+
+
+def _servers_or_runs(
+    anchor: Mapping[str, Any], runs: int, servers: int, starts: int, more: int
+) -> str:
+    """Why the plan asks for new server starts or for more runs, with the expected effect of
+    each on the standard error of the cell's mean, for the same number of more runs: spread
+    over ``starts`` new servers, or all on one new server (:func:`lib.confidence.cell_mean_sd`;
+    the runs so far counted evenly over their servers)."""
+    run_sd, server_sd = anchor["pooled_log_sd"] or 0.0, anchor["server_log_sd"] or 0.0
+    if more <= 0:
+        return "no more runs needed"
+    per_server = max(round(runs / servers), 1)
+    so_far = [per_server] * servers
+    now = cell_mean_sd(run_sd, server_sd, so_far)
+    spread = cell_mean_sd(run_sd, server_sd, so_far + _shares(more, max(starts, 2)))
+    one = cell_mean_sd(run_sd, server_sd, [*so_far, more])
+    kind = "measured" if anchor["servers_measured"] else "assumed"
+    share = f"(servers {percent_text(_percent_of(server_sd))} apart, {kind};"
+    share += f" runs {percent_text(_percent_of(run_sd))})"
+    effect = (
+        f"the standard error of its mean, {percent_text(_percent_of(now))} now, becomes"
+        f" {percent_text(_percent_of(spread))} with {more} more runs on {max(starts, 2)} new"
+        f" server starts, {percent_text(_percent_of(one))} with them on one"
+    )
+    if servers_dominate(run_sd, server_sd, runs, servers):
+        return f"server offsets dominate {share}: new server starts, not more runs: {effect}"
+    return f"run noise dominates {share}: more runs: {effect}"
+
+
+def _percent_of(log_sd: float) -> float:
+    return relative_sd(log_sd) * 100
+
+
+def _shares(runs: int, servers: int) -> list[int]:
+    """``runs`` spread as evenly as possible over ``servers`` (the first get one more)."""
+    base, extra = divmod(runs, servers)
+    return [base + (1 if i < extra else 0) for i in range(servers) if base or i < extra]
 
 
 def _new_anchors(

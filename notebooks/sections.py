@@ -69,10 +69,16 @@ def verdict_view(verdict, problem_groups: list) -> mo.Html:
             more = len(errors) - 1
             extra = f" ({more} more kind{'s' if more != 1 else ''} of error below)" if more else ""
             return mo.md(f"**{verdict.title}:** {html.escape(errors[0].sentence)}{extra}")
+    # What every "resolved" rests on (how much server starts differ), as the CLI's "assumes:".
+    basis = (
+        ""
+        if verdict.assumption is None
+        else f'<p style="margin: 0"><em>Assumes:</em> {html.escape(verdict.assumption)}.</p>'
+    )
     if not verdict.reasons:
-        return mo.md(
-            f"**{verdict.title}:** every pick is resolved, and nothing between the anchors,"
-            " at the capture ceiling or in the data calls it into doubt."
+        return mo.Html(
+            f"<p><strong>{verdict.title}:</strong> every pick is resolved, and nothing between"
+            " the anchors, at the capture ceiling or in the data calls it into doubt.</p>" + basis
         )
     items = "".join(
         f"<li>{html.escape(reason.message)}. <em>Fix:</em> {html.escape(reason.fix)}.</li>"
@@ -81,7 +87,7 @@ def verdict_view(verdict, problem_groups: list) -> mo.Html:
     count = len(verdict.reasons)
     return mo.Html(
         f"<p><strong>{verdict.title}</strong> ({count} reason{'s' if count != 1 else ''}):</p>"
-        f'<ul style="margin: 0">{items}</ul>'
+        f'<ul style="margin: 0">{items}</ul>' + basis
     )
 
 
@@ -411,7 +417,9 @@ def confidence_section(analysis) -> mo.Html:
         )
     unresolved = app_support.unresolved_lines(result, report)
     table = tables.confidence_table(result, report)
+    cells = tables.cell_table(report)
     flagged = tables.flagged_runs_table(report)
+    basis = report.servers.statement()
     return mo.vstack(
         [
             intro,
@@ -430,6 +438,7 @@ def confidence_section(analysis) -> mo.Html:
             )
             if unresolved
             else mo.callout(mo.md("**Every anchor is resolved.**"), kind="success"),
+            mo.md(f"*Assumes:* {basis}.") if basis else mo.md(""),
             mo.md(charts.confidence_caption(result, report)),
             mo.hstack(charts.confidence_charts(result, report), wrap=True, justify="start"),
             mo.ui.table(
@@ -438,6 +447,11 @@ def confidence_section(analysis) -> mo.Html:
                 pagination=False,
                 style_cell=app_support.highlight_rows(table, "status", "unresolved"),
             ),
+            mo.md(
+                "**Cells:** the runs of each (batch size, K) and the server starts they came"
+                " from; a contender's runs and servers needed settle it."
+            ),
+            mo.ui.table(cells, selection=None, pagination=False),
             mo.md(
                 "**Flagged runs** (far from their cell's median for this anchor's noise):"
                 " never dropped; each anchor is also decided without them."

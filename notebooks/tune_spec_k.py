@@ -85,13 +85,24 @@ def _():
 
 
 @app.cell
-def _(batch_size_var_input, experiment_picker, k_var_picker, query_start, root):
+def _(
+    batch_size_var_input,
+    experiment_picker,
+    k_var_picker,
+    query_start,
+    replica_var_input,
+    root,
+):
     # Nothing is read until an experiment is chosen (none is after a refused ?sweeps=).
     mo.stop(
         experiment_picker.value is None,
         no_experiment_view(query_start.refusal, experiment_picker),
     )
-    fields = Fields(batch_size_var=batch_size_var_input.value, k_var=k_var_picker.value)
+    fields = Fields(
+        batch_size_var=batch_size_var_input.value,
+        k_var=k_var_picker.value,
+        replica_var=replica_var_input.value,
+    )
     sweep = load_experiment(
         experiment_picker.value,
         batch_size_var=fields.batch_size_var,
@@ -141,6 +152,7 @@ def _(
     objective_picker,
     penalty_slider,
     policy_picker,
+    server_cv_slider,
     set_fixable,
     set_k_var,
     strict_checkbox,
@@ -166,6 +178,7 @@ def _(
         policy=policy_picker.value,
         confidence=confidence_slider.value,
         interpolated_schedule=interpolated_checkbox.value,
+        server_cv=server_cv_slider.value,
     )
     cli_arguments = app_support.cli_arguments(
         experiment_picker.value, fields, settings, options, deploy_settings
@@ -332,6 +345,7 @@ def _(experiments, query_start):
     batch_size_var_input = mo.ui.text(
         value=DEFAULT_BATCH_SIZE_VAR, label=labelled("batch_size_var")
     )
+    replica_var_input = mo.ui.text(value=Fields().replica_var, label=labelled("replica_var"))
     # Shown with the comparison, in the page.
     compare_picker = mo.ui.dropdown(
         options={app_support.NO_COMPARISON: None, **experiments},
@@ -339,9 +353,12 @@ def _(experiments, query_start):
         label="Compare with",
     )
     sidebar_part(
-        "Input", (experiment_picker, "experiment"), (batch_size_var_input, "batch_size_var")
+        "Input",
+        (experiment_picker, "experiment"),
+        (batch_size_var_input, "batch_size_var"),
+        (replica_var_input, "replica_var"),
     )
-    return batch_size_var_input, compare_picker, experiment_picker
+    return batch_size_var_input, compare_picker, experiment_picker, replica_var_input
 
 
 @app.cell
@@ -451,6 +468,9 @@ def _(experiments):
     interpolated_checkbox = mo.ui.checkbox(
         value=Options().interpolated_schedule, label=labelled("interpolated_schedule")
     )
+    server_cv_slider = setting_slider(
+        "server_cv", app_support.slider_steps(0.05, 0.0025, start=0.0), Options().server_cv
+    )
     context_controls = mo.ui.dictionary(
         {
             "context_var": mo.ui.text(value="auto", label=labelled("context_var")),
@@ -468,6 +488,7 @@ def _(experiments):
         "Decision rule",
         (policy_picker, "policy"),
         (confidence_slider, "confidence"),
+        (server_cv_slider, "server_cv"),
         (interpolated_checkbox, "interpolated_schedule"),
         "Context length",
         (context_controls["context_var"], "context_var"),
@@ -481,6 +502,7 @@ def _(experiments):
         interpolated_checkbox,
         penalty_slider,
         policy_picker,
+        server_cv_slider,
         tolerance_slider,
     )
 

@@ -186,6 +186,28 @@ def write_grid(
     return root
 
 
+def write_replicated_grid(
+    root: Path,
+    cells: Mapping[tuple[int, int], Sequence[Iterable[float]]],
+    *,
+    replica_var: str = "seed",
+    objective: str = "output_throughput",
+) -> Path:
+    """A sweep with server replicas: per (anchor, K) one list of objective values per server
+    start, server r in the folder ``SERVE--k<K>-<replica_var>=<r>-BENCH--c<anchor>`` (the
+    names ``tune-spec-k plan --server-replicas`` gives; one serve combo per (K, r) serves
+    every anchor, as in the sweep). Returns ``root``."""
+    for (anchor, k), servers in cells.items():
+        for replica, values in enumerate(servers):
+            records = [
+                record(anchor, k, run_number=number, **{objective: value})
+                for number, value in enumerate(values)
+            ]
+            name = f"SERVE--k{k}-{replica_var}={replica}-BENCH--c{anchor}"
+            write_combo(root / name, records)
+    return root
+
+
 def grid(
     anchors: Iterable[int], values: Mapping[int, Sequence[float]]
 ) -> dict[tuple[int, int], Sequence[float]]:

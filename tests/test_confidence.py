@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 from paths import REPO
 from scipy import stats
-from sweep_builder import WORKED_EXAMPLE, write_grid
+from sweep_builder import WORKED_EXAMPLE, write_grid, write_replicated_grid
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
@@ -43,8 +43,10 @@ from lib.confidence import (
     leader_peak,
     noise_ratio,
     policy_differences,
+    servers_dominate,
 )
 from lib.deploy.result_file import result_document
+from lib.numbers import probability_text
 from lib.problems import Severity
 from lib.schedule import Schedule, TuningResult, tune
 from lib.settings import RESULT_FILE, Settings
@@ -72,7 +74,12 @@ def _tune(root: Path, **settings: Any) -> TuningResult:
     return tune(load_experiment(root), Settings(**settings))
 
 
-def _report(root: Path, confidence: ConfidenceSettings | None = None, **settings: Any) -> Any:
+#: The model of decision-statistics.md: runs independent (no server offsets assumed); the
+#: tests of the server model give their own --server-cv.
+INDEPENDENT = ConfidenceSettings(server_cv=0.0)
+
+
+def _report(root: Path, confidence: ConfidenceSettings = INDEPENDENT, **settings: Any) -> Any:
     result = _tune(root, **settings)
     return result, assess(result, confidence)
 
@@ -149,7 +156,7 @@ def test_two_k_probability_matches_the_closed_form(tmp_path: Path, gap_percent: 
         3: [100.0 * (1 + gap_percent / 100) * f for f in spread],
     }
     write_grid(tmp_path, {(1, k): runs for k, runs in values.items()})
-    _, report = _report(tmp_path, ConfidenceSettings(draws=200_000))
+    _, report = _report(tmp_path, ConfidenceSettings(draws=200_000, server_cv=0.0))
     logs = {k: np.log(runs) for k, runs in values.items()}
     s = math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs.values()) / 4)
     scale = s * math.sqrt(1 / 3 + 1 / 3)
@@ -170,9 +177,9 @@ def test_same_seed_gives_identical_frames_and_another_seed_moves_the_draws(
     tmp_path: Path,
 ) -> None:
     result = _tune(_worked(tmp_path))
-    first = assess(result, ConfidenceSettings(seed=7))
-    again = assess(result, ConfidenceSettings(seed=7))
-    other = assess(result, ConfidenceSettings(seed=8))
+    first = assess(result, ConfidenceSettings(seed=7, server_cv=0.0))
+    again = assess(result, ConfidenceSettings(seed=7, server_cv=0.0))
+    other = assess(result, ConfidenceSettings(seed=8, server_cv=0.0))
     for frame in ("runs", "cells", "anchors"):
         assert getattr(first, frame).equals(getattr(again, frame))
     assert not first.cells["p_eps_good"].equals(other.cells["p_eps_good"])
@@ -199,8 +206,8 @@ def test_cli_json_is_byte_identical_for_a_seed_and_changes_with_it(
 
 
 def test_an_anchor_does_not_depend_on_the_other_anchors(tmp_path: Path) -> None:
-    both = assess(_tune(_worked(tmp_path / "both")))
-    alone = assess(_tune(write_grid(tmp_path / "alone", _cells({1: WORKED_BATCH_1}))))
+    both = assess(_tune(_worked(tmp_path / "both")), INDEPENDENT)
+    alone = assess(_tune(write_grid(tmp_path / "alone", _cells({1: WORKED_BATCH_1}))), INDEPENDENT)
     assert both.cells.filter(pl.col("anchor") == 1).equals(alone.cells)
 
 
@@ -427,7 +434,7 @@ def test_a_sharp_real_peak_counts_only_up_to_the_cap_and_stays_resolved() -> Non
     huge = leader_peak(ks, counts, np.array([0.0, 1.0, 0.0]), 0.01, np.array([0.0, 1.0, 0.0]))
     assert huge == PEAK_CAP
     result = tune(load_experiment(REPO / "data" / "sample_sweeps" / "moe-non-monotone"), Settings())
-    row = _anchor(assess(result), 128)
+    row = _anchor(assess(result, INDEPENDENT), 128)
     assert row["leader_peak"] == PEAK_CAP
     assert (row["status"], row["selected_k"]) == ("resolved", 3)
 
@@ -440,7 +447,7 @@ def test_unordered_k_have_no_peak_so_their_labels_cannot_change_a_result(tmp_pat
     more: compare the ordered P of K=1)."""
     cells = {k: WORKED_BATCH_64[k] for k in (0, 1, 2, 3, 4)}
     swapped = {**cells, 1: cells[4], 4: cells[1]}
-    unordered = ConfidenceSettings(ordered_k=False)
+    unordered = ConfidenceSettings(ordered_k=False, server_cv=0.0)
     _, ordered = _report(write_grid(tmp_path / "a", _cells({64: cells})))
     _, plain = _report(write_grid(tmp_path / "b", _cells({64: cells})), unordered)
     _, moved = _report(write_grid(tmp_path / "c", _cells({64: swapped})), unordered)
@@ -494,7 +501,7 @@ def test_resolved_picks_are_wrong_at_most_one_minus_the_confidence(
         model = simulator.draw_model(rng)
         sweep = simulator.measure(model, cv, 3, tail, rng)
         result = tune(sweep, Settings(max_objective_relative_mad=simulator.GATE_OFF))
-        report = assess(result, ConfidenceSettings(confidence=level, draws=2000))
+        report = assess(result, ConfidenceSettings(confidence=level, draws=2000, server_cv=0.0))
         counts = simulator.resolution_counts(model, report.anchors, level)
         resolved += counts[f"resolved_{level}"]
         wrong += counts[f"wrong_resolved_{level}"]
@@ -512,7 +519,7 @@ def test_a_clean_anchor_flags_nothing_and_a_20_percent_low_run_is_flagged(tmp_pa
         for k in range(5)
     }
     write_grid(tmp_path / "clean", cells)
-    assert not assess(_tune(tmp_path / "clean")).runs["flagged"].any()
+    assert not assess(_tune(tmp_path / "clean"), INDEPENDENT).runs["flagged"].any()
     cells[(1, 2)] = [cells[(1, 2)][0] * 0.8, *cells[(1, 2)][1:]]
     write_grid(tmp_path / "outlier", cells)
     _, report = _report(tmp_path / "outlier")
@@ -571,8 +578,8 @@ def test_unresolved_anchor_gets_a_provisional_pick_and_a_warning(tmp_path: Path)
 
 def test_higher_confidence_leaves_more_anchors_unresolved(tmp_path: Path) -> None:
     result = _tune(_worked(tmp_path))
-    relaxed = assess(result, ConfidenceSettings(confidence=0.5))
-    strict = assess(result, ConfidenceSettings(confidence=0.99))
+    relaxed = assess(result, ConfidenceSettings(confidence=0.5, server_cv=0.0))
+    strict = assess(result, ConfidenceSettings(confidence=0.99, server_cv=0.0))
     # Batch 64: K=1 at 0.97 passes 0.5, fails 0.99.
     assert _anchor(relaxed, 64)["status"] == "resolved"
     assert _anchor(strict, 64)["status"] == "unresolved"
@@ -583,7 +590,7 @@ def test_confident_rule_ranks_cells_the_noise_gate_rejects() -> None:
         pytest.skip(f"sample sweep {NOISY_SAMPLE} not generated")
     result = tune(load_experiment(NOISY_SAMPLE), Settings())
     assert not result.ok and [p.rule for p in result.errors] == ["noisy-objective"]
-    confident = apply_policy(result, assess(result), "confident")
+    confident = apply_policy(result, assess(result, INDEPENDENT), "confident")
     assert confident.ok
     (noisy,) = [p for p in confident.problems if p.rule == "noisy-objective"]
     assert noisy.severity is Severity.WARNING
@@ -650,18 +657,38 @@ def test_cli_prints_one_status_line_per_anchor(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sweep = _worked(tmp_path)
-    assert main([str(sweep)]) == EXIT_OK
+    # The published example's model: independent runs, no server offsets.
+    assert main([str(sweep), "--server-cv", "0"]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
     # The seed's lines come first, unchanged; the status lines follow the decision lines.
     assert lines[1].startswith("batch_size=1: K=2, ")
     assert lines[2].startswith("batch_size=64: K=1, ")
     assert lines[3].startswith("anchor 1: K=2 ") and lines[4].startswith("anchor 64: K=1 ")
     assert lines[5].startswith("batch_size=1: unresolved, provisional K=4")
-    k2 = _p(assess(_tune(sweep)), 1)[2]
+    k2 = _p(assess(_tune(sweep), INDEPENDENT), 1)[2]
     assert f"the reported pick K=2 has P(eps-good)={k2:.2f}" in lines[5]
     assert lines[6].startswith("batch_size=64: resolved, K=1 P(eps-good)=0.9")
+    assert lines[6].endswith(
+        "no server replicas: assumes servers vary by at most 0.0% (--server-cv)"
+    )
     assert lines[-2].startswith("--speculative-config ")
     assert lines[-1].startswith("Wrote ")
+
+
+def test_cli_states_the_default_server_assumption(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At the defaults (1 % between servers assumed), batch 64's K=1, 0.97 with independent
+    runs, is no longer sure: a 1 % offset per server is a 1.4 % sd on every difference of two
+    one-server cells, the size of the gap to K=2. The line says what it assumed."""
+    sweep = _worked(tmp_path)
+    assert main([str(sweep)]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    p = _p(assess(_tune(sweep)), 64)[1]
+    assert p is not None and p < 0.9 < _p(assess(_tune(sweep), INDEPENDENT), 64)[1]  # type: ignore[operator]
+    shown = probability_text(p)
+    assert lines[6].startswith(f"batch_size=64: unresolved, provisional K=1 P(eps-good)={shown}")
+    assert "no server replicas: assumes servers vary by at most 1.0% (--server-cv" in lines[6]
 
 
 def test_cli_confident_policy_writes_the_confident_schedule(
@@ -720,7 +747,7 @@ def test_real_three_run_sweep_is_resolved_but_its_close_call_and_both_rules_agre
     sweeps"); the provisional pick is still the seed's K=3, so the schedules agree."""
     sweep = load_experiment(real_data / "qwen3-32b-fp8-eagle3-tp2", k_var=STATIC_K)
     result = tune(sweep, Settings(allow_mixed_global_k=True))
-    report = assess(result)
+    report = assess(result, INDEPENDENT)
     assert report.anchors["status"].to_list() == ["unresolved"] + ["resolved"] * 5
     batch_1 = _anchor(report, 1)
     assert (batch_1["selected_k"], batch_1["contenders"]) == (3, [3, 5])
@@ -742,7 +769,152 @@ def test_real_single_run_sweeps_are_unresolved_with_the_seed_answer(real_data: P
             load_experiment(folder, k_var=STATIC_K),
             Settings(allow_mixed_global_k=True, min_runs=1),
         )
-        report = assess(result)
+        report = assess(result, INDEPENDENT)
         assert set(report.anchors["status"]) == {"unresolved"}, folder.name
         assert report.cells["p_eps_good"].null_count() == report.cells.height
         assert apply_policy(result, report, "confident").schedule == result.schedule, folder.name
+
+
+# --------------------------------------------------------------------------- servers
+#: Two K at one anchor, 3 server starts each, 3 runs per server: K=1 ahead by about 3 %, the
+#: servers of one K 2 % apart, runs on one server 0.5 % apart.
+REPLICATED = {
+    (4, 0): [[100.0, 100.5, 99.5], [102.0, 102.5, 101.5], [98.0, 98.5, 97.5]],
+    (4, 1): [[103.0, 103.5, 102.5], [105.0, 105.5, 104.5], [101.0, 101.5, 100.5]],
+}
+
+
+def _log_mean(values: list[float]) -> float:
+    return sum(math.log(v) for v in values) / len(values)
+
+
+def test_a_replicated_cell_is_decided_on_its_server_means(tmp_path: Path) -> None:
+    """With replicas the unit of replication is the server: the same P as a sweep whose runs
+    are the servers' (geometric) means, measured on one server each with independent runs."""
+    replicated = _report(write_replicated_grid(tmp_path / "replicas", REPLICATED))[1]
+    means = {
+        cell: [math.exp(_log_mean(server)) for server in servers]
+        for cell, servers in REPLICATED.items()
+    }
+    collapsed = _report(write_grid(tmp_path / "means", means))[1]
+    for k in (0, 1):
+        assert _p(replicated, 4)[k] == pytest.approx(_p(collapsed, 4)[k], abs=2e-4)
+    row = _anchor(replicated, 4)
+    assert row["servers_measured"] and row["server_df"] == 2 * (3 - 1)
+    assert replicated.cells["num_servers"].to_list() == [3, 3]
+    assert replicated.cells["num_runs"].to_list() == [9, 9]
+
+
+def test_the_server_sd_is_measured_by_the_method_of_moments(tmp_path: Path) -> None:
+    _, report = _report(write_replicated_grid(tmp_path, REPLICATED))
+    # By hand: per cell the variance of the 3 server means of log(value), pooled over the two
+    # cells (2 degrees of freedom each), less the pooled run variance within servers (2 per
+    # server, 12 in all) over the 3 runs per server.
+    between, within = [], []
+    for servers in REPLICATED.values():
+        server_means = [_log_mean(server) for server in servers]
+        centre = sum(server_means) / 3
+        between.append(sum((m - centre) ** 2 for m in server_means) / 2)
+        for server, m in zip(servers, server_means, strict=True):
+            within.append(sum((math.log(v) - m) ** 2 for v in server))
+    run_variance = sum(within) / 12
+    server_variance = sum(between) / 2 - run_variance / 3
+    row = _anchor(report, 4)
+    assert row["pooled_log_sd"] == pytest.approx(math.sqrt(run_variance), rel=1e-9)
+    assert row["pooled_df"] == 12
+    assert row["server_log_sd"] == pytest.approx(math.sqrt(server_variance), rel=1e-9)
+    # About 2 % between servers, 0.5 % between runs: as built.
+    assert 0.015 < row["server_log_sd"] < 0.025 and 0.003 < row["pooled_log_sd"] < 0.007
+    (note,) = [n for n in row["notes"] if "server" in n]
+    assert note.startswith("server replicas: servers of one configuration vary by 2.")
+    assert "--server-cv is not used" in note
+
+
+def test_replicas_with_no_server_offset_measure_none(tmp_path: Path) -> None:
+    """Servers alike (the same runs on every server): the server variance is clipped at 0,
+    never negative, and the note says 0.0 %."""
+    # The same runs in another order on each server (identical records would be copies).
+    same = {
+        cell: [servers[0][r:] + servers[0][:r] for r in range(3)]
+        for cell, servers in REPLICATED.items()
+    }
+    row = _anchor(_report(write_replicated_grid(tmp_path, same))[1], 4)
+    assert row["server_log_sd"] == 0.0
+    assert any("vary by 0.0% here (measured" in note for note in row["notes"])
+
+
+def test_without_replicas_the_assumed_server_sd_widens_p(tmp_path: Path) -> None:
+    """Identical runs (no run noise at all): P comes from the assumed offsets alone, a normal
+    difference ``gap + server_sd * sqrt(2) * Z``. Closed form for the trailing K (before
+    calibration): ``P(eps-good) = P(-gap + s * sqrt(2) * Z >= log(1 - eps))``."""
+    gap = math.log(1.02)  # K=1 2 % ahead
+    sweep = write_grid(tmp_path, {(4, 0): [100.0] * 3, (4, 1): [102.0] * 3})
+    cv = 0.01
+    _, report = _report(sweep, ConfidenceSettings(server_cv=cv, draws=200_000))
+    server_sd = math.sqrt(math.log1p(cv**2))
+    expected = 1 - stats.norm.cdf((math.log(0.99) + gap) / (server_sd * math.sqrt(2)))
+    assert _model_p(report, 4)[0] == pytest.approx(expected, abs=0.005)
+    row = _anchor(report, 4)
+    assert not row["servers_measured"] and row["server_df"] == 0
+    assert row["server_log_sd"] == pytest.approx(server_sd)
+    # Independent runs (no offsets): identical runs make P exactly 0 or 1.
+    _, independent = _report(sweep)
+    assert _model_p(independent, 4) == {0: 0.0, 1: 1.0}
+
+
+def test_a_larger_assumed_server_sd_never_makes_a_pick_surer(tmp_path: Path) -> None:
+    sweep = _tune(_worked(tmp_path))
+    leaders = []
+    for cv in (0.0, 0.005, 0.01, 0.02, 0.05):
+        report = assess(sweep, ConfidenceSettings(server_cv=cv))
+        leaders.append(report.cells.filter(pl.col("anchor") == 64)["p_model"].max())
+    assert leaders == sorted(leaders, reverse=True), leaders
+    assert leaders[-1] < leaders[0]
+
+
+@pytest.mark.parametrize(
+    ("cv", "valid"),
+    [(0.0, True), (0.999, True), (1.0, False), (-0.001, False), (math.nan, False)],
+)
+def test_server_cv_bounds(cv: float, valid: bool) -> None:
+    reasons = ConfidenceSettings(server_cv=cv).invalid()
+    assert (reasons == []) is valid
+    if not valid:
+        assert reasons[0].startswith(f"--server-cv {cv}: expected")
+
+
+@pytest.mark.parametrize(
+    ("run_sd", "server_sd", "runs", "servers", "expected"),
+    [
+        (0.02, 0.01, 4, 1, True),  # 1e-4 / 1 == 4e-4 / 4: a tie goes to the servers
+        (0.02, 0.0099, 4, 1, False),  # just below
+        (0.02, 0.01, 4, 2, False),  # two servers halve the offset's share
+        (0.0, 0.0, 3, 1, False),  # no noise: neither helps
+        (0.0, 0.001, 3, 1, True),
+    ],
+)
+def test_servers_dominate_boundary(
+    run_sd: float, server_sd: float, runs: int, servers: int, expected: bool
+) -> None:
+    assert servers_dominate(run_sd, server_sd, runs, servers) is expected
+
+
+def test_more_server_starts_are_asked_for_where_offsets_dominate(tmp_path: Path) -> None:
+    """Replicated, servers 2 % apart and runs 0.5 %: the contenders need server starts (3 runs
+    each, as so far), more than the 3 they have, and their runs are those servers' runs."""
+    _, report = _report(write_replicated_grid(tmp_path, REPLICATED))
+    contenders = report.cells.filter(pl.col("contender"))
+    assert not contenders.is_empty()
+    for cell in contenders.to_dicts():
+        assert cell["servers_needed"] > cell["num_servers"] == 3
+        assert cell["runs_needed"] == cell["servers_needed"] * 3
+
+
+def test_one_more_server_where_run_noise_dominates(tmp_path: Path) -> None:
+    """Noisy runs (about 5 %) and no replicas, 1 % between servers assumed: more runs are what
+    helps; a follow-up sweep is one more server start, no more."""
+    sweep = write_grid(tmp_path, {(4, 0): [95.0, 100.0, 105.0], (4, 1): [97.0, 102.0, 107.0]})
+    _, report = _report(sweep, ConfidenceSettings())
+    for cell in report.cells.filter(pl.col("contender")).to_dicts():
+        assert cell["servers_needed"] == 2
+        assert cell["runs_needed"] >= 3

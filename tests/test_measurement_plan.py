@@ -13,20 +13,30 @@ from sweep_builder import WORKED_EXAMPLE, write_grid
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
-from lib.confidence import MAX_RUNS_NEEDED, ConfidenceSettings, apply_policy, assess
+from lib.confidence import (
+    MAX_RUNS_NEEDED,
+    MAX_SERVERS_NEEDED,
+    ConfidenceSettings,
+    apply_policy,
+    assess,
+)
 from lib.measurement_plan import NEW_ANCHOR_SCHEMA, RERUN_SCHEMA, MeasurementPlan, measurement_plan
 from lib.present.text import measurement_plan_lines
 from lib.schedule import tune
 from lib.settings import RESULT_FILE, Settings
 from lib.sweeps import load_experiment
 
+#: Independent runs (no server offsets): the model the plan's older tests derive by hand.
+INDEPENDENT = ConfidenceSettings(server_cv=0.0)
+
 
 def _plan(
     root: Path,
     policy: str = "seed",
-    confidence: ConfidenceSettings | None = None,
+    confidence: ConfidenceSettings = INDEPENDENT,
     **settings: Any,
 ) -> MeasurementPlan:
+    """The plan with independent runs (no server offsets) unless ``confidence`` says."""
     result = tune(load_experiment(root), Settings(**settings))
     report = assess(result, confidence)
     return measurement_plan(apply_policy(result, report, policy), report)  # type: ignore[arg-type]
@@ -83,7 +93,7 @@ def test_target_runs_follow_the_formula_when_below_the_cap(tmp_path: Path) -> No
     values = {0: [99.2, 100.0, 100.8], 1: [99.28, 100.0, 100.88], 2: [99.12, 100.0, 100.8]}
     plan = _plan(
         write_grid(tmp_path, {(1, k): runs for k, runs in values.items()}),
-        confidence=ConfidenceSettings(confidence=0.99),
+        confidence=ConfidenceSettings(confidence=0.99, server_cv=0.0),
     )
     logs = {k: [math.log(v) for v in runs] for k, runs in values.items()}
     means = {k: sum(x) / 3 for k, x in logs.items()}
@@ -130,7 +140,7 @@ def test_cli_writes_the_plan_json_and_prints_the_plan(
 ) -> None:
     sweep = write_grid(tmp_path / "sweep", WORKED_EXAMPLE)
     plan_file = tmp_path / "plan.json"
-    assert main([str(sweep), "--plan-json", str(plan_file)]) == EXIT_OK
+    assert main([str(sweep), "--server-cv", "0", "--plan-json", str(plan_file)]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
     data = json.loads(plan_file.read_text())
     assert [r["k"] for r in data["reruns"]] == [2, 3, 4]
@@ -145,7 +155,7 @@ def test_cli_reports_an_unwritable_plan_path(
     sweep = write_grid(tmp_path / "sweep", WORKED_EXAMPLE)
     (tmp_path / "no").write_text("")  # a file where a folder would be made
     missing = tmp_path / "no" / "such" / "plan.json"
-    assert main([str(sweep), "--plan-json", str(missing)]) == EXIT_BAD_INPUT
+    assert main([str(sweep), "--server-cv", "0", "--plan-json", str(missing)]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert f"[unwritable-file] cannot write the file: Not a directory in {missing}" in err
 
@@ -155,7 +165,20 @@ def test_cli_plan_bytes_repeat(tmp_path: Path, capsys: pytest.CaptureFixture[str
     texts = []
     for name in ("a", "b"):
         plan_file = tmp_path / f"{name}.json"
-        assert main([str(sweep), "--policy", "confident", "--plan-json", str(plan_file)]) == 0
+        assert (
+            main(
+                [
+                    str(sweep),
+                    "--server-cv",
+                    "0",
+                    "--policy",
+                    "confident",
+                    "--plan-json",
+                    str(plan_file),
+                ]
+            )
+            == 0
+        )
         texts.append(plan_file.read_bytes())
     capsys.readouterr()
     assert texts[0] == texts[1]
@@ -171,3 +194,60 @@ def test_contenders_already_at_the_cap_are_a_tie_not_a_rerun(tmp_path: Path) -> 
         (2, 10, 0, True),
     ]
     assert "K=0: no more runs: " in "\n".join(measurement_plan_lines(plan))
+
+
+def _percent(log_sd: float) -> str:
+    return f"{math.sqrt(math.expm1(log_sd**2)) * 100:.1f}%"
+
+
+def test_server_offsets_that_dominate_ask_for_new_server_starts(tmp_path: Path) -> None:
+    """K=1 1.6 % ahead of K=0, runs 0.2 % apart, servers assumed 1 % apart (the default), no
+    tie tolerance, confidence 0.95: unresolved, and the offsets dominate, so the plan asks for
+    server starts of 3 runs each, as many as ``12.4 * (tau^2 + s^2 / 3) / delta^2`` (delta
+    the gap), and says what each option buys."""
+    base = [99.8, 100.0, 100.2]
+    values = {0: base, 1: [v * 1.016 for v in reversed(base)]}
+    plan = _plan(
+        write_grid(tmp_path, {(1, k): runs for k, runs in values.items()}),
+        confidence=ConfidenceSettings(confidence=0.95),
+        relative_tolerance=0.0,
+    )
+    logs = {k: [math.log(v) for v in runs] for k, runs in values.items()}
+    means = {k: sum(x) / 3 for k, x in logs.items()}
+    run_var = sum((v - means[k]) ** 2 for k, x in logs.items() for v in x) / 4
+    server_var = math.log1p(0.01**2)
+    gap = means[1] - means[0]
+    servers = math.ceil(12.4 * (server_var + run_var / 3) / gap**2)
+    assert 2 < servers <= MAX_SERVERS_NEEDED
+    rows = plan.reruns.to_dicts()
+    assert [row["k"] for row in rows] == [0, 1]
+    for row in rows:
+        assert (row["servers"], row["new_servers"], row["runs_per_new_server"]) == (
+            1,
+            servers - 1,
+            3,
+        )
+        assert row["target_runs"] == 3 * servers and row["more_runs"] == 3 * (servers - 1)
+        assert "server offsets dominate" in row["reason"]
+        more = row["more_runs"]
+        now = math.sqrt(run_var / 3 + server_var)
+        spread = math.sqrt(run_var / (3 + more) + server_var / servers)
+        one = math.sqrt(run_var / (3 + more) + server_var * (9 + more**2) / (3 + more) ** 2)
+        assert (
+            f"{_percent(now)} now, becomes {_percent(spread)} with {more} more runs on"
+            f" {servers - 1} new server starts, {_percent(one)} with them on one"
+        ) in row["reason"]
+
+
+def test_run_noise_that_dominates_asks_for_more_runs_on_one_server(tmp_path: Path) -> None:
+    """The same gap with runs 3 % apart: run noise dominates the 1 % assumed offsets, so the
+    plan asks for more runs, on the one server start a follow-up sweep makes."""
+    values = {0: [97.0, 100.0, 103.0], 1: [98.5, 101.5, 104.5]}
+    plan = _plan(
+        write_grid(tmp_path, {(1, k): runs for k, runs in values.items()}),
+        confidence=ConfidenceSettings(),
+    )
+    assert not plan.reruns.is_empty()
+    for row in plan.reruns.to_dicts():
+        assert row["new_servers"] == 1 and row["runs_per_new_server"] == row["more_runs"]
+        assert "run noise dominates" in row["reason"]

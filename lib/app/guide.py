@@ -54,6 +54,7 @@ DEFAULT_EXPERIMENT = "sonnet-like"
 #: The sidebar's label of each setting, by its field name in Fields, Settings or Options.
 CONTROL_LABELS: dict[str, str] = {
     "batch_size_var": "Batch-size field",
+    "replica_var": "Server replica marker (serve parameter)",
     "k_var": "K is recorded as",
     "allow_mixed_global_k": "Allow a global K that differs between runs",
     "objective": "Objective",
@@ -67,6 +68,7 @@ CONTROL_LABELS: dict[str, str] = {
     "strict_acceptance_stability": "Unstable acceptance is an error (strict)",
     "policy": "Decision rule",
     "confidence": "Confidence a pick needs (P(eps-good))",
+    "server_cv": "Servers differ by (assumed without replicas)",
     "interpolated_schedule": "Deploy the interpolated schedule (switch between anchors)",
     "context_var": "Prompt-length field (auto, none, or a field)",
     "context_mix": "Context mix (prompt:weight, ...)",
@@ -76,6 +78,10 @@ CONTROL_LABELS: dict[str, str] = {
 CONTROL_HELP: dict[str, str] = {
     "experiment": "The experiment folder (a `vllm bench sweep serve` output) to analyse.",
     "batch_size_var": "The record field holding each run's batch size (the anchor).",
+    "replica_var": "The serve parameter whose KEY=VALUE part of a serve combo's name marks a"
+    " server replica (tune-spec-k plan --server-replicas writes k3-seed=1): such combos are"
+    " one configuration on several server starts, and their spread measures how much servers"
+    " differ.",
     "k_var": "Where a record keeps K: the seed's one-range schedule, or"
     " num_speculative_tokens for sweeps of static-K servers.",
     "allow_mixed_global_k": "Sweeps of one-range schedules may start each server with its own"
@@ -99,6 +105,9 @@ CONTROL_HELP: dict[str, str] = {
     "policy": "The seed ranks by its conservative score; the confident rule picks the"
     " smallest K whose P(eps-good) reaches the confidence.",
     "confidence": "How sure a pick must be: P(the K is within the tie tolerance of the best).",
+    "server_cv": "Without server replicas, how much two server starts of one configuration are"
+    " assumed to differ (relative sd of a server's offset): every P(eps-good) includes it."
+    " With replicas it is measured instead.",
     "interpolated_schedule": "Switch K between anchors where the interpolated curves"
     " cross, instead of at the upper anchor.",
     "compare": "Tune another experiment with the same settings and compare the picks.",

@@ -33,7 +33,7 @@ __all__ = ["CheckArgs", "main"]
 _COMMAND = f"{PROGRAM} check"
 #: The tuning settings the check uses; the rest do not apply to arms.
 SETTINGS_USED = ("objective", "direction", "min_runs", "relative_tolerance")
-OPTIONS_USED = ("confidence", "seed")
+OPTIONS_USED = ("confidence", "seed", "server_cv")
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class CheckArgs:
             " schedule)",
         )
         add_flags(parser, Settings, only=SETTINGS_USED)
-        add_flags(parser, Fields, only=("batch_size_var",))
+        add_flags(parser, Fields, only=("batch_size_var", "replica_var"))
         add_flags(parser, Options, only=OPTIONS_USED)
         add_flags(parser, DeploySettings)
         add_flags(parser, ContextSettings)

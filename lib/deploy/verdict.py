@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from lib.flags import flag_name
+from lib.measurement_plan import rerun_text
 from lib.numbers import percent_text, probability_text
 from lib.problems import Problem, Severity
 from lib.schedule import Schedule
@@ -115,10 +116,13 @@ class Reason:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The state and every reason for it (empty when ``ready``)."""
+    """The state and every reason for it (empty when ``ready``), and what its "resolved"
+    rests on (``assumption``: how much server starts differ, measured or assumed:
+    :meth:`lib.confidence.ServerNoise.statement`; None where no P(eps-good) is known)."""
 
     state: State
     reasons: tuple[Reason, ...]
+    assumption: str | None = None
 
     @property
     def title(self) -> str:
@@ -126,23 +130,31 @@ class Verdict:
 
     def lines(self) -> list[str]:
         """What the CLI prints: ``verdict: ...`` then one indented line per reason."""
+        basis = [] if self.assumption is None else [f"  assumes: {self.assumption}"]
         if self.state == "ready":
             return [
                 "verdict: ready (every pick resolved; nothing between the anchors, at the"
-                " capture ceiling or in the data calls it into doubt)"
+                " capture ceiling or in the data calls it into doubt)",
+                *basis,
             ]
         count = len(self.reasons)
         head = f"verdict: {self.state} ({count} reason{'s' if count != 1 else ''})"
-        return [head, *(f"  - {reason.line()}" for reason in self.reasons)]
+        return [head, *(f"  - {reason.line()}" for reason in self.reasons), *basis]
 
     def to_json(self) -> dict[str, Any]:
-        return {"state": self.state, "reasons": [reason.to_json() for reason in self.reasons]}
+        return {
+            "state": self.state,
+            "reasons": [reason.to_json() for reason in self.reasons],
+            "assumption": self.assumption,
+        }
 
 
-def _verdict(errors: Sequence[Reason], others: Sequence[Reason]) -> Verdict:
+def _verdict(
+    errors: Sequence[Reason], others: Sequence[Reason], assumption: str | None = None
+) -> Verdict:
     if errors:
         return Verdict("cannot-tune", tuple(errors))
-    return Verdict("provisional" if others else "ready", tuple(others))
+    return Verdict("provisional" if others else "ready", tuple(others), assumption)
 
 
 # --------------------------------------------------------------------------- the rules
@@ -243,7 +255,7 @@ def _rerun_fix(plan: MeasurementPlan | None, anchor: int) -> str:
         if plan is None
         else plan.reruns.filter(plan.reruns["batch_size"] == anchor).rows(named=True)
     )
-    wanted = [f"{row['more_runs']} more run(s) of K={row['k']}" for row in rows if row["more_runs"]]
+    wanted = [rerun_text(row) for row in rows if row["more_runs"]]
     if not wanted:
         return "more runs will not settle it (a tie within the noise): either K is fine"
     return ", ".join(wanted) + " (tune-spec-k plan --follow-up RESULT writes the sweep)"
@@ -403,7 +415,7 @@ def verdict_of(analysis: Analysis, deployment: Deployment | None) -> Verdict:
         reasons.append(no_speculation)
     else:
         reasons += draft_settings_reasons(result.speculative_config())
-    return _verdict([], reasons)
+    return _verdict([], reasons, None if report is None else report.servers.statement())
 
 
 def verdict_in(result: TuningResult) -> Verdict | None:
@@ -522,4 +534,5 @@ def _context_verdict(analysis: ContextAnalysis) -> Verdict:
             reasons.append(no_speculation)
         else:
             reasons += draft_settings_reasons(answer.result.speculative_config())
-    return _verdict([], reasons)
+    servers = analysis.servers
+    return _verdict([], reasons, None if servers is None else servers.statement())

@@ -44,7 +44,7 @@ from typing import Any
 
 import polars as pl
 
-from lib.confidence import ConfidenceSettings, assess
+from lib.confidence import ConfidenceSettings, ServerNoise, assess
 from lib.context import ContextAxis, find_context_axis
 from lib.context_formats import RFC_48944_KEY, SEQ_LEN_KEY
 from lib.deploy.constraints import cells_past_ceiling, check_ceiling
@@ -132,9 +132,7 @@ class CheckSettings:
 
     def confidence_settings(self) -> ConfidenceSettings:
         # The arms' codes stand in for K but have no order: no shape to doubt (leader_peak).
-        return ConfidenceSettings(
-            confidence=self.options.confidence, seed=self.options.seed, ordered_k=False
-        )
+        return ConfidenceSettings.of(self.options, ordered_k=False)
 
     def invalid(self) -> list[str]:
         return self.tuning.invalid() + self.confidence_settings().invalid() + self.context.invalid()
@@ -147,6 +145,7 @@ class CheckSettings:
             "confidence": self.options.confidence,
             "min_runs": self.tuning.min_runs,
             "seed": self.options.seed,
+            "server_cv": self.options.server_cv,
             "batch_size_var": self.fields.batch_size_var,
         }
 
@@ -185,6 +184,12 @@ class CheckReport:
     deployment_summary: str | None = None
     contexts: tuple[ContextCheck, ...] = ()
     context_field: str | None = None
+    #: What the check's P rest on about server starts (measured from replicas or assumed).
+    servers: ServerNoise | None = None
+
+    @property
+    def assumption(self) -> str | None:
+        return None if self.servers is None else self.servers.statement()
 
     @property
     def errors(self) -> list[Problem]:
@@ -220,6 +225,7 @@ class CheckReport:
             "arms": [_finite_row(row) for row in self.arms.to_dicts()],
             "problems": [p.to_json() for p in self.problems],
             "reported_dynamic_sd_overhead": REPORTED_OVERHEAD,
+            "assumption": self.assumption,
             **({"deployment": dict(self.deployment)} if self.deployment is not None else {}),
             **contexts,
         }
@@ -312,7 +318,12 @@ def check_deployment(
                 expected="[[lo, hi, K], ...] starting at 1, sorted, no overlap",
             )
         )
-    sweep = load_experiment(path, batch_size_var=settings.fields.batch_size_var, k_var=GLOBAL_K_VAR)
+    sweep = load_experiment(
+        path,
+        batch_size_var=settings.fields.batch_size_var,
+        k_var=GLOBAL_K_VAR,
+        replica_var=settings.fields.replica_var,
+    )
     # The loader judges K by the global field; arms are judged here, so its K findings go.
     problems += [p for p in sweep.problems if p.rule not in ("missing-k", "invalid-k")]
     axis = find_context_axis(sweep, settings.context)[0] if not problems else None
@@ -367,7 +378,7 @@ def check_deployment(
         _capture_check(sweep, dynamic, deploy) if dynamic is not None else (None, None, [])
     )
     if axis is not None:
-        contexts, found = _judge_contexts(sweep, axis, runs, settings, dynamic)
+        contexts, found, servers = _judge_contexts(sweep, axis, runs, settings, dynamic)
         return CheckReport(
             settings,
             dynamic,
@@ -378,8 +389,9 @@ def check_deployment(
             summary,
             contexts,
             axis.field,
+            servers,
         )
-    arm_frame, verdicts, found = _judge(sweep, runs, settings, dynamic)
+    arm_frame, verdicts, found, servers = _judge(sweep, runs, settings, dynamic)
     return CheckReport(
         settings,
         dynamic,
@@ -388,6 +400,7 @@ def check_deployment(
         tuple(problems + found + capture),
         block,
         summary,
+        servers=servers,
     )
 
 
@@ -397,7 +410,7 @@ def _judge_contexts(
     runs: pl.DataFrame,
     settings: CheckSettings,
     schedule: Schedule | None,
-) -> tuple[tuple[ContextCheck, ...], list[Problem]]:
+) -> tuple[tuple[ContextCheck, ...], list[Problem], ServerNoise | None]:
     """The arms judged at each context point of a validation sweep that varied the prompt
     length (:func:`lib.context.find_context_axis`), on that point's runs alone: the batch
     schedule under test (one K per batch size, as today's vLLM runs it whatever the prompt)
@@ -405,15 +418,17 @@ def _judge_contexts(
     problems say which point they are at."""
     contexts = []
     problems: list[Problem] = []
+    servers: ServerNoise | None = None
     placed = axis.runs.select("source", "position", "context_point")
     for index, point in enumerate(axis.points):
         keys = placed.filter(pl.col("context_point") == index).drop("context_point")
         at = runs.join(keys, on=["source", "position"], how="semi")
-        arm_frame, verdicts, found = _judge(sweep, at, settings, schedule)
+        arm_frame, verdicts, found, servers = _judge(sweep, at, settings, schedule)
         contexts.append(ContextCheck(point.prompt_tokens, arm_frame, verdicts))
         where = f"at {point.prompt_tokens} prompt tokens: "
         problems += [dataclasses.replace(p, message=where + p.message) for p in found]
-    return tuple(contexts), [*axis.problems, *problems]
+    # Every point's runs come from the same servers: the last point's statement is theirs.
+    return tuple(contexts), [*axis.problems, *problems], servers
 
 
 def context_schedule_problems(data: Any, source: str) -> list[Problem]:
@@ -504,7 +519,7 @@ def _p_eps_good(
     arms: Sequence[str],
     codes: dict[str, int],
     settings: CheckSettings,
-) -> tuple[dict[tuple[int, str], float | None], pl.DataFrame, list[Problem]]:
+) -> tuple[dict[tuple[int, str], float | None], pl.DataFrame, list[Problem], ServerNoise]:
     """P(eps-good) per (anchor, arm) among ``arms`` (via :func:`lib.confidence.assess`), the
     cells of the tuning (median, relative MAD) and the problems the policy's gates found."""
     chosen = runs.filter(pl.col("arm").is_in(list(arms)))
@@ -526,7 +541,7 @@ def _p_eps_good(
     cells = result.cells.with_columns(
         pl.col("k").replace_strict(names, return_dtype=pl.Utf8).alias("arm")
     )
-    return p, cells, list(result.problems)
+    return p, cells, list(result.problems), report.servers
 
 
 def _judge(
@@ -534,10 +549,10 @@ def _judge(
     runs: pl.DataFrame,
     settings: CheckSettings,
     schedule: Schedule | None,
-) -> tuple[pl.DataFrame, pl.DataFrame, list[Problem]]:
+) -> tuple[pl.DataFrame, pl.DataFrame, list[Problem], ServerNoise]:
     codes = _arm_codes(runs)
     every = list(codes)
-    p_all, cells, found = _p_eps_good(sweep, runs, every, codes, settings)
+    p_all, cells, found, servers = _p_eps_good(sweep, runs, every, codes, settings)
     problems = [
         p
         for p in found
@@ -582,7 +597,7 @@ def _judge(
         row = _verdict(anchor, at, statics, k0_arm, p_static, p_k0, p_all, settings)
         row["reasons"] += _smaller_batch_notes(anchor, row, schedule, drafting.get(anchor))
         verdicts.append(row)
-    return arm_frame, pl.DataFrame(verdicts, schema=VERDICT_SCHEMA), problems
+    return arm_frame, pl.DataFrame(verdicts, schema=VERDICT_SCHEMA), problems, servers
 
 
 def _dynamic_drafting(runs: pl.DataFrame) -> dict[int, tuple[int, int]]:

@@ -159,7 +159,9 @@ class DiffSettings:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 reasons.append(f"{flag_name(DiffSettings, name)} {value}: expected a number >= 0")
-        confidence = ConfidenceSettings(confidence=self.confidence, seed=self.options.seed)
+        confidence = dataclasses.replace(
+            ConfidenceSettings.of(self.options), confidence=self.confidence
+        )
         return reasons + confidence.invalid() + self.context.invalid()
 
 

@@ -15,6 +15,7 @@ from lib.schedule import TuningResult
 from lib.switch_points import SwitchPoints
 
 __all__ = [
+    "cell_table",
     "comparison_table",
     "confidence_table",
     "decision_table",
@@ -166,12 +167,40 @@ def confidence_table(result: TuningResult, report: ConfidenceReport) -> pl.DataF
             pl.col("p_eps_good").alias("P(eps-good) of the reported K"),
             _joined("contenders").alias("contenders"),
             (pl.col("pooled_log_sd") * 100).round(2).alias("noise %"),
+            _relative_percent(pl.col("server_log_sd")).alias("server noise %"),
+            pl.when(pl.col("servers_measured"))
+            .then(pl.lit("measured"))
+            .when(pl.col("servers_measured").not_())
+            .then(pl.lit("assumed"))
+            .alias("server noise"),
             pl.col("flagged_runs").alias("flagged runs"),
             pl.col("depends_on_flagged").alias("pick depends on flagged runs"),
             pl.col("reasons").list.join("; ").alias("why unresolved"),
             pl.col("notes").list.join("; ").alias("notes"),
             pl.selectors.starts_with("P K="),
         )
+    )
+
+
+def _relative_percent(log_sd: pl.Expr) -> pl.Expr:
+    """A log-scale sd as the percent relative sd of its log-normal (what the texts say)."""
+    return ((log_sd**2).exp() - 1).sqrt().mul(100).round(2)
+
+
+def cell_table(report: ConfidenceReport) -> pl.DataFrame:
+    """One row per (batch size, K) the confident rule weighs: its runs and the server starts
+    they came from (replicas: :mod:`lib.servers`), its centre and P(eps-good), and for a
+    contender what would settle it (total runs, total server starts)."""
+    return report.cells.select(
+        pl.col("anchor").alias("batch size"),
+        pl.col("k").alias("K"),
+        pl.col("num_runs").alias("runs"),
+        pl.col("num_servers").alias("servers"),
+        pl.col("geometric_mean").round(OBJECTIVE_DECIMALS).alias("geometric mean"),
+        _rounded_down(pl.col("p_eps_good")).alias("P(eps-good)"),
+        pl.col("contender"),
+        pl.col("runs_needed").alias("runs needed"),
+        pl.col("servers_needed").alias("servers needed"),
     )
 
 

@@ -21,7 +21,7 @@ import polars as pl
 
 from lib.confidence import ConfidenceReport, log_change_percent
 from lib.effective_batch import EffectiveBatch
-from lib.measurement_plan import MeasurementPlan
+from lib.measurement_plan import MeasurementPlan, new_servers_text
 from lib.numbers import objective_text, probability_text, signed_percent_text
 from lib.problems import Problem, printable
 from lib.schedule import NO_SCHEDULE, TuningResult, finite_or_none
@@ -281,7 +281,8 @@ def measurement_plan_lines(plan: MeasurementPlan) -> list[str]:
             if row["more_runs"]:
                 lines.append(
                     f"    K={row['k']}: {row['more_runs']} more run(s)"
-                    f" ({row['runs']} -> {row['target_runs']}): {row['reason']}"
+                    f" ({row['runs']} -> {row['target_runs']}){new_servers_text(row)}:"
+                    f" {row['reason']}"
                 )
             else:
                 lines.append(f"    K={row['k']}: no more runs: {row['reason']}")
@@ -393,6 +394,8 @@ def check_lines(report: CheckReport) -> list[str]:
             f" {report.settings.tuning.relative_tolerance:.0%}"
             f" ({REPORTED_OVERHEAD}, for a schedule-enabled engine at K=0)"
         )
+    if report.assumption is not None:
+        lines.append(f"assumes: {report.assumption}")
     return lines
 
 

@@ -15,12 +15,15 @@ from lib.cli.main import main
 
 GOOD = GOOD_VALIDATION
 
+#: Independent runs (no server offsets): the model these expectations were derived with.
+INDEPENDENT = ["--server-cv", "0"]
+
 
 def test_no_loss_exits_0_with_a_line_per_anchor(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = write_validation(tmp_path / "v", GOOD)
-    assert main(["check", str(root)]) == EXIT_OK
+    assert main(["check", *INDEPENDENT, str(root)]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"schedule under test: {json.dumps(SCHEDULE)}"
     # Then the capture check of the schedule under test: 63 * 8 = 504 <= vLLM's default 512.
@@ -36,7 +39,7 @@ def test_the_capture_rule_is_applied_to_the_schedule_under_test(
     root = write_validation(tmp_path / "v", GOOD)
     out = tmp_path / "report.json"
     flags = ["--max-cudagraph-capture-size", "256", "--output-json", str(out)]
-    assert main(["check", str(root), *flags]) == EXIT_OK
+    assert main(["check", *INDEPENDENT, str(root), *flags]) == EXIT_OK
     captured = capsys.readouterr()
     # K=7 from 1 to 63: 32 * 8 = 256 fits, 33 * 8 = 264 does not; the schedule is what ran,
     # so it is named, not capped; the dynamic arm at 64 ran K=0 (64 tokens): not past C.
@@ -49,7 +52,9 @@ def test_the_capture_rule_is_applied_to_the_schedule_under_test(
 
 def test_a_loss_exits_1_and_says_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     values = {**GOOD, (64, "dynamic"): spread(3524.0 * 0.85)}
-    assert main(["check", str(write_validation(tmp_path / "v", values))]) == EXIT_FINDING
+    assert (
+        main(["check", *INDEPENDENT, str(write_validation(tmp_path / "v", values))]) == EXIT_FINDING
+    )
     out = capsys.readouterr().out
     assert "batch_size=64: LOSS" in out
     assert "LOSS at batch size(s) [64]" in out
@@ -63,8 +68,8 @@ def test_strict_makes_an_inconclusive_anchor_exit_1(tmp_path: Path) -> None:
         (64, "no-spec"): spread(3524.0, 0.08),
     }
     root = write_validation(tmp_path / "v", values)
-    assert main(["check", str(root)]) == EXIT_OK
-    assert main(["check", str(root), "--strict"]) == EXIT_FINDING
+    assert main(["check", *INDEPENDENT, str(root)]) == EXIT_OK
+    assert main(["check", *INDEPENDENT, str(root), "--strict"]) == EXIT_FINDING
 
 
 def test_schedule_flag_reads_any_schedule_file(
@@ -73,11 +78,11 @@ def test_schedule_flag_reads_any_schedule_file(
     root = write_validation(tmp_path / "v", GOOD)
     schedule = tmp_path / "schedule.json"
     schedule.write_text(json.dumps({"num_speculative_tokens_per_batch_size": SCHEDULE}))
-    assert main(["check", str(root), "--schedule", str(schedule)]) == EXIT_OK
+    assert main(["check", *INDEPENDENT, str(root), "--schedule", str(schedule)]) == EXIT_OK
     capsys.readouterr()
     other = tmp_path / "other.json"
     other.write_text(json.dumps([[1, 31, 7], [32, 256, 0]]))
-    assert main(["check", str(root), "--schedule", str(other)]) == EXIT_BAD_INPUT
+    assert main(["check", *INDEPENDENT, str(root), "--schedule", str(other)]) == EXIT_BAD_INPUT
     error = capsys.readouterr().err
     assert "no run served the schedule under test" in error
     assert "[[1, 31, 7], [32, 256, 0]]" in error
@@ -101,7 +106,7 @@ def test_bad_input_exits_2_with_the_problem(
     root = tmp_path / "v"
     if populate:
         write_validation(root, GOOD)
-    assert main(["check", str(root), *flags]) == EXIT_BAD_INPUT
+    assert main(["check", *INDEPENDENT, str(root), *flags]) == EXIT_BAD_INPUT
     captured = capsys.readouterr()
     assert message in captured.err
     assert "Traceback" not in captured.err
@@ -111,21 +116,29 @@ def test_bad_input_exits_2_with_the_problem(
 def test_output_json_is_written_and_deterministic(tmp_path: Path) -> None:
     root = write_validation(tmp_path / "v", GOOD)
     first, second = tmp_path / "a.json", tmp_path / "b.json"
-    assert main(["check", str(root), "--output-json", str(first)]) == EXIT_OK
-    assert main(["check", str(root), "--output-json", str(second)]) == EXIT_OK
+    assert main(["check", *INDEPENDENT, str(root), "--output-json", str(first)]) == EXIT_OK
+    assert main(["check", *INDEPENDENT, str(root), "--output-json", str(second)]) == EXIT_OK
     assert first.read_bytes() == second.read_bytes()
     assert [row["verdict"] for row in json.loads(first.read_text())["anchors"]] == ["ok", "ok"]
 
 
 def test_warnings_go_to_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     values = {**GOOD, (64, "no-spec"): [3524.0, 3530.0]}
-    assert main(["check", str(write_validation(tmp_path / "v", values))]) == EXIT_OK
+    assert main(["check", *INDEPENDENT, str(write_validation(tmp_path / "v", values))]) == EXIT_OK
     assert "no speculation: only 2 usable run(s), so it is left out" in capsys.readouterr().err
 
 
 def test_the_real_cpu_validation_sweep(capsys: pytest.CaptureFixture[str]) -> None:
     schedule = VALIDATION_SWEEP / "tuned_schedule.json"
-    arguments = ["check", str(VALIDATION_SWEEP), "--min-runs", "2", "--schedule", str(schedule)]
+    arguments = [
+        "check",
+        *INDEPENDENT,
+        str(VALIDATION_SWEEP),
+        "--min-runs",
+        "2",
+        "--schedule",
+        str(schedule),
+    ]
     # data/validation_sweeps/real-cpu-tiny-ngram/README.md: no loss, exit 0, four anchors.
     assert main(arguments) == EXIT_OK
     assert capsys.readouterr().out.count("batch_size=") == 4
@@ -135,7 +148,7 @@ def test_an_invalid_engine_setting_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = write_validation(tmp_path / "v", GOOD)
-    assert main(["check", str(root), "--max-num-seqs", "0"]) == EXIT_BAD_INPUT
+    assert main(["check", *INDEPENDENT, str(root), "--max-num-seqs", "0"]) == EXIT_BAD_INPUT
     assert "--max-num-seqs 0: expected >= 1" in capsys.readouterr().err
 
 
@@ -161,7 +174,7 @@ def test_a_validation_sweep_that_varied_the_prompt_length_is_judged_per_length(
     named with its length, while 512 tokens stays ok; without it, exit 0."""
     root = _long_prompts_validation(tmp_path / "v", long_loses)
     out = tmp_path / "check.json"
-    status = main(["check", str(root), "--output-json", str(out)])
+    status = main(["check", *INDEPENDENT, str(root), "--output-json", str(out)])
     assert status == (1 if long_loses else 0)
     lines = capsys.readouterr().out.splitlines()
     short = lines.index("at 512 prompt tokens (random_input_len):")

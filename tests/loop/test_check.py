@@ -14,10 +14,14 @@ from lib.schedule import Schedule
 from lib.settings import Options, Settings
 
 GOOD = GOOD_VALIDATION
+#: Independent runs (no server offsets): the model these expectations were derived with.
+INDEPENDENT = Options(server_cv=0.0)
 
 
 def check(root: Path, settings: CheckSettings | None = None, **schedule: Schedule) -> CheckReport:
-    return check_deployment(root, settings or CheckSettings(), schedule.get("schedule"))
+    return check_deployment(
+        root, settings or CheckSettings(options=INDEPENDENT), schedule.get("schedule")
+    )
 
 
 def test_a_schedule_as_good_as_every_alternative_passes(tmp_path: Path) -> None:
@@ -95,7 +99,9 @@ def test_noise_makes_a_close_call_inconclusive(tmp_path: Path) -> None:
 def test_a_minimised_objective_reverses_better_and_worse(tmp_path: Path) -> None:
     # Lower TPOT is better: the dynamic arm at 64 has 15 % lower TPOT than the plain server.
     values = {**GOOD, (64, "dynamic"): spread(3524.0 * 0.85)}
-    settings = CheckSettings(tuning=Settings(objective="output_throughput", direction="minimize"))
+    settings = CheckSettings(
+        options=INDEPENDENT, tuning=Settings(objective="output_throughput", direction="minimize")
+    )
     row = check(write_validation(tmp_path / "v", values), settings).verdicts.to_dicts()[1]
     assert row["verdict"] == "ok"
     # Minimising, gain = other / dynamic - 1 = 1 / 0.85 - 1, and the overhead is negative:
@@ -189,8 +195,13 @@ def test_json_report_is_deterministic(tmp_path: Path) -> None:
         "confidence": 0.9,
         "min_runs": 3,
         "seed": 49163,
+        "server_cv": 0.0,
         "batch_size_var": "max_concurrency",
     }
+    assert data["assumption"] == (
+        "no server replicas: P(eps-good) assumes servers vary by at most 0.0% (--server-cv;"
+        " measure it with tune-spec-k plan --server-replicas)"
+    )
 
 
 def test_the_real_cpu_validation_sweep_is_judged() -> None:
@@ -200,7 +211,11 @@ def test_the_real_cpu_validation_sweep_is_judged() -> None:
     data = json.loads(schedule_file.read_text())["num_speculative_tokens_per_batch_size"]
     schedule, _ = Schedule.parse(data)
     assert schedule == Schedule(((1, 1, 2), (2, 3, 5), (4, 7, 3), (8, 8, 0)))
-    report = check(VALIDATION_SWEEP, CheckSettings(tuning=Settings(min_runs=2)), schedule=schedule)
+    report = check(
+        VALIDATION_SWEEP,
+        CheckSettings(options=INDEPENDENT, tuning=Settings(min_runs=2)),
+        schedule=schedule,
+    )
     assert report.errors == []
     assert set(report.arms["arm"]) == {"dynamic", "static K=3", "no speculation"}
     rows = {row["anchor"]: row for row in report.verdicts.to_dicts()}
@@ -224,3 +239,22 @@ def test_an_arm_with_too_few_runs_is_left_out_with_a_warning(tmp_path: Path) -> 
     assert any("no K=0 server measured here" in reason for reason in row["reasons"])
     warnings = [p.message for p in report.problems if p.severity.value == "warning"]
     assert "no speculation: only 2 usable run(s), so it is left out at this batch size" in warnings
+
+
+def test_at_the_default_server_cv_a_tie_between_two_servers_is_inconclusive(
+    tmp_path: Path,
+) -> None:
+    """Batch 64: the dynamic arm runs K=0, 0.11 % below the plain server, runs 0.5 % apart.
+    With independent runs that is a sure tie ("ok"); at the default 1 % between servers, the
+    two arms are two servers, a difference of sd 1.4 %: not sure (P(at least as good) about
+    Phi(0.89 / 1.41) = 0.74 before calibration), and the report says what it assumed."""
+    root = write_validation(tmp_path / "v", GOOD)
+    independent = {row["anchor"]: row for row in check(root).verdicts.to_dicts()}
+    assert independent[64]["verdict"] == "ok"
+    report = check_deployment(root, CheckSettings(), None)
+    rows = {row["anchor"]: row for row in report.verdicts.to_dicts()}
+    assert rows[64]["verdict"] == "inconclusive"
+    assert report.assumption is not None
+    assert report.assumption.startswith(
+        "no server replicas: P(eps-good) assumes servers vary by at most 1.0% (--server-cv"
+    )

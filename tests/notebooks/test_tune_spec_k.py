@@ -63,6 +63,8 @@ SAMPLES = sorted(path for path in SAMPLE_SWEEPS.iterdir() if path.is_dir())
 # At batch size 64 both rules pick K=1 (P(eps-good) 0.97): resolved.
 CONFIDENT = mo.ui.radio(app_support.POLICY_CHOICES, value="confident: P(eps-good)")
 INTERPOLATED = mo.ui.checkbox(value=True)
+#: Independent runs: no offsets between server starts assumed (--server-cv 0).
+NO_SERVER_OFFSETS = mo.ui.slider(steps=[0.0, 0.01], value=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +189,7 @@ def test_every_control_is_in_the_sidebar_grouped_by_what_builds_it_again(
     in_page = {"compare", "context_point", "context_format"}
     assert set().union(*keys_of) == set(guide.CONTROL_HELP) - in_page
     assert len(keys_of) == 5
-    assert keys_of[0] == {"experiment", "batch_size_var"}
+    assert keys_of[0] == {"experiment", "batch_size_var", "replica_var"}
     assert keys_of[1] == {"k_var"}
     assert keys_of[2] == set(defs["get_fixable"]())
     assert keys_of[3] == {"objective", "acceptance"}
@@ -303,7 +305,10 @@ def test_the_confidence_views_on_the_worked_example(
     notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     sweep = write_grid(tmp_path / "worked", WORKED_EXAMPLE)
-    defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sweep))
+    # The published example's model: independent runs (no offsets between server starts).
+    defs = run_notebook(
+        notebook, monkeypatch, "--sweeps", str(sweep), server_cv_slider=NO_SERVER_OFFSETS
+    )
     result, report = defs["result"], defs["analysis"].report
     # The seed's rule is reported (the default): K=2 at batch size 1.
     assert result.schedule == Schedule(((1, 63, 2), (64, 64, 1)))
@@ -589,7 +594,7 @@ def test_bad_input_is_shown_not_raised_and_agrees_with_the_cli(
 
 def test_sliders_never_reload_the_sweep() -> None:
     """marimo re-runs a cell when a cell argument changes: the one that reads the files may only
-    take the experiment and the two field names, none of the policy's controls."""
+    take the experiment and the three field names, none of the policy's controls."""
     tree = ast.parse(NOTEBOOK.read_text(encoding="utf-8"))
     cells = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
     loading = [
@@ -601,14 +606,15 @@ def test_sliders_never_reload_the_sweep() -> None:
         )
     ]
     assert len(loading) == 1
-    # The experiment, the two field names, the root and the query's start (neither changes
+    # The experiment, the three field names, the root and the query's start (neither changes
     # after the first cell: it says why nothing is read while no experiment is chosen): the
-    # Fields are built from the two field controls in the same cell.
+    # Fields are built from the three field controls in the same cell.
     arguments = {argument.arg for argument in loading[0].args.args}
     assert arguments == {
         "experiment_picker",
         "k_var_picker",
         "batch_size_var_input",
+        "replica_var_input",
         "root",
         "query_start",
     }

@@ -333,7 +333,11 @@ SWITCH_RUNS = {
 
 
 def _analysis(root: Path, runs: dict[tuple[int, int], list[float]], **options: Any) -> Analysis:
-    return analyse(load_experiment(write_grid(root, runs)), Settings(), Options(**options))
+    return analyse(
+        load_experiment(write_grid(root, runs)),
+        Settings(),
+        Options(**{"server_cv": 0.0, **options}),
+    )
 
 
 def test_schedule_chart_draws_the_interpolated_schedule_and_its_switch_points(

@@ -28,7 +28,7 @@ CROSSING = {(1, 0): [100.0] * 3, (1, 3): [200.0] * 3, (16, 0): [1600.0] * 3, (16
 
 
 def _analysis(root: Path, **options: object) -> Analysis:
-    return analyse(load_experiment(root), Settings(), Options(**options))  # type: ignore[arg-type]
+    return analyse(load_experiment(root), Settings(), Options(**{"server_cv": 0.0, **options}))  # type: ignore[arg-type]
 
 
 def test_decision_lines_are_the_seeds(tmp_path: Path) -> None:
