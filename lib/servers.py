@@ -29,7 +29,8 @@ import re
 
 import polars as pl
 
-from lib.settings import DEFAULT_REPLICA_VAR
+from lib.flags import flag_name
+from lib.settings import DEFAULT_REPLICA_VAR, Fields
 
 __all__ = [
     "SERVE_COMBO",
@@ -37,6 +38,7 @@ __all__ = [
     "configuration_of",
     "replica_combo_name",
     "replica_of",
+    "replica_var_reason",
     "serve_combo_expression",
 ]
 
@@ -50,6 +52,24 @@ def _marker(replica_var: str) -> str:
     Values hold no ``-`` (the name's separator), so ``[^-]*`` ends where the value does."""
     var = re.escape(replica_var)
     return rf"^{var}=[^-]*-?|-{var}=[^-]*"
+
+
+def replica_var_reason(replica_var: str) -> str | None:
+    """Why ``replica_var`` cannot mark replicas (None when it can): a serve parameter's name,
+    not empty and without the characters that separate a combo name's parts (``-``, ``=``,
+    ``/``), else the marker would match inside other parts.
+
+    >>> replica_var_reason("seed"), replica_var_reason("rep.id")
+    (None, None)
+    >>> replica_var_reason("a-b")
+    "--replica-var 'a-b': expected a serve parameter's name without '-', '=' or '/' (e.g. seed)"
+    """
+    if replica_var and not any(character in replica_var for character in "-=/"):
+        return None
+    return (
+        f"{flag_name(Fields, 'replica_var')} {replica_var!r}: expected a serve parameter's name"
+        " without '-', '=' or '/' (e.g. seed)"
+    )
 
 
 def configuration_of(serve: str, replica_var: str = DEFAULT_REPLICA_VAR) -> str:

@@ -39,7 +39,8 @@ from typing import Any
 
 import polars as pl
 
-from lib.problems import Problem, show_value
+from lib.problems import Problem, Severity, show_value
+from lib.servers import replica_var_reason
 from lib.settings import DEFAULT_BATCH_SIZE_VAR, DEFAULT_K_VAR, DEFAULT_REPLICA_VAR
 from lib.sweep_files import DERIVED_COLUMNS, Progress, SweepFiles, read_sweep_files
 
@@ -124,13 +125,17 @@ def sweep_from(files: SweepFiles, *, replica_var: str = DEFAULT_REPLICA_VAR) -> 
                 name for name in runs.columns if name in DERIVED_COLUMNS or name in wanted
             )
             non_numeric = {name: rows for name, rows in non_numeric.items() if name in wanted}
+    problems = files.problems
+    reason = replica_var_reason(replica_var)
+    if reason is not None:
+        problems = (*problems, Problem(Severity.ERROR, "invalid-setting", reason))
     return Sweep(
         root=files.root,
         batch_size_var=files.batch_size_var,
         k_var=files.k_var,
         runs=runs,
         input_files=files.input_files,
-        problems=files.problems,
+        problems=problems,
         non_numeric=non_numeric,
         speculative_configs=files.speculative_configs,
         compilation_configs=files.compilation_configs,

@@ -335,6 +335,23 @@ CASES = [
         ),
     ),
     Case(
+        # The replicas k3-seed=0 and k3-seed=1 are one configuration; the third server set
+        # max_num_seqs too: another configuration, named beside the first of the replicas.
+        "replicas-of-two-configurations",
+        tuple(
+            Expected(
+                "pooled-servers",
+                f"SERVE--k3-seed=0-BENCH--c{anchor}/summary.json",
+                "speculative_config.num_speculative_tokens_per_batch_size",
+                "SERVE--k3-max_num_seqs=8-seed=0, SERVE--k3-seed=0",
+                message="a ranking of their mixture would hold for neither server",
+                anchor=anchor,
+                k=3,
+            )
+            for anchor in (1, 4)
+        ),
+    ),
+    Case(
         "copied-combo-folder",
         (
             Expected(

@@ -301,6 +301,27 @@ def pooled_servers() -> dict[str, bytes]:
     return render(combos)
 
 
+def replicas_of_two_configurations() -> dict[str, bytes]:
+    """K=3 measured on two server replicas (``k3-seed=0``, ``k3-seed=1``: one configuration)
+    and on a server that also set ``max_num_seqs`` (another configuration, though its K is 3
+    too): the replicas are one cell, the third server's runs must not join it."""
+    combos = healthy()
+    for anchor in ANCHORS:
+        runs = combos.pop(combo(anchor, 3))
+        servers = (
+            ("k3-seed=0", {}),
+            ("k3-seed=1", {}),
+            ("k3-max_num_seqs=8-seed=0", {"max_num_seqs": 8}),
+        )
+        for offset, (serve, extra) in enumerate(servers):
+            # Each server a little faster than the last: records of two servers never match.
+            combos[f"SERVE--{serve}-BENCH--c{anchor}"] = [
+                {**run, **extra, "output_throughput": run["output_throughput"] + offset}
+                for run in runs
+            ]
+    return render(combos)
+
+
 def copied_combo_folder() -> dict[str, bytes]:
     """A combo with two runs, copied with `cp -r`: counted twice it would pass --min-runs 3."""
     combos = healthy()
@@ -368,6 +389,7 @@ CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "bad-health-fields": bad_health_fields,
     "pooled-servers": pooled_servers,
     "copied-combo-folder": copied_combo_folder,
+    "replicas-of-two-configurations": replicas_of_two_configurations,
 }
 
 

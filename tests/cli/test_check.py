@@ -93,6 +93,8 @@ def test_schedule_flag_reads_any_schedule_file(
     [
         (False, [], "the experiment folder does not exist"),
         (True, ["--confidence", "1.5"], "--confidence 1.5"),
+        (True, ["--server-cv", "1"], "--server-cv 1.0: expected a relative standard deviation"),
+        (True, ["--replica-var", "a=b"], "--replica-var 'a=b': expected a serve parameter's"),
         (True, ["--schedule", "absent.json"], "cannot read the file"),
     ],
 )

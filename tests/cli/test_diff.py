@@ -58,6 +58,8 @@ def test_thresholds_are_flags(tmp_path: Path) -> None:
         (str(SAMPLE_SWEEPS / "noisy"), [], "cannot be tuned with these settings"),
         (SONNET, ["--max-k-loss", "-1"], "--max-k-loss -1.0"),
         (SONNET, ["--confidence", "2"], "--confidence 2.0"),
+        (SONNET, ["--server-cv", "-0.01"], "--server-cv -0.01: expected"),
+        (SONNET, ["--replica-var", ""], "--replica-var '': expected"),
     ],
 )
 def test_bad_input_exits_2(

@@ -166,6 +166,12 @@ def test_unwritable_output_exits_2(good_sweep: Path, capsys: pytest.CaptureFixtu
         (["--objective-var", "source"], ["--objective-var 'source'", "not a measurement"]),
         (["--objective-var", "k"], ["--objective-var 'k'", "not a measurement"]),
         (["--acceptance-var", "combo"], ["--acceptance-var 'combo'", "not a measurement"]),
+        # The server model's two settings: a relative sd in [0, 1), a marker name.
+        (["--server-cv", "1"], ["--server-cv 1.0", "[0, 1)"]),
+        (["--server-cv", "-0.001"], ["--server-cv -0.001", "[0, 1)"]),
+        (["--server-cv", "nan"], ["--server-cv nan", "[0, 1)"]),
+        (["--replica-var", "seed=1"], ["--replica-var 'seed=1'", "without '-', '=' or '/'"]),
+        (["--replica-var", ""], ["--replica-var ''", "serve parameter's name"]),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else value,
 )
