@@ -1,6 +1,7 @@
 """Property-based tests of bad input (issue 9): Hypothesis writes sweeps in the real layout of
 `vllm bench sweep serve` (random anchors, K sets and run counts; missing and wrong-typed fields;
-failure files; copied folders; odd folder names) and the CLI must, for every one:
+failure files; copied folders; odd folder names; server replicas of a cell, under either
+policy and any --server-cv) and the CLI must, for every one:
 
 - exit 0 with a schedule that passes vLLM's validation, or exit 2 with at least one error that
   names a file; never raise (a traceback), never take longer than the deadline;
@@ -102,6 +103,14 @@ def sweeps(draw: st.DrawFn) -> dict[str, bytes]:
                 files[f"{folder}/run={runs}.failure.json"] = json.dumps(failure).encode()
             if draw(st.integers(0, 14)) == 0:
                 files[f"{folder}/summary.json"] = draw(st.sampled_from([b"[{", b"\xff", b""]))
+            if draw(st.integers(0, 3)) == 0:
+                # A server replica of the cell (issue 23): the same runs on a second server
+                # start, offset by up to 5 % (a replica names its marker; the first is seed=0).
+                offset = draw(st.floats(0.95, 1.05))
+                replica = folder.replace(f"SERVE--k{k}-", f"SERVE--k{k}-seed=1-", 1)
+                for relative, content in list(files.items()):
+                    if relative.startswith(folder + "/"):
+                        files[relative.replace(folder, replica, 1)] = _offset(content, offset)
             if draw(st.integers(0, 14)) == 0:
                 # `cp -r` of the whole combo.
                 for relative, content in list(files.items()):
@@ -116,6 +125,23 @@ def sweeps(draw: st.DrawFn) -> dict[str, bytes]:
     return files
 
 
+def _offset(content: bytes, factor: float) -> bytes:
+    """A record file's content with every numeric ``output_throughput`` times ``factor``
+    (anything else, unreadable bytes included, as it was)."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return content
+
+    def shifted(record: Any) -> Any:
+        if isinstance(record, dict) and isinstance(record.get("output_throughput"), float):
+            return {**record, "output_throughput": record["output_throughput"] * factor}
+        return record
+
+    data = [shifted(r) for r in data] if isinstance(data, list) else shifted(data)
+    return json.dumps(data).encode()
+
+
 def _write(root: Path, files: dict[str, bytes]) -> None:
     for relative, content in files.items():
         path = root / relative
@@ -123,8 +149,10 @@ def _write(root: Path, files: dict[str, bytes]) -> None:
         path.write_bytes(content)
 
 
-def _run(experiment: Path, output: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Any, ...]:
-    code = main([str(experiment), "--output-json", str(output)])
+def _run(
+    experiment: Path, output: Path, capsys: pytest.CaptureFixture[str], *flags: str
+) -> tuple[Any, ...]:
+    code = main([str(experiment), "--output-json", str(output), *flags])
     captured = capsys.readouterr()
     written = output.read_bytes() if output.exists() else None
     if output.exists():
@@ -143,16 +171,21 @@ _ERROR_WITH_FILE = re.compile(r"^  error \[[a-z0-9-]+\] .* in \S")
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(files=sweeps())
+@given(
+    files=sweeps(),
+    server_cv=st.sampled_from(["0", "0.01", "0.05", "0.999"]),
+    policy=st.sampled_from(["seed", "confident"]),
+)
 def test_every_sweep_gets_a_schedule_or_a_named_problem(
-    files: dict[str, bytes], capsys: pytest.CaptureFixture[str]
+    files: dict[str, bytes], server_cv: str, policy: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         experiment = Path(scratch) / "experiment"
         experiment.mkdir()
         _write(experiment, files)
         output = Path(scratch) / "schedule.json"
-        first = _run(experiment, output, capsys)
+        flags = ("--server-cv", server_cv, "--policy", policy)
+        first = _run(experiment, output, capsys, *flags)
         code, _, err, written = first
         assert code in (EXIT_OK, EXIT_BAD_INPUT), err
         event(f"exit {code}")
@@ -165,7 +198,7 @@ def test_every_sweep_gets_a_schedule_or_a_named_problem(
             assert any(_ERROR_WITH_FILE.match(line) for line in err.splitlines()), err
         # Every line stays a line: no name or value can start a forged one.
         assert not any(line.startswith("error [x]") for line in err.splitlines())
-        assert _run(experiment, output, capsys) == first
+        assert _run(experiment, output, capsys, *flags) == first
         shutil.rmtree(experiment)
 
 
