@@ -428,10 +428,16 @@ def check_deployment(
     )
     # The loader judges K by the global field; arms are judged here, so its K findings go.
     problems += [p for p in sweep.problems if p.rule not in ("missing-k", "invalid-k")]
-    axis = find_context_axis(sweep, settings.context)[0] if not problems else None
     empty = _report(settings, dynamic, ())
-    if any(p.severity is Severity.ERROR for p in problems) or sweep.runs.is_empty():
+    if errors(problems) or sweep.runs.is_empty():
         return dataclasses.replace(empty, problems=tuple(problems))
+    # The loader's warnings and notes (a warm-up file ignored, ...) leave the axis as it is.
+    axis, found = find_context_axis(sweep, settings.context)
+    if axis is None:
+        # Why there is none: a note, or an error (a named field no record holds, ...).
+        problems += found
+        if errors(found):
+            return dataclasses.replace(empty, problems=tuple(problems))
     configs = _configs_by_row(sweep)
     if dynamic is None:
         candidates = _dynamic_candidates(configs)

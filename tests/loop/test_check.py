@@ -492,3 +492,26 @@ def test_the_capture_rule_holds_a_context_schedule_to_its_largest_k_per_batch_si
         "the context schedule held to its largest K per batch size over every context,"
         " [[1, 63, 3], [64, 256, 3]]: batch sizes 129-256 run K=3"
     )
+
+
+def test_a_note_of_the_loader_leaves_the_context_axis_on(tmp_path: Path) -> None:
+    """A warm-up file (the loader's note "warm-up run ignored") once switched the axis off:
+    the two prompt lengths were pooled and static K=7's 25 % lead at batch 64 and 8192
+    tokens (4400 against 3520) vanished. Judged per length it is a loss there."""
+    root = write_validation(tmp_path / "v", GOOD, prompt_tokens=512)
+    write_validation(root, {**GOOD, (64, "static-k7"): spread(4400.0)}, prompt_tokens=8192)
+    (root / "SERVE--dynamic-BENCH--c1-p512" / "warmup.json").write_text("{}")
+    report = check(root)
+    assert "warmup-ignored" in [p.rule for p in report.problems]
+    assert [c.prompt_tokens for c in report.contexts] == [512, 8192]
+    assert by_cell(report, "verdict")[(64, 8192)] == "loss"
+
+
+def test_a_prompt_length_field_no_record_holds_is_an_error_not_a_pooled_check(
+    tmp_path: Path,
+) -> None:
+    root = write_validation(tmp_path / "v", GOOD)
+    settings = CheckSettings(options=INDEPENDENT, context=ContextSettings(context_var="my_len"))
+    report = check(root, settings)
+    assert [p.rule for p in report.errors] == ["context-field-missing"]
+    assert report.verdicts.is_empty()
