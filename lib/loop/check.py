@@ -82,6 +82,7 @@ __all__ = [
     "UnderTest",
     "check_deployment",
     "context_schedule_file",
+    "speculative_config_of",
 ]
 
 DYNAMIC = "dynamic"
@@ -601,6 +602,17 @@ def _k_at_point(schedule: UnderTest, context: int) -> Callable[[int], int]:
     return functools.partial(schedule.k_at, context=context)
 
 
+def speculative_config_of(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """The ``speculative_config`` a file holds (an export's or a result's; a JSON string is
+    read as JSON), else the file itself, and the prefix naming its fields in a problem.
+
+    >>> speculative_config_of({"speculative_config": '{"num_speculative_tokens": 3}'})
+    ({'num_speculative_tokens': 3}, 'speculative_config.')
+    """
+    nested = parse_json_string(data.get("speculative_config"))
+    return (nested, "speculative_config.") if isinstance(nested, dict) else (data, "")
+
+
 def context_schedule_file(data: Any, source: str) -> tuple[ContextSchedule | None, list[Problem]]:
     """The context schedule a ``--schedule`` file holds: a ``tune-spec-k export`` file of
     ``vllm-rfc-48944`` or ``vllm-pr-54801`` (its ``speculative_config``), or a
@@ -620,8 +632,7 @@ def context_schedule_file(data: Any, source: str) -> tuple[ContextSchedule | Non
     """
     if not isinstance(data, dict):
         return None, []
-    nested = parse_json_string(data.get("speculative_config"))
-    config, prefix = (nested, "speculative_config.") if isinstance(nested, dict) else (data, "")
+    config, prefix = speculative_config_of(data)
     kind = data.get("format")
     schedule, violations = context_schedule_of(config)
     key = context_schedule_key(config)
