@@ -8,10 +8,16 @@ it). Each run is put in an *arm* by its ``speculative_config``:
 arm            the run's server
 ============== =========================================================================
 ``dynamic``    the schedule under test (``--schedule``), or else the one multi-range schedule
+               (a batch schedule, or a context schedule setting more than one K)
 ``static K=k`` ``num_speculative_tokens: k`` without a schedule
 ``K=k (1-range)`` a one-range schedule ``[[1, hi, k]]``: the seed's sweep design
+``other ...``  another schedule
 ``no speculation`` no ``speculative_config``: K=0 without the Dynamic SD engine
 ============== =========================================================================
+
+A context schedule (PR #48944's 5-tuples, PR #54801's table pair) runs the K its tables give at
+the run's context point's decode-time context (:func:`check_deployment`); the validation sweep
+is then judged per context point, or at its one prompt length.
 
 Per anchor, with the confidence machinery of :mod:`lib.confidence` (the arms play the part of
 K: pooled log-scale noise, seeded Monte-Carlo), three probabilities that the dynamic arm is
@@ -138,7 +144,7 @@ class CheckSettings:
     tuning: Settings = field(default_factory=Settings)
     options: Options = field(default_factory=Options)
     fields: Fields = field(default_factory=Fields)
-    #: Whether the validation sweep's prompt length is an axis (then the check refuses).
+    #: Whether and how the validation sweep's prompt length is an axis (judged per context point).
     context: ContextSettings = field(default_factory=ContextSettings)
 
     @property
