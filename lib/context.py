@@ -72,6 +72,7 @@ __all__ = [
     "context_points",
     "find_context_axis",
     "output_length_problem",
+    "sole_context_point",
 ]
 
 
@@ -264,52 +265,10 @@ def find_context_axis(
     - No cell mixes contexts: a point spans at most the tolerance (:func:`context_points`
       bounds it from its smallest length), so no check of a cell's own spread is needed.
     """
-    if settings.context_var == CONTEXT_NONE:
-        return None, []
-    named_wrong = context_var_reason(settings.context_var, objective)
-    if named_wrong is not None:
-        return None, [Problem(Severity.ERROR, "invalid-setting", named_wrong)]
-    source = _prompt_expression(sweep, settings.context_var)
-    if source is None:
-        if settings.context_var == CONTEXT_AUTO:
-            return None, []
-        return None, [
-            Problem(
-                Severity.ERROR,
-                "context-field-missing",
-                "no record holds the prompt-length field named by --context-var",
-                field="--context-var",
-                value=repr(settings.context_var),
-                expected="a numeric record field, e.g. random_input_len; or auto / none",
-            )
-        ]
-    label, prompt = source
-    runs = sweep.runs.with_columns(prompt.cast(pl.Float64).alias("prompt_tokens"))
-    text_rows = _text_prompt_rows(sweep, label)
-    refused = _text_prompt_problems(sweep, label, text_rows) + _out_of_range_problems(runs, label)
-    # A refused run is out of the grid (and its folder's other runs do not fill it in).
-    out_of_range = [prompt_length_reason(value) is not None for value in _values(runs)]
-    in_text = runs.with_row_index("_row")["_row"].is_in(sorted(text_rows))
-    runs = runs.with_columns(
-        (pl.Series(out_of_range, dtype=pl.Boolean) | in_text).alias("_refused")
-    ).with_columns(
-        pl.when(~pl.col("_refused")).then(pl.col("prompt_tokens")).alias("prompt_tokens")
-    )
-    # A failed run has no measurement: its folder (one bench combo) says its prompt length.
-    by_folder = (
-        runs.filter(pl.col("prompt_tokens").is_not_null())
-        .group_by("combo")
-        .agg(pl.col("prompt_tokens").median().alias("_folder_prompt"))
-    )
-    runs = (
-        runs.join(by_folder, on="combo", how="left", maintain_order="left")
-        .with_columns(
-            pl.when(~pl.col("_refused"))
-            .then(pl.col("prompt_tokens").fill_null(pl.col("_folder_prompt")))
-            .alias("prompt_tokens")
-        )
-        .drop("_folder_prompt")
-    )
+    found = _prompted_runs(sweep, settings, objective)
+    if not isinstance(found, _PromptedRuns):
+        return None, found
+    label, runs, refused = found.label, found.runs, found.refused
     placed_values = runs["prompt_tokens"].drop_nulls().to_list()
     groups = context_points(placed_values, settings.context_tolerance)
     if len(groups) < 2:
@@ -379,21 +338,159 @@ def find_context_axis(
     output = _output_tokens(runs)
     points = []
     for index, group in enumerate(groups):
-        members = runs.filter(pl.col("context_point") == index)
-        outputs = None
-        if output is not None:
-            outputs = output.filter(runs["context_point"] == index).drop_nulls()
-        output_tokens = None
-        if outputs is not None and outputs.len():
-            median = float(outputs.median())  # type: ignore[arg-type]
-            bad_output = output_length_problem(median, round(statistics.median(group)), members)
-            if bad_output is None:
-                output_tokens = round(median)
-            else:
-                problems.append(bad_output)
-        points.append(ContextPoint(round(statistics.median(group)), output_tokens, members.height))
+        members = runs["context_point"] == index
+        point, bad_output = _context_point(group, runs.filter(members), output, members)
+        points.append(point)
+        problems += [bad_output] if bad_output is not None else []
     axis = ContextAxis(label, settings.context_tolerance, tuple(points), runs, tuple(problems))
     return axis, list(problems)
+
+
+def sole_context_point(
+    sweep: Sweep, settings: ContextSettings, needed_for: str
+) -> tuple[ContextPoint | None, str | None, list[Problem]]:
+    """The one context point of a sweep that did not vary the prompt length (where
+    :func:`find_context_axis` finds no axis), and the field its length came from: every run's
+    prompt length read by the axis's own rules (``--context-var``'s field; with ``auto`` the
+    swept prompt-length key, else the measured mean prompt ``total_input_tokens /
+    completed``), the point named by their median, with the runs' median output length.
+
+    None and an error (its message ends with ``needed_for``: why the length is wanted) where
+    there is no one length: ``--context-var none``, no record with a prompt length, a refused
+    length (its own error), or lengths more than the tolerance apart that are still no axis
+    (each (batch size, K) measured at one of them, or each seed at its own)."""
+    found = _prompted_runs(sweep, settings, None)
+    if isinstance(found, list) and found:
+        return None, None, found
+    if not isinstance(found, _PromptedRuns) or found.runs["prompt_tokens"].is_null().all():
+        reason = (
+            "--context-var none ignores the prompt length"
+            if settings.context_var == CONTEXT_NONE
+            else "no record holds a prompt length"
+        )
+        return (
+            None,
+            None,
+            [
+                Problem(
+                    Severity.ERROR,
+                    "no-prompt-length",
+                    f"{reason}: {needed_for}",
+                    field="--context-var",
+                    value=repr(settings.context_var),
+                    expected="records with random_input_len, or total_input_tokens and completed;"
+                    " or --context-var FIELD",
+                )
+            ],
+        )
+    if found.refused:
+        return None, None, found.refused
+    prompts = found.runs["prompt_tokens"]
+    groups = context_points(prompts.drop_nulls().to_list(), settings.context_tolerance)
+    if len(groups) > 1:
+        lengths = ", ".join(_tokens(statistics.median(group)) for group in groups)
+        return (
+            None,
+            None,
+            [
+                Problem(
+                    Severity.ERROR,
+                    "several-prompt-lengths",
+                    "the runs' prompt lengths differ by more than the context tolerance but are no"
+                    f" context axis (no (batch size, K) measured at several of them): {needed_for}",
+                    field=found.label,
+                    value=lengths,
+                    expected="one prompt length, or the same (batch size, K) measured at several",
+                )
+            ],
+        )
+    chosen = prompts.is_not_null()
+    point, bad_output = _context_point(
+        groups[0], found.runs.filter(chosen), _output_tokens(found.runs), chosen
+    )
+    return point, found.label, [bad_output] if bad_output is not None else []
+
+
+@dataclass(frozen=True, eq=False)
+class _PromptedRuns:
+    """The sweep's runs with their prompt length (``prompt_tokens``, null where a run has none
+    or was refused; ``_refused`` marks the refused), where it came from, and the errors of
+    the refused lengths."""
+
+    label: str
+    runs: pl.DataFrame
+    refused: list[Problem]
+
+
+def _prompted_runs(
+    sweep: Sweep, settings: ContextSettings, objective: str | None
+) -> _PromptedRuns | list[Problem]:
+    """Every run's prompt length by the rules of :func:`find_context_axis` (the field, text
+    and out-of-range lengths refused, a failed run taking its folder's), or why there is none
+    (empty: ``none``, or ``auto`` finding no field)."""
+    if settings.context_var == CONTEXT_NONE:
+        return []
+    named_wrong = context_var_reason(settings.context_var, objective)
+    if named_wrong is not None:
+        return [Problem(Severity.ERROR, "invalid-setting", named_wrong)]
+    source = _prompt_expression(sweep, settings.context_var)
+    if source is None:
+        if settings.context_var == CONTEXT_AUTO:
+            return []
+        return [
+            Problem(
+                Severity.ERROR,
+                "context-field-missing",
+                "no record holds the prompt-length field named by --context-var",
+                field="--context-var",
+                value=repr(settings.context_var),
+                expected="a numeric record field, e.g. random_input_len; or auto / none",
+            )
+        ]
+    label, prompt = source
+    runs = sweep.runs.with_columns(prompt.cast(pl.Float64).alias("prompt_tokens"))
+    text_rows = _text_prompt_rows(sweep, label)
+    refused = _text_prompt_problems(sweep, label, text_rows) + _out_of_range_problems(runs, label)
+    # A refused run is out of the grid (and its folder's other runs do not fill it in).
+    out_of_range = [prompt_length_reason(value) is not None for value in _values(runs)]
+    in_text = runs.with_row_index("_row")["_row"].is_in(sorted(text_rows))
+    runs = runs.with_columns(
+        (pl.Series(out_of_range, dtype=pl.Boolean) | in_text).alias("_refused")
+    ).with_columns(
+        pl.when(~pl.col("_refused")).then(pl.col("prompt_tokens")).alias("prompt_tokens")
+    )
+    # A failed run has no measurement: its folder (one bench combo) says its prompt length.
+    by_folder = (
+        runs.filter(pl.col("prompt_tokens").is_not_null())
+        .group_by("combo")
+        .agg(pl.col("prompt_tokens").median().alias("_folder_prompt"))
+    )
+    runs = (
+        runs.join(by_folder, on="combo", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(~pl.col("_refused"))
+            .then(pl.col("prompt_tokens").fill_null(pl.col("_folder_prompt")))
+            .alias("prompt_tokens")
+        )
+        .drop("_folder_prompt")
+    )
+    return _PromptedRuns(label, runs, refused)
+
+
+def _context_point(
+    group: Sequence[float], members: pl.DataFrame, output: pl.Series | None, chosen: pl.Series
+) -> tuple[ContextPoint, Problem | None]:
+    """The point of one group of prompt lengths (:func:`context_points`): named by their
+    median, with the median output length of its runs (``members``: ``output`` where
+    ``chosen``), none where unknown or no length (:func:`output_length_problem`)."""
+    prompt = statistics.median(group)
+    outputs = output.filter(chosen).drop_nulls() if output is not None else None
+    if outputs is None or not outputs.len():
+        return ContextPoint(round(prompt), None, members.height), None
+    median = float(outputs.median())  # type: ignore[arg-type]
+    bad_output = output_length_problem(median, round(prompt), members)
+    output_tokens = round(median) if bad_output is None else None
+    return ContextPoint(round(prompt), output_tokens, members.height), bad_output
 
 
 def _one_point_each(placed: pl.DataFrame, within: tuple[str, ...]) -> bool:

@@ -25,6 +25,7 @@ grid and choices give the same bytes (:meth:`ContextExport.text`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
 import json
@@ -32,10 +33,10 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from lib.files import read_json
-from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, whole_number
+from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, parse_json_string, whole_number
 from lib.numbers import percent_text
 from lib.problems import Problem, Severity, show_value
 from lib.schedule import Schedule, validate_schedule
@@ -43,6 +44,7 @@ from lib.settings import Direction, prompt_length_expected, prompt_length_reason
 
 __all__ = [
     "CONTEXT_FORMATS",
+    "CONTEXT_SCHEDULE_FORMATS",
     "CTX_AGGS",
     "MAX_EXHAUSTIVE",
     "PR_54801_COMBINATION",
@@ -56,9 +58,13 @@ __all__ = [
     "ContextGrid",
     "ContextMix",
     "ContextPoint",
+    "ContextSchedule",
+    "ContextScheduleFormat",
     "CtxAgg",
     "GridCell",
     "LossSummary",
+    "Pr54801Schedule",
+    "Rfc48944Schedule",
     "TablePair",
     "assemble_grid",
     "batch_ranges",
@@ -69,6 +75,8 @@ __all__ = [
     "context_grid_of",
     "context_mix",
     "context_ranges",
+    "context_schedule_key",
+    "context_schedule_of",
     "default_context_mix",
     "loss_percent",
     "loss_summary",
@@ -77,6 +85,7 @@ __all__ = [
     "normalised_weights",
     "not_deployable_refusal",
     "pr_54801_export",
+    "pr_54801_k_at",
     "pr_54801_violations",
     "range_k_at",
     "read_context_grid",
@@ -1628,6 +1637,20 @@ def pr_54801_violations(config: Mapping[str, Any]) -> list[str]:
     )
 
 
+def pr_54801_k_at(
+    batch_table: Schedule, length_table: Sequence[Sequence[int]], batch_size: int, context: int
+) -> int:
+    """The K PR #54801 is assumed to run (:data:`PR_54801_COMBINATION`): the smaller of the
+    batch table's K at ``batch_size`` (:meth:`lib.schedule.Schedule.k_at`) and the length
+    table's at ``context`` (:func:`range_k_at`).
+
+    >>> pr_54801_k_at(Schedule(((1, 63, 3), (64, 256, 5))), [[1, 2180, 3], [2181, 9999, 0]],
+    ...               64, 2180)
+    3
+    """
+    return min(batch_table.k_at(batch_size), range_k_at(length_table, context))
+
+
 @dataclass(frozen=True)
 class TablePair:
     """PR #54801's two tables, as chosen: a K per batch anchor and a K per context point; how
@@ -1965,7 +1988,7 @@ def pr_54801_export(
         return None, _invalid("vllm-pr-54801", config, violations)
 
     def exported_k(batch: int, context: int) -> int:
-        return min(batch_table.k_at(batch), range_k_at(length_table, context))
+        return pr_54801_k_at(batch_table, length_table, batch, context)
 
     losses = cell_losses(grid, exported_k, mix)
     search = {
@@ -1994,6 +2017,153 @@ def pr_54801_export(
         warnings=_pr_54801_warnings(grid, pair, losses, mix),
         notes=notes,
     ), []
+
+
+# ------------------------------------------------------------------ deployed context schedules
+
+ContextScheduleFormat = Literal["vllm-rfc-48944", "vllm-pr-54801"]
+#: The context formats whose K depends on the context (``vllm-context`` is one batch schedule).
+CONTEXT_SCHEDULE_FORMATS: tuple[ContextScheduleFormat, ...] = get_args(ContextScheduleFormat)
+
+
+@dataclass(frozen=True)
+class Rfc48944Schedule:
+    """A deployed PR #48944 schedule: its ``[bs_lo, bs_hi, ctx_lo, ctx_hi, K]`` entries,
+    sorted (equal schedules compare equal, whichever of its two names ``key`` held them)."""
+
+    entries: tuple[tuple[int, int, int, int, int], ...]
+    key: str = dataclasses.field(default=RFC_48944_KEY, compare=False)
+
+    format: ClassVar[ContextScheduleFormat] = "vllm-rfc-48944"
+
+    def k_at(self, batch_size: int, context: int) -> int:
+        """The K it runs at ``batch_size`` and decode-time ``context``
+        (:func:`rfc_48944_k_at`)."""
+        return rfc_48944_k_at(self.entries, batch_size, context)
+
+    @property
+    def ks(self) -> frozenset[int]:
+        """Every K the schedule holds."""
+        return frozenset(entry[4] for entry in self.entries)
+
+    def batch_bound(self) -> Schedule:
+        """The largest K it runs at each batch range, over every context: what the CUDA-graph
+        capture rule is held to."""
+        largest: dict[tuple[int, int], int] = {}
+        for bs_lo, bs_hi, _, _, k in self.entries:
+            largest[(bs_lo, bs_hi)] = max(k, largest.get((bs_lo, bs_hi), 0))
+        return Schedule(tuple((lo, hi, k) for (lo, hi), k in sorted(largest.items())))
+
+    def to_json(self) -> dict[str, Any]:
+        """The format and the table, as the ``speculative_config`` held it."""
+        return {"format": self.format, self.key: [list(entry) for entry in self.entries]}
+
+
+@dataclass(frozen=True)
+class Pr54801Schedule:
+    """A deployed PR #54801 schedule: its batch table and its length table (sorted)."""
+
+    batch_table: Schedule
+    length_table: tuple[tuple[int, int, int], ...]
+
+    format: ClassVar[ContextScheduleFormat] = "vllm-pr-54801"
+
+    def k_at(self, batch_size: int, context: int) -> int:
+        """The K it is assumed to run at ``batch_size`` and decode-time ``context``
+        (:func:`pr_54801_k_at`)."""
+        return pr_54801_k_at(self.batch_table, self.length_table, batch_size, context)
+
+    @property
+    def ks(self) -> frozenset[int]:
+        """Every K either table can make the engine run (the smaller of the two)."""
+        return frozenset(
+            min(batch_k, length_k)
+            for _, _, batch_k in self.batch_table.ranges
+            for _, _, length_k in self.length_table
+        )
+
+    def batch_bound(self) -> Schedule:
+        """The batch table: the smaller-K rule never runs more than it says."""
+        return self.batch_table
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            _SCHEDULE_KEY: self.batch_table.to_json(),
+            SEQ_LEN_KEY: [list(entry) for entry in self.length_table],
+        }
+
+
+#: A deployed schedule whose K depends on the context too.
+ContextSchedule = Rfc48944Schedule | Pr54801Schedule
+
+
+def context_schedule_key(config: Mapping[str, Any]) -> str | None:
+    """The key that makes a ``speculative_config`` a context schedule: PR #48944's
+    :data:`RFC_48944_KEY`, PR #54801's :data:`SEQ_LEN_KEY`, or PR #48944's deprecated alias
+    :data:`RFC_48944_LEGACY_KEY` holding 5-item entries; None for a batch schedule or none.
+
+    >>> context_schedule_key({RFC_48944_LEGACY_KEY: [[1, 8, 1, 100, 3]]})
+    'num_speculative_tokens_per_batch_size'
+    >>> context_schedule_key({RFC_48944_LEGACY_KEY: [[1, 8, 3]]}) is None
+    True
+    """
+    for key in (RFC_48944_KEY, SEQ_LEN_KEY):
+        if key in config:
+            return key
+    legacy = parse_json_string(config.get(RFC_48944_LEGACY_KEY))
+    if isinstance(legacy, list) and any(
+        isinstance(entry, list) and len(entry) == 5 for entry in legacy
+    ):
+        return RFC_48944_LEGACY_KEY
+    return None
+
+
+def context_schedule_of(
+    config: Mapping[str, Any],
+) -> tuple[ContextSchedule | None, list[tuple[str, str]]]:
+    """The context schedule a ``speculative_config`` holds, or None and each rule its tables
+    break, as (the key, the rule) (none: the config is no context schedule,
+    :func:`context_schedule_key`). PR #48944: the entries under exactly one of its two names,
+    by :func:`rfc_48944_violations`; PR #54801: the length table (:func:`seq_len_violations`)
+    beside a batch table (vLLM's rules), and no PR #48944 table with it. Tables written as JSON
+    strings are read as JSON. ``num_speculative_tokens`` and ``ctx_agg`` are not part of the
+    schedule.
+
+    >>> context_schedule_of({SEQ_LEN_KEY: [[1, 9, 3]]})[1][0][0]
+    'num_speculative_tokens_per_batch_size'
+    >>> schedule, _ = context_schedule_of({RFC_48944_KEY: [[1, 8, 101, 999, 0], [1, 8, 1, 100, 3]]})
+    >>> schedule.entries, schedule.k_at(4, 100), schedule.k_at(4, 101)
+    (((1, 8, 1, 100, 3), (1, 8, 101, 999, 0)), 3, 0)
+    """
+    key = context_schedule_key(config)
+    if key is None:
+        return None, []
+    if SEQ_LEN_KEY in config:
+        if RFC_48944_KEY in config:
+            return None, [(SEQ_LEN_KEY, f"beside {RFC_48944_KEY}: one context format at a time")]
+        if _SCHEDULE_KEY not in config:
+            return None, [
+                (_SCHEDULE_KEY, "missing: PR #54801 pairs the length table with a batch table")
+            ]
+        table = parse_json_string(config[SEQ_LEN_KEY])
+        batch, violations = Schedule.parse(parse_json_string(config[_SCHEDULE_KEY]))
+        found = [(_SCHEDULE_KEY, v) for v in violations]
+        found += [(SEQ_LEN_KEY, v) for v in seq_len_violations(table)]
+        if batch is None or found:
+            return None, found
+        lengths = tuple(sorted((lo, hi, k) for lo, hi, k in table))
+        return Pr54801Schedule(Schedule(tuple(sorted(batch.ranges))), lengths), []
+    if RFC_48944_KEY in config and RFC_48944_LEGACY_KEY in config:
+        return None, [
+            (RFC_48944_KEY, f"beside {RFC_48944_LEGACY_KEY}: the schedule under one of its names")
+        ]
+    entries = parse_json_string(config[key])
+    violations = rfc_48944_violations(entries)
+    if violations:
+        return None, [(key, v) for v in violations]
+    ordered = tuple(sorted((a, b, c, d, e) for a, b, c, d, e in entries))
+    return Rfc48944Schedule(ordered, key), []
 
 
 # ------------------------------------------------------------------ every format

@@ -257,18 +257,29 @@ def arm_spec(arm: str) -> tuple[str | dict[str, Any], int]:
 
 
 def write_validation(
-    root: Path, values: dict[tuple[int, str], list[float]], prompt_tokens: int | None = None
+    root: Path,
+    values: dict[tuple[int, str], list[float]],
+    prompt_tokens: int | None = None,
+    *,
+    dynamic: Mapping[str, Any] | None = None,
+    output_len: int | None = None,
 ) -> Path:
     """One combo per (anchor, arm), one run per value, named as `plan --validate` names them;
     with ``prompt_tokens``, every run at that swept ``random_input_len`` (its combos named
-    ``-p<tokens>``), as a validation sweep over prompt lengths holds one set per length."""
+    ``-p<tokens>``), as a validation sweep over prompt lengths holds one set per length.
+    ``dynamic``: the dynamic arm's ``speculative_config`` (default :data:`DYNAMIC`);
+    ``output_len``: every run's measured ``total_output_tokens`` per prompt (default: none)."""
     swept: dict[str, Any] = {}
     suffix = ""
     if prompt_tokens is not None:
         swept = {"random_input_len": prompt_tokens, "total_input_tokens": prompt_tokens * 100}
         suffix = f"-p{prompt_tokens}"
+    if output_len is not None:
+        swept["total_output_tokens"] = output_len * NUM_PROMPTS
     for (anchor, arm), runs in values.items():
         spec, k = arm_spec(arm)
+        if arm == "dynamic" and dynamic is not None:
+            spec = dict(dynamic)
         records = [
             record(anchor, k, run_number=n, spec=spec, output_throughput=value, **swept)
             for n, value in enumerate(runs)
@@ -381,3 +392,50 @@ def write_table(root: Path, table: Mapping[int, Sequence[float]], **fields: Any)
         for k, value in zip(TABLE_KS, values, strict=True)
     }
     return write_grid(root, cells, **fields)
+
+
+# --------------------------------------------------------------------------- context validation
+
+#: A validation sweep over two prompt lengths (512 and 8192 tokens, 128 output tokens: decode-
+#: time contexts 576 and 8256, PR #48944-style boundary isqrt(576 x 8256) = 2180), per prompt
+#: length (anchor, arm) -> runs of the static and plain servers. Speculation (K=3) pays at
+#: batch 1 at both lengths and at batch 64 at 512 tokens (3500 > 3000); at batch 64 and 8192
+#: tokens the plain server wins (2600 > 2000): the right K is 3 there except (64, 8192): 0.
+CONTEXT_ARMS: dict[int, dict[tuple[int, str], list[float]]] = {
+    512: {
+        (1, "static-k3"): spread(300.0),
+        (1, "no-spec"): spread(200.0),
+        (64, "static-k3"): spread(3500.0),
+        (64, "no-spec"): spread(3000.0),
+    },
+    8192: {
+        (1, "static-k3"): spread(250.0),
+        (1, "no-spec"): spread(180.0),
+        (64, "static-k3"): spread(2000.0),
+        (64, "no-spec"): spread(2600.0),
+    },
+}
+#: The output length of every run of a context validation sweep.
+CONTEXT_OUTPUT_LEN = 128
+
+
+def write_context_validation(
+    root: Path,
+    arms: Mapping[int, Mapping[tuple[int, str], list[float]]],
+    dynamic: Mapping[str, Any],
+    dynamic_ks: Mapping[tuple[int, int], int],
+) -> Path:
+    """A validation sweep per prompt length (:func:`write_validation`, ``output_len``
+    :data:`CONTEXT_OUTPUT_LEN`): the static and plain servers' ``arms`` per prompt length, and
+    the dynamic arm served with the ``speculative_config`` ``dynamic``, measuring at each
+    (anchor, prompt) what the server of the K it runs there (``dynamic_ks``, derived by the
+    test) measured: ``static-k<K>``'s runs, ``no-spec``'s for K=0."""
+    for prompt, values in arms.items():
+        runs = dict(values)
+        for (anchor, at), k in dynamic_ks.items():
+            if at == prompt:
+                runs[(anchor, "dynamic")] = list(
+                    values[(anchor, f"static-k{k}" if k else "no-spec")]
+                )
+        write_validation(root, runs, prompt, dynamic=dynamic, output_len=CONTEXT_OUTPUT_LEN)
+    return root

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from sweep_builder import CONTEXT_GRID, spread, write_context_grid
+from sweep_builder import CONTEXT_GRID, spread, write_context_grid, write_grid
 
 from lib.cli.main import main
-from lib.context import analyse_contexts, find_context_axis
+from lib.context import analyse_contexts, find_context_axis, sole_context_point
 from lib.deploy.result_file import result_document
 from lib.settings import ContextSettings, Options, Settings
 from lib.sweeps import load_experiment
@@ -482,3 +482,57 @@ def test_an_output_length_no_engine_takes_is_refused_not_written(
     if not refused:
         exported = tmp_path / "vllm_context.json"
         assert main(["export", str(out), "--format", "vllm-context", "-o", str(exported)]) == 0
+
+
+# --------------------------------------------------------------------------- one prompt length
+
+WHY = "the schedule's K depends on it"
+
+
+def _sole(root: Path, **settings: object):  # type: ignore[no-untyped-def]
+    return sole_context_point(load_experiment(root), ContextSettings(**settings), WHY)  # type: ignore[arg-type]
+
+
+def test_a_sweep_of_one_prompt_length_is_one_point_at_its_decode_time_context(
+    tmp_path: Path,
+) -> None:
+    # 512-token prompts, 128 output tokens: decode-time context 512 + 128 / 2 = 576.
+    cells = {(anchor, k, 512): spread(100.0 + k) for anchor in (1, 64) for k in (0, 3)}
+    point, label, problems = _sole(write_context_grid(tmp_path, cells))
+    assert problems == [] and label == "random_input_len"
+    assert point is not None
+    assert (point.prompt_tokens, point.output_tokens, point.context_tokens) == (512, 128, 576)
+    # Without the swept key, the measured mean prompt (total_input_tokens / completed).
+    root = write_context_grid(tmp_path / "measured", cells, prompt_fields={})
+    point, label, _ = _sole(root)
+    assert label == "total_input_tokens/completed"
+    assert point is not None and point.context_tokens == 576
+
+
+def test_lengths_within_the_tolerance_are_the_one_point_and_beyond_it_an_error(
+    tmp_path: Path,
+) -> None:
+    """Each anchor measured at its own length: 512 and 563 (563 <= 512 x 1.1 = 563.2) are one
+    point named by their median, 537.5 -> 538 (the axis's rounding); 512 and 564 are two
+    lengths that are no axis, so there is no one length to judge at."""
+    for top, expected in ((563, 538), (564, None)):
+        cells = {(1, k, 512): spread(100.0 + k) for k in (0, 3)}
+        cells |= {(64, k, top): spread(4000.0 + k) for k in (0, 3)}
+        point, _, problems = _sole(write_context_grid(tmp_path / str(top), cells))
+        assert (None if point is None else point.prompt_tokens) == expected
+        if expected is None:
+            assert [p.rule for p in problems] == ["several-prompt-lengths"]
+            assert problems[0].value == "512, 564" and problems[0].message.endswith(WHY)
+
+
+def test_no_prompt_length_is_an_error_that_says_why_it_is_needed(tmp_path: Path) -> None:
+    # write_grid's records hold neither a swept length nor total_input_tokens.
+    bare = write_grid(tmp_path / "bare", {(1, 0): spread(100.0), (1, 3): spread(150.0)})
+    measured = write_context_grid(tmp_path / "v", {(1, k, 512): spread(100.0) for k in (0, 3)})
+    for root, settings in ((bare, {}), (measured, {"context_var": "none"})):
+        point, _, problems = _sole(root, **settings)
+        assert point is None
+        assert [p.rule for p in problems] == ["no-prompt-length"]
+        assert problems[0].message.endswith(WHY)
+    _, _, problems = _sole(measured, context_var="my_len")
+    assert [p.rule for p in problems] == ["context-field-missing"]

@@ -24,8 +24,9 @@ from lib.cli.common import (
 from lib.deploy.decisions import read_decisions
 from lib.files import read_json
 from lib.flags import add_flags, from_arguments
-from lib.loop.check import CheckSettings, check_deployment, context_schedule_problems
+from lib.loop.check import CheckSettings, UnderTest, check_deployment, context_schedule_file
 from lib.present.text import check_lines
+from lib.problems import Problem
 from lib.settings import ContextSettings, DeploySettings, Fields, Options, Settings
 
 __all__ = ["CheckArgs", "main"]
@@ -70,7 +71,10 @@ class CheckArgs:
             dest="schedule_file",
             metavar="JSON",
             help="the schedule under test: a result JSON, a speculative_config, a [[lo, hi, K]]"
-            " list or a TensorRT-LLM draft_len_schedule (default: the sweep's one multi-range"
+            " list or a TensorRT-LLM draft_len_schedule; or a context schedule, judged per"
+            " prompt length: an export of vllm-rfc-48944 or vllm-pr-54801, or a"
+            " speculative_config holding speculative_token_schedule or"
+            " num_speculative_tokens_per_seq_len (default: the sweep's one multi-range"
             " schedule)",
         )
         add_flags(parser, Settings, only=SETTINGS_USED)
@@ -104,15 +108,12 @@ def main(args: CheckArgs) -> int:
     inputs = [args.experiment_dir, *([args.schedule_file] if args.schedule_file else [])]
     if print_output_problems(_COMMAND, check_outputs(outputs, inputs)):
         return EXIT_BAD_INPUT
-    schedule = None
+    schedule: UnderTest | None = None
     if args.schedule_file:
-        data, problems = read_json(args.schedule_file)
-        problems = problems or context_schedule_problems(data, args.schedule_file)
-        found, problems = (None, problems) if problems else read_decisions(args.schedule_file)
-        if found is None:
+        schedule, problems = _schedule_under_test(args.schedule_file)
+        if schedule is None:
             print_problems(problems, lambda count: f"{_COMMAND}: cannot read the schedule")
             return EXIT_BAD_INPUT
-        schedule = found.schedule
     settings = CheckSettings(args.settings, args.options, args.fields, args.context)
     report = check_deployment(args.experiment_dir, settings, schedule, args.deploy)
     if print_problems(
@@ -125,3 +126,16 @@ def main(args: CheckArgs) -> int:
         return EXIT_BAD_INPUT
     inconclusive = "inconclusive" in report.every_verdict
     return EXIT_FINDING if report.losses or (args.strict and inconclusive) else EXIT_OK
+
+
+def _schedule_under_test(path: str) -> tuple[UnderTest | None, list[Problem]]:
+    """The ``--schedule`` file's schedule: a context schedule (:func:`context_schedule_file`),
+    else the batch schedule of any file ``read_decisions`` reads."""
+    data, problems = read_json(path)
+    if problems:
+        return None, problems
+    context, problems = context_schedule_file(data, path)
+    if context is not None or problems:
+        return context, problems
+    found, problems = read_decisions(path)
+    return (None, problems) if found is None else (found.schedule, [])

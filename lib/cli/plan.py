@@ -45,6 +45,8 @@ class PlanArgs:
     static_ks: tuple[int, ...] | None
     results_dir: str | None
     experiment_name: str | None
+    #: With ``validate``: an export of a context format to serve as the dynamic server.
+    validate_export: str | None = None
 
     description: ClassVar[str] = (
         "Write serve_params.json, bench_params.json, run.sh and command.txt for `vllm bench"
@@ -91,6 +93,13 @@ class PlanArgs:
             " server next to static-K servers and a server without speculation",
         )
         parser.add_argument(
+            "--validate-export",
+            metavar="EXPORT_JSON",
+            help="with --validate: serve this export of the result's context grid (the -o file"
+            " of tune-spec-k export --format vllm-context, vllm-rfc-48944 or vllm-pr-54801) as"
+            " the dynamic server, every server at every anchor and prompt length of the grid",
+        )
+        parser.add_argument(
             "--static-ks",
             type=int_list,
             help="with --validate: the static K servers (default: every K > 0 of"
@@ -115,6 +124,7 @@ class PlanArgs:
             design=given(SweepDesign, arguments),
             follow_up=tuple(arguments.follow_up) if arguments.follow_up else None,
             validate=arguments.validate,
+            validate_export=arguments.validate_export,
             static_ks=arguments.static_ks,
             results_dir=arguments.results_dir,
             experiment_name=arguments.experiment_name,
@@ -129,7 +139,7 @@ def main(args: PlanArgs) -> int:
         return EXIT_BAD_INPUT
     root = Path(args.output_dir)
     outputs = [Output("--output-dir", root / name) for name in plan.files(args.output_dir)]
-    inputs = [args.design_file, args.validate, *(args.follow_up or ())]
+    inputs = [args.design_file, args.validate, args.validate_export, *(args.follow_up or ())]
     problems = check_outputs(outputs, [p for p in inputs if p is not None])
     if print_output_problems(_COMMAND, problems):
         return EXIT_BAD_INPUT
@@ -179,16 +189,15 @@ def _plan(args: PlanArgs) -> tuple[SweepPlan | None, list[Problem]]:
             args.results_dir or "results",
             args.experiment_name or "validation",
             args.static_ks,
+            args.validate_export,
         )
-    if args.static_ks is not None:
-        problem = Problem(
-            Severity.ERROR,
-            "invalid-flag",
-            "only with --validate",
-            field="--static-ks",
-            value=",".join(str(k) for k in args.static_ks),
-        )
-        return None, [problem]
+    static_ks = None if args.static_ks is None else ",".join(str(k) for k in args.static_ks)
+    for name, value in (("--static-ks", static_ks), ("--validate-export", args.validate_export)):
+        if value is not None:
+            problem = Problem(
+                Severity.ERROR, "invalid-flag", "only with --validate", field=name, value=value
+            )
+            return None, [problem]
     return planning.tuning_plan(
         design, args.results_dir or "results", args.experiment_name or "tuning"
     )

@@ -8,10 +8,16 @@ it). Each run is put in an *arm* by its ``speculative_config``:
 arm            the run's server
 ============== =========================================================================
 ``dynamic``    the schedule under test (``--schedule``), or else the one multi-range schedule
+               (a batch schedule, or a context schedule setting more than one K)
 ``static K=k`` ``num_speculative_tokens: k`` without a schedule
 ``K=k (1-range)`` a one-range schedule ``[[1, hi, k]]``: the seed's sweep design
+``other ...``  another schedule
 ``no speculation`` no ``speculative_config``: K=0 without the Dynamic SD engine
 ============== =========================================================================
+
+A context schedule (PR #48944's 5-tuples, PR #54801's table pair) runs the K its tables give at
+the run's context point's decode-time context (:func:`check_deployment`); the validation sweep
+is then judged per context point, or at its one prompt length.
 
 Per anchor, with the confidence machinery of :mod:`lib.confidence` (the arms play the part of
 K: pooled log-scale noise, seeded Monte-Carlo), three probabilities that the dynamic arm is
@@ -35,9 +41,10 @@ gives that overhead directly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +52,15 @@ from typing import Any
 import polars as pl
 
 from lib.confidence import ConfidenceSettings, ServerNoise, assess
-from lib.context import ContextAxis, find_context_axis
-from lib.context_formats import RFC_48944_KEY, SEQ_LEN_KEY
+from lib.context import ContextAxis, ContextPoint, find_context_axis, sole_context_point
+from lib.context_formats import (
+    CONTEXT_SCHEDULE_FORMATS,
+    RFC_48944_KEY,
+    SEQ_LEN_KEY,
+    ContextSchedule,
+    context_schedule_key,
+    context_schedule_of,
+)
 from lib.deploy.constraints import cells_past_ceiling, check_ceiling
 from lib.deploy.decisions import Decisions
 from lib.deploy.registry import ceiling_for
@@ -54,7 +68,7 @@ from lib.deploy.tuning import Deployment, sweep_engine_facts
 from lib.files import read_json
 from lib.keys import MISSING, lookup, parse_json_string
 from lib.numbers import percent_text
-from lib.problems import Problem, Severity, errors
+from lib.problems import Problem, Severity, errors, show_value
 from lib.schedule import NO_SCHEDULE, Schedule, tune
 from lib.settings import (
     GLOBAL_K_VAR,
@@ -66,12 +80,23 @@ from lib.settings import (
 )
 from lib.sweeps import Sweep, load_experiment
 
-__all__ = ["ARM_SCHEMA", "VERDICT_SCHEMA", "CheckReport", "CheckSettings", "check_deployment"]
+__all__ = [
+    "ARM_SCHEMA",
+    "VERDICT_SCHEMA",
+    "CheckReport",
+    "CheckSettings",
+    "UnderTest",
+    "check_deployment",
+    "context_schedule_file",
+    "speculative_config_of",
+]
 
 DYNAMIC = "dynamic"
 NO_SPECULATION = "no speculation"
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 DRAFTS_FIELD = "spec_decode_num_drafts"
+#: A schedule under test: one K per batch size, or a K per (batch size, context).
+UnderTest = Schedule | ContextSchedule
 #: The cost of the Dynamic SD engine reported in vLLM issue #49548 (TPOT, at K=0).
 REPORTED_OVERHEAD = "vLLM issue #49548 measured +6.6% TPOT at concurrency 2 and +21.6% at 189"
 
@@ -119,7 +144,7 @@ class CheckSettings:
     tuning: Settings = field(default_factory=Settings)
     options: Options = field(default_factory=Options)
     fields: Fields = field(default_factory=Fields)
-    #: Whether the validation sweep's prompt length is an axis (then the check refuses).
+    #: Whether and how the validation sweep's prompt length is an axis (judged per context point).
     context: ContextSettings = field(default_factory=ContextSettings)
 
     @property
@@ -153,15 +178,20 @@ class CheckSettings:
 @dataclass(frozen=True, eq=False)
 class ContextCheck:
     """The arms and verdicts at one context point of a validation sweep that varied the prompt
-    length: the batch schedule under test judged on that point's runs alone."""
+    length: the schedule under test judged on that point's runs alone. With a context schedule
+    under test, ``context_tokens`` is the point's decode-time context, where its K was looked
+    up."""
 
     prompt_tokens: int
     arms: pl.DataFrame
     verdicts: pl.DataFrame
+    context_tokens: int | None = None
 
     def to_json(self) -> dict[str, Any]:
+        context = {} if self.context_tokens is None else {"context_tokens": self.context_tokens}
         return {
             "prompt_tokens": self.prompt_tokens,
+            **context,
             "anchors": [_finite_row(row) for row in self.verdicts.to_dicts()],
             "arms": [_finite_row(row) for row in self.arms.to_dicts()],
         }
@@ -170,8 +200,10 @@ class ContextCheck:
 @dataclass(frozen=True, eq=False)
 class CheckReport:
     """``arms`` and ``verdicts`` per anchor; with a validation sweep that varied the prompt
-    length, those are empty and ``contexts`` holds them per context point (from
-    ``context_field``)."""
+    length, or a context schedule under test (``context_schedule``, then ``schedule`` is
+    None), those are empty and ``contexts`` holds them per context point (from
+    ``context_field``); ``one_prompt_length`` says so where a context schedule was judged at
+    the sweep's one prompt length."""
 
     settings: CheckSettings
     schedule: Schedule | None
@@ -186,6 +218,8 @@ class CheckReport:
     context_field: str | None = None
     #: What the check's P rest on about server starts (measured from replicas or assumed).
     servers: ServerNoise | None = None
+    context_schedule: ContextSchedule | None = None
+    one_prompt_length: str | None = None
 
     @property
     def assumption(self) -> str | None:
@@ -218,8 +252,13 @@ class CheckReport:
             if self.contexts
             else {}
         )
+        under_test = (
+            self.context_schedule.to_json()
+            if self.context_schedule is not None
+            else (self.schedule or NO_SCHEDULE).to_json()
+        )
         return {
-            "schedule": (self.schedule or NO_SCHEDULE).to_json(),
+            "schedule": under_test,
             "settings": self.settings.to_json(),
             "anchors": [_finite_row(row) for row in self.verdicts.to_dicts()],
             "arms": [_finite_row(row) for row in self.arms.to_dicts()],
@@ -228,6 +267,7 @@ class CheckReport:
             "assumption": self.assumption,
             **({"deployment": dict(self.deployment)} if self.deployment is not None else {}),
             **contexts,
+            **({"one_prompt_length": self.one_prompt_length} if self.one_prompt_length else {}),
         }
 
     def to_json_text(self) -> str:
@@ -266,19 +306,30 @@ def _configs_by_row(sweep: Sweep) -> list[Any]:
     return configs
 
 
+def schedule_text(schedule: UnderTest) -> str:
+    """A schedule under test as one line of JSON: a batch schedule's ``[[lo, hi, K], ...]``, a
+    context schedule's format and tables."""
+    if isinstance(schedule, Schedule):
+        return schedule.json_text()
+    return json.dumps(schedule.to_json())
+
+
 def _arm_of(
-    config: Any, anchor: int | None, dynamic: Schedule | None
+    config: Any, anchor: int | None, context: int | None, dynamic: UnderTest | None
 ) -> tuple[str, str, int | None]:
-    """(arm, kind, K at the anchor) of one run."""
+    """(arm, kind, K at the anchor) of one run; ``context``: the decode-time context of its
+    context point (None: unknown), where a context schedule's K is looked up."""
     if config is MISSING or config is None:
         return NO_SPECULATION, "plain", 0
     if not isinstance(config, dict):
         return "unreadable", "unknown", None
     global_k = config.get("num_speculative_tokens")
+    if context_schedule_key(config) is not None:
+        return _context_arm_of(config, anchor, context, dynamic)
     schedule = _normalized(parse_json_string(config.get(SCHEDULE_KEY)))
     if schedule is not None:
         k = schedule.k_at(anchor or 1, global_k if isinstance(global_k, int) else None)
-        if schedule == dynamic or (dynamic is None and len({r[2] for r in schedule}) > 1):
+        if schedule == dynamic:
             return DYNAMIC, "dynamic", k
         if len(schedule) == 1:
             return f"K={k} (1-range)", "one-range", k
@@ -288,36 +339,94 @@ def _arm_of(
     return "unreadable", "unknown", None
 
 
+def _context_arm_of(
+    config: dict[str, Any], anchor: int | None, context: int | None, dynamic: UnderTest | None
+) -> tuple[str, str, int | None]:
+    """(arm, kind, K) of a run served with a context schedule: the dynamic arm when it is the
+    one under test, else another schedule; K at the anchor and ``context``, clamped to
+    ``num_speculative_tokens`` as the engine clamps its tables (None where the context is
+    unknown); unreadable where its tables break their format's rules (no engine ran it)."""
+    served, _ = context_schedule_of(config)
+    if served is None:
+        return "unreadable", "unknown", None
+    k = None if context is None else served.k_at(anchor or 1, context)
+    global_k = config.get("num_speculative_tokens")
+    if k is not None and isinstance(global_k, int) and not isinstance(global_k, bool):
+        k = min(k, global_k)
+    if served == dynamic:
+        return DYNAMIC, "dynamic", k
+    return "other schedule " + schedule_text(served), "other", k
+
+
+def _dynamic_candidates(configs: Sequence[Any]) -> list[UnderTest]:
+    """The schedules served that set more than one K: multi-range batch schedules (sorted),
+    then context schedules (by their text)."""
+    batch: set[Schedule] = set()
+    context: dict[str, ContextSchedule] = {}
+    for config in configs:
+        if not isinstance(config, dict):
+            continue
+        if context_schedule_key(config) is None:
+            served = _normalized(parse_json_string(config.get(SCHEDULE_KEY)))
+            if served is not None and len({r[2] for r in served}) > 1:
+                batch.add(served)
+            continue
+        found, _ = context_schedule_of(config)
+        if found is not None and len(found.ks) > 1:
+            context[schedule_text(found)] = found
+    return [*sorted(batch), *(context[text] for text in sorted(context))]
+
+
+def _row_contexts(
+    sweep: Sweep, points: Sequence[ContextPoint], axis: ContextAxis | None
+) -> list[int | None]:
+    """Each run's decode-time context: its context point's (None where unplaced), or with one
+    point, that point's; None everywhere without a point."""
+    if axis is not None:
+        return [
+            None if index is None else axis.points[index].context_tokens
+            for index in axis.runs["context_point"].to_list()
+        ]
+    context = points[0].context_tokens if points else None
+    return [context] * sweep.runs.height
+
+
 # --------------------------------------------------------------------------- the check
 
 
 def check_deployment(
     path: str | Path,
     settings: CheckSettings,
-    schedule: Schedule | None = None,
+    schedule: UnderTest | None = None,
     deploy: DeploySettings | None = None,
 ) -> CheckReport:
     """Read a validation sweep and judge the dynamic arm at every anchor; never raises for bad
     input (problems are in the report; errors mean no verdict can be trusted). The schedule
     under test is also checked by vLLM's capture rule (``deploy``, else the sweep's records,
     else vLLM's defaults): ranges past the ceiling, and anchors of the dynamic arm measured
-    past it, are warnings."""
+    past it, are warnings.
+
+    A context schedule under test (or the sweep's one multi-K context schedule) is judged per
+    context point at the K it runs there (:func:`_row_contexts`); on a sweep that did not vary
+    the prompt length, at its one prompt length (:func:`lib.context.sole_context_point`)."""
     deploy = deploy or DeploySettings()
     problems: list[Problem] = [
         Problem(Severity.ERROR, "invalid-setting", reason)
         for reason in (*settings.invalid(), *deploy.invalid())
     ]
-    dynamic = _normalized(schedule.to_json()) if schedule is not None else None
-    if schedule is not None and dynamic is None:
-        problems.append(
-            Problem(
-                Severity.ERROR,
-                "invalid-schedule",
-                "the schedule under test is not a valid vLLM schedule",
-                value=schedule.json_text(),
-                expected="[[lo, hi, K], ...] starting at 1, sorted, no overlap",
+    dynamic: UnderTest | None = schedule
+    if isinstance(schedule, Schedule):
+        dynamic = _normalized(schedule.to_json())
+        if dynamic is None:
+            problems.append(
+                Problem(
+                    Severity.ERROR,
+                    "invalid-schedule",
+                    "the schedule under test is not a valid vLLM schedule",
+                    value=schedule.json_text(),
+                    expected="[[lo, hi, K], ...] starting at 1, sorted, no overlap",
+                )
             )
-        )
     sweep = load_experiment(
         path,
         batch_size_var=settings.fields.batch_size_var,
@@ -326,33 +435,50 @@ def check_deployment(
     )
     # The loader judges K by the global field; arms are judged here, so its K findings go.
     problems += [p for p in sweep.problems if p.rule not in ("missing-k", "invalid-k")]
-    axis = find_context_axis(sweep, settings.context)[0] if not problems else None
-    empty = CheckReport(settings, dynamic, pl.DataFrame(schema=ARM_SCHEMA), _no_verdicts(), ())
-    if any(p.severity is Severity.ERROR for p in problems) or sweep.runs.is_empty():
+    empty = _report(settings, dynamic, ())
+    if errors(problems) or sweep.runs.is_empty():
         return dataclasses.replace(empty, problems=tuple(problems))
+    # The loader's warnings and notes (a warm-up file ignored, ...) leave the axis as it is.
+    axis, found = find_context_axis(sweep, settings.context)
+    if axis is None:
+        # Why there is none: a note, or an error (a named field no record holds, ...).
+        problems += found
+        if errors(found):
+            return dataclasses.replace(empty, problems=tuple(problems))
     configs = _configs_by_row(sweep)
     if dynamic is None:
-        served = {
-            _normalized(parse_json_string(c.get(SCHEDULE_KEY)))
-            for c in configs
-            if isinstance(c, dict)
-        }
-        multi = sorted(s for s in served if s is not None and len({r[2] for r in s}) > 1)
-        if len(multi) > 1:
+        candidates = _dynamic_candidates(configs)
+        if len(candidates) > 1:
             problems.append(
                 Problem(
                     Severity.ERROR,
                     "ambiguous-dynamic-arm",
                     "the sweep served several multi-range schedules: say which is under test",
-                    value="; ".join(s.json_text() for s in multi),
+                    value="; ".join(schedule_text(s) for s in candidates),
                     expected="--schedule RESULT_JSON",
                 )
             )
             return dataclasses.replace(empty, problems=tuple(problems))
-        dynamic = multi[0] if multi else None
+        dynamic = candidates[0] if candidates else None
+    empty = _report(settings, dynamic, ())
+    points = tuple(axis.points) if axis is not None else ()
+    context_field = axis.field if axis is not None else None
+    one_length = None
+    if isinstance(dynamic, ContextSchedule) and axis is None:
+        point, label, found = sole_context_point(
+            sweep, settings.context, "the context schedule's K depends on it"
+        )
+        problems += found
+        if point is None or errors(found):
+            return dataclasses.replace(empty, problems=tuple(problems))
+        points, context_field = (point,), label
+        one_length = _one_length_statement(point, label)
+    contexts = _row_contexts(sweep, points, axis)
     arms = [
-        _arm_of(config, anchor, dynamic)
-        for config, anchor in zip(configs, sweep.runs["anchor"].to_list(), strict=True)
+        _arm_of(config, anchor, context, dynamic)
+        for config, anchor, context in zip(
+            configs, sweep.runs["anchor"].to_list(), contexts, strict=True
+        )
     ]
     runs = sweep.runs.with_columns(
         pl.Series("arm", [a for a, _, _ in arms], dtype=pl.Utf8),
@@ -366,133 +492,241 @@ def check_deployment(
                 "no-dynamic-arm",
                 "no run served the schedule under test"
                 + ("" if schedule is not None else " (no multi-range schedule in the sweep)"),
-                value=None if dynamic is None else dynamic.json_text(),
+                value=None if dynamic is None else schedule_text(dynamic),
                 expected="a serve combo with the tuned speculative_config (tune-spec-k plan"
                 " --validate RESULT_JSON writes one)",
             )
         )
-        return dataclasses.replace(empty, schedule=dynamic, problems=tuple(problems))
-    if dynamic is None:
-        dynamic = _schedule_from_runs(configs, arms)
-    block, summary, capture = (
-        _capture_check(sweep, dynamic, deploy) if dynamic is not None else (None, None, [])
-    )
-    if axis is not None:
-        contexts, found, servers = _judge_contexts(sweep, axis, runs, settings, dynamic)
-        return CheckReport(
-            settings,
-            dynamic,
-            pl.DataFrame(schema=ARM_SCHEMA),
-            _no_verdicts(),
-            tuple(problems + found + capture),
-            block,
-            summary,
-            contexts,
-            axis.field,
-            servers,
+        return dataclasses.replace(empty, problems=tuple(problems))
+    assert dynamic is not None  # a dynamic arm serves it
+    block, summary, capture = _capture_check(sweep, dynamic, points, deploy)
+    if points:
+        placed = _placed_points(axis, points, runs)
+        judged, found, servers = _judge_contexts(sweep, placed, settings, dynamic)
+        return dataclasses.replace(
+            empty,
+            problems=(*problems, *(axis.problems if axis else ()), *found, *capture),
+            deployment=block,
+            deployment_summary=summary,
+            contexts=judged,
+            context_field=context_field,
+            servers=servers,
+            one_prompt_length=one_length,
         )
-    arm_frame, verdicts, found, servers = _judge(sweep, runs, settings, dynamic)
-    return CheckReport(
-        settings,
-        dynamic,
-        arm_frame,
-        verdicts,
-        tuple(problems + found + capture),
-        block,
-        summary,
+    assert isinstance(dynamic, Schedule)  # a context schedule has a point
+    arm_frame, verdicts, found, servers = _judge(sweep, runs, settings, dynamic.k_at)
+    return dataclasses.replace(
+        empty,
+        arms=arm_frame,
+        verdicts=verdicts,
+        problems=tuple(problems + found + capture),
+        deployment=block,
+        deployment_summary=summary,
         servers=servers,
     )
 
 
-def _judge_contexts(
-    sweep: Sweep,
-    axis: ContextAxis,
-    runs: pl.DataFrame,
-    settings: CheckSettings,
-    schedule: Schedule | None,
-) -> tuple[tuple[ContextCheck, ...], list[Problem], ServerNoise | None]:
-    """The arms judged at each context point of a validation sweep that varied the prompt
-    length (:func:`lib.context.find_context_axis`), on that point's runs alone: the batch
-    schedule under test (one K per batch size, as today's vLLM runs it whatever the prompt)
-    against the alternatives at every prompt length, never their runs pooled. Each point's
-    problems say which point they are at."""
-    contexts = []
-    problems: list[Problem] = []
-    servers: ServerNoise | None = None
+def _report(
+    settings: CheckSettings, dynamic: UnderTest | None, problems: tuple[Problem, ...]
+) -> CheckReport:
+    """A report without verdicts (yet) on ``dynamic``."""
+    return CheckReport(
+        settings,
+        dynamic if isinstance(dynamic, Schedule) else None,
+        pl.DataFrame(schema=ARM_SCHEMA),
+        _no_verdicts(),
+        problems,
+        context_schedule=None if isinstance(dynamic, Schedule) else dynamic,
+    )
+
+
+def _one_length_statement(point: ContextPoint, label: str | None) -> str:
+    """What a context schedule judged at a sweep's one prompt length rests on."""
+    output = (
+        f"prompt + output / 2 = {point.prompt_tokens} + {point.output_tokens} / 2"
+        if point.output_tokens is not None
+        else "the prompt alone: no output length in the records"
+    )
+    return (
+        "the validation sweep did not vary the prompt length: the context schedule is judged"
+        f" at its one prompt length, {point.prompt_tokens} tokens (the median of {label} over"
+        f" the runs), at decode-time context {point.context_tokens} ({output}), the K it runs"
+        " there"
+    )
+
+
+def _placed_points(
+    axis: ContextAxis | None, points: Sequence[ContextPoint], runs: pl.DataFrame
+) -> list[tuple[ContextPoint, pl.DataFrame]]:
+    """Each context point with its runs: the axis's placement, or every run at the one point."""
+    if axis is None:
+        return [(points[0], runs)]
     placed = axis.runs.select("source", "position", "context_point")
-    for index, point in enumerate(axis.points):
-        keys = placed.filter(pl.col("context_point") == index).drop("context_point")
-        at = runs.join(keys, on=["source", "position"], how="semi")
-        arm_frame, verdicts, found, servers = _judge(sweep, at, settings, schedule)
-        contexts.append(ContextCheck(point.prompt_tokens, arm_frame, verdicts))
-        where = f"at {point.prompt_tokens} prompt tokens: "
-        problems += [dataclasses.replace(p, message=where + p.message) for p in found]
-    # Every point's runs come from the same servers: the last point's statement is theirs.
-    return tuple(contexts), [*axis.problems, *problems], servers
-
-
-def context_schedule_problems(data: Any, source: str) -> list[Problem]:
-    """An error for a schedule under test whose K depends on the context: a ``tune-spec-k
-    export`` file of ``vllm-rfc-48944`` or ``vllm-pr-54801``, or a ``speculative_config``
-    holding ``speculative_token_schedule`` (PR #48944) or
-    ``num_speculative_tokens_per_seq_len`` (PR #54801). Read as a batch schedule (its batch
-    table alone), its verdict would be of another config. A ``vllm-context`` export is one
-    batch schedule: checked as any.
-
-    >>> [p.rule for p in context_schedule_problems({"format": "vllm-pr-54801"}, "x.json")]
-    ['context-schedule']
-    >>> context_schedule_problems({"format": "vllm-context"}, "x.json")
-    []
-    """
-    if not isinstance(data, dict):
-        return []
-    config = data.get("speculative_config")
-    config = config if isinstance(config, dict) else data
-    keys = [key for key in (RFC_48944_KEY, SEQ_LEN_KEY) if key in config]
-    kind = data.get("format")
-    if kind not in ("vllm-rfc-48944", "vllm-pr-54801") and not keys:
-        return []
     return [
-        Problem(
-            Severity.ERROR,
-            "context-schedule",
-            "the schedule under test sets K per context too"
-            + (f" ({', '.join(keys)})" if keys else "")
-            + "; check judges one K per batch size:"
-            " checking a context schedule per (batch size, prompt length) is not implemented",
-            files=(source,),
-            field="format" if kind in ("vllm-rfc-48944", "vllm-pr-54801") else keys[0],
-            value=str(kind) if kind in ("vllm-rfc-48944", "vllm-pr-54801") else None,
-            expected="a batch schedule (a result JSON, --format vllm or vllm-context output)",
+        (
+            point,
+            runs.join(
+                placed.filter(pl.col("context_point") == index).drop("context_point"),
+                on=["source", "position"],
+                how="semi",
+            ),
         )
+        for index, point in enumerate(axis.points)
     ]
 
 
+def _judge_contexts(
+    sweep: Sweep,
+    placed: Sequence[tuple[ContextPoint, pl.DataFrame]],
+    settings: CheckSettings,
+    schedule: UnderTest,
+) -> tuple[tuple[ContextCheck, ...], list[Problem], ServerNoise | None]:
+    """The arms judged at each context point (:func:`lib.context.find_context_axis`, or a
+    sweep's one prompt length), on that point's runs alone, never their runs pooled: a batch
+    schedule under test (one K per batch size, as today's vLLM runs it whatever the prompt),
+    or a context schedule at the K it runs at the point's decode-time context, against the
+    alternatives at every prompt length. Each point's problems say which point they are at."""
+    contexts = []
+    problems: list[Problem] = []
+    servers: ServerNoise | None = None
+    for point, at in placed:
+        context = None if isinstance(schedule, Schedule) else point.context_tokens
+        arm_frame, verdicts, found, servers = _judge(
+            sweep, at, settings, _k_at_point(schedule, point.context_tokens)
+        )
+        contexts.append(ContextCheck(point.prompt_tokens, arm_frame, verdicts, context))
+        where = f"at {point.prompt_tokens} prompt tokens: "
+        problems += [dataclasses.replace(p, message=where + p.message) for p in found]
+    # Every point's runs come from the same servers: the last point's statement is theirs.
+    return tuple(contexts), problems, servers
+
+
+def _k_at_point(schedule: UnderTest, context: int) -> Callable[[int], int]:
+    """The K the schedule runs per batch size at one context point."""
+    if isinstance(schedule, Schedule):
+        return schedule.k_at
+    return functools.partial(schedule.k_at, context=context)
+
+
+def speculative_config_of(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """The ``speculative_config`` a file holds (an export's or a result's; a JSON string is
+    read as JSON), else the file itself, and the prefix naming its fields in a problem.
+
+    >>> speculative_config_of({"speculative_config": '{"num_speculative_tokens": 3}'})
+    ({'num_speculative_tokens': 3}, 'speculative_config.')
+    """
+    nested = parse_json_string(data.get("speculative_config"))
+    return (nested, "speculative_config.") if isinstance(nested, dict) else (data, "")
+
+
+def context_schedule_file(data: Any, source: str) -> tuple[ContextSchedule | None, list[Problem]]:
+    """The context schedule a ``--schedule`` file holds: a ``tune-spec-k export`` file of
+    ``vllm-rfc-48944`` or ``vllm-pr-54801`` (its ``speculative_config``), or a
+    ``speculative_config`` (bare, or under that key) holding ``speculative_token_schedule``
+    (PR #48944, or its alias ``num_speculative_tokens_per_batch_size`` with 5-item entries) or
+    ``num_speculative_tokens_per_seq_len`` (PR #54801) (:func:`context_schedule_of`). Any
+    other file is not one (None, no problem: it is read as a batch schedule; a ``vllm-context``
+    export is one batch schedule). An error per broken rule, naming the file, the field, its
+    value and what was expected; also a context format's export without its table, and a
+    table of the other format than the file says.
+
+    >>> export = {"format": "vllm-pr-54801", "speculative_config": {}}
+    >>> context_schedule_file(export, "x.json")[1][0].field
+    'speculative_config.num_speculative_tokens_per_seq_len'
+    >>> context_schedule_file({"format": "vllm-context"}, "x.json")
+    (None, [])
+    """
+    if not isinstance(data, dict):
+        return None, []
+    config, prefix = speculative_config_of(data)
+    kind = data.get("format")
+    schedule, violations = context_schedule_of(config)
+    key = context_schedule_key(config)
+    expected = {
+        "vllm-rfc-48944": f"{RFC_48944_KEY}: [[bs_lo, bs_hi, ctx_lo, ctx_hi, K], ...] by PR"
+        " #48944's rules (docs/context.md, Exports)",
+        "vllm-pr-54801": f"{SCHEDULE_KEY} [[lo, hi, K], ...] by vLLM's rules beside"
+        f" {SEQ_LEN_KEY} [[len_lo, len_hi, K], ...] from 1, contiguous (docs/context.md,"
+        " Exports)",
+    }
+
+    def bad(field: str, message: str, value: Any, wanted: str) -> Problem:
+        return Problem(
+            Severity.ERROR,
+            "invalid-context-schedule",
+            message,
+            files=(source,),
+            field=prefix + field,
+            value=None if value is MISSING else show_value(value),
+            expected=wanted,
+        )
+
+    if key is None:
+        if kind not in CONTEXT_SCHEDULE_FORMATS:
+            return None, []
+        field = RFC_48944_KEY if kind == "vllm-rfc-48944" else SEQ_LEN_KEY
+        return None, [
+            bad(field, f"the file says format {kind} but holds no {field}", MISSING, expected[kind])
+        ]
+    if schedule is None:
+        wanted = expected["vllm-pr-54801" if SEQ_LEN_KEY in config else "vllm-rfc-48944"]
+        return None, [
+            bad(
+                name,
+                f"the context schedule breaks its format's rule: {rule}",
+                config.get(name, MISSING),
+                wanted,
+            )
+            for name, rule in violations
+        ]
+    if kind in CONTEXT_SCHEDULE_FORMATS and kind != schedule.format:
+        return None, [
+            bad(
+                key,
+                f"the file says format {kind} but holds a {schedule.format} table",
+                kind,
+                expected[kind],
+            )
+        ]
+    return schedule, []
+
+
 def _capture_check(
-    sweep: Sweep, schedule: Schedule, deploy: DeploySettings
+    sweep: Sweep, schedule: UnderTest, points: Sequence[ContextPoint], deploy: DeploySettings
 ) -> tuple[dict[str, Any] | None, str | None, list[Problem]]:
     """The capture rule on the deployed schedule (never repaired here: it is what ran), with
-    the dynamic arm's anchors measured past the ceiling."""
+    the dynamic arm's anchors measured past the ceiling. A context schedule is held to the
+    largest K it runs at each batch size over every context (``batch_bound``), and its cells
+    past the ceiling are its (anchor, K at each context point)."""
+    bound = schedule if isinstance(schedule, Schedule) else schedule.batch_bound()
     facts, problems = sweep_engine_facts(sweep)
-    global_k = max(schedule.largest_k, 1)
-    ceiling = ceiling_for(Decisions(schedule, None, "check", "", engine=facts), deploy, global_k)
+    global_k = max(bound.largest_k, 1)
+    ceiling = ceiling_for(Decisions(bound, None, "check", "", engine=facts), deploy, global_k)
     # Checked as it ran: never repaired, whether C is known or not.
-    check = check_ceiling(schedule, ceiling, {}, global_k=global_k, repair=False)
+    check = check_ceiling(bound, ceiling, {}, global_k=global_k, repair=False)
     anchors = tuple(sorted(set(sweep.runs["anchor"].drop_nulls().to_list())))
-    past = cells_past_ceiling([(a, schedule.k_at(a)) for a in anchors], ceiling.size)
+    cells = (
+        [(a, schedule.k_at(a)) for a in anchors]
+        if isinstance(schedule, Schedule)
+        else sorted({(a, schedule.k_at(a, p.context_tokens)) for a in anchors for p in points})
+    )
+    past = cells_past_ceiling(cells, ceiling.size)
     deployment = Deployment(check, tuple(past), anchors)
-    problems += deployment.problems("the dynamic arm's verdicts there are of steps without graphs")
-    block = deployment.to_json()
-    return block, check.summary(), problems
-
-
-def _schedule_from_runs(
-    configs: list[Any], arms: list[tuple[str, str, int | None]]
-) -> Schedule | None:
-    for config, (arm, _, _) in zip(configs, arms, strict=True):
-        if arm == DYNAMIC and isinstance(config, dict):
-            return _normalized(parse_json_string(config.get(SCHEDULE_KEY)))
-    return None
+    found = deployment.problems("the dynamic arm's verdicts there are of steps without graphs")
+    summary = check.summary()
+    if not isinstance(schedule, Schedule):
+        bounded = (
+            "the context schedule held to its largest K per batch size over every context,"
+            f" {bound.json_text()}"
+        )
+        summary += f" ({bounded})"
+        found = [
+            p
+            if p.rule == "measured-past-capture-ceiling"
+            else dataclasses.replace(p, message=f"{bounded}: {p.message}")
+            for p in found
+        ]
+    return deployment.to_json(), summary, problems + found
 
 
 def _no_verdicts() -> pl.DataFrame:
@@ -548,8 +782,10 @@ def _judge(
     sweep: Sweep,
     runs: pl.DataFrame,
     settings: CheckSettings,
-    schedule: Schedule | None,
+    schedule_k: Callable[[int], int],
 ) -> tuple[pl.DataFrame, pl.DataFrame, list[Problem], ServerNoise]:
+    """The verdict per anchor of ``runs``; ``schedule_k``: the K the schedule under test runs
+    at a batch size (at these runs' context)."""
     codes = _arm_codes(runs)
     every = list(codes)
     p_all, cells, found, servers = _p_eps_good(sweep, runs, every, codes, settings)
@@ -595,7 +831,7 @@ def _judge(
     for anchor in sorted(arm_frame["anchor"].unique().to_list()):
         at = {row["arm"]: row for row in arm_frame.filter(pl.col("anchor") == anchor).to_dicts()}
         row = _verdict(anchor, at, statics, k0_arm, p_static, p_k0, p_all, settings)
-        row["reasons"] += _smaller_batch_notes(anchor, row, schedule, drafting.get(anchor))
+        row["reasons"] += _smaller_batch_notes(anchor, row, schedule_k, drafting.get(anchor))
         verdicts.append(row)
     return arm_frame, pl.DataFrame(verdicts, schema=VERDICT_SCHEMA), problems, servers
 
@@ -615,15 +851,15 @@ def _dynamic_drafting(runs: pl.DataFrame) -> dict[int, tuple[int, int]]:
 def _smaller_batch_notes(
     anchor: int,
     row: dict[str, Any],
-    schedule: Schedule | None,
+    k_at: Callable[[int], int],
     drafting: tuple[int, int] | None,
 ) -> list[str]:
     """A run at concurrency C spends its ramp-up and drain at smaller batch sizes, where the
-    schedule may run another K: say so where that makes the dynamic arm differ from a server
-    running the anchor's K throughout."""
-    if schedule is None or row["dynamic_k"] is None:
+    schedule (``k_at``: its K per batch size) may run another K: say so where that makes the
+    dynamic arm differ from a server running the anchor's K throughout."""
+    if row["dynamic_k"] is None:
         return []
-    below = sorted({schedule.k_at(b) for b in range(1, anchor + 1)})
+    below = sorted({k_at(b) for b in range(1, anchor + 1)})
     if below == [row["dynamic_k"]]:
         return []
     notes = [

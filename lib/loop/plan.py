@@ -40,11 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from lib.confidence import MAX_RUNS_NEEDED, MIN_RUNS_NEEDED
+from lib.context_formats import RFC_48944_KEY, SEQ_LEN_KEY
+from lib.deploy.decisions import SCHEDULE_KEY
 from lib.deploy.result_file import ResultFile, is_result, read_result_file, result_file_of
 from lib.files import read_json, write_files
 from lib.flags import flag, flag_name
 from lib.keys import parse_json_string
-from lib.problems import Problem, Severity
+from lib.loop.check import context_schedule_file, speculative_config_of
+from lib.problems import Problem, Severity, show_value
+from lib.schedule import Schedule
 from lib.server_info import SERVER_INFO_FILE_GLOB
 from lib.settings import (
     PROMPT_TOKENS_RANGE,
@@ -1119,6 +1123,19 @@ def _refused(path: str | Path, message: str, field: str | None = None) -> list[P
     return [Problem(Severity.ERROR, "invalid-plan-input", message, files=(str(path),), field=field)]
 
 
+def _other_prompt_field(result: ResultFile, plan: str) -> list[Problem]:
+    """The refusal of a grid whose prompt length was not ``random_input_len``: ``plan`` (a
+    follow-up, a validation) sets prompt lengths as that key, which would not reproduce the
+    grid's prompts."""
+    return _refused(
+        result.source,
+        f"the grid's prompt length was read from {result.context_field!r}; {plan}"
+        f" plans prompt lengths as {RANDOM_PROMPT_LENGTH} (plan --context-lengths), which"
+        " would not reproduce these prompts: plan it with the sweep's own dataset",
+        "context_axis.field",
+    )
+
+
 def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, list[Problem]]:
     """What a follow-up sweep must measure, from a measurement plan (``tune-spec-k DIR
     --plan-json PATH``: reruns and new anchors) and/or a result JSON (``speculative_k_schedule
@@ -1238,13 +1255,7 @@ def _context_follow_up_needs(
     another field is refused (the follow-up could not reproduce its prompts). The result's
     batch-only keys (the seed's answer, pooled or the shortest context's) are not re-measured."""
     if result.context_field != RANDOM_PROMPT_LENGTH:
-        return None, _refused(
-            result.source,
-            f"the grid's prompt length was read from {result.context_field!r}; a follow-up"
-            f" plans prompt lengths as {RANDOM_PROMPT_LENGTH} (plan --context-lengths), which"
-            " would not reproduce these prompts: plan it with the sweep's own dataset",
-            "context_axis.field",
-        )
+        return None, _other_prompt_field(result, "a follow-up")
     more: dict[tuple[int, int, int], int] = {}
     counted: dict[tuple[int, int, int], int] = {}
     for prompt, anchor in result.context_cells:
@@ -1585,30 +1596,29 @@ def validation_plan(
     results_dir: str,
     experiment_name: str,
     static_ks: Sequence[int] | None = None,
+    context_schedule: str | Path | None = None,
 ) -> tuple[SweepPlan | None, list[Problem]]:
     """The tuned schedule (``result_file``: a tune-spec-k result JSON) as a dynamic server,
     next to static-K servers and a server without speculation, at the result's anchors, on
-    seeds the tuning did not use (:func:`held_out_first_seed`)."""
+    seeds the tuning did not use (:func:`held_out_first_seed`).
+
+    With ``context_schedule`` (the ``-o`` file of ``tune-spec-k export --format
+    vllm-rfc-48944`` or ``vllm-pr-54801`` of that result): the dynamic server serves its
+    ``speculative_config`` and every server runs at every anchor and prompt length of the
+    result's grid (:func:`_context_dynamic`)."""
     problems = design.incomplete()
     if problems:
         return None, problems
     result, problems = read_result_file(result_file)
     if result is None:
         return None, problems
-    config = result.speculative_config
-    if config is None or result.schedule is None or not result.schedule.ranges:
-        return None, _refused(
-            result_file,
-            "the tuning result has no 'speculative_config' with a schedule (expected the JSON"
-            " written by tune-spec-k)",
-        )
-    schedule = result.schedule.to_json()
-    anchors = sorted({anchor.batch_size for anchor in result.anchors})
-    if not anchors:
-        return None, _refused(
-            result_file, "the tuning result has no 'batch_decisions': no anchors to validate at"
-        )
-    dynamic = dict(config)
+    if context_schedule is not None:
+        found, problems = _context_dynamic(result, context_schedule)
+    else:
+        found, problems = _batch_dynamic(result)
+    if found is None:
+        return None, problems
+    dynamic, anchors, prompts = dict(found.config), found.anchors, found.prompts
     if dynamic.get("method") in (None, "<method>"):
         dynamic["method"] = design.method
     for key, name in (("method", "method"), ("model", "draft_model")):
@@ -1619,17 +1629,12 @@ def validation_plan(
                 f"the result was tuned with speculative_config.{key} {tuned!r}, the design has"
                 f" {_flag(name)} {designed!r}: validate the configuration that was tuned",
             )
-    dynamic["num_speculative_tokens_per_batch_size"] = schedule
-    shared = {
-        key: value
-        for key, value in dynamic.items()
-        if key not in ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")
-    }
-    scheduled_ks = sorted({int(k) for _, _, k in schedule if k > 0})
+    dynamic.update(found.tables)
+    shared = {key: value for key, value in dynamic.items() if key not in _SCHEDULE_FIELDS}
     chosen = (
         sorted(set(static_ks))
         if static_ks is not None
-        else sorted({k for k in design.ks if k > 0} | set(scheduled_ks))
+        else sorted({k for k in design.ks if k > 0} | set(found.scheduled_ks))
     )
     if any(k < 1 for k in chosen):
         problem = Problem(
@@ -1649,6 +1654,11 @@ def validation_plan(
         }
     serve[NO_SPECULATION_COMBO] = dict(engine)
     validation_design = _with_anchors(design, anchors)
+    if prompts:
+        validation_design = dataclasses.replace(validation_design, context_lengths=prompts)
+        problems = validation_design.invalid()
+        if problems:
+            return None, problems
     first_seed = held_out_first_seed(result)
     step = SweepStep(
         name="validation",
@@ -1659,7 +1669,7 @@ def validation_plan(
         runs_per_cell=design.num_runs,
         results_dir=results_dir,
         experiment_name=experiment_name,
-        purpose=f"the schedule {json.dumps(schedule)} against static K={chosen} and no speculation",
+        purpose=f"{found.purpose} against static K={chosen} and no speculation",
     )
     notes = [
         "static-K servers run num_speculative_tokens=K without a schedule, and K=0 is a server"
@@ -1671,9 +1681,137 @@ def validation_plan(
         f" {first_seed} counted run(s) per cell, with seeds from 0, so the check measures"
         " prompts the schedule was not chosen on (where every tuning run was counted)",
         *_warmup_notes(design),
-        f"check with: tune-spec-k check {results_dir}/{experiment_name} --schedule TUNING_JSON",
     ]
+    if prompts:
+        holds = _max_model_len(design.serve_args) or validation_design.max_model_len_needed
+        notes.append(
+            f"every server runs every anchor at each prompt length of the result's grid,"
+            f" {list(prompts)} ({RANDOM_PROMPT_LENGTH} per bench combo), and holds"
+            f" --max-model-len {holds}; the check judges the context schedule per prompt length"
+            " at the K it runs there"
+        )
+    schedule_file = "TUNING_JSON" if context_schedule is None else str(context_schedule)
+    notes.append(
+        f"check with: tune-spec-k check {results_dir}/{experiment_name} --schedule {schedule_file}"
+    )
     return SweepPlan("validation", validation_design, (step,), tuple(notes)), []
+
+
+#: The speculative_config fields a static server leaves out: the startup maximum and the tables.
+_SCHEDULE_FIELDS = (
+    "num_speculative_tokens",
+    SCHEDULE_KEY,
+    RFC_48944_KEY,
+    SEQ_LEN_KEY,
+    "ctx_agg",
+)
+
+
+@dataclass(frozen=True)
+class _Dynamic:
+    """What a validation's dynamic server serves, and where: its ``speculative_config`` before
+    the schedule (the tuned method and drafter), the schedule's fields, the Ks they run, the
+    anchors, the prompt lengths (none: the design's one) and what the sweep is for."""
+
+    config: Mapping[str, Any]
+    tables: Mapping[str, Any]
+    scheduled_ks: tuple[int, ...]
+    anchors: tuple[int, ...]
+    prompts: tuple[int, ...]
+    purpose: str
+
+
+def _batch_dynamic(result: ResultFile) -> tuple[_Dynamic | None, list[Problem]]:
+    """The result's own schedule and speculative_config, at its anchors."""
+    config = result.speculative_config
+    if config is None or result.schedule is None or not result.schedule.ranges:
+        return None, _refused(
+            result.source,
+            "the tuning result has no 'speculative_config' with a schedule (expected the JSON"
+            " written by tune-spec-k)",
+        )
+    schedule = result.schedule.to_json()
+    anchors = sorted({anchor.batch_size for anchor in result.anchors})
+    if not anchors:
+        return None, _refused(
+            result.source, "the tuning result has no 'batch_decisions': no anchors to validate at"
+        )
+    return _Dynamic(
+        config,
+        {SCHEDULE_KEY: schedule},
+        tuple(sorted({int(k) for _, _, k in schedule if k > 0})),
+        tuple(anchors),
+        (),
+        f"the schedule {json.dumps(schedule)}",
+    ), []
+
+
+def _context_dynamic(
+    result: ResultFile, export_file: str | Path
+) -> tuple[_Dynamic | None, list[Problem]]:
+    """A context schedule exported from the result: served as the export's
+    ``speculative_config`` (beside the result's method and drafter), at every anchor and
+    prompt length of the result's grid, each prompt length as ``random_input_len`` (a grid
+    read from another field is refused: the sweep could not reproduce its prompts)."""
+    data, problems = read_json(export_file)
+    if problems:
+        return None, problems
+    exported = _exported(data, str(export_file))
+    if isinstance(exported, list):
+        return None, exported
+    format, ks = exported
+    if result.grid is None:
+        return None, list(result.grid_problems) or _refused(
+            result.source,
+            "the tuning result has no context_grid: a context schedule is validated at the"
+            " grid's anchors and prompt lengths",
+        )
+    if result.context_field != RANDOM_PROMPT_LENGTH:
+        return None, _other_prompt_field(result, "a validation")
+    tuned = result.speculative_config or {}
+    return _Dynamic(
+        {key: value for key, value in tuned.items() if key not in _SCHEDULE_FIELDS},
+        speculative_config_of(data)[0],
+        tuple(k for k in ks if k > 0),
+        result.grid.anchors,
+        tuple(point.prompt_tokens for point in result.grid.points),
+        f"the {format} schedule of {export_file}",
+    ), []
+
+
+def _exported(data: Any, source: str) -> tuple[str, tuple[int, ...]] | list[Problem]:
+    """The format of an export of a context format and every K its config runs: a context
+    schedule (:func:`lib.loop.check.context_schedule_file`), or ``vllm-context``'s batch
+    schedule; else why not (the file, the field and what was expected)."""
+    schedule, problems = context_schedule_file(data, source)
+    if schedule is not None:
+        return schedule.format, tuple(sorted(schedule.ks))
+    if problems:
+        return problems
+    if not isinstance(data, dict) or data.get("format") != "vllm-context":
+        return _refused(
+            source,
+            "not an export of a context format: expected the -o file of tune-spec-k export"
+            " --format vllm-context, vllm-rfc-48944 or vllm-pr-54801",
+            "format",
+        )
+    config, prefix = speculative_config_of(data)
+    raw = parse_json_string(config.get(SCHEDULE_KEY))
+    batch, violations = Schedule.parse(raw)
+    if batch is None:
+        return [
+            Problem(
+                Severity.ERROR,
+                "invalid-plan-input",
+                f"the vllm-context schedule breaks vLLM's rule: {violation}",
+                files=(source,),
+                field=prefix + SCHEDULE_KEY,
+                value=show_value(raw),
+                expected="[[lo, hi, K], ...] starting at 1, sorted, no overlap",
+            )
+            for violation in violations
+        ]
+    return "vllm-context", tuple(sorted({k for _, _, k in batch.ranges}))
 
 
 def held_out_first_seed(result: ResultFile) -> int:
@@ -1681,9 +1819,11 @@ def held_out_first_seed(result: ResultFile) -> int:
     The tuning's runs of a cell used seeds 0 .. its runs - 1 (its follow-ups continue them,
     :func:`follow_up_plan`; a sweep of one seed used one), so the check sees prompt sets the
     schedule was not chosen on; 0 for a result without runs. The counts are usable runs: a
-    cell whose failed runs were not counted may have used a seed at or above it."""
+    cell whose failed runs were not counted may have used a seed at or above it. The cells of
+    a context grid count too."""
+    anchors = [*result.anchors, *(anchor for _, anchor in result.context_cells)]
     return max(
-        (candidate.num_runs for anchor in result.anchors for candidate in anchor.candidates),
+        (candidate.num_runs for anchor in anchors for candidate in anchor.candidates),
         default=0,
     )
 

@@ -371,15 +371,22 @@ def _step_seeds(step: SweepStep) -> str:
 
 
 def check_lines(report: CheckReport) -> list[str]:
-    """The check's verdict per anchor, its numbers and reasons, and a closing line on a loss."""
-    from lib.loop.check import REPORTED_OVERHEAD
+    """The check's verdict per anchor (per context point: with a context schedule, at the
+    point's decode-time context), its numbers and reasons, and a closing line on a loss."""
+    from lib.loop.check import REPORTED_OVERHEAD, schedule_text
 
-    lines = [f"schedule under test: {(report.schedule or NO_SCHEDULE).json_text()}"]
+    under_test = report.context_schedule or report.schedule or NO_SCHEDULE
+    lines = [f"schedule under test: {schedule_text(under_test)}"]
     if report.deployment_summary is not None:
         lines.append(report.deployment_summary)
+    if report.one_prompt_length is not None:
+        lines.append(report.one_prompt_length)
     lines += _verdict_lines(report.verdicts)
     for context in report.contexts:
-        lines.append(f"at {context.prompt_tokens} prompt tokens ({report.context_field}):")
+        where = f"at {context.prompt_tokens} prompt tokens ({report.context_field})"
+        if context.context_tokens is not None:
+            where += f", decode-time context {context.context_tokens}"
+        lines.append(f"{where}:")
         lines += [f"  {line}" for line in _verdict_lines(context.verdicts)]
     losses = [
         f"{row['anchor']} at {context.prompt_tokens} tokens"

@@ -8,10 +8,19 @@ from pathlib import Path
 
 import pytest
 from paths import VALIDATION_SWEEP
-from sweep_builder import GOOD_VALIDATION, SCHEDULE, spread, write_validation
+from sweep_builder import (
+    CONTEXT_ARMS,
+    GOOD_VALIDATION,
+    SCHEDULE,
+    spread,
+    write_context_validation,
+    write_validation,
+)
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK
 from lib.cli.main import main
+from lib.context_formats import UNBOUNDED_CONTEXT
+from lib.loop.check import context_schedule_file
 
 GOOD = GOOD_VALIDATION
 
@@ -202,35 +211,141 @@ def test_a_validation_sweep_that_varied_the_prompt_length_is_judged_per_length(
     assert verdicts[(8192, 64)] == ("loss" if long_loses else "ok")
 
 
+TOP = UNBOUNDED_CONTEXT
+#: The K of each (anchor, prompt) right for CONTEXT_ARMS: 3, except 0 at (64, 8192 tokens).
+RIGHT = {(1, 512): 3, (1, 8192): 3, (64, 512): 3, (64, 8192): 0}
+#: PR #48944 and PR #54801 configs: the first runs RIGHT; the second's smaller-K rule also
+#: turns batch 1 off at 8192 tokens, where K=3 pays (250 against 180: a loss).
+RFC = {
+    "num_speculative_tokens": 3,
+    "speculative_token_schedule": [
+        [1, 63, 1, 2180, 3],
+        [1, 63, 2181, TOP, 3],
+        [64, 256, 1, 2180, 3],
+        [64, 256, 2181, TOP, 0],
+    ],
+    "ctx_agg": "mean",
+}
+PR = {
+    "num_speculative_tokens": 3,
+    "num_speculative_tokens_per_batch_size": [[1, 256, 3]],
+    "num_speculative_tokens_per_seq_len": [[1, 2180, 3], [2181, TOP, 0]],
+}
+
+
 @pytest.mark.parametrize(
-    ("data", "refused"),
+    ("format", "config", "ks", "status", "loss"),
+    [
+        ("vllm-rfc-48944", RFC, RIGHT, EXIT_OK, None),
+        ("vllm-pr-54801", PR, {**RIGHT, (1, 8192): 0}, EXIT_FINDING, "1 at 8192 tokens"),
+    ],
+)
+def test_an_exported_context_schedule_is_checked_per_prompt_length(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    format: str,
+    config: dict[str, object],
+    ks: dict[tuple[int, int], int],
+    status: int,
+    loss: str | None,
+) -> None:
+    """The file `tune-spec-k export --format F -o FILE` writes (its speculative_config) is the
+    schedule under test; each prompt length's block names its decode-time context and every
+    line the K the config runs there."""
+    root = write_context_validation(tmp_path / "v", CONTEXT_ARMS, config, ks)
+    exported = tmp_path / "export.json"
+    exported.write_text(json.dumps({"format": format, "speculative_config": config}))
+    out = tmp_path / "check.json"
+    arguments = [str(root), "--schedule", str(exported), "--output-json", str(out)]
+    assert main(["check", *INDEPENDENT, *arguments]) == status
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f'schedule under test: {{"format": "{format}", ')
+    short = lines.index("at 512 prompt tokens (random_input_len), decode-time context 576:")
+    long = lines.index("at 8192 prompt tokens (random_input_len), decode-time context 8256:")
+    printed = {
+        (int(line.split("=")[1].split(":")[0]), 512 if n < long else 8192): int(
+            line.split("dynamic K=")[1].split()[0]
+        )
+        for n, line in enumerate(lines)
+        if n > short and line.startswith("  batch_size=")
+    }
+    assert printed == ks
+    closing = [line for line in lines if line.startswith("LOSS at batch size(s)")]
+    assert len(closing) == (0 if loss is None else 1)
+    assert all(line.startswith(f"LOSS at batch size(s) [{loss}]") for line in closing)
+    written = json.loads(out.read_text())
+    assert written["schedule"]["format"] == format
+    assert [c["context_tokens"] for c in written["contexts"]] == [576, 8256]
+
+
+def test_without_schedule_the_served_context_schedule_is_under_test(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_context_validation(tmp_path / "v", CONTEXT_ARMS, RFC, RIGHT)
+    assert main(["check", *INDEPENDENT, str(root)]) == EXIT_OK
+    assert capsys.readouterr().out.startswith(
+        'schedule under test: {"format": "vllm-rfc-48944", "speculative_token_schedule": '
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "text"),
     [
         (
             {"format": "vllm-rfc-48944", "speculative_config": {"speculative_token_schedule": []}},
-            True,
+            "speculative_config.speculative_token_schedule",
+            "the schedule must be a non-empty list",
         ),
         (
-            {
-                "speculative_config": {
-                    "num_speculative_tokens": 3,
-                    "num_speculative_tokens_per_seq_len": [[1, 9, 3]],
-                }
-            },
-            True,
+            {"format": "vllm-rfc-48944", "speculative_config": {"num_speculative_tokens": 3}},
+            "speculative_config.speculative_token_schedule",
+            "the file says format vllm-rfc-48944 but holds no speculative_token_schedule",
         ),
         (
-            {
-                "format": "vllm-context",
-                "speculative_config": {"num_speculative_tokens_per_batch_size": [[1, 64, 3]]},
-            },
-            False,
+            {"num_speculative_tokens": 3, "num_speculative_tokens_per_seq_len": [[1, 9, 3]]},
+            "num_speculative_tokens_per_batch_size",
+            "PR #54801 pairs the length table with a batch table",
         ),
-        ({"num_speculative_tokens_per_batch_size": [[1, 64, 3]]}, False),
+        (
+            {"format": "vllm-pr-54801", "speculative_config": RFC},
+            "speculative_config.speculative_token_schedule",
+            "the file says format vllm-pr-54801 but holds a vllm-rfc-48944 table",
+        ),
+        (
+            {"speculative_config": {**PR, "num_speculative_tokens_per_seq_len": [[0, 9, 3]]}},
+            "speculative_config.num_speculative_tokens_per_seq_len",
+            "length bounds must be >= 1",
+        ),
     ],
 )
-def test_a_schedule_that_sets_k_per_context_is_refused(data: object, refused: bool) -> None:
-    from lib.loop.check import context_schedule_problems
+def test_a_malformed_context_schedule_file_exits_2_naming_the_file_and_field(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    data: dict[str, object],
+    field: str,
+    text: str,
+) -> None:
+    root = write_context_validation(tmp_path / "v", CONTEXT_ARMS, RFC, RIGHT)
+    schedule = tmp_path / "schedule.json"
+    schedule.write_text(json.dumps(data))
+    assert main(["check", *INDEPENDENT, str(root), "--schedule", str(schedule)]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert "cannot read the schedule" in captured.err
+    assert str(schedule) in captured.err and field in captured.err and text in captured.err
+    assert "expected" in captured.err
 
-    problems = context_schedule_problems(data, "s.json")
-    assert bool(problems) is refused
-    assert all(p.files == ("s.json",) and p.rule == "context-schedule" for p in problems)
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {
+            "format": "vllm-context",
+            "speculative_config": {"num_speculative_tokens_per_batch_size": [[1, 64, 3]]},
+        },
+        {"num_speculative_tokens_per_batch_size": [[1, 64, 3]]},
+        [[1, 64, 3]],
+    ],
+)
+def test_a_batch_schedule_file_is_no_context_schedule(data: object) -> None:
+    assert context_schedule_file(data, "s.json") == (None, [])

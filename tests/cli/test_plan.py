@@ -390,6 +390,10 @@ def test_design_file_round_trips(tmp_path: Path) -> None:
         (["--num-runs", "0"], "field '--num-runs'; value 0; expected >= 1"),
         (["--spec-option", "num_speculative_tokens=3"], "the plan sets them itself"),
         (["--static-ks", "1"], "only with --validate"),
+        (
+            ["--validate-export", "rfc.json"],
+            "only with --validate (field '--validate-export'; value rfc.json)",
+        ),
     ],
 )
 def test_bad_designs_exit_2_naming_the_flag(
@@ -566,3 +570,33 @@ def test_follow_up_of_the_real_cpu_sample_reuses_its_engine(
     asked |= {(a["batch_size"], k) for a in wanted["new_anchors"] for k in a["ks"]}
     assert planned == asked
     assert {a["batch_size"] for a in wanted["new_anchors"]} <= {b for b, _ in planned}
+
+
+def test_validate_export_plans_a_context_schedule_at_every_prompt_length(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/context.md, "check": tune the long-context sample, export its grid for PR #48944,
+    plan the validation of that export; the dynamic server serves the export's config and
+    every server runs each anchor at the grid's four prompt lengths."""
+    result = tmp_path / "result.json"
+    sample = str(SAMPLE_SWEEPS / "long-context")
+    assert main([sample, "--server-cv", "0", "--output-json", str(result)]) == 0
+    exported = tmp_path / "rfc.json"
+    flags = ["--format", "vllm-rfc-48944", "-o", str(exported)]
+    assert main(["export", str(result), *flags]) == 0
+    capsys.readouterr()
+    design = ["--model", "m", "--method", "mtp", "--ks", "0,1,3,5", "--global-k", "5"]
+    design += ["--anchors", "1,8,64,256", "--dataset", "random"]
+    out = tmp_path / "validate"
+    arguments = ["--validate", str(result), "--validate-export", str(exported), "-o", str(out)]
+    assert main(["plan", *arguments, *design]) == 0
+    printed = capsys.readouterr().out
+    assert f"the vllm-rfc-48944 schedule of {exported} against static K=[1, 3, 5]" in printed
+    assert f"check with: tune-spec-k check results/validation --schedule {exported}" in printed
+    serve = json.loads((out / "serve_params.json").read_text())
+    config = json.loads(exported.read_text())["speculative_config"]
+    assert {key: serve["dynamic"]["speculative_config"][key] for key in config} == config
+    bench = json.loads((out / "bench_params.json").read_text())
+    assert {combo["random_input_len"] for combo in bench.values()} == {512, 2048, 8192, 32768}
+    # The longest prompt, 32768, plus the 128 output tokens of the default design.
+    assert "--max-model-len 32896" in (out / "command.txt").read_text()

@@ -52,7 +52,7 @@ from lib.loop.plan import (
 )
 from lib.measurement_plan import measurement_plan
 from lib.schedule import Schedule, TuningResult, tune
-from lib.settings import Settings
+from lib.settings import Options, Settings
 from lib.sweeps import load_experiment
 
 
@@ -868,3 +868,116 @@ def test_a_damaged_grid_is_refused_not_planned_as_batch_only(tmp_path: Path) -> 
     needs, problems = follow_up_needs([_context_result(tmp_path, damage)])
     assert needs is None
     assert problems and problems[0].field is not None and "context_grid[0]" in problems[0].field
+
+
+# --------------------------------------------------------------------------- context validation
+
+
+def _exported(tmp_path: Path, result: Path, format: str) -> Path:
+    from lib.cli.main import main
+
+    path = tmp_path / f"{format}.json"
+    assert main(["export", str(result), "--format", format, "-o", str(path)]) == 0
+    return path
+
+
+def _grid_picks(result: Path) -> dict[tuple[int, int], int]:
+    """(anchor, prompt) -> the grid's selected K: what the vllm-rfc-48944 export runs at each
+    cell (it holds the grid exactly: docs/context.md, "Exports")."""
+    cells = json.loads(result.read_text())["context_grid"]
+    return {(c["batch_size"], c["prompt_tokens"]): c["selected_k"] for c in cells}
+
+
+def test_a_context_validation_plan_serves_the_export_at_every_anchor_and_prompt_length(
+    tmp_path: Path,
+) -> None:
+    result = _context_result(tmp_path)
+    exported = _exported(tmp_path, result, "vllm-rfc-48944")
+    plan, problems = validation_plan(
+        CONTEXT_DESIGN, result, "results", "validation", None, exported
+    )
+    assert plan is not None, problems
+    (step,) = plan.steps
+    config = json.loads(exported.read_text())["speculative_config"]
+    dynamic = step.serve_params["dynamic"]["speculative_config"]
+    # The export's config as written, beside the tuned method; the static servers without it.
+    assert {key: dynamic[key] for key in config} == config
+    assert dynamic["method"] == "mtp"
+    assert step.serve_params["static-k3"]["speculative_config"] == {
+        key: value for key, value in dynamic.items() if key not in config
+    } | {"num_speculative_tokens": 3}
+    picks = _grid_picks(result)
+    combos = {(c["max_concurrency"], c["random_input_len"]) for c in step.bench_params.values()}
+    assert combos == set(picks)
+    assert (
+        plan.notes[-1] == f"check with: tune-spec-k check results/validation --schedule {exported}"
+    )
+
+
+@pytest.mark.parametrize("format", ["vllm-rfc-48944", "vllm-pr-54801", "vllm-context"])
+def test_a_context_validation_sweep_of_the_plan_is_judged_per_prompt_length(
+    tmp_path: Path, format: str
+) -> None:
+    """Run the plan as the sweep runs it, with each server measuring 100 tok/s at the cell's
+    pick and 90 elsewhere; the dynamic server runs the K the export runs there (the grid's pick
+    for vllm-rfc-48944, read off its loss table for the others): judged per prompt length at
+    that K, it ties the best static server where it runs the pick, and loses where not."""
+    from lib.loop.check import CheckSettings, check_deployment, context_schedule_file
+
+    result = _context_result(tmp_path)
+    exported = _exported(tmp_path, result, format)
+    plan, problems = validation_plan(
+        CONTEXT_DESIGN, result, "results", "validation", None, exported
+    )
+    assert plan is not None, problems
+    assert write_plan(plan, tmp_path / "validate")[1] == []
+    picks = _grid_picks(result)
+    data = json.loads(exported.read_text())
+    runs = {(c["batch_size"], c["prompt_tokens"]): c["exported_k"] for c in data["loss"]["cells"]}
+    assert format != "vllm-rfc-48944" or runs == picks
+
+    def measure(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+        cell = (bench["max_concurrency"], bench["random_input_len"])
+        name = serve["_benchmark_name"]
+        k = {"dynamic": runs[cell], "no-spec": 0}.get(name)
+        k = int(name.removeprefix("static-k")) if k is None else k
+        value = 100.0 if k == picks[cell] else 90.0
+        return {"output_throughput": value * (1 + 0.001 * bench["seed"])}
+
+    (experiment,) = run_planned_sweeps(tmp_path / "validate", tmp_path, measure)
+    # The schedule under test as `check --schedule EXPORT` reads it.
+    schedule, _ = context_schedule_file(data, str(exported))
+    if format == "vllm-context":
+        schedule = Schedule.parse(
+            data["speculative_config"]["num_speculative_tokens_per_batch_size"]
+        )[0]
+    # Independent runs (no server offsets): ties between two servers are then sure.
+    report = check_deployment(experiment, CheckSettings(options=Options(server_cv=0.0)), schedule)
+    assert [p.describe() for p in report.errors] == []
+    verdicts = {
+        (row["anchor"], context.prompt_tokens): (row["dynamic_k"], row["verdict"])
+        for context in report.contexts
+        for row in context.verdicts.to_dicts()
+    }
+    assert {cell: k for cell, (k, _) in verdicts.items()} == runs
+    expected = {cell: "ok" if runs[cell] == picks[cell] else "loss" for cell in picks}
+    assert {cell: v for cell, (_, v) in verdicts.items()} == expected
+
+
+def test_a_context_validation_needs_an_export_and_a_grid(tmp_path: Path) -> None:
+    result = _context_result(tmp_path)
+    not_export = tmp_path / "not-export.json"
+    not_export.write_text(json.dumps({"format": "vllm", "x": 1}))
+    plan, problems = validation_plan(CONTEXT_DESIGN, result, "r", "v", None, not_export)
+    assert plan is None and [p.field for p in problems] == ["format"]
+    assert "expected the -o file of tune-spec-k export" in problems[0].message
+    exported = _exported(tmp_path, result, "vllm-rfc-48944")
+    plan, problems = validation_plan(
+        CONTEXT_DESIGN, _sonnet_result(tmp_path), "r", "v", None, exported
+    )
+    assert plan is None and "no context_grid" in problems[0].message
+    other_field = _context_result(
+        tmp_path / "f", lambda d: d["context_axis"].update(field="my_len")
+    )
+    plan, problems = validation_plan(CONTEXT_DESIGN, other_field, "r", "v", None, exported)
+    assert plan is None and problems[0].field == "context_axis.field"
