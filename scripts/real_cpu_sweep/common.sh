@@ -1,4 +1,4 @@
-# Sourced by run_sweep.sh and run_validation.sh: the environment of every vLLM command and the
+# Sourced by every run_*.sh here: the environment of every vLLM command and the
 # clean-up of what killed servers leave behind. Expects $venv, $work and $repo to be set.
 case "$work/" in
   "$repo"/*) echo "refusing WORK_DIR $work: it is inside the repository" >&2; exit 2 ;;
