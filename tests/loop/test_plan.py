@@ -264,6 +264,37 @@ def test_the_real_server_info_sample_was_run_from_this_plan() -> None:
         assert saved["vllm_config"]["scheduler_config"]["max_num_seqs"] == 4, combo.name
 
 
+def test_the_real_replica_sample_was_run_from_this_plan() -> None:
+    """The committed replicated sweep ran exactly the params its script's plan command writes
+    (scripts/real_cpu_sweep/run_replica_sweep.sh): 3 replicas per K in the shuffled blocks,
+    every seeded bench combo; every serve combo has a folder per bench combo."""
+    sample = SAMPLE_SWEEPS / "real-cpu-replicas"
+    if not (sample / "serve_params.json").is_file():
+        pytest.skip(f"{sample} has not been committed yet")
+    design = SweepDesign(
+        model="MODEL",
+        method="ngram",
+        speculative_options={"prompt_lookup_max": 4, "prompt_lookup_min": 2},
+        ks=(0, 1, 3),
+        anchors=(1, 4),
+        server_replicas=3,
+        input_len=64,
+        output_len=64,
+        num_prompts=16,
+    )
+    step = planned(design).steps[0]
+    assert json.loads((sample / "serve_params.json").read_text()) == step.serve_params
+    assert json.loads((sample / "bench_params.json").read_text()) == step.bench_params
+    stored = json.loads((sample / "sweep_plan.json").read_text())["design"]
+    assert stored["server_replicas"] == 3
+    folders = {path.name for path in sample.glob("SERVE--*")}
+    assert folders == {
+        f"SERVE--{serve}-BENCH--{bench}"
+        for serve in step.serve_params
+        for bench in step.bench_params
+    }
+
+
 def test_run_script_dry_run_without_vllm_prints_every_sweep(tmp_path: Path) -> None:
     """Without `vllm` on PATH, `run.sh --dry-run` prints each step's command as `commands`
     gives it (params beside the script, every extra argument appended) and runs nothing."""
