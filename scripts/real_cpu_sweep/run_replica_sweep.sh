@@ -19,20 +19,12 @@ port=${PORT:-8767}
 . "$repo/scripts/real_cpu_sweep/common.sh"
 
 model="$work/tiny-llama"
-if [ ! -f "$model/model.safetensors" ]; then
-  python "$repo/scripts/real_cpu_sweep/build_tiny_model.py" "$model"
-fi
+tiny_model "$model"
 
 # No --seed in --serve-args: the plan gives each replica its own.
-(cd "$repo" && uv run tune-spec-k plan \
-  --model "$model" --method ngram \
-  --spec-option prompt_lookup_max=4 --spec-option prompt_lookup_min=2 \
-  --ks 0,1,3 --anchors 1,4 --server-replicas 3 \
+plan_tiny_ngram "$model" --ks 0,1,3 --anchors 1,4 --server-replicas 3 \
   --input-len 64 --output-len 64 --num-prompts 16 --num-runs 3 \
-  --port "$port" \
   --serve-args "--max-model-len 1024 --served-model-name tiny" \
-  --bench-args "--served-model-name tiny" \
-  --results-dir "$work/results" --experiment-name real-cpu-replicas \
-  -o "$work/plan")
+  --experiment-name real-cpu-replicas
 
 run_plan_into "$work/results/real-cpu-replicas" "$@"

@@ -219,21 +219,23 @@ def _as_run_before_the_seeds(sample: Path, design: SweepDesign) -> None:
     assert command["--num-runs"] == str(design.num_runs)
 
 
+def _tiny_ngram_design(**changes: Any) -> SweepDesign:
+    """The design of the real CPU samples' plans (scripts/real_cpu_sweep): the tiny model with
+    n-gram speculation, 64 input tokens; ``changes`` are each sample's own flags. The model
+    path is the machine's, in no params file."""
+    speculation = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    values: dict[str, Any] = {"model": "MODEL", "method": "ngram", "input_len": 64}
+    return SweepDesign(**values, speculative_options=speculation, **changes)
+
+
 def test_the_real_cpu_sample_was_run_from_this_plan() -> None:
     """The committed real sweep's params are what its script's plan command writes, but for
     the seeded repeats (:func:`_as_run_before_the_seeds`)."""
     sample = SAMPLE_SWEEPS / "real-cpu-tiny-ngram"
     if not (sample / "serve_params.json").is_file():
         pytest.skip(f"{sample} has not been committed yet")
-    design = SweepDesign(
-        model="MODEL",
-        method="ngram",
-        speculative_options={"prompt_lookup_max": 4, "prompt_lookup_min": 2},
-        ks=(0, 1, 2, 3, 5),
-        anchors=(1, 2, 4, 8),
-        input_len=64,
-        output_len=128,
-        num_prompts=48,
+    design = _tiny_ngram_design(
+        ks=(0, 1, 2, 3, 5), anchors=(1, 2, 4, 8), output_len=128, num_prompts=48
     )
     _as_run_before_the_seeds(sample, design)
 
@@ -246,17 +248,8 @@ def test_the_real_server_info_sample_was_run_from_this_plan() -> None:
     sample = SAMPLE_SWEEPS / "real-cpu-server-info"
     if not (sample / "serve_params.json").is_file():
         pytest.skip(f"{sample} has not been committed yet")
-    design = SweepDesign(
-        model="MODEL",
-        method="ngram",
-        speculative_options={"prompt_lookup_max": 4, "prompt_lookup_min": 2},
-        ks=(0, 1, 3),
-        anchors=(1, 2),
-        max_num_seqs=4,
-        input_len=64,
-        output_len=128,
-        num_prompts=16,
-        num_runs=2,
+    design = _tiny_ngram_design(
+        ks=(0, 1, 3), anchors=(1, 2), max_num_seqs=4, output_len=128, num_prompts=16, num_runs=2
     )
     _as_run_before_the_seeds(sample, design)
     for combo in sorted(sample.glob("SERVE--*")):
@@ -271,16 +264,8 @@ def test_the_real_replica_sample_was_run_from_this_plan() -> None:
     sample = SAMPLE_SWEEPS / "real-cpu-replicas"
     if not (sample / "serve_params.json").is_file():
         pytest.skip(f"{sample} has not been committed yet")
-    design = SweepDesign(
-        model="MODEL",
-        method="ngram",
-        speculative_options={"prompt_lookup_max": 4, "prompt_lookup_min": 2},
-        ks=(0, 1, 3),
-        anchors=(1, 4),
-        server_replicas=3,
-        input_len=64,
-        output_len=64,
-        num_prompts=16,
+    design = _tiny_ngram_design(
+        ks=(0, 1, 3), anchors=(1, 4), server_replicas=3, output_len=64, num_prompts=16
     )
     step = planned(design).steps[0]
     assert json.loads((sample / "serve_params.json").read_text()) == step.serve_params
