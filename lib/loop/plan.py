@@ -22,6 +22,11 @@ repeat's ``seed`` (``vllm bench serve --seed``, which samples the prompts), each
 prompts N times. Every K sees the same prompts for the same seed at an anchor, so the K are
 compared on paired prompt sets; the bench combos of a serve combo share its one server start.
 
+**Replicas** are server starts (:func:`replicated`): ``--server-replicas R`` writes each serve
+combo R times, ``<combo>-seed=<r>`` with ``vllm serve --seed r``, in shuffled blocks, so the
+between-server spread is measured and drift over the sweep is noise, not a bias between K; a
+follow-up's replicas continue after the first sweep's values (:func:`first_replica_after`).
+
 Params files are dicts of named combos (``vllm bench sweep serve`` also reads lists of dicts);
 nested dicts such as ``speculative_config`` stay nested: the sweep passes them to the command
 as JSON and copies them into every record as they are.
