@@ -22,7 +22,8 @@ Rules (each one small function):
   ``effective-batch-spread``: the runs did not run the same batch. The range, not the MAD:
   at 3 runs the MAD does not see one run off on its own, the range does
   (``../shared/docs/decision-statistics.md``: a range check catches one run 20 % low); on the
-  samples the largest spread is 0.095 (real-cpu-context, batch 4).
+  samples the largest spread is 0.148 (real-cpu-replicas, batch 4, K=1, whose 9 runs come
+  from 3 servers, one of them run during a burst of other load on the machine).
 - Where the records lack either field (the published real sweeps hold neither), one note
   ``effective-batch-unknown`` says so, no warning per cell, and nothing is guessed.
 """

@@ -143,6 +143,9 @@ REAL_SAMPLE_FLAGS: dict[str, dict[str, Any]] = {
     # (data/sample_sweeps/real-cpu-tiny-ngram/README.md); five cells exceed a relative MAD of
     # 0.1, none exceeds 0.2.
     "real-cpu-tiny-ngram": {"max_objective_relative_mad": 0.2},
+    # Its 9 runs per cell come from 3 servers on a loaded machine: relative MAD 0.16-0.54
+    # (data/sample_sweeps/real-cpu-replicas/README.md).
+    "real-cpu-replicas": {"max_objective_relative_mad": 0.6},
 }
 
 

@@ -69,6 +69,15 @@ def vllm_record(serve: dict[str, Any], bench: dict[str, Any], run_number: int) -
     return record
 
 
+def vllm_combo_folder(serve: dict[str, Any], bench: dict[str, Any]) -> str:
+    """The folder of a (serve combo, bench combo): ``SERVE-``, the serve combo's name,
+    ``BENCH-``, the bench combo's, joined by ``-``, then sanitised (``/`` to ``_``, ``..`` to
+    ``__``, quotes stripped at the ends), as ``_get_comb_base_path`` and
+    ``sanitize_filename`` do."""
+    name = "-".join(("SERVE-", serve["_benchmark_name"], "BENCH-", bench["_benchmark_name"]))
+    return name.replace("/", "_").replace("..", "__").strip("'").strip('"')
+
+
 def parse_sweep_command(text: str) -> dict[str, str]:
     """The flags of one `vllm bench sweep serve ...` line."""
     words = shlex.split(text)
@@ -92,10 +101,10 @@ def run_planned_sweeps(
     measure: Callable[[dict[str, Any], dict[str, Any], int], dict[str, Any]],
 ) -> list[Path]:
     """Every sweep of the plan's ``command.txt`` as `vllm bench sweep serve` runs it, with no
-    server: each serve combo with each bench combo of its params files, ``--num-runs`` times,
-    each run's record (:func:`vllm_record`, then ``measure(serve, bench, run_number)``) in
-    ``-o/-e/SERVE--<serve>-BENCH--<bench>``, relative paths below ``base``. Returns the
-    experiment folders."""
+    server: each serve combo (in file order) with each bench combo of its params files,
+    ``--num-runs`` times, each run's record (:func:`vllm_record`, then ``measure(serve, bench,
+    run_number)``) in ``-o/-e/`` :func:`vllm_combo_folder`, relative paths below ``base``.
+    Returns the experiment folders."""
     experiments = []
     for command in (plan_dir / "command.txt").read_text().split("\n\n"):
         flags = parse_sweep_command(command)
@@ -106,8 +115,7 @@ def run_planned_sweeps(
                     {**vllm_record(serve, bench, run), **measure(serve, bench, run)}
                     for run in range(int(flags["--num-runs"]))
                 ]
-                name = f"SERVE--{serve['_benchmark_name']}-BENCH--{bench['_benchmark_name']}"
-                write_combo(experiment / name, records)
+                write_combo(experiment / vllm_combo_folder(serve, bench), records)
         experiments.append(experiment)
     return experiments
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,6 +176,12 @@ def _plan(args: PlanArgs) -> tuple[SweepPlan | None, list[Problem]]:
         needs, problems = planning.follow_up_needs(args.follow_up)
         if needs is None:
             return None, problems
+        if "first_replica" not in args.design:
+            # The first sweep is the stored design (the flags given here may change R).
+            first_sweep = design if stored is None else planning.design_from(stored, {})[0]
+            design = dataclasses.replace(
+                design, first_replica=planning.first_replica_after(first_sweep or design)
+            )
         beside = needs.result_file or args.follow_up[-1]
         return planning.follow_up_plan(
             design,

@@ -22,6 +22,11 @@ repeat's ``seed`` (``vllm bench serve --seed``, which samples the prompts), each
 prompts N times. Every K sees the same prompts for the same seed at an anchor, so the K are
 compared on paired prompt sets; the bench combos of a serve combo share its one server start.
 
+**Replicas** are server starts (:func:`replicated`): ``--server-replicas R`` writes each serve
+combo R times, ``<combo>-seed=<r>`` with ``vllm serve --seed r``, in shuffled blocks, so the
+between-server spread is measured and drift over the sweep is noise, not a bias between K; a
+follow-up's replicas continue after the first sweep's values (:func:`first_replica_after`).
+
 Params files are dicts of named combos (``vllm bench sweep serve`` also reads lists of dicts);
 nested dicts such as ``speculative_config`` stay nested: the sweep passes them to the command
 as JSON and copies them into every record as they are.
@@ -33,6 +38,7 @@ import argparse
 import dataclasses
 import json
 import math
+import random
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +56,9 @@ from lib.loop.check import context_schedule_file, speculative_config_of
 from lib.problems import Problem, Severity, show_value
 from lib.schedule import Schedule
 from lib.server_info import SERVER_INFO_FILE_GLOB
+from lib.servers import replica_combo_name
 from lib.settings import (
+    DEFAULT_REPLICA_VAR,
     PROMPT_TOKENS_RANGE,
     RANDOM_PROMPT_LENGTH,
     REPEAT_SEED,
@@ -66,6 +74,7 @@ __all__ = [
     "SweepStep",
     "default_anchors",
     "design_from",
+    "first_replica_after",
     "follow_up_needs",
     "follow_up_plan",
     "spec_option",
@@ -235,6 +244,26 @@ class SweepDesign:
             " repeats send different prompts)",
         ),
     )
+    server_replicas: int = field(
+        default=1,
+        metadata=flag(
+            "--server-replicas",
+            "servers per K: R >= 2 writes R serve combos per K (k3-seed=0, k3-seed=1, ...) that"
+            " differ only in vLLM serve's --seed (the sampler's seed, which a temperature-0"
+            " benchmark does not see), run in a shuffled order. Each replica is one more server"
+            " start (about a minute on the CPU build, minutes for a large model on a GPU); they"
+            " measure how much servers of one configuration differ, which runs on one server"
+            " cannot",
+        ),
+    )
+    first_replica: int = field(
+        default=0,
+        metadata=flag(
+            "--first-replica",
+            "the --seed of each K's first replica (a follow-up of a replicated design starts"
+            " after the last one that design used, so its servers are read as new ones)",
+        ),
+    )
     warmup_num_prompts: int = field(
         default=0,
         metadata=flag(
@@ -294,6 +323,15 @@ class SweepDesign:
         ``max_cudagraph_capture_size`` where given (the sweep passes them as
         ``--max-num-seqs`` and ``--max-cudagraph-capture-size``); empty when neither is."""
         return {name: value for name in ENGINE_PARAMS if (value := getattr(self, name)) is not None}
+
+    @property
+    def replica_values(self) -> tuple[int, ...]:
+        """The ``--seed`` of each K's servers, ``first_replica`` .. ``first_replica +
+        server_replicas - 1``; none for a design without replicas (one server per K, its serve
+        combo named without a marker, as before replicas), that is one replica from 0."""
+        if self.server_replicas == 1 and self.first_replica == 0:
+            return ()
+        return tuple(range(self.first_replica, self.first_replica + self.server_replicas))
 
     @property
     def output_tokens(self) -> int:
@@ -422,6 +460,15 @@ class SweepDesign:
                 "no --seed in it: the plan gives each repeat its own seed (a bench-params key,"
                 " which would replace it)",
             )
+        replicas_readable = True
+        if _whole_or_none(self.server_replicas) is None or self.server_replicas < 1:
+            bad("server_replicas", self.server_replicas, "a whole number >= 1")
+            replicas_readable = False
+        if _whole_or_none(self.first_replica) is None or self.first_replica < 0:
+            bad("first_replica", self.first_replica, "a whole number >= 0")
+            replicas_readable = False
+        if replicas_readable and self.replica_values:
+            problems.extend(self._replica_problems())
         if self.warmup_num_prompts < 0:
             bad("warmup_num_prompts", self.warmup_num_prompts, ">= 0")
         if self.dataset != "random" and not self.dataset_path:
@@ -488,6 +535,32 @@ class SweepDesign:
             )
         return problems
 
+    def _replica_problems(self) -> list[Problem]:
+        """Why the serve arguments forbid replicas: a ``--seed`` of their own (the plan gives
+        each replica its own, a serve-params key, which would replace it), and
+        ``--load-format dummy`` (the seed draws the dummy weights: servers with different
+        seeds are different models, not replicas)."""
+        problems = []
+        if _argument_value(self.serve_args, "--" + DEFAULT_REPLICA_VAR) is not None:
+            problems.append(
+                _design_problem(
+                    "serve_args",
+                    f"no --{DEFAULT_REPLICA_VAR} in it: {_flag('server_replicas')} gives each"
+                    " server its own (the replica marker)",
+                    repr(self.serve_args),
+                )
+            )
+        if _argument_value(self.serve_args, "--load-format") == "dummy":
+            problems.append(
+                _design_problem(
+                    "server_replicas",
+                    "1 with --load-format dummy: the seed draws the dummy weights, so servers"
+                    " with different seeds serve different models, not replicas",
+                    self.server_replicas,
+                )
+            )
+        return problems
+
     def to_json(self) -> dict[str, Any]:
         """The design as ``sweep_plan.json`` stores it, field by field (``--design`` reads it
         back)."""
@@ -495,6 +568,9 @@ class SweepDesign:
         # Written only when set, so a plan without them writes the file it always wrote.
         for name in ENGINE_PARAMS:
             if stored[name] is None:
+                del stored[name]
+        for name, unset in (("server_replicas", 1), ("first_replica", 0)):
+            if stored[name] == unset:
                 del stored[name]
         return stored
 
@@ -584,9 +660,38 @@ def anchor_combo_name(anchor: int) -> str:
     return f"c{anchor}"
 
 
+#: The seed of the serve combos' order in a plan with replicas (:func:`replicated`): fixed, so
+#: the same design always writes the same files.
+SERVE_ORDER_SEED = 23
+
+
+def replicated(design: SweepDesign, combos: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The serve combos of a design with replicas: each combo once per replica value ``r``
+    (:attr:`SweepDesign.replica_values`), named ``<combo>-seed=<r>``
+    (:func:`lib.servers.replica_combo_name`), its params with the serve param ``seed: r`` added
+    (``vllm serve --seed r``, the sampler's seed, which a temperature-0 benchmark does not
+    see) and nothing else changed. The sweep starts the servers in file order; they come in
+    blocks, one per replica value, each holding every combo once in an order drawn by
+    ``random.Random(SERVE_ORDER_SEED)``, so drift over the sweep falls on every K alike (noise
+    between a K's servers, never a bias between K). ``combos`` as they are without replicas."""
+    values = design.replica_values
+    if not values:
+        return dict(combos)
+    order = random.Random(SERVE_ORDER_SEED)
+    serve: dict[str, Any] = {}
+    for value in values:
+        names = list(combos)
+        order.shuffle(names)
+        for name in names:
+            marked = replica_combo_name(name, DEFAULT_REPLICA_VAR, value)
+            serve[marked] = {**combos[name], DEFAULT_REPLICA_VAR: value}
+    return serve
+
+
 def tuning_serve_params(design: SweepDesign, ks: Sequence[int]) -> dict[str, Any]:
-    """One serve combo per K: the global maximum fixed, K set by a one-range schedule."""
-    return {
+    """One serve combo per K (per replica, :func:`replicated`): the global maximum fixed, K set
+    by a one-range schedule."""
+    combos = {
         k_combo_name(k): {
             **design.engine_params,
             "speculative_config": speculative_config(
@@ -597,6 +702,7 @@ def tuning_serve_params(design: SweepDesign, ks: Sequence[int]) -> dict[str, Any
         }
         for k in sorted(ks)
     }
+    return replicated(design, combos)
 
 
 def prompts_for(design: SweepDesign, anchor: int) -> int:
@@ -1032,6 +1138,19 @@ def _more_runs_notes(asked: int, steps: Sequence[SweepStep]) -> list[str]:
     return notes
 
 
+def _follow_up_replica_notes(design: SweepDesign, steps: Sequence[SweepStep]) -> list[str]:
+    """A follow-up's replicas: what they cost and buy, and why their values are new ones."""
+    notes = _replica_notes(design, steps, read_as=_TUNER_READS_REPLICAS)
+    if design.first_replica > 0:
+        notes.append(
+            f"the replicas' --{DEFAULT_REPLICA_VAR} values start at {design.first_replica},"
+            " after those of the design this follows up, so its servers are read as new"
+            " ones; a later follow-up planned from this plan's sweep_plan.json continues"
+            " after these"
+        )
+    return notes
+
+
 def _warmup_notes(design: SweepDesign) -> list[str]:
     """What ``--warmup-num-prompts`` costs with seeded repeats (none without it)."""
     if not design.warmup_num_prompts:
@@ -1040,6 +1159,48 @@ def _warmup_notes(design: SweepDesign) -> list[str]:
         f"the sweep warms up before every bench combo ({design.warmup_num_prompts} prompts,"
         " not measured), so a cell gets a warm-up before each of its seeded runs"
     ]
+
+
+def _replica_notes(
+    design: SweepDesign, steps: Sequence[SweepStep], unit: str = "K", read_as: str = ""
+) -> list[str]:
+    """What a plan's server replicas cost and buy, and how they are ordered (none without
+    replicas); ``unit`` is what each server runs (a K, or a validation arm), ``read_as`` how
+    the reading command treats the replicas."""
+    values = design.replica_values
+    if not values:
+        return []
+    starts = sum(len(step.serve_params) for step in steps)
+    return [
+        f"{len(values)} server(s) per {unit}, serve combos <combo>-{DEFAULT_REPLICA_VAR}=<r>"
+        f" started with vLLM serve's --{DEFAULT_REPLICA_VAR} r for serve {seeds_text(values)}"
+        f" (the sampler's seed, which a temperature-0 benchmark does not see): {starts} server"
+        f" starts, {len(values)}x the servers of one per {unit}, each a start of its own"
+        " (about a minute on the CPU build, minutes for a large model on a GPU). They measure"
+        " how much servers of one configuration differ, which runs on one server cannot"
+        + (f": {read_as}" if read_as else ""),
+        f"the serve combos run in {len(values)} block(s), each holding every {unit} once in an"
+        f" order drawn by random.Random({SERVE_ORDER_SEED}): drift over the sweep shows up as"
+        f" noise between the servers of a {unit}, not as a bias between them",
+    ]
+
+
+#: How the tuner reads a tuning sweep's replicas (lib.schedule.server_gate, lib.servers).
+_TUNER_READS_REPLICAS = "tune-spec-k reads a K's replicas as one cell with several servers"
+
+
+def first_replica_after(first_sweep: SweepDesign) -> int:
+    """The first replica value of a follow-up of ``first_sweep``: one past the last value that
+    sweep's servers used, since a follow-up is new server starts and a value used again would
+    read a new server as one of the first sweep's; 0 after a sweep without replicas (its serve
+    combos carry no marker, so every value is new). A stored design whose replica fields are
+    not whole numbers (no plan writes one) is treated as one without replicas."""
+    if _whole_or_none(first_sweep.server_replicas) is None:
+        return 0
+    if _whole_or_none(first_sweep.first_replica) is None:
+        return 0
+    values = first_sweep.replica_values
+    return values[-1] + 1 if values else 0
 
 
 def _json_text(data: Any) -> str:
@@ -1075,7 +1236,12 @@ def tuning_plan(
         f" {design.num_runs} time(s), with"
         f" {seeds_text(range(design.num_runs))}: a bench combo per seed, each run once (the"
         " repeats send different prompts; every K gets the same prompts for the same seed), and"
-        " a server serves all of them (one start per K)",
+        + (
+            f" each of a K's {design.server_replicas} servers serves all of them"
+            if design.replica_values
+            else " a server serves all of them (one start per K)"
+        ),
+        *_replica_notes(design, (step,), read_as=_TUNER_READS_REPLICAS),
         *_warmup_notes(design),
         f"tune with: tune-spec-k {results_dir}/{experiment_name}",
     ]
@@ -1493,6 +1659,7 @@ def follow_up_plan(
         )
     notes = list(needs.notes)
     notes += _more_runs_notes(sum(needs.more_runs.values()), steps)
+    notes += _follow_up_replica_notes(design, steps)
     notes += _warmup_notes(design)
     notes.append(
         f"write the results inside the first experiment folder (here: {results_dir}) and"
@@ -1566,6 +1733,7 @@ def _context_follow_up_plan(
             f" {MIN_RUNS_NEEDED} runs each"
         )
     notes += _more_runs_notes(sum(needs.context_runs.values()), steps)
+    notes += _follow_up_replica_notes(design, steps)
     notes += _warmup_notes(design)
     holds = _max_model_len(design.serve_args) or design.max_model_len_needed
     notes.append(
@@ -1653,6 +1821,7 @@ def validation_plan(
             "speculative_config": {**shared, "num_speculative_tokens": k},
         }
     serve[NO_SPECULATION_COMBO] = dict(engine)
+    serve = replicated(design, serve)
     validation_design = _with_anchors(design, anchors)
     if prompts:
         validation_design = dataclasses.replace(validation_design, context_lengths=prompts)
@@ -1680,6 +1849,12 @@ def validation_plan(
         f" {seeds_text(range(first_seed, first_seed + design.num_runs))}: the tuning ran at most"
         f" {first_seed} counted run(s) per cell, with seeds from 0, so the check measures"
         " prompts the schedule was not chosen on (where every tuning run was counted)",
+        *_replica_notes(
+            design,
+            (step,),
+            "arm",
+            "tune-spec-k check pools the runs of an arm's servers at each anchor",
+        ),
         *_warmup_notes(design),
     ]
     if prompts:

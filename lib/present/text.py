@@ -25,6 +25,7 @@ from lib.measurement_plan import MeasurementPlan, new_servers_text
 from lib.numbers import objective_text, probability_text, signed_percent_text
 from lib.problems import Problem, printable
 from lib.schedule import NO_SCHEDULE, TuningResult, finite_or_none
+from lib.servers import configuration_of
 from lib.settings import RANDOM_PROMPT_LENGTH
 from lib.switch_points import SwitchPoints
 
@@ -324,14 +325,28 @@ def sweep_plan_lines(plan: SweepPlan, plan_dir: str) -> list[str]:
     """What a sweep plan runs: a summary, a line per sweep, the notes, then each command."""
     lines = [f"{plan.kind} plan: {plan.summary_line()}"]
     for step in plan.steps:
-        ks = ", ".join(step.serve_params)
         lines.append(
-            f"  {step.name}: servers [{ks}] x {_bench_cells(step)} x"
+            f"  {step.name}: {_step_servers(plan, step)} x {_bench_cells(step)} x"
             f" {step.runs_per_cell} run(s) ({_step_seeds(step)}) ->"
             f" {printable(f'{step.results_dir}/{step.experiment_name}')}: {step.purpose}"
         )
     lines += [f"  note: {note}" for note in plan.notes]
     return lines + plan.commands(plan_dir)
+
+
+def _step_servers(plan: SweepPlan, step: SweepStep) -> str:
+    """The servers of a sweep: its serve combos; with replicas, each configuration once (in
+    the order of the first block) and the replicas' serve seeds."""
+    from lib.loop.plan import seeds_text
+
+    values = plan.design.replica_values
+    if not values:
+        return f"servers [{', '.join(step.serve_params)}]"
+    configurations = dict.fromkeys(configuration_of(name) for name in step.serve_params)
+    return (
+        f"servers [{', '.join(configurations)}] x {len(values)} replica(s) (serve"
+        f" {seeds_text(values)}, shuffled)"
+    )
 
 
 def _bench_cells(step: SweepStep) -> str:

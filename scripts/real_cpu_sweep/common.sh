@@ -1,5 +1,6 @@
-# Sourced by run_sweep.sh and run_validation.sh: the environment of every vLLM command and the
-# clean-up of what killed servers leave behind. Expects $venv, $work and $repo to be set.
+# Sourced by every run_*.sh here: the environment of every vLLM command and the
+# clean-up of what killed servers leave behind. Expects $venv, $work and $repo to be set
+# ($port too for plan_tiny_ngram).
 case "$work/" in
   "$repo"/*) echo "refusing WORK_DIR $work: it is inside the repository" >&2; exit 2 ;;
 esac
@@ -39,4 +40,24 @@ run_plan_into() {
     mkdir -p "$COPY_TO" && cp -r "$experiment/." "$COPY_TO/"
     echo "copied to $COPY_TO"
   fi
+}
+
+# Builds the tiny model into $1 (with $2 positions, default 2048) unless it is there.
+tiny_model() {
+  if [ ! -f "$1/model.safetensors" ]; then
+    python "$repo/scripts/real_cpu_sweep/build_tiny_model.py" "$@"
+  fi
+}
+
+# Writes the plan into $work/plan with the project's own CLI (its environment, not vLLM's): the
+# tiny model $1 with n-gram speculation, served as `tiny` on $port, results in $work/results;
+# the other arguments are the sweep's own flags (--ks, --anchors, --experiment-name, ...).
+plan_tiny_ngram() {
+  local model=$1
+  shift
+  (cd "$repo" && uv run tune-spec-k plan \
+    --model "$model" --method ngram \
+    --spec-option prompt_lookup_max=4 --spec-option prompt_lookup_min=2 \
+    --port "$port" --bench-args "--served-model-name tiny" \
+    --results-dir "$work/results" -o "$work/plan" "$@")
 }

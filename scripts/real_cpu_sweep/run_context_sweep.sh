@@ -18,19 +18,11 @@ port=${PORT:-8766}
 . "$repo/scripts/real_cpu_sweep/common.sh"
 
 model="$work/tiny-llama-4k"
-if [ ! -f "$model/model.safetensors" ]; then
-  python "$repo/scripts/real_cpu_sweep/build_tiny_model.py" "$model" 4096
-fi
+tiny_model "$model" 4096
 
-(cd "$repo" && uv run tune-spec-k plan \
-  --model "$model" --method ngram \
-  --spec-option prompt_lookup_max=4 --spec-option prompt_lookup_min=2 \
-  --ks 0,1,3 --anchors 1,4 --context-lengths 64,1024,3072 \
+plan_tiny_ngram "$model" --ks 0,1,3 --anchors 1,4 --context-lengths 64,1024,3072 \
   --output-len 128 --num-prompts 32 --num-runs 3 \
-  --port "$port" \
   --serve-args "--served-model-name tiny --seed 0" \
-  --bench-args "--served-model-name tiny" \
-  --results-dir "$work/results" --experiment-name real-cpu-context \
-  -o "$work/plan")
+  --experiment-name real-cpu-context
 
 run_plan_into "$work/results/real-cpu-context" "$@"

@@ -20,20 +20,11 @@ port=${PORT:-8765}
 . "$repo/scripts/real_cpu_sweep/common.sh"
 
 model="$work/tiny-llama"
-if [ ! -f "$model/model.safetensors" ]; then
-  python "$repo/scripts/real_cpu_sweep/build_tiny_model.py" "$model"
-fi
+tiny_model "$model"
 
-# The plan: the project's own CLI (its environment, not vLLM's).
-(cd "$repo" && uv run tune-spec-k plan \
-  --model "$model" --method ngram \
-  --spec-option prompt_lookup_max=4 --spec-option prompt_lookup_min=2 \
-  --ks 0,1,2,3,5 --anchors 1,2,4,8 \
+plan_tiny_ngram "$model" --ks 0,1,2,3,5 --anchors 1,2,4,8 \
   --input-len 64 --output-len 128 --num-prompts 48 --num-runs 3 \
-  --port "$port" \
   --serve-args "--max-model-len 1024 --served-model-name tiny --seed 0" \
-  --bench-args "--served-model-name tiny" \
-  --results-dir "$work/results" --experiment-name real-cpu-tiny-ngram \
-  -o "$work/plan")
+  --experiment-name real-cpu-tiny-ngram
 
 run_plan_into "$work/results/real-cpu-tiny-ngram" "$@"

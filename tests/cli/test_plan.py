@@ -388,6 +388,15 @@ def test_design_file_round_trips(tmp_path: Path) -> None:
             "has its own prompts",
         ),
         (["--num-runs", "0"], "field '--num-runs'; value 0; expected >= 1"),
+        (
+            ["--server-replicas", "0"],
+            "field '--server-replicas'; value 0; expected a whole number >= 1",
+        ),
+        (["--first-replica", "-1"], "field '--first-replica'; value -1; expected a whole number"),
+        (
+            ["--server-replicas", "2", "--serve-args", "--seed 1"],
+            "field '--serve-args'; value '--seed 1'; expected no --seed in it",
+        ),
         (["--spec-option", "num_speculative_tokens=3"], "the plan sets them itself"),
         (["--static-ks", "1"], "only with --validate"),
         (
@@ -416,6 +425,58 @@ def test_unparsable_flag_value_exits_2(capsys: pytest.CaptureFixture[str]) -> No
         main(["plan", "--ks", "zero,one"])
     assert stop.value.code == 2
     assert "expected comma-separated whole numbers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["1.5", "two", ""])
+def test_a_server_replica_count_that_is_no_whole_number_exits_2(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["plan", "--model", "m", "--method", "ngram", "--server-replicas", value])
+    assert stop.value.code == 2
+    assert f"argument --server-replicas: {value!r}: expected a whole number" in (
+        capsys.readouterr().err
+    )
+
+
+def _replica_values(plan_dir: Path) -> set[int]:
+    """The serve seeds of every serve combo of a plan, read back from their names too."""
+    from lib.servers import replica_of
+
+    values = set()
+    for step in json.loads((plan_dir / "sweep_plan.json").read_text())["steps"]:
+        for item in vllm_read_params(plan_dir / step["folder"] / "serve_params.json"):
+            assert replica_of(item["_benchmark_name"]) == str(item["seed"])
+            values.add(item["seed"])
+    return values
+
+
+@pytest.mark.parametrize(
+    ("flags", "values"),
+    [
+        # The first sweep's R = 3 used 0-2: the follow-up's 3 servers per K are 3-5.
+        ((), {3, 4, 5}),
+        # Fewer replicas still start after the first sweep's last value, not at 0 + R.
+        (("--server-replicas", "2"), {3, 4}),
+        (("--first-replica", "10"), {10, 11, 12}),
+    ],
+)
+def test_a_follow_up_of_a_replicated_plan_starts_new_servers(
+    tmp_path: Path, flags: tuple[str, ...], values: set[int]
+) -> None:
+    design = [*LLAMA_FLAGS[:6], "--ks", "0,3", "--anchors", "1,16", "--server-replicas", "3"]
+    first = plan_files(tmp_path, *design)
+    assert _replica_values(first) == {0, 1, 2}
+    tuning = noisy_first_sweep(tmp_path / "results" / "tuning")
+    result_json = tuning / "speculative_k_schedule.json"
+    result_json.write_text(result_text(tuned(tuning)))
+    out = tmp_path / "follow"
+    stored = ["--design", str(first / "sweep_plan.json")]
+    follow = ["--follow-up", str(result_json)]
+    assert main(["plan", "-o", str(out), *stored, *follow, *flags]) == 0
+    assert _replica_values(out) == values
+    recorded = json.loads((out / "sweep_plan.json").read_text())["design"]
+    assert (recorded["first_replica"], recorded["server_replicas"]) == (min(values), len(values))
 
 
 def test_follow_up_covers_only_the_unresolved_cells_and_the_new_anchor(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from vllm_sweep import (
     planned_k,
     run_planned_sweeps,
     vllm_apply_to_cmd,
+    vllm_read_params,
     vllm_record,
     vllm_records_params,
 )
@@ -218,21 +219,23 @@ def _as_run_before_the_seeds(sample: Path, design: SweepDesign) -> None:
     assert command["--num-runs"] == str(design.num_runs)
 
 
+def _tiny_ngram_design(**changes: Any) -> SweepDesign:
+    """The design of the real CPU samples' plans (scripts/real_cpu_sweep): the tiny model with
+    n-gram speculation, 64 input tokens; ``changes`` are each sample's own flags. The model
+    path is the machine's, in no params file."""
+    speculation = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    values: dict[str, Any] = {"model": "MODEL", "method": "ngram", "input_len": 64}
+    return SweepDesign(**values, speculative_options=speculation, **changes)
+
+
 def test_the_real_cpu_sample_was_run_from_this_plan() -> None:
     """The committed real sweep's params are what its script's plan command writes, but for
     the seeded repeats (:func:`_as_run_before_the_seeds`)."""
     sample = SAMPLE_SWEEPS / "real-cpu-tiny-ngram"
     if not (sample / "serve_params.json").is_file():
         pytest.skip(f"{sample} has not been committed yet")
-    design = SweepDesign(
-        model="MODEL",
-        method="ngram",
-        speculative_options={"prompt_lookup_max": 4, "prompt_lookup_min": 2},
-        ks=(0, 1, 2, 3, 5),
-        anchors=(1, 2, 4, 8),
-        input_len=64,
-        output_len=128,
-        num_prompts=48,
+    design = _tiny_ngram_design(
+        ks=(0, 1, 2, 3, 5), anchors=(1, 2, 4, 8), output_len=128, num_prompts=48
     )
     _as_run_before_the_seeds(sample, design)
 
@@ -245,22 +248,36 @@ def test_the_real_server_info_sample_was_run_from_this_plan() -> None:
     sample = SAMPLE_SWEEPS / "real-cpu-server-info"
     if not (sample / "serve_params.json").is_file():
         pytest.skip(f"{sample} has not been committed yet")
-    design = SweepDesign(
-        model="MODEL",
-        method="ngram",
-        speculative_options={"prompt_lookup_max": 4, "prompt_lookup_min": 2},
-        ks=(0, 1, 3),
-        anchors=(1, 2),
-        max_num_seqs=4,
-        input_len=64,
-        output_len=128,
-        num_prompts=16,
-        num_runs=2,
+    design = _tiny_ngram_design(
+        ks=(0, 1, 3), anchors=(1, 2), max_num_seqs=4, output_len=128, num_prompts=16, num_runs=2
     )
     _as_run_before_the_seeds(sample, design)
     for combo in sorted(sample.glob("SERVE--*")):
         saved = json.loads((combo / "server_info.json").read_text())
         assert saved["vllm_config"]["scheduler_config"]["max_num_seqs"] == 4, combo.name
+
+
+def test_the_real_replica_sample_was_run_from_this_plan() -> None:
+    """The committed replicated sweep ran exactly the params its script's plan command writes
+    (scripts/real_cpu_sweep/run_replica_sweep.sh): 3 replicas per K in the shuffled blocks,
+    every seeded bench combo; every serve combo has a folder per bench combo."""
+    sample = SAMPLE_SWEEPS / "real-cpu-replicas"
+    if not (sample / "serve_params.json").is_file():
+        pytest.skip(f"{sample} has not been committed yet")
+    design = _tiny_ngram_design(
+        ks=(0, 1, 3), anchors=(1, 4), server_replicas=3, output_len=64, num_prompts=16
+    )
+    step = planned(design).steps[0]
+    assert json.loads((sample / "serve_params.json").read_text()) == step.serve_params
+    assert json.loads((sample / "bench_params.json").read_text()) == step.bench_params
+    stored = json.loads((sample / "sweep_plan.json").read_text())["design"]
+    assert stored["server_replicas"] == 3
+    folders = {path.name for path in sample.glob("SERVE--*")}
+    assert folders == {
+        f"SERVE--{serve}-BENCH--{bench}"
+        for serve in step.serve_params
+        for bench in step.bench_params
+    }
 
 
 def test_run_script_dry_run_without_vllm_prints_every_sweep(tmp_path: Path) -> None:
@@ -981,3 +998,208 @@ def test_a_context_validation_needs_an_export_and_a_grid(tmp_path: Path) -> None
     )
     plan, problems = validation_plan(CONTEXT_DESIGN, other_field, "r", "v", None, exported)
     assert plan is None and problems[0].field == "context_axis.field"
+
+
+# --------------------------------------------------------------------------- server replicas
+
+
+def _k_of_combos(serve_params: dict[str, Any]) -> dict[str, int]:
+    return {name: planned_k(combo) for name, combo in serve_params.items()}
+
+
+def test_one_server_replica_is_the_plan_without_replicas() -> None:
+    """R = 1 (the default) writes what a plan wrote before replicas: a serve combo per K named
+    k<K>, in K order, without a seed, and a design without the replica keys (so its files
+    are byte for byte the earlier ones; the committed samples' params are checked against
+    them above)."""
+    plan = planned(llama_design(server_replicas=1))
+    (step,) = plan.steps
+    assert list(step.serve_params) == ["k0", "k1", "k3", "k7"]
+    assert all("seed" not in combo for combo in step.serve_params.values())
+    stored = plan.design.to_json()
+    assert "server_replicas" not in stored and "first_replica" not in stored
+    assert not any("replica" in note for note in plan.notes)
+    assert plan.files("p") == planned(llama_design()).files("p")
+
+
+def test_two_server_replicas_are_two_combos_per_k_differing_only_in_the_seed() -> None:
+    """R = 2: each K's combo twice, named <combo>-seed=<r> for r = 0, 1, which lib.servers
+    reads back as the K's configuration and the replica; each is the R = 1 combo with the
+    serve param seed r added, nothing else; the design records R."""
+    from lib.servers import configuration_of, replica_of
+
+    single = planned(llama_design()).steps[0].serve_params
+    plan = planned(llama_design(server_replicas=2))
+    serve = plan.steps[0].serve_params
+    assert len(serve) == 2 * len(single)
+    for name, combo in serve.items():
+        configuration, replica = configuration_of(name), replica_of(name)
+        assert replica in {"0", "1"} and configuration in single, name
+        assert combo == {**single[configuration], "seed": int(str(replica))}
+    assert sorted(serve) == sorted(f"{k}-seed={r}" for k in single for r in (0, 1))
+    assert plan.design.to_json()["server_replicas"] == 2
+    assert design_from(plan.design.to_json(), {})[0] == plan.design
+    # 4 K x 2 replicas: 8 server starts, said in the summary and the notes.
+    assert "8 server start(s)" in plan.summary_line()
+    assert any("8 server starts, 2x the servers of one per K" in note for note in plan.notes)
+
+
+def test_replicas_run_in_shuffled_blocks_the_same_every_time() -> None:
+    """The serve combos' order (the sweep's order of server starts) is a permutation of every
+    (K, replica), in blocks of one replica of every K, each block's K order drawn by
+    random.Random(SERVE_ORDER_SEED) one block after the other (the documented rule, computed
+    here from it); the same design gives the same order."""
+    import random
+
+    from lib.loop.plan import SERVE_ORDER_SEED
+
+    design = llama_design(server_replicas=3)
+    names = list(planned(design).steps[0].serve_params)
+    assert names == list(planned(design).steps[0].serve_params)
+    draw = random.Random(SERVE_ORDER_SEED)
+    expected = []
+    for replica in range(3):
+        block = ["k0", "k1", "k3", "k7"]
+        draw.shuffle(block)
+        expected += [f"{combo}-seed={replica}" for combo in block]
+    assert names == expected
+    assert sorted(names) == sorted(f"k{k}-seed={r}" for k in (0, 1, 3, 7) for r in range(3))
+    # Not K order in every block: the shuffle moved something (true for this seed).
+    assert any(names[i : i + 4] != sorted(names[i : i + 4]) for i in (0, 4, 8))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "expected"),
+    [
+        ({"server_replicas": 0}, "--server-replicas", "a whole number >= 1"),
+        ({"server_replicas": 1.5}, "--server-replicas", "a whole number >= 1"),
+        ({"server_replicas": True}, "--server-replicas", "a whole number >= 1"),
+        ({"first_replica": -1}, "--first-replica", "a whole number >= 0"),
+        ({"server_replicas": 2, "serve_args": "--seed 0"}, "--serve-args", "no --seed in it"),
+        ({"first_replica": 3, "serve_args": "--seed=1"}, "--serve-args", "no --seed in it"),
+        (
+            {"server_replicas": 2, "serve_args": "--load-format dummy"},
+            "--server-replicas",
+            "the seed draws the dummy weights",
+        ),
+    ],
+)
+def test_bad_replica_settings_name_their_flag(
+    changes: dict[str, Any], field: str, expected: str
+) -> None:
+    (problem,) = llama_design(**changes).invalid()
+    assert problem.field == field and expected in str(problem.expected)
+
+
+def test_one_replica_leaves_the_server_seed_and_the_load_format_to_the_user() -> None:
+    """The other side: without replicas a --seed and dummy weights in --serve-args are fine."""
+    for serve_args in ("--seed 0", "--load-format dummy"):
+        assert llama_design(serve_args=serve_args).invalid() == []
+    assert llama_design(server_replicas=2, serve_args="--load-format auto").invalid() == []
+
+
+def _server_offset(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+    """K=3 wins at batch 1 by 50 %, K=0 at 64 by 20 %; each server 1 % above the last (its
+    replica value), the seeds 0.1 % apart."""
+    effect = _seeded_effect(serve, bench, 0)["output_throughput"]
+    return {"output_throughput": effect * (1 + 0.01 * serve["seed"]) * (1 + 0.001 * bench["seed"])}
+
+
+def _servers_per_cell(sweep: Any) -> dict[tuple[int, int], int]:
+    from lib.servers import serve_combo_expression
+
+    counts = sweep.runs.group_by("anchor", "k").agg(serve_combo_expression().n_unique())
+    return {(a, k): n for a, k, n in counts.iter_rows()}
+
+
+def test_a_replicated_sweep_reads_as_cells_of_several_servers(tmp_path: Path) -> None:
+    """The R = 3 plan's files run as vLLM runs them (records: serve keys, then bench keys, so
+    the bench seed replaces the serve seed; folders named by the combos): the serve command
+    gets each replica's --seed, the tuner reads every (anchor, K) as one cell with no
+    pooled-servers problem, of 3 servers x 3 runs, and tunes as without replicas."""
+    plan = planned(llama_design(anchors=(1, 64), ks=(0, 3), server_replicas=3))
+    assert write_plan(plan, tmp_path / "plan")[1] == []
+    command = parse_sweep_command((tmp_path / "plan" / "command.txt").read_text().strip())
+    for item in vllm_read_params(Path(command["--serve-params"])):
+        served = vllm_apply_to_cmd(item, shlex.split(command["--serve-cmd"]))
+        assert served[served.index("--seed") + 1] == str(item["seed"])
+    (experiment,) = run_planned_sweeps(tmp_path / "plan", tmp_path, _server_offset)
+    sweep = load_experiment(experiment)
+    assert _servers_per_cell(sweep) == {cell: 3 for cell in ((1, 0), (1, 3), (64, 0), (64, 3))}
+    # The records' seed is the bench combo's (bench keys win): 0-2 on each of 3 servers.
+    seeds = sweep.runs.group_by("anchor", "k").agg(pl.col("seed").sort())
+    assert {tuple(row) for row in seeds["seed"].to_list()} == {(0, 0, 0, 1, 1, 1, 2, 2, 2)}
+    result = tune(sweep, Settings())
+    assert "pooled-servers" not in {p.rule for p in result.problems}
+    assert result.ok, [p.describe() for p in result.problems]
+    assert set(result.cells["num_runs"].to_list()) == {9}
+    assert result.schedule == Schedule(((1, 63, 3), (64, 64, 0)))
+
+
+def _run_noisy_servers(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+    """:func:`_run_noisy`, each server 0.2 % above the last (servers whose records were all
+    equal would read as copies of one folder)."""
+    value = _run_noisy(serve, bench, 0)["output_throughput"]
+    return {"output_throughput": value * (1 + 0.002 * serve["seed"])}
+
+
+def test_a_follow_up_of_a_replicated_design_starts_new_servers(tmp_path: Path) -> None:
+    """A follow-up of an R = 3 design continues the replica values after the first sweep's
+    (0-2): its servers are k<K>-seed=3..5, new starts that lib.servers reads as further
+    replicas of the same configurations, with the same R; merged into the first experiment,
+    a rerun cell has the first sweep's 3 servers and the follow-up's 3."""
+    from lib.loop.plan import first_replica_after
+
+    design = llama_design(**NOISY_DESIGN, server_replicas=3)
+    assert first_replica_after(design) == 3
+    assert first_replica_after(llama_design()) == 0
+    assert first_replica_after(dataclasses.replace(design, first_replica=3)) == 6
+    assert write_plan(planned(design), tmp_path / "plan")[1] == []
+    (experiment,) = run_planned_sweeps(tmp_path / "plan", tmp_path, _run_noisy_servers)
+    result, report = tuned(experiment)
+    plan_json = experiment / "plan.json"
+    plan_json.write_text(measurement_plan(result, report).to_json_text())
+    needs, problems = follow_up_needs([plan_json])
+    assert needs is not None and needs.more_runs, problems
+    follow_design = dataclasses.replace(design, first_replica=first_replica_after(design))
+    follow_up, problems = follow_up_plan(follow_design, needs, str(experiment), "followup")
+    assert follow_up is not None, problems
+    for step in follow_up.steps:
+        assert {name.rsplit("=", 1)[1] for name in step.serve_params} == {"3", "4", "5"}
+        assert {combo["seed"] for combo in step.serve_params.values()} == {3, 4, 5}
+    assert any("start at 3" in note for note in follow_up.notes)
+    assert follow_up.design.to_json()["first_replica"] == 3
+    assert write_plan(follow_up, tmp_path / "followup")[1] == []
+    run_planned_sweeps(tmp_path / "followup", tmp_path, _run_noisy_servers)
+    servers = _servers_per_cell(load_experiment(experiment))
+    for anchor, k in needs.more_runs:
+        assert servers[(anchor, k)] == (3 if anchor in needs.new_anchors else 6), (anchor, k)
+
+
+def test_a_validation_plan_of_a_replicated_design_replicates_every_arm(tmp_path: Path) -> None:
+    """Each arm (dynamic, static K, no speculation) on R servers, named and seeded as the
+    tuning's replicas; `check` puts every run in its arm by its speculative_config, so each
+    arm at each anchor pools R x --num-runs runs."""
+    from lib.loop.check import CheckSettings, check_deployment
+    from lib.servers import configuration_of
+
+    plan, problems = validation_plan(
+        llama_design(server_replicas=2), _sonnet_result(tmp_path), "results", "validation"
+    )
+    assert plan is not None, problems
+    serve = plan.steps[0].serve_params
+    arms = {"dynamic", "static-k1", "static-k3", "static-k7", "no-spec"}
+    assert sorted(serve) == sorted(f"{arm}-seed={r}" for arm in arms for r in (0, 1))
+    assert all(combo["seed"] in (0, 1) for combo in serve.values())
+    assert write_plan(plan, tmp_path / "validate")[1] == []
+
+    def measure(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+        ahead = 1.05 if configuration_of(serve["_benchmark_name"]) == "dynamic" else 1.0
+        server = 1 + 0.002 * serve["seed"]  # equal records would read as copied folders
+        return {"output_throughput": 100.0 * ahead * server * (1 + 0.001 * bench["seed"])}
+
+    (experiment,) = run_planned_sweeps(tmp_path / "validate", tmp_path, measure)
+    report = check_deployment(experiment, CheckSettings())
+    assert [p.describe() for p in report.problems if p.severity.value == "error"] == []
+    assert set(report.arms["num_runs"].to_list()) == {2 * SweepDesign().num_runs}
+    assert set(report.verdicts["verdict"].to_list()) == {"ok"}

@@ -100,6 +100,21 @@ def test_sweep_plan_lines_summarise_then_give_the_command() -> None:
     assert lines[-1] == plan.commands("plan")[0]
 
 
+def test_a_replicated_sweep_names_each_k_once_and_its_replicas() -> None:
+    """4 K x 2 replicas = 8 server starts, 8 x 4 anchors x 3 runs = 96 runs; the step line
+    names each K once (in the order of the first block of the shuffled combos) and the
+    replicas' serve seeds, not 8 combo names."""
+    plan = planned(llama_design(server_replicas=2))
+    lines = text.sweep_plan_lines(plan, "plan")
+    assert lines[0] == "tuning plan: 1 sweep(s), 8 server start(s), 96 benchmark runs"
+    first_block = [name.removesuffix("-seed=0") for name in list(plan.steps[0].serve_params)[:4]]
+    assert sorted(first_block) == ["k0", "k1", "k3", "k7"]
+    assert lines[1].startswith(
+        f"  tuning: servers [{', '.join(first_block)}] x 2 replica(s) (serve seeds 0-1,"
+        " shuffled) x concurrency [1, 64, 128, 256] x 3 run(s) (seeds 0-2) -> r/e: "
+    )
+
+
 def test_a_sweep_whose_anchors_start_at_other_seeds_names_each() -> None:
     """A follow-up continues each cell's seeds: anchor 4 is new (seeds from 0), anchor 16 had
     3 runs (seeds from 3); one run gives one seed."""
