@@ -130,3 +130,21 @@ def test_the_tuner_reads_replicas_as_cells_not_pooled_servers(
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "[[1, 3, 0], [4, 4, 1]]"
     assert "`[[1, 3, 0], [4, 4, 1]]`" in README
+
+
+def test_the_tuner_measures_the_readme_s_tau(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tool's sentence is the README's tau as a relative sd, sqrt(exp(tau^2) - 1), with
+    its 12 degrees of freedom (6 cells x (3 servers - 1)); the plan asks for server starts."""
+    tau2, _, _ = _tau_and_sigma(_runs())
+    relative = 100 * math.sqrt(math.expm1(tau2))
+    sentence = (
+        f"servers of one configuration vary by {relative:.1f}% (measured, 12 degrees of freedom)"
+    )
+    loose = ["--max-objective-relative-mad", "0.6"]
+    assert main([str(SAMPLE), "--output-json", str(tmp_path / "b.json"), *loose]) == 0
+    out = capsys.readouterr().out
+    assert f"  assumes: server replicas: {sentence}" in out.splitlines()
+    assert sentence in " ".join(README.split())
+    assert "server offsets dominate" in out and "new server starts, not more runs" in out
