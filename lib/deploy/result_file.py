@@ -22,6 +22,7 @@ does not hold is None or empty, never guessed.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -198,6 +199,10 @@ class AnchorConfidence:
     p_eps_good: Mapping[int, float]
     contenders: tuple[int, ...]
     runs_needed: Mapping[int, int]
+    #: Per K, the server starts its runs came from, and the total a contender's runs should
+    #: come from (none in files written before server replicas).
+    num_servers: Mapping[int, int] = dataclasses.field(default_factory=dict)
+    servers_needed: Mapping[int, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -502,6 +507,8 @@ def _confidence(block: Any) -> AnchorConfidence | None:
             k for k in (whole_number(v) for v in _list(block.get("contenders"))) if k is not None
         ),
         runs_needed=_by_k(block.get("runs_needed"), whole_number),
+        num_servers=_by_k(block.get("num_servers"), whole_number),
+        servers_needed=_by_k(block.get("servers_needed"), whole_number),
     )
 
 

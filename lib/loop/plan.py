@@ -1283,6 +1283,9 @@ class FollowUpNeeds:
     new_prompt_lengths: tuple[int, ...] = ()
     #: Whether the needs are a context grid's (the follow-up plans (anchor, prompt) cells).
     of_grid: bool = False
+    #: New server starts per (anchor, K) where the measurement plan asks for more than the one
+    #: a follow-up sweep starts (server offsets dominate: lib.measurement_plan).
+    new_servers: dict[tuple[int, int], int] = dataclasses.field(default_factory=dict)
 
 
 def _refused(path: str | Path, message: str, field: str | None = None) -> list[Problem]:
@@ -1357,11 +1360,15 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
             for anchor in result.anchors
             for candidate in anchor.candidates
         }
+    starts: dict[tuple[int, int], int] = {}
     if plan_data is not None:
         for row in plan_data["reruns"]:
             if row["more_runs"] > 0:
                 more[(row["batch_size"], row["k"])] = row["more_runs"]
                 counted[(row["batch_size"], row["k"])] = row["runs"]
+                servers = _whole_or_none(row.get("new_servers"))
+                if servers is not None and servers > 1:
+                    starts[(row["batch_size"], row["k"])] = servers
             if row.get("noise_limited"):
                 notes.append(
                     f"batch size {row['batch_size']}, K={row['k']} is noise-limited: past"
@@ -1380,7 +1387,7 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
                 " the confidence analysis); pass its measurement plan (`tune-spec-k DIR"
                 " --plan-json PATH`) instead",
             )
-        more = _reruns_from_confidence(result)
+        more, starts = _reruns_from_confidence(result)
         notes.append(
             "new anchors are only in the measurement plan: pass the file of `tune-spec-k DIR"
             " --plan-json PATH` too to measure them"
@@ -1399,6 +1406,7 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
         tuple(sorted(ks)),
         tuple(notes),
         result.source if result is not None else None,
+        new_servers=starts,
     )
     return needs, []
 
@@ -1558,11 +1566,16 @@ def _plan_problems(data: dict[str, Any], path: str | Path) -> list[Problem]:
     return []
 
 
-def _reruns_from_confidence(result: ResultFile) -> dict[tuple[int, int], int]:
+def _reruns_from_confidence(
+    result: ResultFile,
+) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
     """Reruns from a result's confidence analysis, by :mod:`lib.measurement_plan`'s rule: each
     contender of an unresolved anchor up to the runs its noise calls for, at least one more,
-    at most MAX_RUNS_NEEDED in all."""
+    at most MAX_RUNS_NEEDED in all; where the servers it needs are more than one past those it
+    has (server offsets dominate), all of its runs (``runs_needed``, a multiple of its runs
+    per server) on that many new server starts."""
     more: dict[tuple[int, int], int] = {}
+    starts: dict[tuple[int, int], int] = {}
     for anchor in result.anchors:
         confidence = anchor.confidence
         if confidence is None or confidence.status != "unresolved":
@@ -1570,10 +1583,18 @@ def _reruns_from_confidence(result: ResultFile) -> dict[tuple[int, int], int]:
         for k in confidence.contenders:
             candidate = anchor.candidate(k)
             runs = candidate.num_runs if candidate is not None else 0
+            wanted = confidence.servers_needed.get(k)
+            servers = confidence.num_servers.get(k, 1)
+            if wanted is not None and wanted > servers + 1:
+                needed = confidence.runs_needed.get(k, runs)
+                if needed > runs:
+                    more[(anchor.batch_size, k)] = needed - runs
+                    starts[(anchor.batch_size, k)] = wanted - servers
+                continue
             target = _target_runs(runs, confidence.runs_needed.get(k))
             if target > runs:
                 more[(anchor.batch_size, k)] = target - runs
-    return more
+    return more, starts
 
 
 def _whole_or_none(value: Any) -> int | None:
@@ -1632,26 +1653,37 @@ def follow_up_plan(
     per_k: dict[int, dict[int, int]] = {}
     for (anchor, k), runs in sorted(needs.more_runs.items()):
         per_k.setdefault(k, {})[anchor] = runs
-    groups: dict[tuple[tuple[int, ...], int, tuple[int, ...]], list[int]] = {}
+    groups: dict[tuple[tuple[int, ...], int, tuple[int, ...], int], list[int]] = {}
     for k, runs_at in sorted(per_k.items()):
         anchors = tuple(sorted(runs_at))
         so_far = tuple(needs.runs_so_far.get((anchor, k), 0) for anchor in anchors)
-        groups.setdefault((anchors, max(runs_at.values()), so_far), []).append(k)
+        servers = max(needs.new_servers.get((anchor, k), 1) for anchor in anchors)
+        groups.setdefault((anchors, max(runs_at.values()), so_far, servers), []).append(k)
     steps = []
-    for index, ((anchors, runs, so_far), ks) in enumerate(
+    for index, ((anchors, runs, so_far, servers), ks) in enumerate(
         sorted(groups.items(), key=lambda item: (item[1][0], item[0])), start=1
     ):
         new = [a for a in anchors if a in needs.new_anchors]
-        purpose = f"K={ks} at batch sizes {list(anchors)}, {runs} more run(s)"
+        # Where server offsets dominate, the runs go to that many new server starts (replicas
+        # named after the first sweep's); else to the design's servers. Each server runs its
+        # share of the cell's more runs.
+        step_design = design
+        if servers > 1 and servers > len(design.replica_values):
+            step_design = dataclasses.replace(design, server_replicas=servers)
+        replicas = max(len(step_design.replica_values), 1)
+        per_server = math.ceil(runs / replicas)
+        purpose = f"K={ks} at batch sizes {list(anchors)}, {per_server * replicas} more run(s)"
+        if replicas > 1:
+            purpose += f" on {replicas} new server starts ({per_server} each)"
         if new:
             purpose += f" (new anchor(s) {new})"
         first_seeds = dict(zip(anchors, so_far, strict=True))
         steps.append(
             SweepStep(
                 name=f"{experiment_name}-{index}",
-                serve_params=tuning_serve_params(design, ks),
-                bench_params=bench_params(design, anchors, runs, first_seeds),
-                runs_per_cell=runs,
+                serve_params=tuning_serve_params(step_design, ks),
+                bench_params=bench_params(step_design, anchors, per_server, first_seeds),
+                runs_per_cell=per_server,
                 results_dir=results_dir,
                 experiment_name=f"{experiment_name}-{index}",
                 purpose=purpose,

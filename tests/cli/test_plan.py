@@ -661,3 +661,44 @@ def test_validate_export_plans_a_context_schedule_at_every_prompt_length(
     assert {combo["random_input_len"] for combo in bench.values()} == {512, 2048, 8192, 32768}
     # The longest prompt, 32768, plus the 128 output tokens of the default design.
     assert "--max-model-len 32896" in (out / "command.txt").read_text()
+
+
+def test_where_server_offsets_dominate_the_follow_up_starts_new_servers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real replicated sample (servers 44 % apart, runs 29-39 %): every contender needs
+    more server starts than one. The follow-up gives each cell's more runs to that many new
+    servers (replica seeds after the first sweep's 0-2), each running its share, so the cell
+    gets exactly the runs the result asks for, not that many per server."""
+    sample = SAMPLE_SWEEPS / "real-cpu-replicas"
+    result_json = tmp_path / "result.json"
+    loose = ["--max-objective-relative-mad", "0.6"]
+    assert main([str(sample), "--output-json", str(result_json), *loose]) == 0
+    capsys.readouterr()
+    data = json.loads(result_json.read_text())
+    wanted = {}
+    for decision in data["batch_decisions"]:
+        block = decision["confidence"]
+        for k in block["contenders"]:
+            needed = block["servers_needed"][str(k)]
+            assert needed > block["num_servers"][str(k)] + 1  # offsets dominate
+            more = block["runs_needed"][str(k)] - 9
+            wanted[decision["batch_size"], k] = (needed - 3, more)
+    out = tmp_path / "follow"
+    stored = ["--design", str(sample / "sweep_plan.json")]
+    assert main(["plan", "-o", str(out), *stored, "--follow-up", str(result_json)]) == 0
+    capsys.readouterr()
+    planned: dict[tuple[int, int], tuple[set[str], int]] = {}
+    for step in json.loads((out / "sweep_plan.json").read_text())["steps"]:
+        serve = vllm_read_params(out / step["folder"] / "serve_params.json")
+        bench = vllm_read_params(out / step["folder"] / "bench_params.json")
+        for server in serve:
+            k = server["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
+            for combo in bench:
+                cell = (combo["max_concurrency"], k)
+                names, runs = planned.get(cell, (set(), 0))
+                planned[cell] = (names | {server["_benchmark_name"]}, runs + 1)
+    for cell, (starts, more) in wanted.items():
+        names, runs = planned[cell]
+        assert len(names) == starts and runs == more, (cell, names, runs)
+        assert all(int(name.rsplit("=", 1)[1]) >= 3 for name in names)
