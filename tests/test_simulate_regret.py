@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pytest
 from bench_scripts import load_bench_script
 
@@ -112,25 +113,33 @@ def test_the_server_cvs_assumed_without_replicas_are_none_the_default_and_the_tr
     assert family(0.03, 3).assumed_server_cvs() == (DEFAULT_SERVER_CV,)
 
 
-def test_within_the_bound_is_the_point_estimate_at_most_one_minus_the_confidence() -> None:
-    assert simulator.within_bound(10 / 100, 0.9)  # exactly at the bound
+def test_a_share_at_the_bound_is_within_and_the_least_bit_above_is_starred() -> None:
+    assert simulator.within_bound(10 / 100, 0.9)  # 1 - 0.9 is 0.09999999999999998 unrounded
     assert not simulator.within_bound(0.1001, 0.9)
     assert simulator.within_bound(0.0, 0.95)
     assert not simulator.within_bound(0.0501, 0.95)
 
 
-def _results(bad: tuple[int, float, float]) -> list[dict[str, object]]:
+def test_a_cell_misses_only_when_its_whole_interval_is_above_the_bound() -> None:
+    assert not simulator.shown_over_bound(0.1, 0.9)  # the lower end at the bound: not above
+    assert simulator.shown_over_bound(0.1001, 0.9)
+    assert not simulator.shown_over_bound(0.0, 0.95)  # no resolved anchor: interval (0, 1)
+    # 1 wrong of 4 at 0.95 is 25 %, but its interval reaches down past 5 %: no miss.
+    low, _ = simulator.wilson(1, 4)
+    assert low < 0.05 and not simulator.shown_over_bound(low, 0.95)
+
+
+def _results(bad: tuple[int, float, float], wrong: int) -> list[dict[str, object]]:
     """Every family and assumed server_cv: 10 resolved, none wrong, at each level; except
-    ``bad`` (family index, server_cv, level): 5 of its 10 wrong."""
+    ``bad`` (family index, server_cv, level): ``wrong`` of its 10 wrong."""
     rows = []
     for index, family in enumerate(simulator.SERVER_FAMILIES):
         for server_cv in family.assumed_server_cvs():
             row: dict[str, object] = {"family": index, "server_cv": server_cv}
             for level in simulator.CONFIDENCE_LEVELS:
-                wrong = 5 if (index, server_cv, level) == bad else 0
                 row |= {
                     f"resolved_{level}": 10,
-                    f"wrong_resolved_{level}": wrong,
+                    f"wrong_resolved_{level}": wrong if (index, server_cv, level) == bad else 0,
                     f"clear_unresolved_{level}": 0,
                 }
             rows.append(row)
@@ -138,22 +147,55 @@ def _results(bad: tuple[int, float, float]) -> list[dict[str, object]]:
 
 
 def test_only_rows_where_the_assumption_holds_can_miss_and_every_row_is_printed() -> None:
+    """5 wrong of 10 at 0.9: 50 %, Wilson interval [23.7, 76.3] %, wholly above 10 %."""
     families = simulator.SERVER_FAMILIES
     index = next(
         i for i, f in enumerate(families) if f.servers.replicas == 1 and f.servers.offset_sd == 0.02
     )
     family = families[index]
-    failing = simulator.summarise_families(_results((index, 0.0, 0.9)))
+    failing = simulator.summarise_families(_results((index, 0.0, 0.9), 5))
     assert simulator.missed_family_targets(failing) == []  # server_cv 0 < 0.02: no target
     rows = simulator.family_markdown(failing).splitlines()[2:]
     assert len(rows) == sum(len(f.assumed_server_cvs()) for f in families) == failing.height
-    labelled = [line for line in rows if "| 50.0%* [" in line]
+    labelled = [line for line in rows if "| 50.0%*! [" in line]
     assert len(labelled) == 1 and "| 0% | does not hold |" in labelled[0]
-    held = simulator.summarise_families(_results((index, 0.02, 0.9)))
-    missed = simulator.missed_family_targets(held)
-    servers = family.servers
-    assert missed == [
-        f"{servers.structure} offsets of 0.02, {len(family.k_values)} K, run CV"
+    held = simulator.summarise_families(_results((index, 0.02, 0.9), 5))
+    assert simulator.missed_family_targets(held) == [
+        f"{family.servers.structure} offsets of 0.02, {len(family.k_values)} K, run CV"
         f" {family.noise_cv:g}, 1 x {family.runs_per_server} runs, server_cv 0.02:"
-        " wrong among resolved at 0.9 above 10%"
+        " wrong among resolved at 0.9 above 10% (its whole 95 % interval)"
     ]
+    # 2 of 10 (20 %, interval [5.7, 51.0] %): over the bound, starred, not shown over: no miss.
+    unsure = simulator.summarise_families(_results((index, 0.02, 0.9), 2))
+    assert simulator.missed_family_targets(unsure) == []
+    assert sum("| 20.0%* [" in line for line in simulator.family_markdown(unsure).splitlines()) == 1
+
+
+def test_the_pooled_table_sums_the_rows_of_each_k_set_and_label() -> None:
+    families = simulator.SERVER_FAMILIES
+    index = next(i for i, f in enumerate(families) if f.servers.replicas == 3)
+    family = families[index]
+    table = simulator.summarise_families(_results((index, simulator.DEFAULT_SERVER_CV, 0.8), 3))
+    lines = simulator.pooled_markdown(table).splitlines()[2:]
+    assert len(lines) == 2 * len(simulator.FAMILY_K_SETS)
+    held = table.filter((pl.col("k_count") == len(family.k_values)) & pl.col("holds"))
+    # 10 resolved per row; the bad row's 3 wrong at 0.8 are the only ones.
+    expected = (
+        f"| {len(family.k_values)} | holds | {held.height} | {300 / (10 * held.height):.1f}% ["
+    )
+    assert [line for line in lines if line.startswith(expected)] != []
+
+
+def test_a_family_trial_assesses_its_sweep_at_every_assumed_server_cv_and_level() -> None:
+    families = simulator.SERVER_FAMILIES
+    index = next(
+        i
+        for i, f in enumerate(families)
+        if f.servers.replicas == 1 and f.servers.offset_sd == 0.03 and len(f.k_values) == 8
+    )
+    rows = simulator.run_family_trial((index, 0, 200))
+    assert [row["server_cv"] for row in rows] == [0.0, DEFAULT_SERVER_CV, 0.03]
+    for row in rows:
+        assert row["family"] == index
+        for level in simulator.CONFIDENCE_LEVELS:
+            assert 0 <= row[f"wrong_resolved_{level}"] <= row[f"resolved_{level}"] <= 5
