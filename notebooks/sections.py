@@ -69,16 +69,10 @@ def verdict_view(verdict, problem_groups: list) -> mo.Html:
             more = len(errors) - 1
             extra = f" ({more} more kind{'s' if more != 1 else ''} of error below)" if more else ""
             return mo.md(f"**{verdict.title}:** {html.escape(errors[0].sentence)}{extra}")
-    # What every "resolved" rests on (how much server starts differ), as the CLI's "assumes:".
-    basis = (
-        ""
-        if verdict.assumption is None
-        else f'<p style="margin: 0"><em>Assumes:</em> {html.escape(verdict.assumption)}.</p>'
-    )
     if not verdict.reasons:
-        return mo.Html(
-            f"<p><strong>{verdict.title}:</strong> every pick is resolved, and nothing between"
-            " the anchors, at the capture ceiling or in the data calls it into doubt.</p>" + basis
+        return mo.md(
+            f"**{verdict.title}:** every pick is resolved, and nothing between the anchors,"
+            " at the capture ceiling or in the data calls it into doubt."
         )
     items = "".join(
         f"<li>{html.escape(reason.message)}. <em>Fix:</em> {html.escape(reason.fix)}.</li>"
@@ -87,7 +81,7 @@ def verdict_view(verdict, problem_groups: list) -> mo.Html:
     count = len(verdict.reasons)
     return mo.Html(
         f"<p><strong>{verdict.title}</strong> ({count} reason{'s' if count != 1 else ''}):</p>"
-        f'<ul style="margin: 0">{items}</ul>' + basis
+        f'<ul style="margin: 0">{items}</ul>'
     )
 
 
@@ -104,7 +98,8 @@ def answer_view(
     """The answer, top to bottom: the experiment's full name, the verdict with the fixes of the
     two largest error groups (the largest is the reason), the schedule (at ``point_label``, the
     context point shown, if any), its `vllm serve` config and the download of
-    ``schedule_file`` (only when the CLI writes that file), the headline chart."""
+    ``schedule_file`` (only when the CLI writes that file), the headline chart, and what the
+    verdict assumes about server starts."""
     kind = {"ready": "success", "provisional": "warn", "cannot-tune": "danger"}[verdict.state]
     fixes = [
         fix_buttons[group.rule]
@@ -150,6 +145,10 @@ def answer_view(
                 )
             )
     page.append(headline_chart)
+    if verdict.assumption is not None:
+        # What the verdict's "resolved" rests on, as the CLI's "assumes:" line; under the chart,
+        # so that the answer stays on the first screen.
+        page.append(mo.md(f"*The verdict assumes:* {html.escape(verdict.assumption)}."))
     return mo.vstack(page)
 
 

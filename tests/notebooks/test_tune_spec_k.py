@@ -885,3 +885,38 @@ def test_the_engine_settings_reach_the_schedule_the_page_and_the_downloads(
     vllm_download = downloads["vllm"].text
     assert vllm_download is not None
     assert json.loads(vllm_download)["num_speculative_tokens_per_batch_size"][1] == [33, 36, 6]
+
+
+def test_the_answer_says_what_the_verdict_assumes_as_the_cli_does(
+    notebook: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The CLI's "assumes:" line (how much server starts are assumed to differ) is in the
+    app's answer too, word for word, at the default and at another --server-cv."""
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    for controls, flags in (
+        ({}, []),
+        ({"server_cv_slider": NO_SERVER_OFFSETS}, ["--server-cv", "0"]),
+    ):
+        defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample), **controls)
+        assumption = defs["verdict"].assumption
+        assert assumption is not None
+        answer = (
+            load_sections()
+            .answer_view(
+                "sonnet-like",
+                defs["verdict"],
+                defs["problem_groups"],
+                defs["fix_buttons"],
+                defs["result"],
+                defs["schedule_file"],
+                None,
+                mo.md(""),
+            )
+            .text
+        )
+        assert "The verdict assumes:" in answer and html.escape(assumption) in answer
+        assert main([str(sample), "--output-json", str(tmp_path / "r.json"), *flags]) == 0
+        assert f"  assumes: {assumption}" in capsys.readouterr().out.splitlines()
