@@ -422,6 +422,22 @@ def wilson(successes: int, trials: int) -> tuple[float, float]:
     return float(interval.low), float(interval.high)
 
 
+def wrong_among_resolved(part: pl.DataFrame, level: float) -> dict[str, Any]:
+    """At confidence ``level``, over the trials of ``part``: the resolved anchors, the wrong
+    picks among them (count and share, 0 when none resolved) and the share's 95 % Wilson
+    interval."""
+    resolved = int(part[f"resolved_{level}"].sum())
+    wrong = int(part[f"wrong_resolved_{level}"].sum())
+    low, high = wilson(wrong, resolved)
+    return {
+        f"resolved_{level}": resolved,
+        f"wrong_count_{level}": wrong,
+        f"wrong_{level}": wrong / resolved if resolved else 0.0,
+        f"wrong_low_{level}": low,
+        f"wrong_high_{level}": high,
+    }
+
+
 def summarise(results: list[dict[str, Any]], configs: list[tuple[float, int, str]]) -> pl.DataFrame:
     frame = pl.DataFrame(results)
     anchors = len(ANCHORS)
@@ -453,17 +469,10 @@ def summarise(results: list[dict[str, Any]], configs: list[tuple[float, int, str
             "expected_gain_mean": _mean(part["expected_gain"]),
         }
         for level in CONFIDENCE_LEVELS:
-            resolved = int(part[f"resolved_{level}"].sum())
-            wrong = int(part[f"wrong_resolved_{level}"].sum())
-            low, high = wilson(wrong, resolved)
-            row |= {
-                f"resolved_{level}": resolved,
-                f"wrong_{level}": wrong / resolved if resolved else 0.0,
-                f"wrong_low_{level}": low,
-                f"wrong_high_{level}": high,
-                f"clear_unresolved_{level}": int(part[f"clear_unresolved_{level}"].sum())
-                / max(row["clear"], 1),
-            }
+            row |= wrong_among_resolved(part, level)
+            row[f"clear_unresolved_{level}"] = int(part[f"clear_unresolved_{level}"].sum()) / max(
+                row["clear"], 1
+            )
         rows.append(row)
     return pl.DataFrame(rows)
 
@@ -741,17 +750,10 @@ def summarise_families(results: list[dict[str, Any]]) -> pl.DataFrame:
                 "trials": part.height,
             }
             for level in CONFIDENCE_LEVELS:
-                resolved = int(part[f"resolved_{level}"].sum())
-                wrong = int(part[f"wrong_resolved_{level}"].sum())
-                low, high = wilson(wrong, resolved)
-                row |= {
-                    f"resolved_{level}": resolved,
-                    f"resolved_share_{level}": resolved / (len(ANCHORS) * part.height),
-                    f"wrong_count_{level}": wrong,
-                    f"wrong_{level}": wrong / resolved if resolved else 0.0,
-                    f"wrong_low_{level}": low,
-                    f"wrong_high_{level}": high,
-                }
+                row |= wrong_among_resolved(part, level)
+                row[f"resolved_share_{level}"] = row[f"resolved_{level}"] / (
+                    len(ANCHORS) * part.height
+                )
             rows.append(row)
     return pl.DataFrame(rows)
 

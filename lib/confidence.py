@@ -610,9 +610,7 @@ class _Noise:
     server_excess: float | None = None
 
 
-def _noise(
-    cells: _Cells, feasible: NDArray[np.bool_], unit: _Unit, settings: ConfidenceSettings
-) -> _Noise:
+def _noise(cells: _Cells, feasible: NDArray[np.bool_], unit: _Unit) -> _Noise:
     """Split the anchor's noise into run noise and server offsets.
 
     Run noise: the pooled spread of runs around their own server's mean (runs minus servers
@@ -689,7 +687,7 @@ def _verdict(cells: _Cells, margin: float, settings: ConfidenceSettings) -> _Ver
         best = means.max()
         tied = [k for k, m in zip(cells.ks[feasible], means, strict=True) if m >= best + margin]
         return _Verdict(None, None, None, None, None, int(min(tied)), [])
-    noise = _noise(cells, feasible, unit, settings)
+    noise = _noise(cells, feasible, unit)
     log_sd, server_variance = unit.log_sd, unit.server_variance
     centred = (means - means.max()).astype(np.float32)[:, np.newaxis]
     mu: NDArray[Any] = centred
