@@ -6,7 +6,10 @@ that moves the cost fails here, and ``bench/bench_cli.py --quick`` then says wha
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import inspect
+import io
 import json
 import os
 import subprocess
@@ -20,6 +23,7 @@ import pytest
 from paths import REPO, SAMPLE_SWEEPS
 
 from lib import sweep_files
+from lib.cli.main import main
 from lib.settings import ENGINE_FIELDS, ContextSettings, Settings
 
 # Runs `tune-spec-k ARGV` as the script does, with the reading child forced (a one-core machine
@@ -239,3 +243,129 @@ def test_the_record_counts_move_with_the_work(
         metrics=("speculative_config.method",),
     )
     assert counts["_flatten"] == 10
+
+
+# ------------------------------------------------------------------ Polars work of the analysis
+
+#: Polars methods that hand a frame's or a series' values to Python one by one: each call
+#: counts the length of its frame or series (an upper bound for a loop that stops early).
+_TO_PYTHON = {"__iter__", "to_dicts", "rows", "iter_rows", "to_list", "row", "item", "to_dict"}
+_GENERATOR = inspect.CO_GENERATOR
+
+
+def _polars_use(directory: Path, out: Path) -> Counter[str]:
+    """``tune-spec-k DIRECTORY --output-json OUT`` run in this process under a profiler that
+    sees every entry into Polars' Python API from lib (``calls``: the frames,
+    expressions and collects the analysis builds; a generator counted when it starts, not at
+    each value it yields) and, for the methods of :data:`_TO_PYTHON`, the values they hand to
+    Python (``values``, and per calling line)."""
+    counts: Counter[str] = Counter()
+    started: set[Any] = set()
+
+    def profile(frame: Any, event: str, _: Any) -> None:
+        if event != "call" or not frame.f_globals.get("__name__", "").startswith("polars"):
+            return
+        caller = frame.f_back
+        # lib's calls (and a test's here); not Polars' imports of its own modules on first use
+        caller_module = caller.f_globals.get("__name__", "") if caller is not None else ""
+        if not (caller_module.startswith("lib.") or caller_module == __name__):
+            return
+        code = frame.f_code
+        if code.co_flags & _GENERATOR:
+            if frame in started:  # a generator resumed for its next value
+                return
+            started.add(frame)
+        counts["calls"] += 1
+        if code.co_name in _TO_PYTHON:
+            owner = frame.f_locals.get("self")
+            size = len(owner) if hasattr(owner, "__len__") else 1  # a group_by: one per group
+            counts["values"] += size
+            counts[f"{caller_module}:{caller.f_lineno} {code.co_qualname}"] += size
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        sys.setprofile(profile)
+        try:
+            status = main([str(directory), "--output-json", str(out)])
+        finally:
+            sys.setprofile(None)
+    assert status == 0
+    return counts
+
+
+#: Values a run hands to Python on the CLI's path: the context axis's detection reads each
+#: run's prompt length three times (the out-of-range check, the refusal mask, the lengths it
+#: groups into points); every other read of Polars data into Python is per cell or anchor.
+VALUES_PER_RUN = 3
+#: What doubling the runs per cell may change besides: the same anchors and K give the same
+#: frames and expressions and per-cell reads, but a few depend on the data (the measurement
+#: plan's rows and the flagged runs: a line more or less), as a share of the base's count.
+DATA_DEPENDENT = 0.03
+
+
+@pytest.fixture(scope="module")
+def polars_sweeps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """make_large_sweep.py's sweeps: 10 anchors x 8 K x 10 runs (the base), the same cells with
+    20 runs each, and 20 anchors x 8 K x 10 runs."""
+    root = tmp_path_factory.mktemp("polars-sweeps")
+    shapes = {"base": (800, 10), "runs x2": (1600, 20), "anchors x2": (1600, 10)}
+    for name, (runs, per_cell) in shapes.items():
+        assert _write_bench_sweep(root / name, runs, per_cell) == runs
+    return {name: root / name for name in shapes}
+
+
+def test_polars_work_does_not_grow_with_the_runs(
+    polars_sweeps: dict[str, Path], tmp_path: Path
+) -> None:
+    """Twice the runs in every cell: the same Polars calls and VALUES_PER_RUN more values in
+    Python per added run, no more (each within DATA_DEPENDENT): the analysis is columnar, and
+    what it reads into Python is per cell."""
+    base = _polars_use(polars_sweeps["base"], tmp_path / "base.json")
+    doubled = _polars_use(polars_sweeps["runs x2"], tmp_path / "doubled.json")
+    assert abs(doubled["calls"] - base["calls"]) <= DATA_DEPENDENT * base["calls"]
+    grown = doubled["values"] - base["values"]
+    assert grown <= VALUES_PER_RUN * 800 + DATA_DEPENDENT * base["values"], _grown(base, doubled)
+
+
+def test_polars_work_grows_at_most_linearly_with_the_anchors(
+    polars_sweeps: dict[str, Path], tmp_path: Path
+) -> None:
+    """Twice the anchors (twice the cells, the same runs per cell): at most twice the calls,
+    and at most twice the values each cell hands to Python (beyond VALUES_PER_RUN a run)."""
+    base = _polars_use(polars_sweeps["base"], tmp_path / "base.json")
+    doubled = _polars_use(polars_sweeps["anchors x2"], tmp_path / "doubled.json")
+    assert doubled["calls"] <= 2 * base["calls"]
+    per_cell = base["values"] - VALUES_PER_RUN * 800
+    assert doubled["values"] - VALUES_PER_RUN * 1600 <= 2 * per_cell, _grown(base, doubled)
+
+
+def test_the_polars_counts_move_with_the_work(
+    polars_sweeps: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checks above can fail: an analysis that looks at each run's row once (a per-run
+    Python loop over the frame) breaks both limits of the runs test."""
+    from lib import sweeps
+
+    built = sweeps.sweep_from
+
+    def row_by_row(*arguments: Any, **keywords: Any) -> Any:
+        sweep = built(*arguments, **keywords)
+        for index in range(sweep.runs.height):
+            sweep.runs.row(index)
+        return sweep
+
+    base = _polars_use(polars_sweeps["base"], tmp_path / "base.json")
+    monkeypatch.setattr(sweeps, "sweep_from", row_by_row)
+    doubled = _polars_use(polars_sweeps["runs x2"], tmp_path / "doubled.json")
+    assert doubled["calls"] - base["calls"] > DATA_DEPENDENT * base["calls"]
+    assert (
+        doubled["values"] - base["values"] > VALUES_PER_RUN * 800 + DATA_DEPENDENT * base["values"]
+    )
+
+
+def _grown(base: Counter[str], doubled: Counter[str]) -> str:
+    """The calling lines whose values grew, for the failure message."""
+    return "\n".join(
+        f"{base[site]} -> {doubled[site]} {site}"
+        for site in sorted(set(base) | set(doubled))
+        if site not in ("calls", "values") and doubled[site] != base[site]
+    )
