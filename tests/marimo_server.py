@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from paths import REPO
@@ -51,12 +51,15 @@ def serving(
     log: Path,
     *arguments: str,
     environment: Mapping[str, str] | None = None,
+    others: Sequence[Path] = (),
 ) -> Iterator[str]:
     """`marimo run NOTEBOOK -- ARGUMENTS`, its output in ``log``, until the block ends (then
     terminated, and killed if it does not stop): its URL. ``environment`` is added to the
-    process's environment."""
+    process's environment. With ``others``, one server runs them all (marimo's gallery: each
+    notebook at ``URL/?file=PATH``), so that their loads share one process."""
     port = free_port()
-    command = [sys.executable, "-m", "marimo", "-q", "run", str(notebook), "--headless"]
+    command = [sys.executable, "-m", "marimo", "-q", "run", str(notebook), *map(str, others)]
+    command += ["--headless"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--no-token", "--", *arguments]
     full_environment = {**os.environ, "MARIMO_SKIP_UPDATE_CHECK": "1", **(environment or {})}
     with log.open("wb") as output:
