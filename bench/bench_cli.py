@@ -36,6 +36,7 @@ Exit status 1 when a target is missed.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import resource
 import shutil
@@ -147,6 +148,28 @@ def check_same_schedule(scratch: Path) -> list[list[int]]:
 QUICK = ("cli", "reference", "help", "import json")
 
 
+def machine_state() -> str:
+    """The two facts that move every figure here: the load average, and whether Polars' and
+    NumPy's bytecode caches exist (without them, as in a venv made with
+    PYTHONDONTWRITEBYTECODE=1, every process compiles their sources again: about 1.8x the CPU)."""
+    cached = {}
+    for name in ("polars", "numpy"):
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        cached[name] = (
+            origin is not None and Path(importlib.util.cache_from_source(origin)).exists()
+        )
+    caches = ", ".join(
+        f"{name} {'cached' if hit else 'NOT cached'}" for name, hit in cached.items()
+    )
+    load = (
+        " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        if Path("/proc/loadavg").exists()
+        else "?"
+    )
+    return f"load average {load}; bytecode caches: {caches}"
+
+
 def run_bench(sweep_dir: Path, repeats: int, quick: bool = False) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="tune-spec-k-bench-cli-"))
     rows = [row for row in ROWS if not quick or row.lib in QUICK]
@@ -158,6 +181,7 @@ def run_bench(sweep_dir: Path, repeats: int, quick: bool = False) -> int:
             run_once(command)
         schedule = check_same_schedule(scratch)
         print(f"{sweep_dir}: the CLI and the reference both write {schedule}")
+        print(machine_state())
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in named}
         order = list(named)
         for repeat in range(repeats):
@@ -191,6 +215,7 @@ def run_bench(sweep_dir: Path, repeats: int, quick: bool = False) -> int:
             f"{row.what:44} {median(row.lib, 0) * 1e3:8.0f} {median(row.baseline, 0) * 1e3:8.0f}"
             f" {ratio:6.3f} {shown:>7}  {verdict:7}  {cpu_ratio:9.3f}"
         )
+    print(f"after: {machine_state()}")
     return 1 if missed else 0
 
 
