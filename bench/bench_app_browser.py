@@ -163,8 +163,11 @@ def first_load(page: Page, url: str, ready: str = ".vega-embed") -> Load:
         marks.setdefault("connected", time.perf_counter() - start)
 
         def on_frame(payload: str | bytes) -> None:
-            if "completed-run" in str(payload)[:200]:
+            # The op is at the start of marimo's message; the page may live on for releases,
+            # so the listener leaves once it has its mark.
+            if "completed-run" in str(payload[:200]):
                 marks.setdefault("completed", time.perf_counter() - start)
+                socket.remove_listener("framereceived", on_frame)
 
         socket.on("framereceived", on_frame)
 
@@ -175,6 +178,8 @@ def first_load(page: Page, url: str, ready: str = ".vega-embed") -> Load:
     page.locator(ready).first.wait_for(timeout=120_000)
     seconds = time.perf_counter() - start
     metrics = {m["name"]: m["value"] for m in counters.send("Performance.getMetrics")["metrics"]}
+    counters.detach()
+    page.remove_listener("websocket", on_socket)
     connected = marks.get("connected", math.nan)
     completed = marks.get("completed", seconds)
     return Load(

@@ -59,8 +59,16 @@ def serving(
     notebook at ``URL/?file=PATH``), so that their loads share one process."""
     port = free_port()
     command = [sys.executable, "-m", "marimo", "-q", "run", str(notebook), *map(str, others)]
-    command += ["--headless"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--no-token", "--", *arguments]
+    command += [
+        "--headless",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-token",
+        "--",
+        *arguments,
+    ]
     full_environment = {**os.environ, "MARIMO_SKIP_UPDATE_CHECK": "1", **(environment or {})}
     with log.open("wb") as output:
         process = subprocess.Popen(

@@ -302,44 +302,61 @@ VALUES_PER_RUN = 3
 DATA_DEPENDENT = 0.03
 
 
+#: make_large_sweep.py's sweeps, (runs, runs per cell): 10 anchors x 8 K x 10 runs (the base),
+#: the same cells with 20 runs each, and 20 anchors x 8 K x 10 runs.
+SHAPES = {"base": (800, 10), "runs x2": (1600, 20), "anchors x2": (1600, 10)}
+
+
+def _runs(shape: str) -> int:
+    return SHAPES[shape][0]
+
+
 @pytest.fixture(scope="module")
 def polars_sweeps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """make_large_sweep.py's sweeps: 10 anchors x 8 K x 10 runs (the base), the same cells with
-    20 runs each, and 20 anchors x 8 K x 10 runs."""
+    """Each of :data:`SHAPES` written once."""
     root = tmp_path_factory.mktemp("polars-sweeps")
-    shapes = {"base": (800, 10), "runs x2": (1600, 20), "anchors x2": (1600, 10)}
-    for name, (runs, per_cell) in shapes.items():
+    for name, (runs, per_cell) in SHAPES.items():
         assert _write_bench_sweep(root / name, runs, per_cell) == runs
-    return {name: root / name for name in shapes}
+    return {name: root / name for name in SHAPES}
 
 
-def test_polars_work_does_not_grow_with_the_runs(
-    polars_sweeps: dict[str, Path], tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def polars_counts(
+    polars_sweeps: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Counter[str]]:
+    """:func:`_polars_use` of each sweep, profiled once for every test here."""
+    out = tmp_path_factory.mktemp("polars-results")
+    return {name: _polars_use(path, out / f"{name}.json") for name, path in polars_sweeps.items()}
+
+
+def test_polars_work_does_not_grow_with_the_runs(polars_counts: dict[str, Counter[str]]) -> None:
     """Twice the runs in every cell: the same Polars calls and VALUES_PER_RUN more values in
     Python per added run, no more (each within DATA_DEPENDENT): the analysis is columnar, and
     what it reads into Python is per cell."""
-    base = _polars_use(polars_sweeps["base"], tmp_path / "base.json")
-    doubled = _polars_use(polars_sweeps["runs x2"], tmp_path / "doubled.json")
+    base, doubled = polars_counts["base"], polars_counts["runs x2"]
+    added = _runs("runs x2") - _runs("base")
     assert abs(doubled["calls"] - base["calls"]) <= DATA_DEPENDENT * base["calls"]
     grown = doubled["values"] - base["values"]
-    assert grown <= VALUES_PER_RUN * 800 + DATA_DEPENDENT * base["values"], _grown(base, doubled)
+    assert grown <= VALUES_PER_RUN * added + DATA_DEPENDENT * base["values"], _grown(base, doubled)
 
 
 def test_polars_work_grows_at_most_linearly_with_the_anchors(
-    polars_sweeps: dict[str, Path], tmp_path: Path
+    polars_counts: dict[str, Counter[str]],
 ) -> None:
     """Twice the anchors (twice the cells, the same runs per cell): at most twice the calls,
     and at most twice the values each cell hands to Python (beyond VALUES_PER_RUN a run)."""
-    base = _polars_use(polars_sweeps["base"], tmp_path / "base.json")
-    doubled = _polars_use(polars_sweeps["anchors x2"], tmp_path / "doubled.json")
+    base, doubled = polars_counts["base"], polars_counts["anchors x2"]
     assert doubled["calls"] <= 2 * base["calls"]
-    per_cell = base["values"] - VALUES_PER_RUN * 800
-    assert doubled["values"] - VALUES_PER_RUN * 1600 <= 2 * per_cell, _grown(base, doubled)
+    per_cell = base["values"] - VALUES_PER_RUN * _runs("base")
+    per_cell_doubled = doubled["values"] - VALUES_PER_RUN * _runs("anchors x2")
+    assert per_cell_doubled <= 2 * per_cell, _grown(base, doubled)
 
 
 def test_the_polars_counts_move_with_the_work(
-    polars_sweeps: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    polars_sweeps: dict[str, Path],
+    polars_counts: dict[str, Counter[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The checks above can fail: an analysis that looks at each run's row once (a per-run
     Python loop over the frame) breaks both limits of the runs test."""
@@ -353,13 +370,13 @@ def test_the_polars_counts_move_with_the_work(
             sweep.runs.row(index)
         return sweep
 
-    base = _polars_use(polars_sweeps["base"], tmp_path / "base.json")
+    base = polars_counts["base"]
     monkeypatch.setattr(sweeps, "sweep_from", row_by_row)
     doubled = _polars_use(polars_sweeps["runs x2"], tmp_path / "doubled.json")
+    added = _runs("runs x2") - _runs("base")
     assert doubled["calls"] - base["calls"] > DATA_DEPENDENT * base["calls"]
-    assert (
-        doubled["values"] - base["values"] > VALUES_PER_RUN * 800 + DATA_DEPENDENT * base["values"]
-    )
+    grown = doubled["values"] - base["values"]
+    assert grown > VALUES_PER_RUN * added + DATA_DEPENDENT * base["values"]
 
 
 def _grown(base: Counter[str], doubled: Counter[str]) -> str:
