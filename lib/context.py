@@ -450,13 +450,13 @@ def _prompted_runs(
     label, prompt = source
     runs = sweep.runs.with_columns(prompt.cast(pl.Float64).alias("prompt_tokens"))
     text_rows = _text_prompt_rows(sweep, label)
-    refused = _text_prompt_problems(sweep, label, text_rows) + _out_of_range_problems(runs, label)
+    out_of_range = _out_of_range(runs)
+    refused = _text_prompt_problems(sweep, label, text_rows) + _out_of_range_problems(
+        runs.filter(out_of_range), label
+    )
     # A refused run is out of the grid (and its folder's other runs do not fill it in).
-    out_of_range = [prompt_length_reason(value) is not None for value in _values(runs)]
     in_text = runs.with_row_index("_row")["_row"].is_in(sorted(text_rows))
-    runs = runs.with_columns(
-        (pl.Series(out_of_range, dtype=pl.Boolean) | in_text).alias("_refused")
-    ).with_columns(
+    runs = runs.with_columns((out_of_range | in_text).alias("_refused")).with_columns(
         pl.when(~pl.col("_refused")).then(pl.col("prompt_tokens")).alias("prompt_tokens")
     )
     # A failed run has no measurement: its folder (one bench combo) says its prompt length.
@@ -542,22 +542,29 @@ def _text_prompt_problems(
     ]
 
 
-def _values(runs: pl.DataFrame) -> list[float]:
-    """The runs' prompt lengths, a missing one as 1 (a usable length: nothing to refuse)."""
-    return [1.0 if value is None else value for value in runs["prompt_tokens"].to_list()]
+def _out_of_range(runs: pl.DataFrame) -> pl.Series:
+    """Whether each run's prompt length is one no command takes
+    (:func:`lib.settings.prompt_length_reason`); a missing one is not (nothing to refuse).
+    Each length is handed to Python once, here: the problems are written from the refused
+    runs alone."""
+    return pl.Series(
+        [
+            value is not None and prompt_length_reason(value) is not None
+            for value in runs["prompt_tokens"].to_list()
+        ],
+        dtype=pl.Boolean,
+    )
 
 
-def _out_of_range_problems(runs: pl.DataFrame, label: str) -> list[Problem]:
-    """One error per distinct prompt length outside the limits every command shares
-    (:func:`lib.settings.prompt_length_reason`: 0, negatives, NaN, infinities, more than
-    2^30 tokens), naming the runs holding it; those runs stay out of the grid."""
-    values = runs.filter(pl.col("prompt_tokens").is_not_null())
+def _out_of_range_problems(refused: pl.DataFrame, label: str) -> list[Problem]:
+    """One error per distinct prompt length of the ``refused`` runs (those
+    :func:`_out_of_range` marks: 0, negatives, NaN, infinities, more than 2^30 tokens), naming
+    the runs holding it; those runs stay out of the grid."""
     problems = []
     by_value: dict[float, list[str]] = {}
-    for value, file in values.select("prompt_tokens", "source").rows():
-        if prompt_length_reason(value) is not None:
-            # NaN is no dict key that finds itself: all NaNs are one value.
-            by_value.setdefault(math.nan if math.isnan(value) else value, []).append(file)
+    for value, file in refused.select("prompt_tokens", "source").rows():
+        # NaN is no dict key that finds itself: all NaNs are one value.
+        by_value.setdefault(math.nan if math.isnan(value) else value, []).append(file)
     for value, files in sorted(by_value.items(), key=lambda item: _sort_key(item[0])):
         reason = prompt_length_reason(value)
         problems.append(
