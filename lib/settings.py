@@ -468,7 +468,7 @@ class ContextSettings:
         """The record fields the context axis (:func:`lib.context.find_context_axis`) reads
         with these settings: a loader that keeps only some metrics must keep these too. Here,
         not in :mod:`lib.context`, because the CLI's reading child asks for them and must not
-        import Polars (:mod:`lib.cli.prefetch`).
+        import Polars (:mod:`lib.prefetch`).
 
         >>> ContextSettings(context_var="none").fields_read()
         ()

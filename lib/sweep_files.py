@@ -57,6 +57,7 @@ from lib.settings import (
 
 __all__ = [
     "DERIVED_COLUMNS",
+    "SPLIT_FROM_BYTES",
     "SUMMARY_FILE",
     "WARMUP_FILE",
     "Progress",
@@ -66,6 +67,14 @@ __all__ = [
 ]
 
 SUMMARY_FILE = "summary.json"
+
+
+#: The files' size from which a read in several processes pays (:func:`read_sweep_files`). One
+#: reader takes about 160 MB/s (``make_large_sweep.py --runs 500000 --runs-per-cell 625``: 1.1
+#: GB of summary.json in 6.8 s) while the CLI's parent imports Polars and NumPy (~0.6 s):
+#: below ~100 MB the read ends within the import anyway, and a split would only add forks and
+#: pickling (about 0.6 s a process to send 500,000 runs).
+SPLIT_FROM_BYTES = 128 * 1024 * 1024
 
 
 WARMUP_FILE = "warmup.json"
@@ -106,6 +115,17 @@ class _ProblemLog:
     ) -> None:
         key = (severity, rule, message, field, value, expected)
         self._files.setdefault(key, {})[file] = None
+
+    @property
+    def entries(self) -> dict[tuple[Any, ...], dict[str, None]]:
+        """Each finding with the files it was met in, in the order first met."""
+        return self._files
+
+    def extend(self, entries: dict[tuple[Any, ...], dict[str, None]]) -> None:
+        """Add findings logged elsewhere (another log's :attr:`entries`), as if added here in
+        their order: a finding already here keeps its place and gains their files."""
+        for key, files in entries.items():
+            self._files.setdefault(key, {}).update(files)
 
     def problems(self) -> list[Problem]:
         return [
@@ -400,6 +420,10 @@ class _Reader:
         self._first_by_key: dict[int, tuple[_RecordFile, int] | None] = {}
         self._contents: dict[bytes, str] = {}
         self._run_numbers: dict[tuple[str, int | None, int | None, int], str] = {}
+
+    def run_keys(self) -> frozenset[int]:
+        """The :func:`_run_key` of every run met so far (a copy's too)."""
+        return frozenset(self._first_by_key)
 
     def protected(self, name: str) -> bool:
         """Whether a top-level field is read by name (the lookups, the health gate, the kept
@@ -921,13 +945,12 @@ def holds_runs(name: str) -> bool:
     return name == SUMMARY_FILE or bool(_RUN_FILE.match(name) or _FAILURE_FILE.match(name))
 
 
-def _place_failures(reader: _Reader, failures: list[tuple[int, str]]) -> None:
+def _place_failures(derived: dict[str, list[Any]], failures: list[tuple[int, str]]) -> None:
     """A failure file usually holds no parameters: it belongs to its combo's anchor and K,
     those of the combo's first run that is not a failure (one pass over the runs, then a
     lookup per failure: a sweep may hold thousands of both)."""
     if not failures:
         return
-    derived = reader.derived
     anchors, ks = derived["anchor"], derived["k"]
     first_run: dict[str, int] = {}
     for row, (combo, failed) in enumerate(
@@ -990,9 +1013,17 @@ def read_sweep_files(
     progress: Progress | None = None,
     metrics: Collection[str] | None = None,
     within: str | os.PathLike[str] | None = None,
+    processes: int = 1,
+    split_from_bytes: int = SPLIT_FROM_BYTES,
 ) -> SweepFiles:
     """Read every run under an experiment folder (see :func:`lib.sweeps.load_experiment` for
     the arguments); never raises for bad input: every problem is in the result.
+
+    With ``processes`` > 1 and no ``progress``, a sweep of at least ``split_from_bytes`` of
+    files is read in up to that many processes at once, whole folders each (forked children,
+    where :func:`lib.prefetch.worth_forking`; else one after the other here). The result is
+    the same as one reader's: where a piece meets a run key another met too (a copied folder
+    may repeat runs across pieces), the sweep is read again by one reader.
 
     The cyclic garbage collector is paused while reading (and restarted if it was running):
     parsed JSON holds no cycles, and otherwise every few thousand new dicts trigger a
@@ -1004,7 +1035,17 @@ def read_sweep_files(
     gc.disable()
     try:
         fence = Path(within) if within is not None else None
-        return _read(Path(path), str(path), batch_size_var, k_var, progress, metrics, fence)
+        return _read(
+            Path(path),
+            str(path),
+            batch_size_var,
+            k_var,
+            progress,
+            metrics,
+            fence,
+            processes,
+            split_from_bytes,
+        )
     finally:
         # By now the records are freed: the next collection has nothing of theirs to walk.
         if collecting:
@@ -1019,6 +1060,8 @@ def _read(
     progress: Progress | None,
     metrics: Collection[str] | None,
     within: Path | None,
+    processes: int,
+    split_from_bytes: int,
 ) -> SweepFiles:
     kept: tuple[str, ...] | None = None
     if metrics is not None:
@@ -1026,7 +1069,29 @@ def _read(
         if any("." in name for name in kept):
             kept = None
     log = _ProblemLog()
-    reader = _Reader(batch_size_var, k_var, log, kept)
+    files = _files_to_read(root, shown_root, log, within)
+    read = functools.partial(_read_part, root=root, reader=(batch_size_var, k_var, kept))
+    parts: list[_Part] | None = None
+    if progress is None and processes > 1:
+        parts = _read_split(read, _split(files, processes, split_from_bytes))
+    if parts is None:
+        # The progress wrapper sees the files read unless a summary is damaged (not the
+        # backups), and advances as each is read.
+        to_read = [folder / name for folder, name, kind, _ in files if kind != "backup"]
+        ticks = iter(progress(to_read)) if progress else None
+        parts = [read(files, ticks=ticks)]
+        if ticks is not None:
+            # Run the wrapper to its end: a progress bar closes when its iteration finishes.
+            for _ in ticks:
+                pass
+    return _joined(log, parts, root, batch_size_var, k_var, metrics, kept)
+
+
+def _files_to_read(
+    root: Path, shown_root: str, log: _ProblemLog, within: Path | None
+) -> list[tuple[Path, str, str, str]]:
+    """The experiment folder's files that hold runs (:func:`_data_files`), logging why there
+    are none."""
     # Path("") is the working directory: an empty argument must not analyse it silently.
     readable = bool(shown_root) and root.is_dir()
     fenced_out = within is not None and not Path(os.path.realpath(root)).is_relative_to(
@@ -1049,10 +1114,40 @@ def _read(
             "(is this the output of `vllm bench sweep serve`?)",
             shown_root,
         )
-    # The progress wrapper sees the files read unless a summary is damaged (not the backups),
-    # and advances as each is read.
-    to_read = [folder / name for folder, name, kind, _ in files if kind != "backup"]
-    ticks = iter(progress(to_read)) if progress else None
+    return files
+
+
+@dataclass(frozen=True, eq=False)
+class _Part:
+    """What reading some of a sweep's files gave: its rows (numbered from 0), its problems and
+    the run keys it met (:func:`_run_key`), by which :func:`_read_split` sees whether another
+    part may hold a copy of one of its runs. Plain data, so a forked child can send it."""
+
+    problems: dict[tuple[Any, ...], dict[str, None]]
+    input_files: list[str]
+    failures: list[tuple[int, str]]
+    speculative_configs: dict[bytes, dict[str, Any]]
+    compilation_configs: dict[bytes, dict[str, Any]]
+    derived: dict[str, list[Any]]
+    numbers: list[dict[str, float | None]]
+    others: list[dict[str, Any]]
+    columns: dict[str, list[Any]]
+    first_seen: dict[str, tuple[int, int]]
+    texts: dict[str, dict[int, Any]]
+    run_keys: frozenset[int]
+
+
+def _read_part(
+    files: Sequence[tuple[Path, str, str, str]],
+    *,
+    root: Path,
+    reader: tuple[str, str, tuple[str, ...] | None],
+    ticks: Iterator[Path] | None = None,
+) -> _Part:
+    """Read ``files`` (whole folders of :func:`_data_files`, in its order) with a new reader."""
+    log = _ProblemLog()
+    batch_size_var, k_var, kept = reader
+    read = _Reader(batch_size_var, k_var, log, kept)
     input_files: list[str] = []
     failures: list[tuple[int, str]] = []
     # The ids of the folders whose summary.json was read: _data_files gives all the entries of
@@ -1094,23 +1189,21 @@ def _read(
             )
             continue
         depth = 2 if kind == "summary" else 1 if kind == "run" else None
-        data, parsed_by_orjson = _read_json(file_path, relative, log, depth, reader.protected)
+        data, parsed_by_orjson = _read_json(file_path, relative, log, depth, read.protected)
         if kind == "summary" and isinstance(data, list):
             summaries_read.add(id(folder))
         if kind == "failure":
-            failures.append((reader.add_failure(data, relative, combo, number or 0), combo))
+            failures.append((read.add_failure(data, relative, combo, number or 0), combo))
             continue
         if data is MISSING:
             continue
         again = functools.partial(
-            _records_again, file_path, relative, depth, reader.protected, kind == "run"
+            _records_again, file_path, relative, depth, read.protected, kind == "run"
         )
         if kind == "run":
-            reader.add_records(
-                [data], _RecordFile(relative, again), combo, number, parsed_by_orjson
-            )
+            read.add_records([data], _RecordFile(relative, again), combo, number, parsed_by_orjson)
         elif isinstance(data, list):
-            reader.add_records(data, _RecordFile(relative, again), combo, None, parsed_by_orjson)
+            read.add_records(data, _RecordFile(relative, again), combo, None, parsed_by_orjson)
         else:
             log.add(
                 "summary-not-list",
@@ -1121,25 +1214,157 @@ def _read(
             )
         # Free this file's records now, not when the next file's replace them.
         del data
-    if ticks is not None:
-        # Run the wrapper to its end: a progress bar closes when its iteration finishes.
-        for _ in ticks:
-            pass
-    _place_failures(reader, failures)
+    return _Part(
+        problems=log.entries,
+        input_files=input_files,
+        failures=failures,
+        speculative_configs=read.speculative_configs,
+        compilation_configs=read.compilation_configs,
+        derived=read.derived,
+        numbers=read.numbers,
+        others=read.others,
+        columns=read.columns,
+        first_seen=read.first_seen,
+        texts=read.texts,
+        run_keys=read.run_keys(),
+    )
+
+
+def _file_bytes(entry: tuple[Path, str, str, str], run_file_bytes: list[int]) -> int:
+    """A file's size for :func:`_split`; a run=N.json counts as large as the first one met
+    (``run_file_bytes`` keeps it), so that a sweep of thousands of them costs one stat, not
+    one each. 0 for what is not read or cannot be."""
+    folder, name, kind, _ = entry
+    if kind in ("backup", "warmup", "failure"):
+        return 0
+    if kind == "run" and run_file_bytes:
+        return run_file_bytes[0]
+    try:
+        size = os.stat(folder / name).st_size
+    except OSError:
+        return 0
+    if kind == "run":
+        run_file_bytes.append(size)
+    return size
+
+
+def _split(
+    files: list[tuple[Path, str, str, str]], processes: int, from_bytes: int
+) -> list[list[tuple[Path, str, str, str]]]:
+    """``files`` cut into at most ``processes`` runs of whole folders of about equal bytes,
+    or left whole (one piece) when they hold fewer than ``from_bytes``.
+
+    Whole folders, because a folder's runs depend on each other: its run=N.json files are read
+    only if its summary.json is not, a failure takes the anchor and K of its folder's runs,
+    and a run number repeated within a folder is the same run. A folder is never cut, so a
+    sweep whose bytes sit in one folder is one piece. Pieces keep the files' order.
+
+    >>> here = Path("a")
+    >>> _split([(here, "summary.json", "summary", "")], 4, 0)  # one folder: one piece
+    [[(PosixPath('a'), 'summary.json', 'summary', '')]]
+    >>> _split([], 4, 0)
+    [[]]
+    """
+    folders: list[list[tuple[Path, str, str, str]]] = []
+    sizes: list[int] = []
+    run_file_bytes: list[int] = []
+    for entry in files:
+        if not folders or folders[-1][0][0] is not entry[0]:
+            folders.append([])
+            sizes.append(0)
+        folders[-1].append(entry)
+        sizes[-1] += _file_bytes(entry, run_file_bytes)
+    total = sum(sizes)
+    if processes < 2 or len(folders) < 2 or total < from_bytes:
+        return [files]
+    pieces: list[list[tuple[Path, str, str, str]]] = [[]]
+    done = 0
+    for folder, size in zip(folders, sizes, strict=True):
+        # A new piece once this one holds its share of the bytes (the last takes the rest).
+        share = total * len(pieces) / processes
+        if pieces[-1] and done >= share and len(pieces) < processes:
+            pieces.append([])
+        pieces[-1].extend(folder)
+        done += size
+    return pieces
+
+
+def _read_split(
+    read: Callable[..., _Part], pieces: list[list[tuple[Path, str, str, str]]]
+) -> list[_Part] | None:
+    """Each piece read at once, all but the first in forked children (:mod:`lib.prefetch`),
+    or None where a piece has a run key another piece also met: a run of one may repeat a run
+    of another (a copied folder), which only one reader over both can tell (the caller reads
+    the whole sweep so). None for one piece too: there is nothing to split."""
+    from lib.prefetch import Prefetch
+
+    if len(pieces) < 2:
+        return None
+    children = [Prefetch.start(functools.partial(read, piece)) for piece in pieces[1:]]
+    parts = [read(pieces[0])] + [child.result() for child in children]
+    met: set[int] = set()
+    for part in parts:
+        if not met.isdisjoint(part.run_keys):
+            return None
+        met |= part.run_keys
+    return parts
+
+
+def _joined(
+    log: _ProblemLog,
+    parts: list[_Part],
+    root: Path,
+    batch_size_var: str,
+    k_var: str,
+    metrics: Collection[str] | None,
+    kept: tuple[str, ...] | None,
+) -> SweepFiles:
+    """The parts read, in order, as one read: rows numbered on from the previous part's, each
+    problem and config where it was first met (``log`` holds the walk's problems, met first).
+    """
+    first, later = parts[0], parts[1:]
+    derived, numbers, others = first.derived, first.numbers, first.others
+    columns, first_seen, texts = first.columns, first.first_seen, first.texts
+    input_files, failures = first.input_files, first.failures
+    speculative_configs, compilation_configs = (
+        first.speculative_configs,
+        first.compilation_configs,
+    )
+    log.extend(first.problems)
+    for part in later:
+        offset = len(derived["source"])
+        log.extend(part.problems)
+        input_files += part.input_files
+        failures += [(row + offset, combo) for row, combo in part.failures]
+        for key, config in part.speculative_configs.items():
+            speculative_configs.setdefault(key, config)
+        for key, config in part.compilation_configs.items():
+            compilation_configs.setdefault(key, config)
+        for name, values in part.derived.items():
+            derived[name] += values
+        numbers += part.numbers
+        others += part.others
+        for name, values in part.columns.items():
+            columns[name] += values
+        for name, (row, place) in part.first_seen.items():
+            first_seen.setdefault(name, (row + offset, place))
+        for name, by_row in part.texts.items():
+            texts.setdefault(name, {}).update({row + offset: text for row, text in by_row.items()})
+    _place_failures(derived, failures)
     return SweepFiles(
         root=root,
         batch_size_var=batch_size_var,
         k_var=k_var,
         input_files=tuple(input_files),
         problems=tuple(log.problems()),
-        speculative_configs=tuple(reader.speculative_configs.values()),
-        compilation_configs=tuple(reader.compilation_configs.values()),
-        derived=reader.derived,
+        speculative_configs=tuple(speculative_configs.values()),
+        compilation_configs=tuple(compilation_configs.values()),
+        derived=derived,
         metrics=None if metrics is None else tuple(metrics),
         kept=kept,
-        numbers=reader.numbers,
-        others=reader.others,
-        columns=reader.columns,
-        first_seen=reader.first_seen,
-        texts=reader.texts,
+        numbers=numbers,
+        others=others,
+        columns=columns,
+        first_seen=first_seen,
+        texts=texts,
     )

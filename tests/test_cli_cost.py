@@ -30,7 +30,8 @@ from lib.settings import ENGINE_FIELDS, ContextSettings, Settings
 # would read in the parent, after Polars is loaded) and its modules written to a file.
 _PROBE = """
 import json, os, sys
-from lib.cli import prefetch, tune
+from lib import prefetch
+from lib.cli import tune
 from lib.cli.main import main
 
 prefetch.worth_forking = lambda: True
@@ -53,7 +54,7 @@ with open(os.environ["PROBE_PARENT"], "w") as out:
 
 #: Besides the standard library and lib itself, what the reading child may import: orjson
 #: parses the files. Not Polars or NumPy: the child exists to read while the parent imports
-#: them (lib/cli/prefetch.py); importing them itself cost ~630 ms of CPU a run (issue 24).
+#: them (lib/prefetch.py); importing them itself cost ~630 ms of CPU a run (issue 24).
 CHILD_PACKAGES = {"orjson"}
 #: What the parent may import: Polars (the tuning's frames), NumPy (the confidence draws and
 #: switch points), orjson (the result's JSON), typing_extensions (Polars imports it). Not
@@ -293,9 +294,9 @@ def _polars_use(directory: Path, out: Path) -> Counter[str]:
 
 
 #: Values a run hands to Python on the CLI's path: the context axis's detection reads each
-#: run's prompt length three times (the out-of-range check, the refusal mask, the lengths it
-#: groups into points); every other read of Polars data into Python is per cell or anchor.
-VALUES_PER_RUN = 3
+#: run's prompt length twice (the check of its range, the lengths it groups into points);
+#: every other read of Polars data into Python is per cell or anchor.
+VALUES_PER_RUN = 2
 #: What doubling the runs per cell may change besides: the same anchors and K give the same
 #: frames and expressions and per-cell reads, but a few depend on the data (the measurement
 #: plan's rows and the flagged runs: a line more or less), as a share of the base's count.

@@ -131,7 +131,8 @@ def main(args: TuneArgs) -> int:
 
 def _read(args: TuneArgs) -> tuple[SweepFiles, SavedServers]:
     """The sweep's files, only the metrics the analysis reads, and the server configs it saved
-    (run in the prefetch child)."""
+    (run in the prefetch child; a large sweep in as many processes as there are cores)."""
+    from lib.prefetch import cores
     from lib.server_info import read_server_settings
     from lib.sweep_files import read_sweep_files
 
@@ -144,6 +145,7 @@ def _read(args: TuneArgs) -> tuple[SweepFiles, SavedServers]:
             *args.context.fields_read(),
             *(name for names in ENGINE_FIELDS.values() for name in names),
         ),
+        processes=cores(),
     )
     return files, read_server_settings(args.experiment_dir)
 
@@ -162,7 +164,7 @@ def _outputs(args: TuneArgs) -> tuple[Output, Output | None]:
 def _tune(args: TuneArgs) -> int:
     import functools
 
-    from lib.cli.prefetch import Prefetch
+    from lib.prefetch import Prefetch
 
     output, plan_output = _outputs(args)
     outputs = [output] if plan_output is None else [plan_output, output]

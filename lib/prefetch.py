@@ -21,11 +21,17 @@ import sys
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["Prefetch", "worth_forking"]
+__all__ = ["Prefetch", "cores", "worth_forking"]
 
 T = TypeVar("T")
 #: Modules whose import the child overlaps, and which must not be loaded when it forks.
 HEAVY_MODULES = ("polars", "numpy")
+
+
+def cores() -> int:
+    """The cores this process may run on (at least 1)."""
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return count or 1
 
 
 def worth_forking() -> bool:
@@ -33,8 +39,7 @@ def worth_forking() -> bool:
     is a second core to run it on, and the heavy modules are still to be imported."""
     if not hasattr(os, "fork") or any(name in sys.modules for name in HEAVY_MODULES):
         return False
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (cores or 1) > 1
+    return cores() > 1
 
 
 class Prefetch(Generic[T]):

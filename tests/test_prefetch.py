@@ -1,4 +1,4 @@
-"""lib/cli/prefetch.py: a value computed in a forked child arrives as computed here, and any
+"""lib/prefetch.py: a value computed in a forked child arrives as computed here, and any
 failure of the child falls back to computing it here."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from paths import REPO, SAMPLE_SWEEPS
 
 from lib.cli.main import main
-from lib.cli.prefetch import Prefetch, worth_forking
+from lib.prefetch import Prefetch, worth_forking
 
 
 def _fresh(code: str) -> str:
@@ -26,7 +26,7 @@ def _fresh(code: str) -> str:
 
 CHILD = """
 import os, json
-from lib.cli.prefetch import Prefetch, worth_forking
+from lib.prefetch import Prefetch, worth_forking
 parent = os.getpid()
 def where():
     {body}
