@@ -1,10 +1,17 @@
 """Generate a large SYNTHETIC sweep in the real `vllm bench sweep serve` layout, for bench/.
 
     uv run python bench/make_large_sweep.py OUT_DIR [--runs 20000] [--runs-per-cell 50]
+        [--context-points 0]
 
 Shape: K in 0..7 x ANCHORS batch-size anchors x RUNS_PER_CELL runs, where ANCHORS is
 ``runs // (8 * runs_per_cell)`` (default 20,000 // 400 = 50 anchors, from 1 to 2048, roughly
 geometric). Every anchor measures the same K set.
+
+With ``--context-points P`` (P >= 2) each (anchor, K) is measured at P prompt lengths too,
+512 x 4^i tokens as the long-context sample (512, 2048, 8192, 32768, ...), its records
+carrying ``random_input_len``: ANCHORS is then ``runs // (8 * P * runs_per_cell)``, and a
+longer prompt makes a step slower (attention over the context) and drafts less accepted.
+Without it the bytes are those of the sweep without the axis.
 
 The seed's sweep design: every serve combo keeps ``num_speculative_tokens = 7`` and sets the
 effective K with a one-range schedule ``[[1, MAX_NUM_SEQS, K]]``, K=0 included. Records carry
@@ -47,6 +54,8 @@ OUTPUT_LEN = 128
 ALPHA = 0.6  # per-position conditional acceptance probability
 THROUGHPUT_CV = 0.01
 START = datetime(2025, 9, 18, 8, 0, 0)
+#: The shortest prompt length of ``--context-points``, as in the long-context sample.
+CONTEXT_BASE = 512
 
 
 def anchors(count: int) -> list[int]:
@@ -58,20 +67,32 @@ def anchors(count: int) -> list[int]:
     return chosen
 
 
-def tokens_per_step(k: int) -> float:
+def context_lengths(points: int) -> list[int | None]:
+    """The prompt lengths of ``--context-points``: None (no axis, INPUT_LEN) for 0."""
+    return [CONTEXT_BASE * 4**index for index in range(points)] if points else [None]
+
+
+def acceptance(context: int | None) -> float:
+    """Per-position acceptance: ALPHA, less by 0.05 per 4x of prompt beyond CONTEXT_BASE."""
+    return ALPHA if context is None else ALPHA - 0.05 * math.log(context / CONTEXT_BASE, 4)
+
+
+def tokens_per_step(k: int, context: int | None = None) -> float:
     """Tokens a request gains per decode step: 1 + alpha + ... + alpha^K."""
-    return sum(ALPHA**i for i in range(k + 1))
+    return sum(acceptance(context) ** i for i in range(k + 1))
 
 
-def step_ms(batch: int, k: int) -> float:
+def step_ms(batch: int, k: int, context: int | None = None) -> float:
     """One engine step: a fixed cost, a per-sequence cost, and a drafting/verification cost
-    that grows with K and with the batch, so large batches lose more to speculation."""
+    that grows with K and with the batch, so large batches lose more to speculation; with a
+    context, attention over it grows with the tokens verified."""
     verify_tokens = batch * (k + 1)
-    return 5.0 + 0.05 * batch + (0.8 + 0.35 * k) * (k > 0) + 0.1 * verify_tokens
+    attention = 0.0 if context is None else 2e-5 * verify_tokens * context
+    return 5.0 + 0.05 * batch + (0.8 + 0.35 * k) * (k > 0) + 0.1 * verify_tokens + attention
 
 
-def model_throughput(batch: int, k: int) -> float:
-    per_token_ms = step_ms(batch, k) / (batch * tokens_per_step(k))
+def model_throughput(batch: int, k: int, context: int | None = None) -> float:
+    per_token_ms = step_ms(batch, k, context) / (batch * tokens_per_step(k, context))
     return 1000.0 / per_token_ms
 
 
@@ -94,15 +115,21 @@ def latencies(prefix: str, mean: float, rng: random.Random) -> dict[str, float]:
 
 
 def make_record(
-    rng: random.Random, batch: int, k: int, run_number: int, date: datetime
+    rng: random.Random,
+    batch: int,
+    k: int,
+    run_number: int,
+    date: datetime,
+    context: int | None = None,
 ) -> dict[str, Any]:
     num_prompts = max(4 * batch, 32)
+    input_len = INPUT_LEN if context is None else context
     output_tokens = num_prompts * OUTPUT_LEN
-    input_tokens = num_prompts * INPUT_LEN
-    throughput = model_throughput(batch, k) * math.exp(THROUGHPUT_CV * rng.gauss(0.0, 1.0))
+    input_tokens = num_prompts * input_len
+    throughput = model_throughput(batch, k, context) * math.exp(THROUGHPUT_CV * rng.gauss(0.0, 1.0))
     duration = output_tokens / throughput
     mean_tpot = 1000.0 * batch / throughput
-    mean_ttft = (INPUT_LEN * 0.01 + step_ms(batch, k)) * (1 + 0.5 * math.log2(batch))
+    mean_ttft = (input_len * 0.01 + step_ms(batch, k, context)) * (1 + 0.5 * math.log2(batch))
     mean_e2el = mean_ttft + mean_tpot * (OUTPUT_LEN - 1)
     record: dict[str, Any] = {
         "date": date.strftime("%Y%m%d-%H%M%S"),
@@ -127,12 +154,13 @@ def make_record(
         "max_concurrent_requests": batch,
         **latencies("ttft", mean_ttft, rng),
         **latencies("tpot", mean_tpot, rng),
-        **latencies("itl", mean_tpot * tokens_per_step(k), rng),
+        **latencies("itl", mean_tpot * tokens_per_step(k, context), rng),
         **latencies("e2el", mean_e2el, rng),
     }
     if k > 0:
-        num_drafts = round(num_prompts * (OUTPUT_LEN - 1) / tokens_per_step(k))
-        per_position = [round(num_drafts * ALPHA ** (i + 1)) for i in range(k)]
+        alpha = acceptance(context)
+        num_drafts = round(num_prompts * (OUTPUT_LEN - 1) / tokens_per_step(k, context))
+        per_position = [round(num_drafts * alpha ** (i + 1)) for i in range(k)]
         accepted = sum(per_position)
         record |= {
             "spec_decode_acceptance_rate": 100.0 * accepted / (num_drafts * k),
@@ -147,32 +175,43 @@ def make_record(
     record["speculative_config"] = speculative_config(k)
     record["max_concurrency"] = batch
     record["num_prompts"] = num_prompts
+    if context is not None:
+        record["random_input_len"] = context
     return record
 
 
-def write_sweep(out_dir: Path, runs: int, runs_per_cell: int) -> int:
+def write_sweep(out_dir: Path, runs: int, runs_per_cell: int, context_points: int = 0) -> int:
     """Write the sweep under ``out_dir``; returns the number of runs written."""
-    num_anchors = runs // (len(K_VALUES) * runs_per_cell)
+    if context_points == 1 or context_points < 0:
+        raise SystemExit(f"--context-points {context_points}: 0 (no axis) or at least 2")
+    contexts = context_lengths(context_points)
+    per_anchor = len(K_VALUES) * len(contexts) * runs_per_cell
+    num_anchors = runs // per_anchor
     if num_anchors < 1:
         raise SystemExit(
-            f"--runs {runs} is too small: need at least {len(K_VALUES) * runs_per_cell}"
-            f" ({len(K_VALUES)} K x --runs-per-cell {runs_per_cell})"
+            f"--runs {runs} is too small: need at least {per_anchor} ({len(K_VALUES)} K x"
+            f" {len(contexts)} prompt lengths x --runs-per-cell {runs_per_cell})"
         )
     rng = random.Random(SEED)
     date = START
     written = 0
-    for k in K_VALUES:
-        for batch in anchors(num_anchors):
-            combo = out_dir / f"SERVE--k{k}-BENCH--c{batch}"
-            combo.mkdir(parents=True, exist_ok=True)
-            records = []
-            for run_number in range(runs_per_cell):
-                record = make_record(rng, batch, k, run_number, date)
-                date += timedelta(seconds=round(record["duration"]) + 12)
-                (combo / f"run={run_number}.json").write_text(json.dumps(record, indent=4))
-                records.append(record)
-            (combo / "summary.json").write_text(json.dumps(records, indent=4))
-            written += len(records)
+    for k, batch, context in (
+        (k, batch, context)
+        for k in K_VALUES
+        for batch in anchors(num_anchors)
+        for context in contexts
+    ):
+        name = f"SERVE--k{k}-BENCH--c{batch}" + ("" if context is None else f"-l{context}")
+        combo = out_dir / name
+        combo.mkdir(parents=True, exist_ok=True)
+        records = []
+        for run_number in range(runs_per_cell):
+            record = make_record(rng, batch, k, run_number, date, context)
+            date += timedelta(seconds=round(record["duration"]) + 12)
+            (combo / f"run={run_number}.json").write_text(json.dumps(record, indent=4))
+            records.append(record)
+        (combo / "summary.json").write_text(json.dumps(records, indent=4))
+        written += len(records)
     return written
 
 
@@ -198,8 +237,11 @@ def main() -> None:
     parser.add_argument("out_dir", type=Path, metavar="OUT_DIR")
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="total runs (about)")
     parser.add_argument("--runs-per-cell", type=int, default=DEFAULT_RUNS_PER_CELL)
+    parser.add_argument(
+        "--context-points", type=int, default=0, help="prompt lengths per cell (0: no axis)"
+    )
     args = parser.parse_args()
-    written = write_sweep(args.out_dir, args.runs, args.runs_per_cell)
+    written = write_sweep(args.out_dir, args.runs, args.runs_per_cell, args.context_points)
     print(f"wrote {written} runs to {args.out_dir}")
 
 
