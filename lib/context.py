@@ -274,16 +274,7 @@ def find_context_axis(
     if len(groups) < 2:
         # Refused lengths are errors even where no axis is left: never a silent "no axis".
         return None, refused
-    bounds = [(group[0], group[-1]) for group in groups]
-
-    def point_of(value: float | None) -> int | None:
-        if value is None:
-            return None
-        return next(i for i, (low, high) in enumerate(bounds) if low <= value <= high)
-
-    runs = runs.with_columns(
-        pl.col("prompt_tokens").map_elements(point_of, return_dtype=pl.Int64).alias("context_point")
-    )
+    runs = runs.with_columns(_point_of_each(runs["prompt_tokens"], groups))
     problems: list[Problem] = list(refused)
     placed = runs.filter(
         pl.col("anchor").is_not_null()
@@ -540,6 +531,23 @@ def _text_prompt_problems(
         )
         for name, field_rows in by_field.items()
     ]
+
+
+def _point_of_each(prompts: pl.Series, groups: list[list[float]]) -> pl.Series:
+    """``context_point``: the index of the group (:func:`context_points`: sorted, disjoint,
+    each from its smallest length to its largest) holding each run's prompt length, null for
+    a run without one. Every length given is in a group (the groups were made of them): the
+    last group starting at or below it. One search for all runs, not a Python call each.
+
+    >>> groups = [[512.0, 520.0], [2048.0]]
+    >>> _point_of_each(pl.Series([512.0, None, 2048.0, 520.0]), groups).to_list()
+    [0, None, 1, 0]
+    """
+    starts = pl.Series([group[0] for group in groups], dtype=pl.Float64)
+    found = starts.search_sorted(prompts.fill_null(0.0), side="right").cast(pl.Int64) - 1
+    return (
+        pl.select(pl.when(prompts.is_not_null()).then(found)).to_series().alias("context_point")
+    )
 
 
 def _out_of_range(runs: pl.DataFrame) -> pl.Series:
