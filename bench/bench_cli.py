@@ -4,6 +4,7 @@ bare interpreter. Ratios against baselines run in the same bench, interleaved.
 
     uv run python bench/bench_cli.py [SWEEP_DIR] [--repeats 5] [--runs 20000]
     uv run python bench/bench_cli.py --quick [SWEEP_DIR]   # the two targets only, < 1 minute
+    uv run python bench/bench_cli.py SWEEP_DIR --max-objective-relative-mad 1   # a context sweep
 
 Without SWEEP_DIR a sweep of ``--runs`` runs is generated into a temporary folder by
 ``bench/make_large_sweep.py`` (and removed afterwards); with it, that sweep is reused as is.
@@ -29,6 +30,11 @@ Rows (ratio = lib median / baseline median):
 ``--quick`` runs only the commands of the two targets (cli, reference, help, import json),
 ``--repeats`` 5 unless given: under a minute with the sweep generated, about 15 s on a reused
 one. The closing note of a change to the CLI's path reports it.
+
+``--max-objective-relative-mad X`` gives both the CLI and the reference that noise threshold:
+the seed pools a context sweep's prompt lengths into one cell each (``make_large_sweep.py
+--context-points``), whose spread no default threshold passes, so its reference needs it to
+write a schedule at all.
 
 Exit status 1 when a target is missed.
 """
@@ -65,11 +71,12 @@ from lib.sweeps import load_experiment
 load_experiment(sys.argv[1], metrics=sys.argv[2:])
 """
 _LOAD_AND_TUNE = """
-import sys
+import json, sys
 import polars
 from lib.schedule import Settings, tune
 from lib.sweeps import load_experiment
-result = tune(load_experiment(sys.argv[1], metrics=sys.argv[2:]), Settings())
+settings = Settings(**json.loads(sys.argv[2]))
+result = tune(load_experiment(sys.argv[1], metrics=sys.argv[3:]), settings)
 assert result.ok, [problem.describe() for problem in result.errors]
 """
 
@@ -90,22 +97,37 @@ def tune_spec_k() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "lib.cli"]
 
 
-def commands(sweep_dir: Path, scratch: Path) -> dict[str, list[str]]:
+def commands(sweep_dir: Path, scratch: Path, noise: float | None) -> dict[str, list[str]]:
     python = sys.executable
     metrics = [str(sweep_dir), *CLI_METRICS]
+    noise_flag = [] if noise is None else ["--max-objective-relative-mad", repr(noise)]
     return {
-        "cli": [*tune_spec_k(), str(sweep_dir), "--output-json", str(scratch / "a.json")],
+        "cli": [
+            *tune_spec_k(),
+            str(sweep_dir),
+            "--output-json",
+            str(scratch / "a.json"),
+            *noise_flag,
+        ],
         "reference": [
             python,
             str(ROOT / "bench" / "reference_cli.py"),
             str(sweep_dir),
             str(scratch / "b.json"),
+            *([] if noise is None else [repr(noise)]),
         ],
         "help": [*tune_spec_k(), "--help"],
         "import json": [python, "-c", "import json"],
         "imports": [python, "-c", _IMPORTS],
         "load": [python, "-c", _LOAD, *metrics],
-        "load+tune": [python, "-c", _LOAD_AND_TUNE, *metrics],
+        "load+tune": [
+            python,
+            "-c",
+            _LOAD_AND_TUNE,
+            str(sweep_dir),
+            json.dumps({} if noise is None else {"max_objective_relative_mad": noise}),
+            *CLI_METRICS,
+        ],
     }
 
 
@@ -149,9 +171,9 @@ QUICK = ("cli", "reference", "help", "import json")
 
 
 def machine_state() -> str:
-    """The two facts that move every figure here: the load average, and whether Polars' and
-    NumPy's bytecode caches exist (without them, as in a venv made with
-    PYTHONDONTWRITEBYTECODE=1, every process compiles their sources again: about 1.8x the CPU)."""
+    """The two facts that move every figure here: the load average, and whether Polars',
+    NumPy's and lib's bytecode caches exist (without them, as where PYTHONDONTWRITEBYTECODE=1
+    is set, every process compiles their sources again: about 1.8x the CPU for Polars')."""
     cached = {}
     for name in ("polars", "numpy"):
         spec = importlib.util.find_spec(name)
@@ -162,6 +184,11 @@ def machine_state() -> str:
     caches = ", ".join(
         f"{name} {'cached' if hit else 'NOT cached'}" for name, hit in cached.items()
     )
+    # lib's own modules: the CLI imports some 40 of them (~12,000 lines), compiled again by
+    # every process where they have no cache (~0.2 s of CPU on a context sweep's path).
+    sources = sorted((ROOT / "lib").rglob("*.py"))
+    compiled = sum(Path(importlib.util.cache_from_source(str(path))).exists() for path in sources)
+    caches += f", lib {compiled}/{len(sources)} modules cached"
     load = (
         " ".join(Path("/proc/loadavg").read_text().split()[:3])
         if Path("/proc/loadavg").exists()
@@ -170,11 +197,13 @@ def machine_state() -> str:
     return f"load average {load}; bytecode caches: {caches}"
 
 
-def run_bench(sweep_dir: Path, repeats: int, quick: bool = False) -> int:
+def run_bench(
+    sweep_dir: Path, repeats: int, quick: bool = False, noise: float | None = None
+) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="tune-spec-k-bench-cli-"))
     rows = [row for row in ROWS if not quick or row.lib in QUICK]
     try:
-        named = commands(sweep_dir, scratch)
+        named = commands(sweep_dir, scratch, noise)
         if quick:
             named = {name: named[name] for name in QUICK}
         for command in named.values():  # warm-up: bytecode caches, page cache
@@ -227,9 +256,15 @@ def main() -> int:
     parser.add_argument(
         "--quick", action="store_true", help="only the two targets' commands (under a minute)"
     )
+    parser.add_argument(
+        "--max-objective-relative-mad",
+        type=float,
+        default=None,
+        help="the noise threshold of both the CLI and the reference (a context sweep: 1)",
+    )
     args = parser.parse_args()
     with bench_sweep(args.sweep_dir, args.runs) as sweep_dir:
-        return run_bench(sweep_dir, args.repeats, args.quick)
+        return run_bench(sweep_dir, args.repeats, args.quick, args.max_objective_relative_mad)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The pure-Python reference policy run the way a user runs a tool: as a process on a folder.
 
-    python bench/reference_cli.py SWEEP_DIR OUT_JSON
+    python bench/reference_cli.py SWEEP_DIR OUT_JSON [MAX_OBJECTIVE_RELATIVE_MAD]
 
 Imports the reference (``tests/reference_policy.py``: the standard library only), reads every
-file with ``json`` and applies the seed's policy with its default settings, writes the result
+file with ``json`` and applies the seed's policy with its default settings (but the noise
+threshold, if given: ``--max-objective-relative-mad``), writes the result
 (schedule, configured global K, per-anchor decisions) as JSON to OUT_JSON and prints the
 schedule. Exit status 0 written, 2 when the reference rejects the sweep (its problems go to
 stderr). ``bench/bench_cli.py`` times this process against ``tune-spec-k``.
@@ -21,12 +22,13 @@ from reference_policy import ReferenceRejected, reference_tune
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: reference_cli.py SWEEP_DIR OUT_JSON", file=sys.stderr)
+    if len(argv) not in (2, 3):
+        print("usage: reference_cli.py SWEEP_DIR OUT_JSON [MAX_OBJECTIVE_RELATIVE_MAD]")
         return 2
-    sweep_dir, output = argv
+    sweep_dir, output = argv[:2]
+    flags = {"max_objective_relative_mad": float(argv[2])} if len(argv) == 3 else {}
     try:
-        result = reference_tune(sweep_dir)
+        result = reference_tune(sweep_dir, **flags)
     except ReferenceRejected as rejected:
         print(f"reference: no schedule: {len(rejected.problems)} problem(s)", file=sys.stderr)
         for problem in rejected.problems:
