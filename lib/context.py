@@ -545,9 +545,7 @@ def _point_of_each(prompts: pl.Series, groups: list[list[float]]) -> pl.Series:
     """
     starts = pl.Series([group[0] for group in groups], dtype=pl.Float64)
     found = starts.search_sorted(prompts.fill_null(0.0), side="right").cast(pl.Int64) - 1
-    return (
-        pl.select(pl.when(prompts.is_not_null()).then(found)).to_series().alias("context_point")
-    )
+    return pl.select(pl.when(prompts.is_not_null()).then(found)).to_series().alias("context_point")
 
 
 def _out_of_range(runs: pl.DataFrame) -> pl.Series:
