@@ -14,63 +14,47 @@ with app.setup:
     from lib.app import guide
     from lib.app import support as app_support
     from lib.context import find_context_axis
-    from lib.objectives import OBJECTIVES_BY_NAME
     from lib.present import charts
-    from lib.settings import DEFAULT_BATCH_SIZE_VAR, ContextSettings, Fields, Options, Settings
+    from lib.settings import ContextSettings, Fields, Options, Settings
     from lib.sweeps import load_experiment
 
-    # The page's layout and the sidebar's parts: notebooks/sections.py, beside this file (from any
-    # working directory, and when the notebook is imported rather than run by marimo).
+    # The page's layout and the sidebar's parts (notebooks/sections.py) and controls
+    # (notebooks/controls.py), beside this file: from any working directory, and when the
+    # notebook is imported rather than run by marimo.
     if str(Path(__file__).resolve().parent) not in sys.path:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from controls import (
+        gate_controls,
+        input_controls,
+        k_field_control,
+        measurement_controls,
+        page_start,
+        policy_controls,
+    )
     from sections import (
         answer_view,
         compare_section,
         context_section,
         fix_action,
-        labelled,
         no_experiment_view,
         reading_notes,
         sections_accordion,
-        setting_slider,
-        sidebar_part,
     )
 
 
 @app.cell
 def _():
-    _arguments = app_support.parse_app_arguments(sys.argv[1:])
-    root = app_support.resolve_root(
-        _arguments.sweeps, notebook_dir=mo.notebook_dir() or Path.cwd(), cwd=Path.cwd()
-    )
-    mo.stop(
-        not root.is_dir(),
-        mo.callout(
-            mo.Html(f"--sweeps {app_support.path_html(root)}: not a folder, nothing to show."),
-            kind="danger",
-        ),
-    )
-    # A refused ?sweeps= starts the page on the refusal and the picker, nothing chosen.
-    query_start = app_support.query_start(root, mo.query_params().get("sweeps"))
-    folder_browser = mo.ui.file_browser(
-        initial_path=root,
-        selection_mode="directory",
-        multiple=False,
-        restrict_navigation=True,
-        label="Choose a folder below the root (an experiment, or a folder of experiments)",
-    )
-    context_format_picker = mo.ui.radio(
-        options={_label: _name for _name, _label in app_context.FORMAT_LABELS.items()},
-        value=next(iter(app_context.FORMAT_LABELS.values())),
-        label="Export the (batch x context) schedule as",
-    )
-    # The controls a problem's one-click fix may set are built from these states: the K field
-    # from its own (a new K field reads the sweep again), the others from one, which a fix sets
-    # to their values now with its own; their cells build them again.
-    get_k_var, set_k_var = mo.state(Fields().k_var)
-    get_fixable, set_fixable = mo.state(guide.fixable_values(Settings()))
-    # The serving engine's settings (-- --max-cudagraph-capture-size C --max-num-seqs N).
-    deploy_settings = _arguments.deploy
+    (
+        context_format_picker,
+        deploy_settings,
+        folder_browser,
+        get_fixable,
+        get_k_var,
+        query_start,
+        root,
+        set_fixable,
+        set_k_var,
+    ) = page_start(sys.argv[1:])
     return (
         context_format_picker,
         deploy_settings,
@@ -336,79 +320,28 @@ def _(folder_browser, query_start, root):
 @app.cell
 def _(experiments, query_start):
     mo.stop(not experiments)
-    experiment_picker = mo.ui.dropdown(
-        options=experiments,
-        value=app_support.first_experiment(query_start, experiments),
-        label="Experiment",
-        full_width=True,
+    batch_size_var_input, compare_picker, experiment_picker, replica_var_input, _part = (
+        input_controls(experiments, query_start)
     )
-    batch_size_var_input = mo.ui.text(
-        value=DEFAULT_BATCH_SIZE_VAR, label=labelled("batch_size_var")
-    )
-    replica_var_input = mo.ui.text(value=Fields().replica_var, label=labelled("replica_var"))
-    # Shown with the comparison, in the page.
-    compare_picker = mo.ui.dropdown(
-        options={app_support.NO_COMPARISON: None, **experiments},
-        value=app_support.NO_COMPARISON,
-        label="Compare with",
-    )
-    sidebar_part(
-        "Input",
-        (experiment_picker, "experiment"),
-        (batch_size_var_input, "batch_size_var"),
-        (replica_var_input, "replica_var"),
-    )
+    _part
     return batch_size_var_input, compare_picker, experiment_picker, replica_var_input
 
 
 @app.cell
 def _(experiments, get_k_var):
     mo.stop(not experiments)
-    k_var_picker = mo.ui.dropdown(
-        options=app_support.K_VAR_CHOICES,
-        value=next(
-            name for name, field in app_support.K_VAR_CHOICES.items() if field == get_k_var()
-        ),
-        label=labelled("k_var"),
-    )
-    sidebar_part((k_var_picker, "k_var"))
+    k_var_picker, _part = k_field_control(get_k_var())
+    _part
     return (k_var_picker,)
 
 
 @app.cell
 def _(experiments, get_fixable):
     mo.stop(not experiments)
-    _fixable = get_fixable()
-    mixed_global_checkbox = mo.ui.checkbox(
-        value=_fixable["allow_mixed_global_k"], label=labelled("allow_mixed_global_k")
+    min_runs_slider, mixed_global_checkbox, noise_slider, strict_checkbox, _part = gate_controls(
+        get_fixable()
     )
-    # A range, not steps: the slider then reports the count itself (aria-valuenow), not its
-    # position among the steps.
-    min_runs_slider = mo.ui.slider(
-        start=1,
-        stop=10,
-        step=1,
-        value=_fixable["min_runs"],
-        debounce=True,
-        show_value=True,
-        label=labelled("min_runs"),
-    )
-    noise_slider = setting_slider(
-        "max_objective_relative_mad",
-        app_support.slider_steps(1.0, 0.01),
-        _fixable["max_objective_relative_mad"],
-    )
-    strict_checkbox = mo.ui.checkbox(
-        value=_fixable["strict_acceptance_stability"],
-        label=labelled("strict_acceptance_stability"),
-    )
-    sidebar_part(
-        (mixed_global_checkbox, "allow_mixed_global_k"),
-        "Gates",
-        (min_runs_slider, "min_runs"),
-        (noise_slider, "max_objective_relative_mad"),
-        (strict_checkbox, "strict_acceptance_stability"),
-    )
+    _part
     return (
         min_runs_slider,
         mixed_global_checkbox,
@@ -420,80 +353,27 @@ def _(experiments, get_fixable):
 @app.cell
 def _(fields, sweep):
     # Both lists come from the sweep's fields: built again for a new experiment only.
-    _choices = guide.objective_choices(sweep, OBJECTIVES_BY_NAME, fields)
-    objective_picker = mo.ui.dropdown(
-        options=_choices or [Settings().objective],
-        value=Settings().objective
-        if Settings().objective in _choices or not _choices
-        else _choices[0],
-        searchable=True,
-        label=labelled("objective"),
-    )
-    acceptance_picker = mo.ui.dropdown(
-        options=app_support.acceptance_options(sweep),
-        value=app_support.NO_ACCEPTANCE,
-        label=labelled("acceptance"),
-    )
-    sidebar_part("Measurements", (objective_picker, "objective"), (acceptance_picker, "acceptance"))
+    acceptance_picker, objective_picker, _part = measurement_controls(sweep, fields)
+    _part
     return acceptance_picker, objective_picker
 
 
 @app.cell
 def _(experiments):
     mo.stop(not experiments)
-    direction_picker = mo.ui.radio(
-        options=app_support.DIRECTION_CHOICES,
-        value=app_support.USUAL_DIRECTION,
-        label=labelled("direction"),
-    )
-    penalty_slider = setting_slider(
-        "uncertainty_penalty", app_support.slider_steps(5.0, 0.1), Settings().uncertainty_penalty
-    )
-    tolerance_slider = setting_slider(
-        "relative_tolerance", app_support.slider_steps(0.3, 0.005), Settings().relative_tolerance
-    )
-    acceptance_noise_slider = setting_slider(
-        "max_acceptance_relative_mad",
-        app_support.slider_steps(1.0, 0.01),
-        Settings().max_acceptance_relative_mad,
-    )
-    policy_picker = mo.ui.radio(
-        options=app_support.POLICY_CHOICES,
-        value=next(iter(app_support.POLICY_CHOICES)),
-        label=labelled("policy"),
-    )
-    confidence_slider = setting_slider(
-        "confidence", app_support.slider_steps(1.0, 0.01, start=0.5), Options().confidence
-    )
-    interpolated_checkbox = mo.ui.checkbox(
-        value=Options().interpolated_schedule, label=labelled("interpolated_schedule")
-    )
-    server_cv_slider = setting_slider(
-        "server_cv", app_support.slider_steps(0.05, 0.0025, start=0.0), Options().server_cv
-    )
-    context_controls = mo.ui.dictionary(
-        {
-            "context_var": mo.ui.text(value="auto", label=labelled("context_var")),
-            "context_mix": mo.ui.text(
-                value="", placeholder="512:0.7,8192:0.3", label=labelled("context_mix")
-            ),
-        }
-    )
-    sidebar_part(
-        "Policy",
-        (direction_picker, "direction"),
-        (penalty_slider, "uncertainty_penalty"),
-        (tolerance_slider, "relative_tolerance"),
-        (acceptance_noise_slider, "max_acceptance_relative_mad"),
-        "Decision rule",
-        (policy_picker, "policy"),
-        (confidence_slider, "confidence"),
-        (server_cv_slider, "server_cv"),
-        (interpolated_checkbox, "interpolated_schedule"),
-        "Context length",
-        (context_controls["context_var"], "context_var"),
-        (context_controls["context_mix"], "context_mix"),
-    )
+    (
+        acceptance_noise_slider,
+        confidence_slider,
+        context_controls,
+        direction_picker,
+        interpolated_checkbox,
+        penalty_slider,
+        policy_picker,
+        server_cv_slider,
+        tolerance_slider,
+        _part,
+    ) = policy_controls()
+    _part
     return (
         acceptance_noise_slider,
         confidence_slider,
