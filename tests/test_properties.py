@@ -37,6 +37,8 @@ from lib.context_formats import (
     vllm_context_violations,
 )
 from lib.schedule import validate_schedule
+from lib.settings import DEFAULT_K_VAR, Settings
+from lib.sweep_files import read_sweep_files
 
 #: Values a field may be damaged into: wrong types, out of range, too large for any column.
 DAMAGED = st.sampled_from(
@@ -200,6 +202,39 @@ def test_every_sweep_gets_a_schedule_or_a_named_problem(
         assert not any(line.startswith("error [x]") for line in err.splitlines())
         assert _run(experiment, output, capsys, *flags) == first
         shutil.rmtree(experiment)
+
+
+def _every_field(root: Path, metrics: tuple[str, ...] | None, **split: int) -> list[str]:
+    """What read_sweep_files gives, every field as its repr (order counts; NaN equals NaN)."""
+    files = read_sweep_files(
+        root, batch_size_var="max_concurrency", k_var=DEFAULT_K_VAR, metrics=metrics, **split
+    )
+    return [repr(value) for value in vars(files).values()]
+
+
+@settings(
+    max_examples=100,
+    deadline=timedelta(seconds=20),
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    files=sweeps(),
+    processes=st.sampled_from([2, 3, 5]),
+    metrics=st.sampled_from([None, Settings().metrics_read()]),
+)
+def test_a_split_read_of_every_sweep_is_one_readers(
+    files: dict[str, bytes], processes: int, metrics: tuple[str, ...] | None
+) -> None:
+    # Issue 24: a large sweep is read in pieces of whole folders; whatever the sweep holds
+    # (damaged files, copies, failures, replicas), the pieces joined are one reader's read.
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch) / "experiment"
+        root.mkdir()
+        _write(root, files)
+        split = _every_field(root, metrics, processes=processes, split_from_bytes=0)
+        assert split == _every_field(root, metrics)
 
 
 # --------------------------------------------------------------------------- the context axis
