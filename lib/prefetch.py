@@ -4,7 +4,8 @@
 importing Polars and NumPy (a few hundred milliseconds, before any work can start) and reading
 the sweep's JSON (pure Python, :mod:`lib.sweep_files`). On a machine with a second core the
 reading runs in a forked child process while this one imports; the child sends back what it
-read, pickled, through a pipe.
+read, pickled, through a pipe. A large sweep's reading forks again, one reader per core, each
+reading whole folders (:func:`lib.sweep_files.read_sweep_files`).
 
 Where that cannot help or cannot be trusted the function simply runs here when its result is
 asked for, so the result is the same either way: no ``os.fork`` (Windows), one core, Polars
