@@ -46,6 +46,7 @@ from lib.keys import (
     top_level_names,
     whole_number,
 )
+from lib.prefetch import Prefetch
 from lib.problems import Problem, Severity, printable, show_value
 from lib.settings import (
     DEFAULT_K_VAR,
@@ -1296,8 +1297,6 @@ def _read_split(
     or None where a piece has a run key another piece also met: a run of one may repeat a run
     of another (a copied folder), which only one reader over both can tell (the caller reads
     the whole sweep so). None for one piece too: there is nothing to split."""
-    from lib.prefetch import Prefetch
-
     if len(pieces) < 2:
         return None
     children = [Prefetch.start(functools.partial(read, piece)) for piece in pieces[1:]]

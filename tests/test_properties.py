@@ -40,6 +40,14 @@ from lib.schedule import validate_schedule
 from lib.settings import DEFAULT_K_VAR, Settings
 from lib.sweep_files import read_sweep_files
 
+#: What every property here runs under: the same examples every run (CI is reproducible), no
+#: example database, 20 s an example at most, and pytest's function-scoped fixtures allowed.
+REPRODUCIBLE = settings(
+    deadline=timedelta(seconds=20),
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 #: Values a field may be damaged into: wrong types, out of range, too large for any column.
 DAMAGED = st.sampled_from(
     [None, "5", "n/a", True, [1], {"a": 1}, -1, 0, 2**31, 2**63, 2**64 - 1, 1e300, -0.0, 3.5]
@@ -166,13 +174,7 @@ def _run(
 _ERROR_WITH_FILE = re.compile(r"^  error \[[a-z0-9-]+\] .* in \S")
 
 
-@settings(
-    max_examples=150,
-    deadline=timedelta(seconds=20),
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(REPRODUCIBLE, max_examples=150)
 @given(
     files=sweeps(),
     server_cv=st.sampled_from(["0", "0.01", "0.05", "0.999"]),
@@ -212,13 +214,7 @@ def _every_field(root: Path, metrics: tuple[str, ...] | None, **split: int) -> l
     return [repr(value) for value in vars(files).values()]
 
 
-@settings(
-    max_examples=100,
-    deadline=timedelta(seconds=20),
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(REPRODUCIBLE, max_examples=100)
 @given(
     files=sweeps(),
     processes=st.sampled_from([2, 3, 5]),
@@ -336,13 +332,7 @@ def _config_violations(format: str, config: dict[str, Any]) -> list[str]:
     return pr_54801_violations(config)
 
 
-@settings(
-    max_examples=60,
-    deadline=timedelta(seconds=20),
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(REPRODUCIBLE, max_examples=60)
 @given(drawn=context_sweeps())
 def test_every_context_sweep_gets_valid_exports_or_a_named_problem(
     drawn: tuple[dict[str, bytes], list[str], str | None], capsys: pytest.CaptureFixture[str]

@@ -5,6 +5,7 @@ sweep and bad input, and a run copied into another piece is still found."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 import subprocess
@@ -112,7 +113,7 @@ def test_a_run_copied_into_another_piece_is_read_by_one_reader(tmp_path: Path) -
     entries = _entries(experiment)
     pieces = sweep_files._split(entries, 3, 0)
     assert any(entry[0].name == "zz-copy" for entry in pieces[-1])
-    read = sweep_files.functools.partial(
+    read = functools.partial(
         sweep_files._read_part, root=experiment, reader=(BATCH_SIZE_VAR, DEFAULT_K_VAR, None)
     )
     # The pieces met the same run keys: the split read gives up ...
