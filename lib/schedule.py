@@ -92,8 +92,12 @@ PLAUSIBLE_OBJECTIVE = (1e-100, 1e100)
 
 
 def _excluded(runs: pl.DataFrame, mask: pl.Expr, reason: str) -> pl.DataFrame:
-    return runs.filter(mask).select(
-        "source", "position", "anchor", "k", pl.lit(reason).alias("reason")
+    # One query: only the five columns are filtered (an eager filter copies every column).
+    return (
+        runs.lazy()
+        .filter(mask)
+        .select("source", "position", "anchor", "k", pl.lit(reason).alias("reason"))
+        .collect()
     )
 
 
@@ -423,10 +427,9 @@ def server_gate(
     not compared; the same serve combo under several parent folders (a sweep resumed into
     another experiment folder) is one server.
     """
-    serve = serve_combo_expression()
     placed = runs.filter(pl.col("anchor").is_not_null() & pl.col("k").is_not_null()).with_columns(
-        serve.alias("_serve"),
-        configuration_expression(serve, replica_var).alias("_configuration"),
+        serve_combo_expression().alias("_serve"),
+        configuration_expression(replica_var).alias("_configuration"),
     )
     mixed = (
         placed.group_by("anchor", "k", maintain_order=True)
@@ -1373,8 +1376,8 @@ def _concat_excluded(frames: list[pl.DataFrame]) -> pl.DataFrame:
     }
     if not frames:
         return pl.DataFrame(schema=schema)
-    combined = pl.concat([frame.cast(schema) for frame in frames])  # type: ignore[arg-type]
-    return combined.unique(subset=list(_ROW_KEY), keep="first", maintain_order=True)
+    combined = pl.concat([frame.lazy().cast(schema) for frame in frames])  # type: ignore[arg-type]
+    return combined.unique(subset=list(_ROW_KEY), keep="first", maintain_order=True).collect()
 
 
 def finite_or_none(value: float | None) -> float | None:

@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from lib.servers import (
+    SERVE_COMBO,
     configuration_expression,
     configuration_of,
     replica_combo_name,
@@ -36,13 +37,38 @@ def test_configuration_and_replica(
     assert configuration_of(name, var) == configuration
     assert replica_of(name, var) == replica
     # The Polars expression (Rust's regex) strips the same part.
-    polars = pl.select(configuration_expression(pl.lit(name), var)).item()
-    assert polars == configuration
+    folder = pl.DataFrame({"combo": [f"exp/SERVE--{name}-BENCH--c1"]})
+    assert folder.select(configuration_expression(var)).item() == configuration
 
 
 def test_a_planned_name_reads_back() -> None:
     name = replica_combo_name("k3", "seed", 2)
     assert (configuration_of(name), replica_of(name)) == ("k3", "2")
+
+
+def test_each_run_gets_its_own_folders_name() -> None:
+    """Computed once per distinct folder, given back per run: the same as the regex on every
+    run, in the frame's order, with repeated, unsorted and null folders and none at all."""
+    combos = [
+        "b/SERVE--k3-seed=1-BENCH--c2",
+        None,
+        "a/SERVE--k0-BENCH--c1",
+        "odd/folder",
+        "b/SERVE--k3-seed=1-BENCH--c2",
+        "a/SERVE--k1-seed=0-BENCH--c1",
+        None,
+        "SERVE--k0-BENCH--c9",
+    ]
+    for runs in (combos, list(reversed(combos)), [None, None], []):
+        frame = pl.DataFrame({"combo": runs}, schema={"combo": pl.Utf8})
+        per_run = pl.col("combo").str.extract(SERVE_COMBO, 1)
+        expected = frame.select(
+            per_run.alias("serve"), per_run.str.replace_all("-?seed=[^-]*", "").alias("config")
+        )
+        got = frame.select(
+            serve_combo_expression().alias("serve"), configuration_expression().alias("config")
+        )
+        assert got.rows() == expected.rows()
 
 
 def test_serve_combo_of_a_folder() -> None:
