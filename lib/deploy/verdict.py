@@ -436,18 +436,13 @@ def context_loss_reasons(analysis: ContextAnalysis, tolerance: float) -> list[Re
     equal is not more) against the cell's own pick at some (batch size, prompt length): one
     reason with the worst cell. The fix names the registry's other context formats that lose
     no more than the tolerance (none may: then only the traffic's mix can say what counts)."""
-    from lib.deploy.decisions import context_decisions
-    from lib.deploy.registry import export, formats
-    from lib.deploy.settings import ExportSettings
+    from lib.deploy.registry import grid_exports
 
-    decisions = context_decisions(analysis)
     summaries = {}
-    for engine_format in formats():
-        if engine_format.needs_grid:
-            exported, _ = export(decisions, ExportSettings(format=engine_format.name))
-            summary = getattr(exported, "summary", None)
-            if summary is not None:
-                summaries[engine_format.name] = summary
+    for name, exported, _ in grid_exports(analysis):
+        summary = getattr(exported, "summary", None)
+        if summary is not None:
+            summaries[name] = summary
     deployable = summaries.get("vllm-context")
     if deployable is None or deployable.largest_at is None:
         return []

@@ -196,19 +196,12 @@ def context_export_lines(analysis: ContextAnalysis) -> list[str]:
     """Per context format of the registry, the paste-ready config on one line (the default
     context mix: the shortest context), or why there is none; ``tune-spec-k export --format F``
     gives the loss table and the options."""
-    from lib.deploy.decisions import context_decisions
-    from lib.deploy.registry import export, formats
-    from lib.deploy.settings import ExportSettings
+    from lib.deploy.registry import grid_exports
 
-    decisions = context_decisions(analysis)
     answer = analysis.answer or analysis.pooled
     shared_settings = answer.result.speculative_config()
     lines = []
-    for engine_format in formats():
-        if not engine_format.needs_grid:
-            continue
-        name = engine_format.name
-        exported, problems = export(decisions, ExportSettings(format=name))
+    for name, exported, problems in grid_exports(analysis):
         if exported is None:
             reasons = "; ".join(problem.message for problem in problems)
             lines.append(f"{name}: none ({printable(reasons)})")

@@ -99,3 +99,32 @@ def test_a_flag_the_format_does_not_read_is_an_error_naming_who_reads_it() -> No
 def test_an_unknown_format_is_an_error() -> None:
     exported, problems = export(SONNET, ExportSettings(format="nope"))
     assert exported is None and problems[0].rule == "unknown-format"
+
+
+def test_grid_exports_are_each_context_formats_export_built_once() -> None:
+    """The exports the CLI's lines and the verdict share: every grid format in the registry's
+    order, each the same as a fresh export; the same tuple again for the same analysis, a new
+    one for another analysis (even of the same sweep)."""
+    from paths import SAMPLE_SWEEPS
+
+    from lib.context import analyse_contexts, find_context_axis
+    from lib.deploy.decisions import context_decisions
+    from lib.deploy.registry import export, formats, grid_exports
+    from lib.deploy.settings import ExportSettings
+    from lib.settings import ContextSettings, Settings
+    from lib.sweeps import load_experiment
+
+    sweep = load_experiment(SAMPLE_SWEEPS / "long-context")
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    analysis = analyse_contexts(sweep, axis, Settings())
+    shared = grid_exports(analysis)
+    names = [f.name for f in formats() if f.needs_grid]
+    assert [name for name, _, _ in shared] == names and len(names) == 3
+    for name, exported, problems in shared:
+        fresh, fresh_problems = export(context_decisions(analysis), ExportSettings(format=name))
+        assert exported is not None and fresh is not None, name
+        assert (exported.text(), problems) == (fresh.text(), fresh_problems)
+    assert grid_exports(analysis) is shared
+    other = analyse_contexts(sweep, axis, Settings(min_runs=2))
+    assert grid_exports(other) is not shared
