@@ -82,6 +82,12 @@ class Prefetch(Generic[T]):
         os.close(write_end)
         return cls(function, (pid, read_end))
 
+    @property
+    def forked(self) -> bool:
+        """Whether ``function`` runs in a child (until :meth:`result` is called): time this
+        process spends waiting there, unless it finds other work."""
+        return self._child is not None
+
     def result(self) -> T:
         """The value: the child's when it delivered one, else ``function()`` run here. Call
         it once."""

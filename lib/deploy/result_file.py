@@ -73,13 +73,21 @@ def result_document(tuning: TuningResult | ContextAnalysis) -> dict[str, Any]:
     from lib.context import ContextAnalysis
 
     if isinstance(tuning, ContextAnalysis):
-        return _context_document(tuning)
+        return _context_document(tuning, copy_grid=True)
     return _tuning_document(tuning)
 
 
 def result_text(tuning: TuningResult | ContextAnalysis) -> str:
     """The result file's exact text: same input and settings give the same bytes."""
-    return json.dumps(result_document(tuning), indent=2, allow_nan=False) + "\n"
+    from lib.context import ContextAnalysis
+
+    document = (
+        # Written at once, never changed: the analysis's own grid rows serve.
+        _context_document(tuning, copy_grid=False)
+        if isinstance(tuning, ContextAnalysis)
+        else _tuning_document(tuning)
+    )
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 
 def _tuning_document(result: TuningResult) -> dict[str, Any]:
@@ -148,10 +156,11 @@ def seed_path_order(paths: Iterable[str]) -> list[str]:
     return sorted(paths, key=lambda path: path.split("/"))
 
 
-def _context_document(analysis: ContextAnalysis) -> dict[str, Any]:
+def _context_document(analysis: ContextAnalysis, *, copy_grid: bool) -> dict[str, Any]:
     """The seed's keys of the analysis's answer (null schedule and config when there is none or
-    the grid is not deployable), every problem, then ``context_axis``, ``context_grid``,
-    ``context_measurement_plan`` and the grid's ``verdict``."""
+    the grid is not deployable), every problem, then ``context_axis``, ``context_grid`` (a copy
+    of the analysis's rows with ``copy_grid``, for a caller that may change the document; the
+    rows themselves without), ``context_measurement_plan`` and the grid's ``verdict``."""
     from lib.deploy.verdict import context_verdict
 
     source = analysis.answer or analysis.pooled
@@ -167,8 +176,9 @@ def _context_document(analysis: ContextAnalysis) -> dict[str, Any]:
         "deployable": analysis.deployable,
         "not_deployable_reason": analysis.not_deployable_reason,
     }
-    # A copy: the analysis keeps its rows for the heatmap; a caller may change the document.
-    data["context_grid"] = copy.deepcopy(analysis.grid())
+    # The analysis keeps its rows for the heatmap.
+    rows = analysis.grid()
+    data["context_grid"] = copy.deepcopy(rows) if copy_grid else rows
     data["context_measurement_plan"] = analysis.context_points_to_measure()
     data["verdict"] = context_verdict(analysis).to_json()
     return data

@@ -186,8 +186,14 @@ def test_the_context_grid_is_read_and_its_problems_reach_the_export(
     assert problems == [] and read is not None
     assert read.grid == analysis.typed_grid[0] and read.grid is not None
     # A damaged cell: the grid's reader refuses it, and the export says why (not "no grid").
+    text = result_text(analysis)
     data = result_document(analysis)
+    # The file's text is the document's (result_text writes the grid's rows uncopied).
+    assert text == json.dumps(data, indent=2, allow_nan=False) + "\n"
     data["context_grid"][0]["candidates"][0]["k"] = "three"
+    # The document is the caller's to change: the analysis's rows and its file stay as they were.
+    assert analysis.grid()[0]["candidates"][0]["k"] != "three"
+    assert result_text(analysis) == text
     damaged = tmp_path / "damaged"
     damaged.mkdir()
     read, problems = read_result_file(_written(damaged, data))
