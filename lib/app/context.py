@@ -12,8 +12,8 @@ from typing import Any
 from lib.analysis import Analysis, analyse
 from lib.context import ContextAnalysis, ContextAxis, analyse_contexts
 from lib.context_formats import ContextExport
-from lib.deploy.decisions import context_decisions, decisions_of
-from lib.deploy.registry import export, formats
+from lib.deploy.decisions import decisions_of
+from lib.deploy.registry import export, formats, grid_export
 from lib.deploy.result_file import result_text
 from lib.deploy.settings import ExportSettings
 from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
@@ -115,9 +115,7 @@ def heatmap_losses(
     """The batch-only schedule the heatmap compares with (the vLLM export for ``mix``: K per
     batch size) and its loss at each (batch size, prompt) against the cell's own pick, in
     percent; empty with the export's problems when it cannot be built."""
-    exported, problems = export(
-        context_decisions(grid), ExportSettings(format="vllm-context", context_mix=mix)
-    )
+    exported, problems = grid_export(grid, ExportSettings(format="vllm-context", context_mix=mix))
     if not isinstance(exported, ContextExport):
         return {}, {}, problems
     batch_only = {loss.batch_size: loss.exported_k for loss in exported.losses}
@@ -146,7 +144,6 @@ def context_downloads(
 ) -> list[ContextDownload]:
     """Every context format's file for the grid, as ``tune-spec-k export --format F
     --context-mix MIX -o`` writes it (and ``--ctx-agg`` for PR #48944)."""
-    decisions = context_decisions(grid)
     downloads = []
     for engine_format in formats():
         if not engine_format.needs_grid:
@@ -157,7 +154,7 @@ def context_downloads(
             context_mix=mix,
             ctx_agg=ctx_agg if "ctx_agg" in engine_format.flags else "mean",  # type: ignore[arg-type]
         )
-        exported, problems = export(decisions, settings)
+        exported, problems = grid_export(grid, settings)
         if not isinstance(exported, ContextExport):
             downloads.append(ContextDownload(name, engine_format.file_name, None, tuple(problems)))
             continue

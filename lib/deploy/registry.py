@@ -41,6 +41,7 @@ __all__ = [
     "format_named",
     "formats",
     "global_k_problem",
+    "grid_export",
     "grid_exports",
 ]
 
@@ -250,29 +251,36 @@ def export(
 GridExport = tuple[str, "Exported | None", list[Problem]]
 
 
-#: Each analysis's :func:`grid_exports`, while the analysis lives (keyed by identity).
-_GRID_EXPORTS: weakref.WeakKeyDictionary[ContextAnalysis, tuple[GridExport, ...]] = (
-    weakref.WeakKeyDictionary()
-)
+#: Each analysis's :func:`grid_export` per export settings, while the analysis lives (keyed
+#: by identity).
+_GRID_EXPORTS: weakref.WeakKeyDictionary[
+    ContextAnalysis, dict[ExportSettings, tuple[Exported | None, list[Problem]]]
+] = weakref.WeakKeyDictionary()
 
 
-def grid_exports(analysis: ContextAnalysis) -> tuple[GridExport, ...]:
-    """Every context format's export of ``analysis`` under the default export settings (the
-    default context mix), in the registry's order.
+def grid_export(
+    analysis: ContextAnalysis, settings: ExportSettings
+) -> tuple[Exported | None, list[Problem]]:
+    """:func:`export` of the analysis's grid (:func:`lib.deploy.decisions.context_decisions`)
+    under ``settings``, built once per (analysis, settings) while the analysis lives.
 
-    Built once per analysis: the CLI's paste-ready lines and the verdict's loss check read the
-    same exports (the PR 54801 table search alone took ~45 ms at 20,000 runs, and ran
-    twice). Callers must not change what they get.
+    The CLI's paste-ready lines, the verdict's loss check and the app's heatmap and downloads
+    ask for the same exports (the PR 54801 table search alone took ~45 ms at 20,000 runs, and
+    ran two to three times). Callers must not change what they get.
     """
     from lib.deploy.decisions import context_decisions
 
-    cached = _GRID_EXPORTS.get(analysis)
-    if cached is None:
-        decisions = context_decisions(analysis)
-        cached = tuple(
-            (f.name, *export(decisions, ExportSettings(format=f.name)))
-            for f in formats()
-            if f.needs_grid
-        )
-        _GRID_EXPORTS[analysis] = cached
-    return cached
+    built = _GRID_EXPORTS.setdefault(analysis, {})
+    if settings not in built:
+        built[settings] = export(context_decisions(analysis), settings)
+    return built[settings]
+
+
+def grid_exports(analysis: ContextAnalysis) -> tuple[GridExport, ...]:
+    """Every context format's :func:`grid_export` under the default export settings (the
+    default context mix), in the registry's order."""
+    return tuple(
+        (f.name, *grid_export(analysis, ExportSettings(format=f.name)))
+        for f in formats()
+        if f.needs_grid
+    )

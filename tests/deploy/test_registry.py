@@ -101,7 +101,7 @@ def test_an_unknown_format_is_an_error() -> None:
     assert exported is None and problems[0].rule == "unknown-format"
 
 
-def test_grid_exports_are_each_context_formats_export_built_once() -> None:
+def test_grid_exports_are_each_context_formats_export_built_once_per_settings() -> None:
     """The exports the CLI's lines and the verdict share: every grid format in the registry's
     order, each the same as a fresh export; the same tuple again for the same analysis, a new
     one for another analysis (even of the same sweep)."""
@@ -109,7 +109,7 @@ def test_grid_exports_are_each_context_formats_export_built_once() -> None:
 
     from lib.context import analyse_contexts, find_context_axis
     from lib.deploy.decisions import context_decisions
-    from lib.deploy.registry import export, formats, grid_exports
+    from lib.deploy.registry import export, formats, grid_export, grid_exports
     from lib.deploy.settings import ExportSettings
     from lib.settings import ContextSettings, Settings
     from lib.sweeps import load_experiment
@@ -125,6 +125,17 @@ def test_grid_exports_are_each_context_formats_export_built_once() -> None:
         fresh, fresh_problems = export(context_decisions(analysis), ExportSettings(format=name))
         assert exported is not None and fresh is not None, name
         assert (exported.text(), problems) == (fresh.text(), fresh_problems)
-    assert grid_exports(analysis) is shared
+    # The same objects again for the same analysis; built anew for another (even of the
+    # same sweep) and for other settings.
+    again = grid_exports(analysis)
+    assert all(a[1] is b[1] for a, b in zip(again, shared, strict=True))
     other = analyse_contexts(sweep, axis, Settings(min_runs=2))
-    assert grid_exports(other) is not shared
+    assert all(a[1] is not b[1] for a, b in zip(grid_exports(other), shared, strict=True))
+    longest = f"{axis.points[-1].prompt_tokens}:1"
+    mixed = ExportSettings(format="vllm-context", context_mix=longest)
+    exported, problems = grid_export(analysis, mixed)
+    fresh, fresh_problems = export(context_decisions(analysis), mixed)
+    assert exported is not None and fresh is not None
+    assert (exported.text(), problems) == (fresh.text(), fresh_problems)
+    assert exported is not shared[0][1] and grid_export(analysis, mixed)[0] is exported
+    assert exported.text() != shared[0][1].text()  # the mix changes the file
