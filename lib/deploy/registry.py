@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lib.deploy.constraints import CaptureCeiling, EngineFacts, Fact, resolve_ceiling
-from lib.deploy.decisions import Decisions
+from lib.deploy.decisions import Decisions, context_decisions
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
 from lib.problems import Problem, Severity
@@ -268,8 +268,6 @@ def grid_export(
     ask for the same exports (the PR 54801 table search alone took ~45 ms at 20,000 runs, and
     ran two to three times). Callers must not change what they get.
     """
-    from lib.deploy.decisions import context_decisions
-
     built = _GRID_EXPORTS.setdefault(analysis, {})
     if settings not in built:
         built[settings] = export(context_decisions(analysis), settings)

@@ -67,26 +67,24 @@ _GRID_KEY = "context_grid"
 # --------------------------------------------------------------------------- the writer
 
 
-def result_document(tuning: TuningResult | ContextAnalysis) -> dict[str, Any]:
+def result_document(
+    tuning: TuningResult | ContextAnalysis, *, copy_grid: bool = True
+) -> dict[str, Any]:
     """The result JSON of a tuning (:func:`_tuning_document`) or of a context analysis
-    (:func:`_context_document`). Floats that are not finite become null."""
+    (:func:`_context_document`). Floats that are not finite become null. The document is the
+    caller's to change; ``copy_grid=False`` (for a document only written) leaves the context
+    analysis's own grid rows in it."""
     from lib.context import ContextAnalysis
 
     if isinstance(tuning, ContextAnalysis):
-        return _context_document(tuning, copy_grid=True)
+        return _context_document(tuning, copy_grid=copy_grid)
     return _tuning_document(tuning)
 
 
 def result_text(tuning: TuningResult | ContextAnalysis) -> str:
     """The result file's exact text: same input and settings give the same bytes."""
-    from lib.context import ContextAnalysis
-
-    document = (
-        # Written at once, never changed: the analysis's own grid rows serve.
-        _context_document(tuning, copy_grid=False)
-        if isinstance(tuning, ContextAnalysis)
-        else _tuning_document(tuning)
-    )
+    # Written at once, never changed: the analysis's own grid rows serve.
+    document = result_document(tuning, copy_grid=False)
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 
