@@ -136,6 +136,7 @@ def _(
     objective_picker,
     penalty_slider,
     policy_picker,
+    root,
     server_cv_slider,
     set_fixable,
     set_k_var,
@@ -145,7 +146,7 @@ def _(
 ):
     # One cell for everything a setting changes (each would run on every change anyway): the
     # CLI's whole analysis (per context point when the sweep varied the prompt length), the
-    # problems grouped, the verdict.
+    # problems grouped, the verdict, and the answer shown.
     settings = Settings(
         objective=objective_picker.value,
         direction=app_support.chosen_direction(direction_picker.value, objective_picker.value),
@@ -191,36 +192,7 @@ def _(
             if _group.fix is not None
         }
     )
-    return (
-        analysis,
-        cli_arguments,
-        fix_buttons,
-        options,
-        problem_groups,
-        result,
-        rule_comparison,
-        schedule_file,
-        settings,
-        shown,
-        engine_files,
-        verdict,
-    )
-
-
-@app.cell
-def _(
-    analysis,
-    context_point_picker,
-    experiment_picker,
-    fix_buttons,
-    problem_groups,
-    result,
-    root,
-    schedule_file,
-    shown,
-    verdict,
-):
-    # The answer in a cell of its own, apart from the rest of the page, so that it shows
+    # The answer is this cell's output, apart from the rest of the page, so that it shows
     # first: all of it changes with every setting.
     headline_chart = charts.headline_chart(result, analysis.report)
     mo.output.replace(
@@ -235,7 +207,21 @@ def _(
             headline_chart,
         )
     )
-    return (headline_chart,)
+    return (
+        analysis,
+        cli_arguments,
+        fix_buttons,
+        headline_chart,
+        options,
+        problem_groups,
+        result,
+        rule_comparison,
+        schedule_file,
+        settings,
+        shown,
+        engine_files,
+        verdict,
+    )
 
 
 @app.cell
