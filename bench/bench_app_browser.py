@@ -247,7 +247,9 @@ def _median(loads: list[Load], part: str) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--rounds", type=int, default=6, help="slider releases per experiment")
+    parser.add_argument(
+        "--rounds", type=int, default=6, help="slider releases per experiment (0: loads only)"
+    )
     parser.add_argument("--load-rounds", type=int, default=3, help="fresh first loads of each")
     parser.add_argument("--large", type=Path, help="a 20,000-run sweep (make_large_sweep.py)")
     args = parser.parse_args()
@@ -310,7 +312,8 @@ def main() -> int:
                 pair = [(loads, urls[name]), (chart_loads, chart_urls[name])]
                 for kept, url in pair[:: 1 if round_number % 2 else -1]:
                     kept[name].append(_fresh_load(browser, url))
-    floor_ms = statistics.median(baseline)
+    # --rounds 0 times first loads only: no release column then.
+    floor_ms = statistics.median(baseline) if baseline else math.nan
     floor_load = _median(floor_loads, "seconds")
     print(
         f"slider release -> answer updated and -> page settled, median of {args.rounds} (sliders"
@@ -330,11 +333,11 @@ def main() -> int:
     print("-" * len(header))
     missed = 0
     for name in experiments:
-        answer = statistics.median(answers[name])
-        page_settled = statistics.median(settled[name])
+        answer = statistics.median(answers[name]) if answers[name] else math.nan
+        page_settled = statistics.median(settled[name]) if settled[name] else math.nan
         load, chart_load = _median(loads[name], "seconds"), _median(chart_loads[name], "seconds")
         target = TARGET_LARGE_MS if name == LARGE else TARGET_SAMPLE_MS
-        ok = answer <= target and load <= TARGET_LOAD_RATIO * chart_load
+        ok = not answer > target and load <= TARGET_LOAD_RATIO * chart_load
         missed += not ok
         parts = "".join(
             f" {_median(loads[name], part):5.2f}/{_median(chart_loads[name], part):5.2f}"
