@@ -241,6 +241,11 @@ def _url(server: str, notebook: Path, sweeps: str | None = None) -> str:
     return f"{server}/?{urllib.parse.urlencode(query)}"
 
 
+def _median_or_nan(values: list[float]) -> float:
+    """The median of ``values``; NaN for none (``--rounds 0``: no release was timed)."""
+    return statistics.median(values) if values else math.nan
+
+
 def _median(loads: list[Load], part: str) -> float:
     return statistics.median(getattr(load, part) for load in loads)
 
@@ -312,8 +317,7 @@ def main() -> int:
                 pair = [(loads, urls[name]), (chart_loads, chart_urls[name])]
                 for kept, url in pair[:: 1 if round_number % 2 else -1]:
                     kept[name].append(_fresh_load(browser, url))
-    # --rounds 0 times first loads only: no release column then.
-    floor_ms = statistics.median(baseline) if baseline else math.nan
+    floor_ms = _median_or_nan(baseline)
     floor_load = _median(floor_loads, "seconds")
     print(
         f"slider release -> answer updated and -> page settled, median of {args.rounds} (sliders"
@@ -333,11 +337,11 @@ def main() -> int:
     print("-" * len(header))
     missed = 0
     for name in experiments:
-        answer = statistics.median(answers[name]) if answers[name] else math.nan
-        page_settled = statistics.median(settled[name]) if settled[name] else math.nan
+        answer, page_settled = _median_or_nan(answers[name]), _median_or_nan(settled[name])
         load, chart_load = _median(loads[name], "seconds"), _median(chart_loads[name], "seconds")
         target = TARGET_LARGE_MS if name == LARGE else TARGET_SAMPLE_MS
-        ok = not answer > target and load <= TARGET_LOAD_RATIO * chart_load
+        released = math.isnan(answer) or answer <= target
+        ok = released and load <= TARGET_LOAD_RATIO * chart_load
         missed += not ok
         parts = "".join(
             f" {_median(loads[name], part):5.2f}/{_median(chart_loads[name], part):5.2f}"
