@@ -29,6 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lib.settings import DEFAULT_K_VAR
+from lib.sweep_files import read_sweep_files
+
 MAX_NUM_SEQS = 256
 DEFAULT_GLOBAL_K = 7
 NUM_PROMPTS = 100
@@ -439,3 +442,14 @@ def write_context_validation(
                 )
         write_validation(root, runs, prompt, dynamic=dynamic, output_len=CONTEXT_OUTPUT_LEN)
     return root
+
+
+def read_shown(folder: Path, metrics: Sequence[str] | None, **split: int) -> dict[str, str]:
+    """What ``read_sweep_files`` gives for ``folder`` (batch size ``max_concurrency``, the
+    default K field), every field as its repr: order counts (dicts, problems, files) and a NaN
+    equals a NaN. ``split``: its ``processes``/``split_from_bytes``, to compare a split read
+    with one reader's."""
+    files = read_sweep_files(
+        folder, batch_size_var="max_concurrency", k_var=DEFAULT_K_VAR, metrics=metrics, **split
+    )
+    return {field: repr(value) for field, value in vars(files).items()}

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from sweep_builder import read_shown
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
@@ -37,8 +38,7 @@ from lib.context_formats import (
     vllm_context_violations,
 )
 from lib.schedule import validate_schedule
-from lib.settings import DEFAULT_K_VAR, Settings
-from lib.sweep_files import read_sweep_files
+from lib.settings import Settings
 
 #: What every property here runs under: the same examples every run (CI is reproducible), no
 #: example database, 20 s an example at most, and pytest's function-scoped fixtures allowed.
@@ -206,14 +206,6 @@ def test_every_sweep_gets_a_schedule_or_a_named_problem(
         shutil.rmtree(experiment)
 
 
-def _every_field(root: Path, metrics: tuple[str, ...] | None, **split: int) -> list[str]:
-    """What read_sweep_files gives, every field as its repr (order counts; NaN equals NaN)."""
-    files = read_sweep_files(
-        root, batch_size_var="max_concurrency", k_var=DEFAULT_K_VAR, metrics=metrics, **split
-    )
-    return [repr(value) for value in vars(files).values()]
-
-
 @settings(REPRODUCIBLE, max_examples=100)
 @given(
     files=sweeps(),
@@ -229,8 +221,8 @@ def test_a_split_read_of_every_sweep_is_one_readers(
         root = Path(scratch) / "experiment"
         root.mkdir()
         _write(root, files)
-        split = _every_field(root, metrics, processes=processes, split_from_bytes=0)
-        assert split == _every_field(root, metrics)
+        split = read_shown(root, metrics, processes=processes, split_from_bytes=0)
+        assert split == read_shown(root, metrics)
 
 
 # --------------------------------------------------------------------------- the context axis

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from paths import BAD_INPUTS, REAL_DATA, REPO, SAMPLE_SWEEPS
-from sweep_builder import write_grid
+from sweep_builder import read_shown, write_grid
 
 from lib import sweep_files
 from lib.settings import DEFAULT_K_VAR, ENGINE_FIELDS, ContextSettings, Settings
-from lib.sweep_files import SweepFiles, read_sweep_files
+from lib.sweep_files import read_sweep_files
 
 BATCH_SIZE_VAR = "max_concurrency"
 #: What the CLI reads by default (lib/cli/tune.py's _read): the kept-metrics path.
@@ -37,23 +37,12 @@ def _sweeps() -> list[Path]:
     return folders
 
 
-def _shown(files: SweepFiles) -> dict[str, str]:
-    """Every field as its repr: order counts (dicts, problems, files) and a NaN equals a NaN."""
-    return {field.name: repr(getattr(files, field.name)) for field in dataclasses.fields(files)}
-
-
-def _read(folder: Path, metrics: tuple[str, ...] | None, **split: int) -> SweepFiles:
-    return read_sweep_files(
-        folder, batch_size_var=BATCH_SIZE_VAR, k_var=DEFAULT_K_VAR, metrics=metrics, **split
-    )
-
-
 @pytest.mark.parametrize("metrics", [None, CLI_METRICS], ids=["every-metric", "cli-metrics"])
 @pytest.mark.parametrize("folder", _sweeps(), ids=lambda path: path.name)
 def test_a_split_read_gives_what_one_reader_gives(folder: Path, metrics: tuple[str, ...]) -> None:
-    alone = _shown(_read(folder, metrics))
+    alone = read_shown(folder, metrics)
     for processes in (2, 3, 7):
-        split = _shown(_read(folder, metrics, processes=processes, split_from_bytes=0))
+        split = read_shown(folder, metrics, processes=processes, split_from_bytes=0)
         assert split == alone, processes
 
 
@@ -120,8 +109,16 @@ def test_a_run_copied_into_another_piece_is_read_by_one_reader(tmp_path: Path) -
     assert sweep_files._read_split(read, pieces) is None
     # ... where one without the copy does not.
     assert sweep_files._read_split(read, sweep_files._split(entries[:-4], 3, 0)) is not None
-    split = _read(experiment, None, processes=3, split_from_bytes=0)
-    assert _shown(split) == _shown(_read(experiment, None))
+    assert read_shown(experiment, None, processes=3, split_from_bytes=0) == read_shown(
+        experiment, None
+    )
+    split = read_sweep_files(
+        experiment,
+        batch_size_var=BATCH_SIZE_VAR,
+        k_var=DEFAULT_K_VAR,
+        processes=3,
+        split_from_bytes=0,
+    )
     repeated = [problem for problem in split.problems if problem.rule == "repeated-run"]
     assert repeated and all("zz-copy" in problem.files[0] for problem in repeated)
 
@@ -163,6 +160,9 @@ def test_pieces_are_read_in_forked_children() -> None:
 
 
 def test_the_digest_of_the_fork_test_sees_every_field() -> None:
-    # FORKED hashes vars(files): every field of the dataclass, none left out.
-    files = _read(SAMPLE_SWEEPS / "sonnet-like", None)
+    # FORKED hashes vars(files), and read_shown shows it: every field of the dataclass, none
+    # left out.
+    files = read_sweep_files(
+        SAMPLE_SWEEPS / "sonnet-like", batch_size_var=BATCH_SIZE_VAR, k_var=DEFAULT_K_VAR
+    )
     assert sorted(vars(files)) == sorted(field.name for field in dataclasses.fields(files))
