@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_app_browser import CHART_NOTEBOOK, CHROMIUM, NOTEBOOK, SAMPLES, VIEWPORT, _url
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -73,6 +73,11 @@ def _self_ms(profile: dict) -> collections.Counter[str]:
     return spent
 
 
+def _total(loads: list[Profiled]) -> collections.Counter[str]:
+    """The self time (ms) of each function over ``loads``, summed."""
+    return sum((load.ms for load in loads), collections.Counter())
+
+
 def _op(payload: str | bytes) -> str:
     text = payload if isinstance(payload, str) else payload.decode(errors="replace")
     with contextlib.suppress(ValueError, AttributeError):
@@ -97,8 +102,7 @@ def profiled_load(browser: Browser, url: str) -> Profiled:
     session.send("Profiler.setSamplingInterval", {"interval": SAMPLING_US})
     session.send("Profiler.start")
     start = time.perf_counter()
-    page.goto(url)
-    page.locator(".vega-embed").first.wait_for(timeout=120_000)
+    _open_until_chart(page, url)
     seconds = time.perf_counter() - start
     profile = session.send("Profiler.stop")["profile"]
     session.detach()
@@ -106,11 +110,15 @@ def profiled_load(browser: Browser, url: str) -> Profiled:
     return Profiled(seconds, _self_ms(profile), messages, message_bytes)
 
 
+def _open_until_chart(page: Page, url: str) -> None:
+    page.goto(url)
+    page.locator(".vega-embed").first.wait_for(timeout=120_000)
+
+
 def elements(browser: Browser, url: str) -> dict[str, int]:
     """The marimo elements of ``url``'s page once loaded and still (2 s after the chart)."""
     page = browser.new_page(viewport=VIEWPORT)
-    page.goto(url)
-    page.locator(".vega-embed").first.wait_for(timeout=120_000)
+    _open_until_chart(page, url)
     time.sleep(2)
     counts: dict[str, int] = page.evaluate(_ELEMENTS)
     page.close()
@@ -118,7 +126,7 @@ def elements(browser: Browser, url: str) -> dict[str, int]:
 
 
 def _report(name: str, loads: list[Profiled], counts: dict[str, int], top: int) -> None:
-    total: collections.Counter[str] = sum((load.ms for load in loads), collections.Counter())
+    total = _total(loads)
     busy = sum(ms for key, ms in total.items() if not key.startswith(IDLE)) / len(loads)
     seconds = ", ".join(f"{load.seconds:.2f}" for load in loads)
     print(f"\n{name}: loads {seconds} s; JavaScript and native work {busy:.0f} ms per load")
@@ -140,6 +148,8 @@ def main() -> int:
     parser.add_argument("--loads", type=int, default=3, help="profiled loads of each notebook")
     parser.add_argument("--top", type=int, default=25, help="functions shown per list")
     args = parser.parse_args()
+    if args.loads < 1:
+        parser.error(f"--loads {args.loads}: at least 1")
     if not (SAMPLES / args.experiment).is_dir():
         parser.error(f"--experiment {args.experiment!r}: no such folder in {SAMPLES}")
     names = ("dashboard", "one-chart notebook")
@@ -163,12 +173,11 @@ def main() -> int:
                 profiled[name].append(profiled_load(browser, urls[name]))
     for name in names:
         _report(name, profiled[name], counts[name], args.top)
+    dashboard, one_chart = (_total(profiled[name]) for name in names)
     extra = collections.Counter(
         {
-            key: (ms - sum(load.ms[key] for load in profiled[names[1]])) / args.loads
-            for key, ms in sum(
-                (load.ms for load in profiled[names[0]]), collections.Counter()
-            ).items()
+            key: (ms - one_chart[key]) / args.loads
+            for key, ms in dashboard.items()
             if not key.startswith(IDLE)
         }
     )

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lib.settings import DEFAULT_K_VAR
-from lib.sweep_files import read_sweep_files
+from lib.sweep_files import SweepFiles, read_sweep_files
 
 MAX_NUM_SEQS = 256
 DEFAULT_GLOBAL_K = 7
@@ -444,12 +444,16 @@ def write_context_validation(
     return root
 
 
-def read_shown(folder: Path, metrics: Sequence[str] | None, **split: int) -> dict[str, str]:
-    """What ``read_sweep_files`` gives for ``folder`` (batch size ``max_concurrency``, the
-    default K field), every field as its repr: order counts (dicts, problems, files) and a NaN
-    equals a NaN. ``split``: its ``processes``/``split_from_bytes``, to compare a split read
-    with one reader's."""
-    files = read_sweep_files(
+def read_sweep(folder: Path, metrics: Sequence[str] | None = None, **split: int) -> SweepFiles:
+    """``read_sweep_files`` of ``folder`` with batch size ``max_concurrency`` and the default K
+    field; ``split``: its ``processes``/``split_from_bytes``, to compare a split read with one
+    reader's."""
+    return read_sweep_files(
         folder, batch_size_var="max_concurrency", k_var=DEFAULT_K_VAR, metrics=metrics, **split
     )
+
+
+def fields_shown(files: SweepFiles) -> dict[str, str]:
+    """Every field of a read as its repr: order counts (dicts, problems, files) and a NaN
+    equals a NaN."""
     return {field: repr(value) for field, value in vars(files).items()}

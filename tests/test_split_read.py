@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 from paths import BAD_INPUTS, REAL_DATA, REPO, SAMPLE_SWEEPS
-from sweep_builder import read_shown, write_grid
+from sweep_builder import fields_shown, read_sweep, write_grid
 
 from lib import sweep_files
 from lib.settings import DEFAULT_K_VAR, ENGINE_FIELDS, ContextSettings, Settings
-from lib.sweep_files import read_sweep_files
 
 BATCH_SIZE_VAR = "max_concurrency"
 #: What the CLI reads by default (lib/cli/tune.py's _read): the kept-metrics path.
@@ -40,10 +39,10 @@ def _sweeps() -> list[Path]:
 @pytest.mark.parametrize("metrics", [None, CLI_METRICS], ids=["every-metric", "cli-metrics"])
 @pytest.mark.parametrize("folder", _sweeps(), ids=lambda path: path.name)
 def test_a_split_read_gives_what_one_reader_gives(folder: Path, metrics: tuple[str, ...]) -> None:
-    alone = read_shown(folder, metrics)
+    alone = fields_shown(read_sweep(folder, metrics))
     for processes in (2, 3, 7):
-        split = read_shown(folder, metrics, processes=processes, split_from_bytes=0)
-        assert split == alone, processes
+        split = read_sweep(folder, metrics, processes=processes, split_from_bytes=0)
+        assert fields_shown(split) == alone, processes
 
 
 def _entries(folder: Path) -> list[tuple[Path, str, str, str]]:
@@ -109,16 +108,8 @@ def test_a_run_copied_into_another_piece_is_read_by_one_reader(tmp_path: Path) -
     assert sweep_files._read_split(read, pieces) is None
     # ... where one without the copy does not.
     assert sweep_files._read_split(read, sweep_files._split(entries[:-4], 3, 0)) is not None
-    assert read_shown(experiment, None, processes=3, split_from_bytes=0) == read_shown(
-        experiment, None
-    )
-    split = read_sweep_files(
-        experiment,
-        batch_size_var=BATCH_SIZE_VAR,
-        k_var=DEFAULT_K_VAR,
-        processes=3,
-        split_from_bytes=0,
-    )
+    split = read_sweep(experiment, processes=3, split_from_bytes=0)
+    assert fields_shown(split) == fields_shown(read_sweep(experiment))
     repeated = [problem for problem in split.problems if problem.rule == "repeated-run"]
     assert repeated and all("zz-copy" in problem.files[0] for problem in repeated)
 
@@ -160,9 +151,7 @@ def test_pieces_are_read_in_forked_children() -> None:
 
 
 def test_the_digest_of_the_fork_test_sees_every_field() -> None:
-    # FORKED hashes vars(files), and read_shown shows it: every field of the dataclass, none
-    # left out.
-    files = read_sweep_files(
-        SAMPLE_SWEEPS / "sonnet-like", batch_size_var=BATCH_SIZE_VAR, k_var=DEFAULT_K_VAR
-    )
+    # FORKED hashes vars(files), and fields_shown shows it: every field of the dataclass,
+    # none left out.
+    files = read_sweep(SAMPLE_SWEEPS / "sonnet-like")
     assert sorted(vars(files)) == sorted(field.name for field in dataclasses.fields(files))
