@@ -24,7 +24,9 @@ def test_every_test_file_below_a_folder_of_lib_tests_a_module() -> None:
     orphans = [
         str(test.relative_to(REPO))
         for folder in ("deploy", "loop", "present", "cli", "app")
-        for test in sorted((TESTS / folder).glob("test_*.py"))
-        if not (lib / folder / test.name.removeprefix("test_")).is_file()
+        for test in sorted((TESTS / folder).rglob("test_*.py"))
+        if not (
+            lib / test.parent.relative_to(TESTS) / test.name.removeprefix("test_")
+        ).is_file()
     ]
     assert not orphans, orphans
