@@ -25,8 +25,6 @@ def test_every_test_file_below_a_folder_of_lib_tests_a_module() -> None:
         str(test.relative_to(REPO))
         for folder in ("deploy", "loop", "present", "cli", "app")
         for test in sorted((TESTS / folder).rglob("test_*.py"))
-        if not (
-            lib / test.parent.relative_to(TESTS) / test.name.removeprefix("test_")
-        ).is_file()
+        if not (lib / test.parent.relative_to(TESTS) / test.name.removeprefix("test_")).is_file()
     ]
     assert not orphans, orphans
