@@ -35,14 +35,14 @@ import polars as pl
 
 from lib.analysis import Analysis, analyse
 from lib.confidence import ServerNoise, combined_servers
-from lib.context_formats import (
+from lib.context_grid import (
     ContextGrid,
     GridCell,
     assemble_grid,
     not_deployable_refusal,
     unexportable_grid_problems,
 )
-from lib.context_formats import ContextPoint as GridPoint
+from lib.context_grid import ContextPoint as GridPoint
 from lib.objectives import direction_problems
 from lib.problems import Problem, Severity, show_value
 from lib.schedule import candidate_json, finite_or_none
@@ -656,9 +656,9 @@ class ContextAnalysis:
     @functools.cached_property
     def typed_grid(self) -> tuple[ContextGrid | None, list[Problem]]:
         """The grid the context formats export, built from the analyses themselves (no
-        JSON): the same grid :func:`lib.context_formats.context_grid_of` reads back from the
+        JSON): the same grid :func:`lib.context_grid.context_grid_of` reads back from the
         result file (tested); None and the problems of a grid that cannot be exported (by the
-        rules the file's reader applies, :func:`lib.context_formats.unexportable_grid_problems`)."""
+        rules the file's reader applies, :func:`lib.context_grid.unexportable_grid_problems`)."""
         cells: dict[tuple[int, int], GridCell] = {}
         points = tuple(
             GridPoint(point.prompt_tokens, point.context_tokens, point.output_tokens)

@@ -36,7 +36,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -77,7 +77,6 @@ class Flag:
     parse: Callable[[str], Any] | None = None
     repeat: bool = False
     echo: Literal["always", "changed"] = "always"
-    choices: Callable[[], tuple[str, ...]] | None = None
 
 
 def flag(
@@ -89,12 +88,10 @@ def flag(
     parse: Callable[[str], Any] | None = None,
     repeat: bool = False,
     echo: Literal["always", "changed"] = "always",
-    choices: Callable[[], tuple[str, ...]] | None = None,
 ) -> dict[str, Flag]:
     """The metadata of a field that is a command-line flag: ``field(default=...,
-    metadata=flag("--name", "help"))``. ``choices``: where the values come from a registry
-    rather than a ``Literal``, the function that lists them (called when a parser is built)."""
-    return {_KEY: Flag(name, help, in_seed, metavar, parse, repeat, echo, choices)}
+    metadata=flag("--name", "help"))``."""
+    return {_KEY: Flag(name, help, in_seed, metavar, parse, repeat, echo)}
 
 
 def whole_number_argument(text: str) -> int:
@@ -198,8 +195,11 @@ def add_flags(
     cls: type,
     *,
     only: Collection[str] | None = None,
+    choices: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
     """Add the flags of ``cls``'s fields (those named in ``only``, when given) to ``parser``.
+    ``choices``: per field, the values it takes where they come from a registry above the
+    settings (``--format``: :func:`lib.deploy.registry.format_names`) rather than a ``Literal``.
 
     An absent flag leaves no attribute in the parsed namespace, so :func:`given` tells what the
     user typed apart from the defaults; the help states each default once.
@@ -209,9 +209,9 @@ def add_flags(
         if only is not None and field.name not in only:
             continue
         spec = _spec(field)
-        kind, choices = _shape(hints[field.name])
-        if spec.choices is not None:
-            choices = spec.choices()
+        kind, allowed = _shape(hints[field.name])
+        if choices is not None and field.name in choices:
+            allowed = tuple(choices[field.name])
         default = _default(field)
         text = ("(not in the seed) " if not spec.in_seed else "") + spec.help
         if default not in (None, False, (), {}):
@@ -230,8 +230,8 @@ def add_flags(
                 options["type"] = spec.parse or _PARSERS.get(item, item)
             else:
                 options["type"] = spec.parse or _PARSERS.get(kind, kind)
-            if choices:
-                options["choices"] = choices
+            if allowed:
+                options["choices"] = allowed
             else:
                 options["metavar"] = spec.metavar or spec.name.lstrip("-").replace("-", "_").upper()
         parser.add_argument(spec.name, **options)

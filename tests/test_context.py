@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
 from sweep_builder import CONTEXT_GRID, spread, write_context_grid, write_grid
 
 from lib.cli.main import main
-from lib.context import analyse_contexts, find_context_axis, sole_context_point
-from lib.deploy.result_file import result_document
+from lib.context import ContextAnalysis, analyse_contexts, find_context_axis, sole_context_point
+from lib.deploy.result_file import context_document
+from lib.deploy.verdict import context_verdict
 from lib.settings import ContextSettings, Options, Settings
 from lib.sweeps import load_experiment
 
@@ -196,7 +198,7 @@ def test_each_context_point_is_tuned_on_its_own(tmp_path: Path) -> None:
     # Pooled, the seed's rules reject the sweep (see CONTEXT_GRID): the batch-only answer
     # given is the shortest context's, [[1, 63, 3], [64, 64, 0]], and a warning says so.
     assert analysis.answer is analysis.contexts[0]
-    assert result_document(analysis)["num_speculative_tokens_per_batch_size"] == [
+    assert _document(analysis)["num_speculative_tokens_per_batch_size"] == [
         [1, 63, 3],
         [64, 64, 0],
     ]
@@ -207,7 +209,7 @@ def test_each_context_point_is_tuned_on_its_own(tmp_path: Path) -> None:
 def test_grid_cells_hold_every_candidate_and_a_status(tmp_path: Path) -> None:
     sweep, axis, _ = _axis(write_context_grid(tmp_path, CONTEXT_GRID))
     assert axis is not None
-    cell = result_document(analyse_contexts(sweep, axis, Settings()))["context_grid"][1]
+    cell = _document(analyse_contexts(sweep, axis, Settings()))["context_grid"][1]
     assert (cell["batch_size"], cell["prompt_tokens"], cell["context_tokens"]) == (1, 8192, 8256)
     assert [c["k"] for c in cell["candidates"]] == [0, 3]
     assert cell["candidates"][1]["median_objective"] == 150.0
@@ -316,10 +318,7 @@ def test_the_plan_proposes_a_length_where_neighbouring_picks_disagree(tmp_path: 
             "batch_sizes": [{"batch_size": 64, "k_below": 0, "k_above": 3}],
         }
     ]
-    assert (
-        result_document(analysis)["context_measurement_plan"]
-        == analysis.context_points_to_measure()
-    )
+    assert _document(analysis)["context_measurement_plan"] == analysis.context_points_to_measure()
 
 
 def test_no_plan_where_every_batch_size_agrees_across_lengths(tmp_path: Path) -> None:
@@ -369,14 +368,14 @@ def test_the_default_mix_exports_the_shortest_context_s_own_picks(tmp_path: Path
 def test_the_typed_grid_is_the_grid_its_json_reads_back_as(sample: str) -> None:
     from paths import SAMPLE_SWEEPS
 
-    from lib.context_formats import context_grid_of
+    from lib.context_grid import context_grid_of
 
     sweep = load_experiment(SAMPLE_SWEEPS / sample)
     axis, _ = find_context_axis(sweep, ContextSettings())
     assert axis is not None
     analysis = analyse_contexts(sweep, axis, Settings(), Options())
     typed, problems = analysis.typed_grid
-    read, read_problems = context_grid_of(result_document(analysis), "the result")
+    read, read_problems = context_grid_of(_document(analysis), "the result")
     assert (typed, problems) == (read, read_problems)
     # long-context exports; real-cpu-context's noisy cells leave some undecided: refused.
     assert (typed is not None) == (sample == "long-context")
@@ -536,3 +535,8 @@ def test_no_prompt_length_is_an_error_that_says_why_it_is_needed(tmp_path: Path)
         assert problems[0].message.endswith(WHY)
     _, _, problems = _sole(measured, context_var="my_len")
     assert [p.rule for p in problems] == ["context-field-missing"]
+
+
+def _document(analysis: ContextAnalysis) -> dict[str, Any]:
+    """The result JSON the CLI writes for ``analysis``."""
+    return context_document(analysis, context_verdict(analysis))

@@ -3,7 +3,8 @@ layers below it, Altair lives only in the presentation layer, and the CLI's path
 what they need.
 
     lib/*.py      core: settings, loading, the policy, confidence, the analysis
-    lib/deploy/   decisions, constraints, the engine formats' registry (imports the core)
+    lib/deploy/   the result file, decisions, constraints, the formats, the verdict, tuning
+                  (imports the core; inside, in the order of DEPLOY_ORDER)
     lib/loop/     plan, check, diff, export       (imports the deploy layer and the core)
     lib/present/  text, tables, charts            (imports the loop and the core)
     lib/cli/      the command line                (imports all of the above)
@@ -90,6 +91,107 @@ def test_presentation_packages_stay_in_their_modules(module: str) -> None:
         assert allowed is None or any(
             module == owner or module.startswith(f"{owner}.") for owner in allowed
         ), f"{module} imports {imported}"
+
+
+#: The deployment layer's modules, lowest first: each imports only those before it (a format
+#: module stands for every module of lib/deploy/formats/). The order a reader follows: the
+#: export's settings, what is known of the engine, the result file (data, read and written),
+#: the decisions, the constraints, what a format is built on, what the context formats share,
+#: the formats, a deployed context schedule read back, the registry, the verdict, the tuning
+#: entry point.
+DEPLOY_ORDER = (
+    "settings",
+    "engine",
+    "result_file",
+    "decisions",
+    "constraints",
+    "engine_format",
+    "grid",
+    "formats",
+    "deployed",
+    "registry",
+    "verdict",
+    "tuning",
+)
+
+
+def _deploy_rank(module: str) -> int | None:
+    """The place of a module of lib/deploy/ in :data:`DEPLOY_ORDER` (None: not in deploy)."""
+    parts = module.split(".")
+    if parts[:2] != ["lib", "deploy"] or len(parts) < 3:
+        return None
+    return DEPLOY_ORDER.index(parts[2])
+
+
+def test_every_module_of_deploy_has_a_place_in_its_order() -> None:
+    inside = {name.split(".")[2] for name in MODULES if name.startswith("lib.deploy.")}
+    assert inside == set(DEPLOY_ORDER)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("lib.deploy.")))
+def test_deploy_imports_only_what_comes_before_it(module: str) -> None:
+    """Inside lib/deploy/, at the top, inside a function or for type checking alike (a type
+    from a later module is a dependency on it all the same)."""
+    rank = _deploy_rank(module)
+    assert rank is not None
+    later = [
+        imported
+        for imported in _imports(MODULES[module])
+        if imported in MODULES and (_deploy_rank(imported) or -1) > rank
+    ]
+    assert not later, f"{module} imports {later}, after it in {DEPLOY_ORDER}"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    return {
+        module: {
+            imported for imported in _imports(path) if imported in MODULES and imported != module
+        }
+        for module, path in MODULES.items()
+    }
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_import_graph_of_lib_has_no_circle() -> None:
+    """Counting every import: at the top, inside a function, under ``TYPE_CHECKING``."""
+    assert _circles(_import_graph()) == []
+
+
+def test_a_circle_is_caught() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _circles(graph) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
 
 
 def test_a_lower_layer_importing_a_higher_one_is_caught(tmp_path: Path) -> None:

@@ -24,19 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from grid_builder import CONTEXT_FORMATS
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from sweep_builder import fields_shown, read_sweep
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
-from lib.context_formats import (
-    CONTEXT_FORMATS,
-    RFC_48944_KEY,
-    pr_54801_violations,
-    rfc_48944_violations,
-    vllm_context_violations,
-)
+from lib.deploy.formats.vllm_context import vllm_context_violations
+from lib.deploy.formats.vllm_pr_54801 import pr_54801_violations
+from lib.deploy.formats.vllm_rfc_48944 import RFC_48944_KEY, rfc_48944_violations
 from lib.schedule import validate_schedule
 from lib.settings import Settings
 

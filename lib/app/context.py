@@ -11,10 +11,10 @@ from typing import Any
 
 from lib.analysis import Analysis, analyse
 from lib.context import ContextAnalysis, ContextAxis, analyse_contexts
-from lib.context_formats import ContextExport
 from lib.deploy.decisions import decisions_of
+from lib.deploy.grid import ContextExport
 from lib.deploy.registry import export, formats, grid_export
-from lib.deploy.result_file import result_text
+from lib.deploy.result_file import context_text, result_text
 from lib.deploy.settings import ExportSettings
 from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
 from lib.deploy.verdict import Verdict, context_verdict, verdict_in
@@ -72,7 +72,9 @@ class SweepAnalysis:
 
     def result_text(self) -> str:
         """The result JSON, as the CLI writes it for this sweep (the grid's when there is one)."""
-        return result_text(self.grid if self.grid is not None else self.analysis.result)
+        if self.grid is not None:
+            return context_text(self.grid, context_verdict(self.grid))
+        return result_text(self.analysis.result)
 
 
 def analyse_sweep(

@@ -21,7 +21,7 @@ from lib.cli.common import (
     print_problems,
     write_and_print,
 )
-from lib.deploy.decisions import read_decisions
+from lib.deploy.registry import read_decisions
 from lib.files import read_json
 from lib.flags import add_flags, from_arguments
 from lib.loop.check import CheckSettings, UnderTest, check_deployment, context_schedule_file

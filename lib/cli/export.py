@@ -1,6 +1,6 @@
 """``tune-spec-k export JSON``: a schedule for TensorRT-LLM or vLLM, from any file holding one,
 or a result's (batch x context) grid for the context formats (:mod:`lib.loop.export`,
-:mod:`lib.context_formats`). Exit status: 0 written, 2 bad input."""
+:mod:`lib.deploy.grid`). Exit status: 0 written, 2 bad input."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from lib.cli.common import (
     print_problems,
     write_and_print,
 )
+from lib.deploy.registry import format_names
 from lib.deploy.settings import ExportSettings
 from lib.flags import add_flags, from_arguments
 from lib.loop.export import export_file
@@ -66,7 +67,7 @@ class ExportArgs:
             help="a result JSON, a speculative_config, a [[lo, hi, K]] list, or a TensorRT-LLM"
             " draft_len_schedule (bare or with max_draft_len)",
         )
-        add_flags(parser, ExportSettings)
+        add_flags(parser, ExportSettings, choices={"format": format_names()})
         add_flags(parser, DeploySettings)
         parser.add_argument("-o", "--output", help="write the JSON here too")
 

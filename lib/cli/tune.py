@@ -277,7 +277,7 @@ def _tune_contexts(
     """A sweep with a context axis: the seed's batch-only answer (drop-in), then the grid; the
     context measurement plan to ``plan_output`` (``--plan-json``)."""
     from lib.context import analyse_contexts
-    from lib.deploy.result_file import result_text
+    from lib.deploy.result_file import context_text
     from lib.deploy.verdict import context_verdict
     from lib.present import text
 
@@ -301,10 +301,11 @@ def _tune_contexts(
     if analysis.deployable:
         lines.append("paste-ready config per format (tune-spec-k export --format F for the rest):")
         lines += text.context_export_lines(analysis)
-    lines += context_verdict(analysis).lines()
+    verdict = context_verdict(analysis)
+    lines += verdict.lines()
     if answer is not None and analysis.deployable:
         lines.append(text.speculative_config_line(answer.result))
-    writes = [(output, result_text(analysis))]
+    writes = [(output, context_text(analysis, verdict))]
     if plan_output is not None:
         writes.insert(0, (plan_output, analysis.measurement_plan_text()))
     return write_and_print(PROGRAM, writes, lines)

@@ -26,6 +26,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from lib.deploy.engine import EngineFacts
 from lib.numbers import percent_text
 from lib.schedule import Range, Schedule, merge_picks
 
@@ -38,8 +39,6 @@ __all__ = [
     "CappedRange",
     "CaptureCeiling",
     "CeilingCheck",
-    "EngineFacts",
-    "Fact",
     "Finding",
     "GraphlessRange",
     "Stretch",
@@ -115,24 +114,6 @@ def assumed_capture_size(
 
 
 @dataclass(frozen=True)
-class Fact:
-    """A value the sweep or the user stated, and where it was stated."""
-
-    value: int
-    source: str
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    """What is known of the server that will run the schedule: each setting the capture rule
-    reads, with its source, or None when nothing said it."""
-
-    max_cudagraph_capture_size: Fact | None = None
-    max_num_seqs: Fact | None = None
-    max_num_batched_tokens: Fact | None = None
-
-
-@dataclass(frozen=True)
 class CaptureCeiling:
     """The capture ceiling C a schedule is checked against, up to ``max_num_seqs``.
 
@@ -174,6 +155,7 @@ def resolve_ceiling(
     many requests at once), the engine's ``global_k`` and any known
     ``max_num_batched_tokens``, on a GPU outside SM100.
 
+    >>> from lib.deploy.engine import Fact
     >>> resolve_ceiling(EngineFacts(), EngineFacts(), 7, 256).describe()  # doctest: +ELLIPSIS
     "C=512 (assumed: vLLM's default for max_num_seqs=256, num_speculative_tokens=7...
     >>> flags = EngineFacts(max_cudagraph_capture_size=Fact(512, "--max-cudagraph-capture-size"))

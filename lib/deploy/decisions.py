@@ -4,13 +4,12 @@ Two ways in, one type out:
 
 - :func:`decisions_of`: a :class:`~lib.schedule.TuningResult` in memory (the CLI's ``tune``, the
   app), with the measured medians of its kept cells;
-- :func:`decisions_from_json` / :func:`read_decisions`: any file holding a schedule (a result
-  JSON of tune-spec-k or the seed, a ``speculative_config``, a bare ``[[lo, hi, K], ...]`` list,
-  a TensorRT-LLM ``draft_len_schedule`` with or without ``max_draft_len``, an SGLang adaptive
-  config): each registered format reads back its own files (:attr:`EngineFormat.read
-  <lib.deploy.registry.EngineFormat.read>`); a result JSON is read by the one typed reader,
-  :func:`lib.deploy.result_file.result_file_of`, whose medians, capture ceiling and grid
-  :func:`result_decisions` keeps.
+- :func:`result_decisions`: a result JSON read by the one typed reader
+  (:func:`lib.deploy.result_file.result_file_of`), its medians, capture ceiling and grid kept.
+  Any other file holding a schedule (a ``speculative_config``, a bare ``[[lo, hi, K], ...]``
+  list, a TensorRT-LLM ``draft_len_schedule``, an SGLang adaptive config) is read back by its
+  format (:attr:`EngineFormat.read <lib.deploy.engine_format.EngineFormat.read>`), each tried
+  in turn by :func:`lib.deploy.registry.read_decisions`.
 """
 
 from __future__ import annotations
@@ -18,36 +17,33 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lib.cliffs import find_cliffs
-from lib.deploy.constraints import EngineFacts
-from lib.deploy.result_file import ResultFile, is_result, result_file_of
-from lib.files import read_json
-from lib.keys import MISSING, stated_k
-from lib.problems import Problem, Severity
+from lib.deploy.engine import EngineFacts
+from lib.deploy.result_file import ResultFile
+from lib.keys import stated_k
+from lib.problems import Problem
 from lib.schedule import Schedule
 
 if TYPE_CHECKING:
     from lib.cliffs import Cliff
     from lib.context import ContextAnalysis
-    from lib.context_formats import ContextGrid
+    from lib.context_grid import ContextGrid
     from lib.schedule import TuningResult
 
 __all__ = [
     "SCHEDULE_KEY",
     "Decisions",
     "context_decisions",
-    "decisions_from_json",
     "decisions_of",
-    "grid_decisions",
-    "read_decisions",
     "result_decisions",
 ]
 
 #: vLLM's field for the schedule (also the seed's first output key).
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+#: vLLM's field for the startup maximum K (the global K).
+GLOBAL_K_KEY = "num_speculative_tokens"
 
 
 @dataclass(frozen=True)
@@ -175,56 +171,3 @@ def result_decisions(result: ResultFile) -> Decisions:
         grid_problems=result.grid_problems,
         not_interpolable=result.not_interpolable,
     )
-
-
-def decisions_from_json(data: Any, source: str) -> tuple[Decisions | None, list[Problem]]:
-    """The decisions in a parsed file: each registered format's reader is tried in listing
-    order; the first that recognises the file reads it (its own errors are the file's); a file
-    none recognises is a ``no-schedule`` error listing what was expected."""
-    from lib.deploy.registry import formats
-
-    for engine_format in formats():
-        if engine_format.read is None:
-            continue
-        read = engine_format.read(data, source)
-        if read is None:
-            continue
-        decisions, reason = read
-        if decisions is None:
-            return None, [Problem(Severity.ERROR, "no-schedule", reason, files=(source,))]
-        return decisions, []
-    expected = ", ".join(f.reads for f in formats() if f.read is not None)
-    keys = sorted(data)[:8] if isinstance(data, dict) else None
-    found = f"; keys: {keys}" if keys is not None else ""
-    message = (
-        f"no schedule found (expected {expected}){found}"
-        if isinstance(data, dict | list)
-        else "expected a JSON object or a [[lo, hi, K], ...] list"
-    )
-    return None, [Problem(Severity.ERROR, "no-schedule", message, files=(source,))]
-
-
-def grid_decisions(data: Any, source: str) -> tuple[Decisions | None, list[Problem]]:
-    """The decisions a context format reads: a result JSON with or without a batch schedule
-    (the grid is what counts; :func:`lib.deploy.grid.build_context_format` says when there is
-    none), else whatever file :func:`decisions_from_json` recognises (it has no grid)."""
-    if not isinstance(data, dict):
-        message = "expected a JSON object (a result JSON with a context_grid)"
-        return None, [Problem(Severity.ERROR, "no-schedule", message, files=(source,))]
-    if is_result(data):
-        result, problems = result_file_of(data, source)
-        return (result_decisions(result), []) if result is not None else (None, problems)
-    found, _ = decisions_from_json(data, source)
-    kind = found.kind if found is not None else "JSON object without a schedule"
-    return Decisions(Schedule(()), None, kind, source), []
-
-
-def read_decisions(
-    path: str | Path, for_grid: bool = False
-) -> tuple[Decisions | None, list[Problem]]:
-    """:func:`decisions_from_json` (:func:`grid_decisions` with ``for_grid``) of a file, or
-    None and why it could not be read."""
-    data, problems = read_json(path)
-    if data is MISSING:
-        return None, problems
-    return (grid_decisions if for_grid else decisions_from_json)(data, str(path))

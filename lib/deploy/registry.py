@@ -1,11 +1,13 @@
-"""Every engine format, one module each: ``lib/deploy/format_<name>.py`` defines ``FORMAT``, an
-:class:`EngineFormat`. Adding a format is adding such a module (and its test): :func:`formats`
-finds it, and ``tune-spec-k export --format``, ``tune``'s printed configs and the app's
-downloads list it.
+"""Every engine format, found in one place: each module of :mod:`lib.deploy.formats` defines
+``FORMAT``, an :class:`~lib.deploy.engine_format.EngineFormat`. Adding a format is adding such
+a module (and its test): :func:`formats` finds it, and ``tune-spec-k export --format``,
+``tune``'s printed configs, the file readers and the app's downloads list it.
 
-:func:`export` is the one way to build a format's config: it refuses the flags the format does
-not read, resolves the deployment constraints (:mod:`lib.deploy.constraints`) for the formats
-that read them, builds, and checks the global K.
+- :func:`export` is the one way to build a format's config: it refuses the flags the format
+  does not read, resolves the deployment constraints (:mod:`lib.deploy.constraints`) for the
+  formats that read them, builds, and checks the global K;
+- :func:`read_decisions` reads any file holding a schedule, each format's reader tried in turn;
+- :func:`grid_export` / :func:`grid_exports`: a context analysis's exports, built once.
 """
 
 from __future__ import annotations
@@ -13,143 +15,64 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-import json
 import pkgutil
 import weakref
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from lib.deploy.constraints import CaptureCeiling, EngineFacts, Fact, resolve_ceiling
-from lib.deploy.decisions import Decisions, context_decisions
+import lib.deploy.formats
+from lib.deploy.constraints import CaptureCeiling, resolve_ceiling
+from lib.deploy.decisions import Decisions, context_decisions, result_decisions
+from lib.deploy.engine import EngineFacts, Fact
+from lib.deploy.engine_format import EngineFormat, Exported
+from lib.deploy.result_file import is_result, result_file_of
 from lib.deploy.settings import ExportSettings
+from lib.files import read_json
 from lib.flags import flag_name
+from lib.keys import MISSING
 from lib.problems import Problem, Severity
+from lib.schedule import Schedule
 from lib.settings import DeploySettings
 
 if TYPE_CHECKING:
     from lib.context import ContextAnalysis
 
 __all__ = [
-    "MODULE_PREFIX",
-    "BatchExport",
-    "EngineFormat",
-    "Exported",
     "GridExport",
     "ceiling_for",
+    "decisions_from_json",
     "export",
     "format_named",
+    "format_names",
     "formats",
-    "global_k_problem",
+    "grid_decisions",
     "grid_export",
     "grid_exports",
+    "read_decisions",
 ]
-
-#: The module name prefix of a format module in this package.
-MODULE_PREFIX = "format_"
-
-
-class Exported(Protocol):
-    """What every format's build returns: the paste-ready config, the file's text, the lines
-    the CLI prints (the config first), warnings and notes, and the largest K it holds."""
-
-    @property
-    def config(self) -> Mapping[str, Any]: ...
-
-    @property
-    def warnings(self) -> tuple[str, ...]: ...
-
-    @property
-    def notes(self) -> tuple[str, ...]: ...
-
-    @property
-    def largest_k(self) -> int: ...
-
-    def text(self) -> str: ...
-
-    def lines(self) -> list[str]: ...
-
-
-@dataclass(frozen=True)
-class BatchExport:
-    """A batch-only format's export: ``config`` (printed on one line), the ``file`` ``-o``
-    writes (indented JSON), the lines to paste into the engine's command line, warnings and
-    notes."""
-
-    format: str
-    config: Mapping[str, Any]
-    file: Mapping[str, Any]
-    largest_k: int
-    paste: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    def text(self) -> str:
-        """The file ``export -o`` writes: indented JSON and a newline."""
-        return json.dumps(dict(self.file), indent=2) + "\n"
-
-    def lines(self) -> list[str]:
-        return [
-            json.dumps(dict(self.config)),
-            *self.paste,
-            *(f"note: {note}" for note in self.notes),
-            *(f"warning: {warning}" for warning in self.warnings),
-        ]
-
-
-#: A format's build: the decisions, the settings, and the capture ceiling (None for a format
-#: that does not read it) -> the export, or None and why.
-Build = Callable[
-    [Decisions, ExportSettings, CaptureCeiling | None], tuple[Exported | None, list[Problem]]
-]
-#: A format's reader of its own files: None when the data is not of this format, else the
-#: decisions or None and the reason the file is not valid.
-Read = Callable[[Any, str], tuple[Decisions | None, str] | None]
-
-
-@dataclass(frozen=True)
-class EngineFormat:
-    """One engine format.
-
-    ``name``: the ``--format`` value; ``label``: how the app names it; ``file_name``: the
-    download's file name; ``position``: where it is listed; ``flags``: the :class:`ExportSettings`
-    and :class:`~lib.settings.DeploySettings` fields it reads besides the format and the
-    global K (any other one given is an error); ``needs_grid``: it reads a result's context
-    grid; ``build``; ``read`` (None: nothing to read back) and ``reads``, what files it reads,
-    for error messages."""
-
-    name: str
-    label: str
-    file_name: str
-    position: int
-    build: Build
-    flags: frozenset[str] = frozenset()
-    needs_grid: bool = False
-    read: Read | None = None
-    reads: str = ""
-    engine_flags: frozenset[str] = field(default=frozenset())
-
-    @property
-    def reads_ceiling(self) -> bool:
-        """Whether the format runs on vLLM and so is checked by the capture rule."""
-        return bool(self.engine_flags)
 
 
 @functools.cache
 def formats() -> tuple[EngineFormat, ...]:
-    """Every ``format_*`` module's ``FORMAT``, by position then name.
+    """Every module of :mod:`lib.deploy.formats`'s ``FORMAT``, by position then name.
+
+    The modules are found by listing the package (``pkgutil``), so a new format needs no line
+    here; they are imported on the first call, not when this module is: ``tune-spec-k DIR``
+    on a batch sweep never loads the context formats' table searches.
 
     >>> [f.name for f in formats()][:3]
     ['trtllm', 'vllm', 'sglang']
     """
-    import lib.deploy
-
     found = []
-    for module in pkgutil.iter_modules(lib.deploy.__path__):
-        if module.name.startswith(MODULE_PREFIX):
-            loaded = importlib.import_module(f"lib.deploy.{module.name}")
-            found.append(loaded.FORMAT)
+    for module in pkgutil.iter_modules(lib.deploy.formats.__path__):
+        loaded = importlib.import_module(f"{lib.deploy.formats.__name__}.{module.name}")
+        found.append(loaded.FORMAT)
     return tuple(sorted(found, key=lambda f: (f.position, f.name)))
+
+
+def format_names() -> tuple[str, ...]:
+    """The registered formats' names, in listing order (``--format``'s choices)."""
+    return tuple(engine_format.name for engine_format in formats())
 
 
 def format_named(name: str) -> EngineFormat:
@@ -202,18 +125,6 @@ def ceiling_for(decisions: Decisions, deploy: DeploySettings, global_k: int) -> 
     )
     last = max((hi for _, hi, _ in decisions.schedule.ranges), default=1)
     return resolve_ceiling(flags, decisions.engine, global_k, last)
-
-
-def global_k_problem(chosen: int, largest: int, whose: str) -> Problem:
-    """A global K below the largest K exported: vLLM would clamp the schedule to it, silently."""
-    return Problem(
-        Severity.ERROR,
-        "global-k-too-small",
-        f"below the {whose} largest K {largest}",
-        field=flag_name(ExportSettings, "global_k"),
-        value=str(chosen),
-        expected=f">= {max(largest, 1)}",
-    )
 
 
 def export(
@@ -282,3 +193,57 @@ def grid_exports(analysis: ContextAnalysis) -> tuple[GridExport, ...]:
         for f in formats()
         if f.needs_grid
     )
+
+
+# --------------------------------------------------------------------------- reading any file
+
+
+def decisions_from_json(data: Any, source: str) -> tuple[Decisions | None, list[Problem]]:
+    """The decisions in a parsed file: each registered format's reader is tried in listing
+    order; the first that recognises the file reads it (its own errors are the file's); a file
+    none recognises is a ``no-schedule`` error listing what was expected."""
+    for engine_format in formats():
+        if engine_format.read is None:
+            continue
+        read = engine_format.read(data, source)
+        if read is None:
+            continue
+        decisions, reason = read
+        if decisions is None:
+            return None, [Problem(Severity.ERROR, "no-schedule", reason, files=(source,))]
+        return decisions, []
+    expected = ", ".join(f.reads for f in formats() if f.read is not None)
+    keys = sorted(data)[:8] if isinstance(data, dict) else None
+    found = f"; keys: {keys}" if keys is not None else ""
+    message = (
+        f"no schedule found (expected {expected}){found}"
+        if isinstance(data, dict | list)
+        else "expected a JSON object or a [[lo, hi, K], ...] list"
+    )
+    return None, [Problem(Severity.ERROR, "no-schedule", message, files=(source,))]
+
+
+def grid_decisions(data: Any, source: str) -> tuple[Decisions | None, list[Problem]]:
+    """The decisions a context format reads: a result JSON with or without a batch schedule
+    (the grid is what counts; :func:`lib.deploy.grid.build_context_format` says when there is
+    none), else whatever file :func:`decisions_from_json` recognises (it has no grid)."""
+    if not isinstance(data, dict):
+        message = "expected a JSON object (a result JSON with a context_grid)"
+        return None, [Problem(Severity.ERROR, "no-schedule", message, files=(source,))]
+    if is_result(data):
+        result, problems = result_file_of(data, source)
+        return (result_decisions(result), []) if result is not None else (None, problems)
+    found, _ = decisions_from_json(data, source)
+    kind = found.kind if found is not None else "JSON object without a schedule"
+    return Decisions(Schedule(()), None, kind, source), []
+
+
+def read_decisions(
+    path: str | Path, for_grid: bool = False
+) -> tuple[Decisions | None, list[Problem]]:
+    """:func:`decisions_from_json` (:func:`grid_decisions` with ``for_grid``) of a file, or
+    None and why it could not be read."""
+    data, problems = read_json(path)
+    if data is MISSING:
+        return None, problems
+    return (grid_decisions if for_grid else decisions_from_json)(data, str(path))

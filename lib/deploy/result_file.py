@@ -6,8 +6,8 @@ stages. Inside, a tuning is typed (:class:`~lib.schedule.TuningResult`,
 :class:`~lib.context.ContextAnalysis`, :class:`~lib.deploy.decisions.Decisions`).
 
 - Writer: :func:`result_document` (the JSON value) and :func:`result_text` (the file's exact
-  bytes) of a tuning or a context analysis: the seed's keys in the seed's order, then
-  tune-spec-k's additions.
+  bytes) of a tuning, :func:`context_document` and :func:`context_text` of a context analysis
+  with its verdict: the seed's keys in the seed's order, then tune-spec-k's additions.
 - Reader: :func:`read_result_file` / :func:`result_file_of` give a :class:`ResultFile`: the
   schedule, the global K, the objective and its direction, the draft settings, per anchor the
   pick, each candidate's evidence (runs, median, relative MAD) and the confidence analysis's
@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lib.cliffs import CLIFF_RULE
-from lib.context_formats import ContextGrid, context_grid_of
-from lib.deploy.constraints import EngineFacts, Fact
+from lib.context_grid import ContextGrid, context_grid_of
+from lib.deploy.engine import EngineFacts, Fact
 from lib.files import read_json
 from lib.keys import MISSING, stated_k, whole_number
 from lib.problems import Problem, Severity
-from lib.schedule import NO_SCHEDULE, Schedule, candidate_json, finite_or_none
+from lib.schedule import NO_SCHEDULE, JsonValue, Schedule, candidate_json, finite_or_none
 from lib.settings import Direction
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ __all__ = [
     "ResultAnchor",
     "ResultCandidate",
     "ResultFile",
+    "context_document",
+    "context_text",
     "is_result",
     "read_result_file",
     "result_document",
@@ -67,24 +69,34 @@ _GRID_KEY = "context_grid"
 # --------------------------------------------------------------------------- the writer
 
 
-def result_document(
-    tuning: TuningResult | ContextAnalysis, *, copy_grid: bool = True
-) -> dict[str, Any]:
-    """The result JSON of a tuning (:func:`_tuning_document`) or of a context analysis
-    (:func:`_context_document`). Floats that are not finite become null. The document is the
-    caller's to change; ``copy_grid=False`` (for a document only written) leaves the context
-    analysis's own grid rows in it."""
-    from lib.context import ContextAnalysis
-
-    if isinstance(tuning, ContextAnalysis):
-        return _context_document(tuning, copy_grid=copy_grid)
-    return _tuning_document(tuning)
+def result_document(result: TuningResult) -> dict[str, Any]:
+    """The result JSON of a tuning (:func:`_tuning_document`). Floats that are not finite
+    become null. The document is the caller's to change."""
+    return _tuning_document(result)
 
 
-def result_text(tuning: TuningResult | ContextAnalysis) -> str:
+def result_text(result: TuningResult) -> str:
     """The result file's exact text: same input and settings give the same bytes."""
+    return _text(result_document(result))
+
+
+def context_document(
+    analysis: ContextAnalysis, verdict: JsonValue, *, copy_grid: bool = True
+) -> dict[str, Any]:
+    """The result JSON of a context analysis (:func:`_context_document`) with its ``verdict``
+    (:func:`lib.deploy.verdict.context_verdict`). The document is the caller's to change;
+    ``copy_grid=False`` (for a document only written) leaves the analysis's own grid rows in
+    it."""
+    return _context_document(analysis, verdict, copy_grid=copy_grid)
+
+
+def context_text(analysis: ContextAnalysis, verdict: JsonValue) -> str:
+    """The context result file's exact text: same input and settings give the same bytes."""
     # Written at once, never changed: the analysis's own grid rows serve.
-    document = result_document(tuning, copy_grid=False)
+    return _text(context_document(analysis, verdict, copy_grid=False))
+
+
+def _text(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 
@@ -154,13 +166,13 @@ def seed_path_order(paths: Iterable[str]) -> list[str]:
     return sorted(paths, key=lambda path: path.split("/"))
 
 
-def _context_document(analysis: ContextAnalysis, *, copy_grid: bool) -> dict[str, Any]:
+def _context_document(
+    analysis: ContextAnalysis, verdict: JsonValue, *, copy_grid: bool
+) -> dict[str, Any]:
     """The seed's keys of the analysis's answer (null schedule and config when there is none or
     the grid is not deployable), every problem, then ``context_axis``, ``context_grid`` (a copy
     of the analysis's rows with ``copy_grid``, for a caller that may change the document; the
     rows themselves without), ``context_measurement_plan`` and the grid's ``verdict``."""
-    from lib.deploy.verdict import context_verdict
-
     source = analysis.answer or analysis.pooled
     data = _tuning_document(source.result)
     if analysis.answer is None or not analysis.deployable:
@@ -178,7 +190,7 @@ def _context_document(analysis: ContextAnalysis, *, copy_grid: bool) -> dict[str
     rows = analysis.grid()
     data["context_grid"] = copy.deepcopy(rows) if copy_grid else rows
     data["context_measurement_plan"] = analysis.context_points_to_measure()
-    data["verdict"] = context_verdict(analysis).to_json()
+    data["verdict"] = verdict.to_json()
     return data
 
 
@@ -321,7 +333,7 @@ def result_file_of(data: Any, source: str) -> tuple[ResultFile | None, list[Prob
     ``batch_size``, ``k`` and ``num_runs``; an objective direction other than maximize or
     minimize. Accepted as absent
     (None, empty): ``confidence``, ``deployment``, ``speculative_config``, ``context_grid``
-    (whose own reader, :func:`lib.context_formats.context_grid_of`, checks it when present)."""
+    (whose own reader, :func:`lib.context_grid.context_grid_of`, checks it when present)."""
     try:
         return _result_file(data, source), []
     except _Invalid as invalid:

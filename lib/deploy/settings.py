@@ -1,6 +1,7 @@
 """The export's settings, each flag declared once (:mod:`lib.flags`); the formats say which of
-them they read (:attr:`lib.deploy.registry.EngineFormat.flags`), and a flag given to a format
-that does not read it is an error, never ignored."""
+them they read (:attr:`lib.deploy.engine_format.EngineFormat.flags`), and a flag given to a format
+that does not read it is an error, never ignored. ``--format``'s choices are the registry's
+(:func:`lib.deploy.registry.format_names`), given to the parser by the command line."""
 
 from __future__ import annotations
 
@@ -9,16 +10,9 @@ from typing import Literal
 
 from lib.flags import flag
 
-__all__ = ["CtxAgg", "ExportSettings", "format_names"]
+__all__ = ["CtxAgg", "ExportSettings"]
 
 CtxAgg = Literal["median", "mean", "max"]
-
-
-def format_names() -> tuple[str, ...]:
-    """The registered formats' names, in listing order (imports the registry when asked)."""
-    from lib.deploy.registry import formats
-
-    return tuple(engine_format.name for engine_format in formats())
 
 
 @dataclass(frozen=True)
@@ -38,7 +32,6 @@ class ExportSettings:
             " K] entries (vLLM PR #48944); vllm-pr-54801: a batch table and a"
             " num_speculative_tokens_per_seq_len table (vLLM PR #54801, assumed combined by the"
             " smaller K). Each says what it loses against the measured 2-D optimum",
-            choices=format_names,
         ),
     )
     global_k: int | None = field(

@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING, Any
 from lib.cliffs import CLIFF_RULE, CeilingHint, cliff_problems
 from lib.deploy.constraints import (
     CeilingCheck,
-    EngineFacts,
-    Fact,
     cells_past_ceiling,
     check_ceiling,
     method_warnings,
     tokens_per_step,
 )
 from lib.deploy.decisions import decisions_of
+from lib.deploy.engine import EngineFacts, Fact
 from lib.deploy.registry import ceiling_for
 from lib.deploy.verdict import verdict_of
 from lib.problems import Problem, Severity
@@ -226,7 +225,7 @@ def deploy_analysis(
     deployment is None when there is no schedule to deploy. ``sweep_facts`` and
     ``fact_problems``: :func:`sweep_engine_facts` of the sweep, when already found."""
     deployed, deployment = _checked(analysis, deploy, sweep_facts, fact_problems)
-    verdict = verdict_of(deployed, deployment)
+    verdict = verdict_of(deployed, deployment.check if deployment is not None else None)
     result = deployed.result
     judged = dataclasses.replace(result, additions={**result.additions, "verdict": verdict})
     return dataclasses.replace(deployed, result=judged), deployment

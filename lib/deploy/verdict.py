@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from lib.deploy.constraints import CeilingCheck
+from lib.deploy.registry import grid_exports
 from lib.flags import flag_name
 from lib.measurement_plan import rerun_text
 from lib.numbers import percent_text, probability_text
@@ -42,7 +44,6 @@ if TYPE_CHECKING:
     from lib.analysis import Analysis
     from lib.confidence import ConfidenceReport
     from lib.context import ContextAnalysis
-    from lib.deploy.tuning import Deployment
     from lib.measurement_plan import MeasurementPlan
     from lib.schedule import TuningResult
     from lib.switch_points import SwitchPoints
@@ -317,7 +318,7 @@ def switch_reasons(
 _CAPTURE_RULES = frozenset({"graphless-range", "capped-range"})
 
 
-def capture_reasons(deployment: Deployment) -> list[Reason]:
+def capture_reasons(check: CeilingCheck) -> list[Reason]:
     """The capture rule's findings on the deployed schedule
     (:meth:`lib.deploy.constraints.CeilingCheck.findings`, the ones its warnings print): each
     range run past the ceiling without CUDA graphs (C assumed: the seed's schedule kept), and
@@ -331,7 +332,7 @@ def capture_reasons(deployment: Deployment) -> list[Reason]:
             finding.size,
             "%" if finding.size is not None else "",
         )
-        for finding in deployment.check.findings()
+        for finding in check.findings()
         if finding.rule in _CAPTURE_RULES
     ]
 
@@ -391,9 +392,10 @@ def draft_settings_reasons(config: Mapping[str, Any]) -> list[Reason]:
 # --------------------------------------------------------------------------- verdicts
 
 
-def verdict_of(analysis: Analysis, deployment: Deployment | None) -> Verdict:
-    """The verdict of a batch-only analysis after the deployment layer (``deployment``: None
-    when there is no schedule to check)."""
+def verdict_of(analysis: Analysis, capture: CeilingCheck | None) -> Verdict:
+    """The verdict of a batch-only analysis after the deployment layer (``capture``: the
+    capture check of its schedule, :attr:`lib.deploy.tuning.Deployment.check`; None when there
+    is no schedule to check)."""
     result = analysis.result
     errors = error_reasons(result.problems)
     if errors or not result.ok or result.schedule is None:
@@ -407,8 +409,8 @@ def verdict_of(analysis: Analysis, deployment: Deployment | None) -> Verdict:
             reasons += switch_reasons(
                 analysis.switch_points, _emitted(result), report.tolerance, analysis.plan
             )
-    if deployment is not None:
-        reasons += capture_reasons(deployment)
+    if capture is not None:
+        reasons += capture_reasons(capture)
     reasons += warning_reasons(result.problems)
     no_speculation = no_speculation_reason(result.schedule)
     if no_speculation is not None:
@@ -436,8 +438,6 @@ def context_loss_reasons(analysis: ContextAnalysis, tolerance: float) -> list[Re
     equal is not more) against the cell's own pick at some (batch size, prompt length): one
     reason with the worst cell. The fix names the registry's other context formats that lose
     no more than the tolerance (none may: then only the traffic's mix can say what counts)."""
-    from lib.deploy.registry import grid_exports
-
     summaries = {}
     for name, exported, _ in grid_exports(analysis):
         summary = getattr(exported, "summary", None)

@@ -53,16 +53,16 @@ import polars as pl
 
 from lib.confidence import ConfidenceSettings, ServerNoise, assess
 from lib.context import ContextAxis, ContextPoint, find_context_axis, sole_context_point
-from lib.context_formats import (
+from lib.deploy.constraints import cells_past_ceiling, check_ceiling
+from lib.deploy.decisions import Decisions
+from lib.deploy.deployed import (
     CONTEXT_SCHEDULE_FORMATS,
-    RFC_48944_KEY,
-    SEQ_LEN_KEY,
     ContextSchedule,
     context_schedule_key,
     context_schedule_of,
 )
-from lib.deploy.constraints import cells_past_ceiling, check_ceiling
-from lib.deploy.decisions import Decisions
+from lib.deploy.formats.vllm_pr_54801 import SEQ_LEN_KEY
+from lib.deploy.formats.vllm_rfc_48944 import RFC_48944_KEY
 from lib.deploy.registry import ceiling_for
 from lib.deploy.tuning import Deployment, sweep_engine_facts
 from lib.files import read_json

@@ -44,7 +44,8 @@ import polars as pl
 from lib.analysis import analyse
 from lib.confidence import ConfidenceReport, ConfidenceSettings
 from lib.context import analyse_contexts, find_context_axis
-from lib.context_formats import ContextGrid, ContextPoint, GridCell, loss_percent
+from lib.context_grid import ContextGrid, ContextPoint, GridCell
+from lib.deploy.grid import loss_percent
 from lib.deploy.result_file import read_result_file
 from lib.flags import flag, flag_name
 from lib.problems import Problem, Severity, errors
@@ -499,7 +500,7 @@ def cell_loss(cell_a: GridCell, cell_b: GridCell, direction: Direction) -> tuple
     median for B's K; else A's pick in B's cell against B's pick (``"B"``); None when neither
     cell kept the other's K (the change cannot be judged).
 
-    >>> from lib.context_formats import ContextPoint as P
+    >>> from lib.context_grid import ContextPoint as P
     >>> a = GridCell(64, P(8192, 8256, 128), 3, "resolved", ((0, 2000.0), (3, 2600.0)))
     >>> b = GridCell(64, P(8192, 8256, 128), 0, "resolved", ((0, 2100.0),))
     >>> cell_loss(a, b, "maximize")

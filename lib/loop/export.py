@@ -1,6 +1,6 @@
 """``tune-spec-k export``: any file holding a schedule, in any registered engine format.
 
-The file is read by the one typed reader (:func:`lib.deploy.decisions.read_decisions`: a
+The file is read by the one typed reader (:func:`lib.deploy.registry.read_decisions`: a
 tune-spec-k or seed result, a ``speculative_config``, a bare ``[[lo, hi, K], ...]`` list, a
 TensorRT-LLM ``draft_len_schedule``, an SGLang adaptive config); the format is built by
 :func:`lib.deploy.registry.export`, which checks the format's rules and the deployment
@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lib.deploy.decisions import decisions_from_json, grid_decisions, read_decisions
-from lib.deploy.registry import Exported, export, formats
+from lib.deploy.engine_format import Exported
+from lib.deploy.registry import decisions_from_json, export, formats, grid_decisions, read_decisions
 from lib.deploy.settings import ExportSettings
 from lib.problems import Problem
 from lib.settings import DeploySettings

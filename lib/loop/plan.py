@@ -46,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from lib.confidence import MAX_RUNS_NEEDED, MIN_RUNS_NEEDED
-from lib.context_formats import RFC_48944_KEY, SEQ_LEN_KEY
 from lib.deploy.decisions import SCHEDULE_KEY
+from lib.deploy.formats.vllm_pr_54801 import SEQ_LEN_KEY
+from lib.deploy.formats.vllm_rfc_48944 import RFC_48944_KEY
 from lib.deploy.result_file import ResultFile, is_result, read_result_file, result_file_of
 from lib.files import read_json, write_files
 from lib.flags import flag, flag_name

@@ -12,7 +12,8 @@ from lib.app import context as view
 from lib.cli.main import main
 from lib.context import find_context_axis
 from lib.deploy.decisions import SCHEDULE_KEY
-from lib.deploy.result_file import result_text
+from lib.deploy.result_file import context_text, result_text
+from lib.deploy.verdict import context_verdict
 from lib.present import charts
 from lib.settings import ContextSettings, DeploySettings, Options, Settings
 from lib.sweeps import load_experiment
@@ -36,7 +37,7 @@ def test_the_page_details_the_chosen_context_point(tmp_path: Path) -> None:
         "8192 prompt tokens (~8256 at decode)",
     ]
     assert shown.problems == shown.grid.problems
-    assert shown.result_text() == result_text(shown.grid)
+    assert shown.result_text() == context_text(shown.grid, context_verdict(shown.grid))
     # Out of range (the picker's value from another experiment): the shortest.
     assert _shown(tmp_path / "again", point=7).point == 0
 

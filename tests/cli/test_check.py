@@ -19,7 +19,7 @@ from sweep_builder import (
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK
 from lib.cli.main import main
-from lib.context_formats import UNBOUNDED_CONTEXT
+from lib.deploy.grid import UNBOUNDED_CONTEXT
 from lib.loop.check import context_schedule_file
 
 GOOD = GOOD_VALIDATION

@@ -20,8 +20,6 @@ from lib.cli.main import main
 from lib.deploy.constraints import (
     CappedRange,
     CaptureCeiling,
-    EngineFacts,
-    Fact,
     assumed_capture_size,
     capped_ranges,
     capped_schedule,
@@ -33,6 +31,7 @@ from lib.deploy.constraints import (
     method_warnings,
     resolve_ceiling,
 )
+from lib.deploy.engine import EngineFacts, Fact
 from lib.keys import LARGEST_WHOLE_NUMBER
 from lib.schedule import Schedule
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from sweep_builder import write_grid
 
-from lib.deploy.decisions import decisions_of, read_decisions
+from lib.deploy.decisions import decisions_of
+from lib.deploy.registry import read_decisions
 from lib.deploy.result_file import result_text
 from lib.schedule import Schedule, tune
 from lib.settings import Settings

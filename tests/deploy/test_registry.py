@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from grid_builder import PUBLISHED, result_json, write
 
-import lib.deploy
+import lib.deploy.formats
 from lib.cli.main import main
 from lib.deploy import registry
 from lib.deploy.decisions import Decisions
@@ -22,9 +23,9 @@ from lib.settings import DeploySettings
 
 SONNET = Decisions(Schedule(((1, 63, 7), (64, 256, 0))), 7, "test", "test.json")
 
-#: A whole new format, as a module would hold it.
+#: A whole new batch format, as a module would hold it.
 EXAMPLE_FORMAT = """
-from lib.deploy.registry import BatchExport, EngineFormat
+from lib.deploy.engine_format import BatchExport, EngineFormat
 
 
 def build(decisions, settings, ceiling):
@@ -38,19 +39,52 @@ FORMAT = EngineFormat(
 """
 
 
+#: A whole new context format: the grid's selected K at the shortest context, as one batch
+#: schedule (what the context formats share comes from lib.deploy.grid).
+EXAMPLE_CONTEXT_FORMAT = """
+import functools
+
+from lib.deploy.engine_format import EngineFormat
+from lib.deploy.grid import CONTEXT_FLAGS, build_context_format, cell_losses, finished_export
+from lib.schedule import Schedule
+
+
+def export(grid, mix, global_k, settings):
+    picks = [row[0].selected_k for row in grid.rows]
+    schedule = Schedule.from_picks(grid.anchors, picks, grid.max_batch_size)
+    config = {"num_speculative_tokens": global_k, "shortest": schedule.to_json()}
+    losses = cell_losses(grid, lambda batch, _: schedule.k_at(batch), mix)
+    return finished_export(
+        grid, "example-context", config, losses, mix, details={}, detail_lines=()
+    ), []
+
+
+FORMAT = EngineFormat(
+    name="example-context",
+    label="Example: the shortest context's schedule",
+    file_name="example_context.json",
+    position=98,
+    build=functools.partial(build_context_format, "example-context", export),
+    flags=frozenset(CONTEXT_FLAGS),
+    needs_grid=True,
+)
+"""
+
+
 @pytest.fixture
 def example_format(tmp_path: Path) -> Iterator[None]:
-    """One more format module on the package's path (a folder of its own: the repository is
-    not written to)."""
+    """Two more format modules on the formats package's path, a batch one and a context one
+    (a folder of its own: the repository is not written to)."""
     folder = tmp_path / "formats"
     folder.mkdir()
-    (folder / "format_example.py").write_text(EXAMPLE_FORMAT)
-    lib.deploy.__path__.append(str(folder))
+    (folder / "example.py").write_text(EXAMPLE_FORMAT)
+    (folder / "example_context.py").write_text(EXAMPLE_CONTEXT_FORMAT)
+    lib.deploy.formats.__path__.append(str(folder))
     registry.formats.cache_clear()
     try:
         yield
     finally:
-        lib.deploy.__path__.remove(str(folder))
+        lib.deploy.formats.__path__.remove(str(folder))
         registry.formats.cache_clear()
 
 
@@ -78,6 +112,22 @@ def test_a_new_format_is_one_module(tmp_path: Path) -> None:
         status = main(["export", str(source), "--format", "example"])
     assert status == 0
     assert json.loads(out.getvalue().splitlines()[0]) == {"ranges": [[1, 63, 7], [64, 256, 0]]}
+
+
+@pytest.mark.usefixtures("example_format")
+def test_a_new_context_format_is_one_module(tmp_path: Path) -> None:
+    assert [f.name for f in formats() if f.needs_grid][-2:] == ["vllm-pr-54801", "example-context"]
+    source = write(tmp_path, result_json(PUBLISHED))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(["export", str(source), "--format", "example-context"])
+    assert status == 0
+    # The shortest context's picks (tests/grid_builder.py's PUBLISHED): K=3 at batch 1 (150 >
+    # 100), K=0 at batch 256 (2000 > 1600): ranges [1, 255] K=3 and [256, 256] K=0.
+    assert json.loads(out.getvalue().splitlines()[0]) == {
+        "num_speculative_tokens": 3,
+        "shortest": [[1, 255, 3], [256, 256, 0]],
+    }
 
 
 def test_a_flag_the_format_does_not_read_is_an_error_naming_who_reads_it() -> None:

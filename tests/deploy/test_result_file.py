@@ -11,16 +11,19 @@ from sweep_builder import WORKED_EXAMPLE, write_grid
 
 from lib.analysis import analyse
 from lib.context import ContextAnalysis
-from lib.context_formats import ContextPoint as GridPoint
-from lib.context_formats import GridCell, unexportable_grid_problems
-from lib.deploy.decisions import context_decisions, read_decisions
+from lib.context_grid import ContextPoint as GridPoint
+from lib.context_grid import GridCell, unexportable_grid_problems
+from lib.deploy.decisions import context_decisions
+from lib.deploy.registry import read_decisions
 from lib.deploy.result_file import (
+    context_document,
+    context_text,
     read_result_file,
-    result_document,
     result_file_of,
     result_text,
 )
 from lib.deploy.tuning import deploy_analysis
+from lib.deploy.verdict import context_verdict
 from lib.settings import DeploySettings, Settings
 from lib.sweeps import load_experiment
 
@@ -182,18 +185,20 @@ def test_the_context_grid_is_read_and_its_problems_reach_the_export(
     tmp_path: Path, long_context: ContextAnalysis
 ) -> None:
     analysis = long_context
-    read, problems = read_result_file(_written(tmp_path, result_text(analysis)))
+    read, problems = read_result_file(
+        _written(tmp_path, context_text(analysis, context_verdict(analysis)))
+    )
     assert problems == [] and read is not None
     assert read.grid == analysis.typed_grid[0] and read.grid is not None
     # A damaged cell: the grid's reader refuses it, and the export says why (not "no grid").
-    text = result_text(analysis)
-    data = result_document(analysis)
+    text = context_text(analysis, context_verdict(analysis))
+    data = context_document(analysis, context_verdict(analysis))
     # The file's text is the document's (result_text writes the grid's rows uncopied).
     assert text == json.dumps(data, indent=2, allow_nan=False) + "\n"
     data["context_grid"][0]["candidates"][0]["k"] = "three"
     # The document is the caller's to change: the analysis's rows and its file stay as they were.
     assert analysis.grid()[0]["candidates"][0]["k"] != "three"
-    assert result_text(analysis) == text
+    assert context_text(analysis, context_verdict(analysis)) == text
     damaged = tmp_path / "damaged"
     damaged.mkdir()
     read, problems = read_result_file(_written(damaged, data))
@@ -236,7 +241,7 @@ def test_an_analysis_in_memory_and_its_file_give_the_same_context_decisions(
 ) -> None:
     analysis = long_context
     in_memory = context_decisions(analysis)
-    path = _written(tmp_path, result_text(analysis))
+    path = _written(tmp_path, context_text(analysis, context_verdict(analysis)))
     read, problems = read_decisions(path, for_grid=True)
     assert problems == [] and read is not None
     assert (read.grid, read.global_k) == (in_memory.grid, in_memory.global_k)
@@ -247,7 +252,7 @@ def test_an_analysis_in_memory_and_its_file_give_the_same_context_decisions(
 def test_a_grid_cells_p_eps_good_is_a_probability_or_null(
     long_context: ContextAnalysis, p: Any, read: bool
 ) -> None:
-    data = result_document(long_context)
+    data = context_document(long_context, context_verdict(long_context))
     data["context_grid"][0]["p_eps_good"] = p
     found, problems = result_file_of(data, "r.json")
     assert problems == [] and found is not None

@@ -18,7 +18,8 @@ from sweep_builder import (
     write_validation,
 )
 
-from lib.context_formats import UNBOUNDED_CONTEXT, context_schedule_of
+from lib.deploy.deployed import context_schedule_of
+from lib.deploy.grid import UNBOUNDED_CONTEXT
 from lib.loop.check import CheckReport, CheckSettings, UnderTest, check_deployment
 from lib.schedule import Schedule
 from lib.settings import ContextSettings, Options, Settings

@@ -1,4 +1,4 @@
-"""lib/deploy/format_sglang.py: the adaptive config SGLang reads, what it refuses, and where its
+"""lib/deploy/formats/sglang.py: the adaptive config SGLang reads, what it refuses, and where its
 padding to CUDA-graph batch sizes moves a boundary."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lib.deploy.decisions import Decisions
-from lib.deploy.format_sglang import graph_batch_sizes, padding_shifts, read
+from lib.deploy.formats.sglang import graph_batch_sizes, padding_shifts, read
 from lib.deploy.registry import export
 from lib.deploy.settings import ExportSettings
 from lib.schedule import Schedule

@@ -22,7 +22,7 @@ from typing import Any
 
 from lib.deploy.constraints import CaptureCeiling
 from lib.deploy.decisions import Decisions
-from lib.deploy.registry import BatchExport, EngineFormat, Exported
+from lib.deploy.engine_format import BatchExport, EngineFormat, Exported
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
 from lib.problems import Problem, Severity

@@ -1,4 +1,4 @@
-"""lib/deploy/format_trtllm.py: TensorRT-LLM's validator rules, each on both sides, and the
+"""lib/deploy/formats/trtllm.py: TensorRT-LLM's validator rules, each on both sides, and the
 warnings where its runtime differs from vLLM's."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lib.deploy.decisions import Decisions
-from lib.deploy.format_trtllm import (
+from lib.deploy.formats.trtllm import (
     first_k_rule,
     later_k_rule,
     max_draft_len_rule,

@@ -1,4 +1,4 @@
-"""lib/deploy/format_vllm.py: vLLM's two fields, the global-K rule on both sides, and the
+"""lib/deploy/formats/vllm.py: vLLM's two fields, the global-K rule on both sides, and the
 capture rule applied to the export (capped when C is given, named when it is assumed)."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_a_given_ceiling_caps_the_export() -> None:
 
 
 def test_the_ceiling_a_result_was_tuned_under_is_kept_on_export() -> None:
-    from lib.deploy.decisions import decisions_from_json
+    from lib.deploy.registry import decisions_from_json
 
     result = {
         "num_speculative_tokens_per_batch_size": PUBLISHED.to_json(),

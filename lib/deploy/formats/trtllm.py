@@ -16,7 +16,7 @@ from typing import Any
 
 from lib.deploy.constraints import CaptureCeiling
 from lib.deploy.decisions import Decisions
-from lib.deploy.registry import BatchExport, EngineFormat, Exported
+from lib.deploy.engine_format import BatchExport, EngineFormat, Exported
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
 from lib.keys import stated_k

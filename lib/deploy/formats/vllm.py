@@ -14,7 +14,7 @@ from typing import Any
 
 from lib.deploy.constraints import CaptureCeiling, check_ceiling, method_warnings
 from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_decisions
-from lib.deploy.registry import BatchExport, EngineFormat, Exported, global_k_problem
+from lib.deploy.engine_format import BatchExport, EngineFormat, Exported, global_k_problem
 from lib.deploy.result_file import is_result, result_file_of
 from lib.deploy.settings import ExportSettings
 from lib.keys import stated_k

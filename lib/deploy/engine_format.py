@@ -1,0 +1,119 @@
+"""What every engine format is built on: :class:`EngineFormat` (a format's name, label, file
+name, the flags it reads, its build and its reader), the export a build returns
+(:class:`Exported`, :class:`BatchExport` for the batch-only formats) and the global-K rule every
+format applies. Each format is one module of :mod:`lib.deploy.formats` defining ``FORMAT``;
+:mod:`lib.deploy.registry` finds them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from lib.deploy.constraints import CaptureCeiling
+from lib.deploy.decisions import Decisions
+from lib.deploy.settings import ExportSettings
+from lib.flags import flag_name
+from lib.problems import Problem, Severity
+
+__all__ = ["BatchExport", "Build", "EngineFormat", "Exported", "Read", "global_k_problem"]
+
+
+class Exported(Protocol):
+    """What every format's build returns: the paste-ready config, the file's text, the lines
+    the CLI prints (the config first), warnings and notes, and the largest K it holds."""
+
+    @property
+    def config(self) -> Mapping[str, Any]: ...
+
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+    @property
+    def largest_k(self) -> int: ...
+
+    def text(self) -> str: ...
+
+    def lines(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class BatchExport:
+    """A batch-only format's export: ``config`` (printed on one line), the ``file`` ``-o``
+    writes (indented JSON), the lines to paste into the engine's command line, warnings and
+    notes."""
+
+    format: str
+    config: Mapping[str, Any]
+    file: Mapping[str, Any]
+    largest_k: int
+    paste: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """The file ``export -o`` writes: indented JSON and a newline."""
+        return json.dumps(dict(self.file), indent=2) + "\n"
+
+    def lines(self) -> list[str]:
+        return [
+            json.dumps(dict(self.config)),
+            *self.paste,
+            *(f"note: {note}" for note in self.notes),
+            *(f"warning: {warning}" for warning in self.warnings),
+        ]
+
+
+#: A format's build: the decisions, the settings, and the capture ceiling (None for a format
+#: that does not read it) -> the export, or None and why.
+Build = Callable[
+    [Decisions, ExportSettings, CaptureCeiling | None], tuple[Exported | None, list[Problem]]
+]
+#: A format's reader of its own files: None when the data is not of this format, else the
+#: decisions or None and the reason the file is not valid.
+Read = Callable[[Any, str], tuple[Decisions | None, str] | None]
+
+
+@dataclass(frozen=True)
+class EngineFormat:
+    """One engine format.
+
+    ``name``: the ``--format`` value; ``label``: how the app names it; ``file_name``: the
+    download's file name; ``position``: where it is listed; ``flags``: the :class:`ExportSettings`
+    and :class:`~lib.settings.DeploySettings` fields it reads besides the format and the
+    global K (any other one given is an error); ``needs_grid``: it reads a result's context
+    grid; ``build``; ``read`` (None: nothing to read back) and ``reads``, what files it reads,
+    for error messages."""
+
+    name: str
+    label: str
+    file_name: str
+    position: int
+    build: Build
+    flags: frozenset[str] = frozenset()
+    needs_grid: bool = False
+    read: Read | None = None
+    reads: str = ""
+    engine_flags: frozenset[str] = field(default=frozenset())
+
+    @property
+    def reads_ceiling(self) -> bool:
+        """Whether the format runs on vLLM and so is checked by the capture rule."""
+        return bool(self.engine_flags)
+
+
+def global_k_problem(chosen: int, largest: int, whose: str) -> Problem:
+    """A global K below the largest K exported: vLLM would clamp the schedule to it, silently."""
+    return Problem(
+        Severity.ERROR,
+        "global-k-too-small",
+        f"below the {whose} largest K {largest}",
+        field=flag_name(ExportSettings, "global_k"),
+        value=str(chosen),
+        expected=f">= {max(largest, 1)}",
+    )
