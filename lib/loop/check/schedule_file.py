@@ -1,5 +1,5 @@
 """The schedule a ``--schedule`` file holds for ``tune-spec-k check`` (and ``plan
---validate``): a context schedule in an export or a ``speculative_config``
+--validate-export``): a context schedule in an export or a ``speculative_config``
 (:func:`context_schedule_file`), with an error per broken rule; anything else is read as a batch
 schedule by the caller.
 """
