@@ -24,7 +24,10 @@ from lib.cli.common import (
 from lib.deploy.registry import read_decisions
 from lib.files import read_json
 from lib.flags import add_flags, from_arguments
-from lib.loop.check import CheckSettings, UnderTest, check_deployment, context_schedule_file
+from lib.loop.check.arms import UnderTest
+from lib.loop.check.judge import CheckSettings
+from lib.loop.check.report import check_deployment
+from lib.loop.check.schedule_file import context_schedule_file
 from lib.present.text import check_lines
 from lib.problems import Problem
 from lib.settings import ContextSettings, DeploySettings, Fields, Options, Settings

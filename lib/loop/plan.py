@@ -53,7 +53,7 @@ from lib.deploy.result_file import ResultFile, is_result, read_result_file, resu
 from lib.files import read_json, write_files
 from lib.flags import flag, flag_name
 from lib.keys import parse_json_string
-from lib.loop.check import context_schedule_file, speculative_config_of
+from lib.loop.check.schedule_file import context_schedule_file, speculative_config_of
 from lib.problems import Problem, Severity, show_value
 from lib.schedule import Schedule
 from lib.server_info import SERVER_INFO_FILE_GLOB

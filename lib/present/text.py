@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from lib.context import ContextAnalysis
 
     # Only their types: tuning prints its lines without loading the loop's modules.
-    from lib.loop.check import CheckReport
+    from lib.loop.check.report import CheckReport
     from lib.loop.diff import DiffReport
     from lib.loop.plan import SweepPlan, SweepStep
 
@@ -381,7 +381,8 @@ def _step_seeds(step: SweepStep) -> str:
 def check_lines(report: CheckReport) -> list[str]:
     """The check's verdict per anchor (per context point: with a context schedule, at the
     point's decode-time context), its numbers and reasons, and a closing line on a loss."""
-    from lib.loop.check import REPORTED_OVERHEAD, schedule_text
+    from lib.loop.check.arms import schedule_text
+    from lib.loop.check.judge import REPORTED_OVERHEAD
 
     under_test = report.context_schedule or report.schedule or NO_SCHEDULE
     lines = [f"schedule under test: {schedule_text(under_test)}"]

@@ -20,7 +20,6 @@ from sweep_builder import (
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_FINDING, EXIT_OK
 from lib.cli.main import main
 from lib.deploy.grid import UNBOUNDED_CONTEXT
-from lib.loop.check import context_schedule_file
 
 GOOD = GOOD_VALIDATION
 
@@ -334,18 +333,3 @@ def test_a_malformed_context_schedule_file_exits_2_naming_the_file_and_field(
     assert "cannot read the schedule" in captured.err
     assert str(schedule) in captured.err and field in captured.err and text in captured.err
     assert "expected" in captured.err
-
-
-@pytest.mark.parametrize(
-    "data",
-    [
-        {
-            "format": "vllm-context",
-            "speculative_config": {"num_speculative_tokens_per_batch_size": [[1, 64, 3]]},
-        },
-        {"num_speculative_tokens_per_batch_size": [[1, 64, 3]]},
-        [[1, 64, 3]],
-    ],
-)
-def test_a_batch_schedule_file_is_no_context_schedule(data: object) -> None:
-    assert context_schedule_file(data, "s.json") == (None, [])

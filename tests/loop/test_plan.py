@@ -725,7 +725,8 @@ def test_a_validation_sweep_of_the_plan_is_judged_with_its_seeds_pooled(tmp_path
     """The validation plan's files run as the sweep runs them: `check` puts each seeded run in
     its arm by its speculative_config, so every arm at every anchor holds --num-runs runs, and
     a dynamic server 5 % ahead of every alternative passes everywhere."""
-    from lib.loop.check import CheckSettings, check_deployment
+    from lib.loop.check.judge import CheckSettings
+    from lib.loop.check.report import check_deployment
 
     result = _sonnet_result(tmp_path)
     plan, problems = validation_plan(llama_design(), result, "results", "validation")
@@ -939,7 +940,9 @@ def test_a_context_validation_sweep_of_the_plan_is_judged_per_prompt_length(
     pick and 90 elsewhere; the dynamic server runs the K the export runs there (the grid's pick
     for vllm-rfc-48944, read off its loss table for the others): judged per prompt length at
     that K, it ties the best static server where it runs the pick, and loses where not."""
-    from lib.loop.check import CheckSettings, check_deployment, context_schedule_file
+    from lib.loop.check.judge import CheckSettings
+    from lib.loop.check.report import check_deployment
+    from lib.loop.check.schedule_file import context_schedule_file
 
     result = _context_result(tmp_path)
     exported = _exported(tmp_path, result, format)
@@ -1180,7 +1183,8 @@ def test_a_validation_plan_of_a_replicated_design_replicates_every_arm(tmp_path:
     """Each arm (dynamic, static K, no speculation) on R servers, named and seeded as the
     tuning's replicas; `check` puts every run in its arm by its speculative_config, so each
     arm at each anchor pools R x --num-runs runs."""
-    from lib.loop.check import CheckSettings, check_deployment
+    from lib.loop.check.judge import CheckSettings
+    from lib.loop.check.report import check_deployment
     from lib.servers import configuration_of
 
     plan, problems = validation_plan(

@@ -14,7 +14,8 @@ from sweep_builder import GOOD_VALIDATION, WORKED_EXAMPLE, write_grid, write_val
 from vllm_sweep import llama_design, planned
 
 from lib.analysis import Analysis, analyse
-from lib.loop.check import CheckSettings, check_deployment
+from lib.loop.check.judge import CheckSettings
+from lib.loop.check.report import check_deployment
 from lib.loop.diff import DiffReport
 from lib.loop.plan import FollowUpNeeds, SweepPlan, SweepStep, follow_up_plan
 from lib.present import text
