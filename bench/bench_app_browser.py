@@ -102,7 +102,7 @@ with app.setup:
     import marimo as mo
 
     from lib.app.context import analyse_sweep
-    from lib.context import find_context_axis
+    from lib.context_axis import find_context_axis
     from lib.present import charts
     from lib.settings import ContextSettings, Options, Settings
     from lib.sweeps import load_experiment

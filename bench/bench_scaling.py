@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_large_sweep import START, anchors, make_record
 
 from lib.analysis import analyse
-from lib.context import analyse_contexts, find_context_axis
+from lib.context import analyse_contexts
+from lib.context_axis import find_context_axis
 from lib.deploy.decisions import context_decisions, decisions_of
 from lib.deploy.registry import export, formats
 from lib.deploy.settings import ExportSettings

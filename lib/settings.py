@@ -465,7 +465,7 @@ class ContextSettings:
     )
 
     def fields_read(self) -> tuple[str, ...]:
-        """The record fields the context axis (:func:`lib.context.find_context_axis`) reads
+        """The record fields the context axis (:func:`lib.context_axis.find_context_axis`) reads
         with these settings: a loader that keeps only some metrics must keep these too. Here,
         not in :mod:`lib.context`, because the CLI's reading child asks for them and must not
         import Polars (:mod:`lib.prefetch`).

@@ -13,7 +13,7 @@ with app.setup:
     from lib.app import context as app_context
     from lib.app import guide
     from lib.app import support as app_support
-    from lib.context import find_context_axis
+    from lib.context_axis import find_context_axis
     from lib.present import charts
     from lib.settings import ContextSettings, Fields, Options, Settings
     from lib.sweeps import load_experiment

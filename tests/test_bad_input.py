@@ -20,7 +20,7 @@ from paths import BAD_INPUTS, REPO
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
-from lib.context import find_context_axis
+from lib.context_axis import find_context_axis
 from lib.problems import Problem, Severity
 from lib.schedule import tune
 from lib.settings import GLOBAL_K_VAR, RESULT_FILE, ContextSettings, Settings

@@ -33,7 +33,7 @@ from lib.app import support as app_support
 from lib.app.context import SweepAnalysis, analyse_sweep
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
-from lib.context import find_context_axis
+from lib.context_axis import find_context_axis
 from lib.deploy.verdict import NO_DRAFT_MODEL_METHODS, VERDICT_WARNINGS, Verdict
 from lib.objectives import OBJECTIVES_BY_NAME
 from lib.problems import Severity

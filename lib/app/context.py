@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lib.analysis import Analysis, analyse
-from lib.context import ContextAnalysis, ContextAxis, analyse_contexts
+from lib.context import ContextAnalysis, analyse_contexts
+from lib.context_axis import ContextAxis
 from lib.deploy.decisions import decisions_of
 from lib.deploy.grid import ContextExport
 from lib.deploy.registry import export, formats, grid_export
@@ -86,7 +87,7 @@ def analyse_sweep(
     deploy: DeploySettings | None = None,
 ) -> SweepAnalysis:
     """The whole sweep's analysis, per context point when ``axis`` (from
-    :func:`lib.context.find_context_axis`) is not None; ``point``: which one the page details
+    :func:`lib.context_axis.find_context_axis`) is not None; ``point``: which one the page details
     (default, or out of range: the shortest, the seed's world), deployed by
     :func:`lib.deploy.tuning.deploy_analysis` like a batch-only sweep (the grid's own exports
     are checked, not capped: :mod:`lib.deploy.grid`)."""

@@ -39,7 +39,7 @@ from lib.settings import (
 )
 
 if TYPE_CHECKING:
-    from lib.context import ContextAxis
+    from lib.context_axis import ContextAxis
     from lib.deploy.verdict import Verdict
     from lib.server_info import SavedServers
     from lib.sweep_files import SweepFiles
@@ -209,7 +209,7 @@ def _tune(args: TuneArgs) -> int:
         invalid = [Problem(Severity.ERROR, "invalid-setting", r) for r in reasons]
         print_problems(invalid, lambda count: f"{PROGRAM}: nothing written: {count} problem(s)")
         return EXIT_BAD_INPUT
-    from lib.context import find_context_axis
+    from lib.context_axis import find_context_axis
 
     axis, context_problems = find_context_axis(sweep, args.context)
     if axis is not None:

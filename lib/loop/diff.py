@@ -43,7 +43,8 @@ import polars as pl
 
 from lib.analysis import analyse
 from lib.confidence import ConfidenceReport, ConfidenceSettings
-from lib.context import analyse_contexts, find_context_axis
+from lib.context import analyse_contexts
+from lib.context_axis import find_context_axis
 from lib.context_grid import ContextGrid, ContextPoint, GridCell
 from lib.deploy.grid import loss_percent
 from lib.deploy.result_file import read_result_file

@@ -10,7 +10,7 @@ from sweep_builder import CONTEXT_GRID, write_context_grid
 
 from lib.app import context as view
 from lib.cli.main import main
-from lib.context import find_context_axis
+from lib.context_axis import find_context_axis
 from lib.deploy.decisions import SCHEDULE_KEY
 from lib.deploy.result_file import context_text, result_text
 from lib.deploy.verdict import context_verdict

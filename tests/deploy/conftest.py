@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from paths import SAMPLE_SWEEPS
 
-from lib.context import ContextAnalysis, analyse_contexts, find_context_axis
+from lib.context import ContextAnalysis, analyse_contexts
+from lib.context_axis import find_context_axis
 from lib.settings import ContextSettings, Settings
 from lib.sweeps import load_experiment
 

@@ -157,7 +157,8 @@ def test_grid_exports_are_each_context_formats_export_built_once_per_settings() 
     one for another analysis (even of the same sweep)."""
     from paths import SAMPLE_SWEEPS
 
-    from lib.context import analyse_contexts, find_context_axis
+    from lib.context import analyse_contexts
+    from lib.context_axis import find_context_axis
     from lib.deploy.decisions import context_decisions
     from lib.deploy.registry import export, formats, grid_export, grid_exports
     from lib.deploy.settings import ExportSettings

@@ -13,7 +13,8 @@ from sweep_builder import CONTEXT_GRID, WORKED_EXAMPLE, grid, write_context_grid
 from lib.analysis import Analysis, analyse
 from lib.app.context import analyse_sweep
 from lib.cli.main import main
-from lib.context import ContextAnalysis, analyse_contexts, find_context_axis
+from lib.context import ContextAnalysis, analyse_contexts
+from lib.context_axis import find_context_axis
 from lib.deploy.tuning import deploy_analysis
 from lib.deploy.verdict import (
     REFUSAL_FIXES,

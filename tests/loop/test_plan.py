@@ -467,7 +467,8 @@ def test_a_context_plan_sweeps_every_prompt_length_and_tunes_into_a_grid(tmp_pat
     servers get a --max-model-len for the longest prompt and its output; records made from
     the params as the sweep makes them give the tuner a context axis with the planned lengths
     (the seeds are repeats within it)."""
-    from lib.context import analyse_contexts, find_context_axis
+    from lib.context import analyse_contexts
+    from lib.context_axis import find_context_axis
     from lib.settings import ContextSettings
 
     design = llama_design(
@@ -568,7 +569,7 @@ def test_seeded_repeats_pool_into_one_cell_of_one_server(tmp_path: Path) -> None
     """A sweep run from the plan's files: every record holds its seed, and the tuner pools an
     (anchor, K)'s seeded bench combos into one cell of --num-runs runs (different bench combos
     of one serve combo are one server: no pooled-servers error), with no context axis."""
-    from lib.context import find_context_axis
+    from lib.context_axis import find_context_axis
     from lib.settings import ContextSettings
 
     plan = planned(llama_design(anchors=(1, 64), ks=(0, 3)))
@@ -596,7 +597,7 @@ def test_prompt_lengths_that_differ_only_by_seed_are_no_context_axis(
     cells pool, in the CLI too (its loader keeps the seed). Lengths that differ within one
     seed are an axis (tests/test_context.py)."""
     from lib.cli.main import main
-    from lib.context import find_context_axis
+    from lib.context_axis import find_context_axis
     from lib.settings import ContextSettings
 
     design = llama_design(

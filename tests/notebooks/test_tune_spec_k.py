@@ -40,7 +40,8 @@ from lib.app import support as app_support
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import build_parser, main
 from lib.cli.tune import TuneArgs
-from lib.context import analyse_contexts, find_context_axis
+from lib.context import analyse_contexts
+from lib.context_axis import find_context_axis
 from lib.deploy.registry import formats
 from lib.deploy.result_file import result_text
 from lib.deploy.tuning import deploy_analysis

@@ -170,7 +170,8 @@ def test_problems_and_blocks_as_html() -> None:
 
 
 def test_every_context_config_is_paste_ready_with_the_draft_settings() -> None:
-    from lib.context import analyse_contexts, find_context_axis
+    from lib.context import analyse_contexts
+    from lib.context_axis import find_context_axis
     from lib.settings import ContextSettings
 
     sweep = load_experiment(SAMPLE_SWEEPS / "long-context")

@@ -21,8 +21,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from lib.deploy.deployed import ContextSchedule, context_schedule_key, context_schedule_of
 from lib.deploy.decisions import SCHEDULE_KEY
+from lib.deploy.deployed import ContextSchedule, context_schedule_key, context_schedule_of
 from lib.files import read_json
 from lib.keys import MISSING, lookup, parse_json_string
 from lib.schedule import Schedule

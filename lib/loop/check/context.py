@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from lib.confidence import ServerNoise
-from lib.context import ContextAxis, ContextPoint
+from lib.context_axis import ContextAxis, ContextPoint
 from lib.loop.check.arms import UnderTest
 from lib.loop.check.judge import CheckSettings, frames_json, judge
 from lib.problems import Problem
@@ -107,7 +107,7 @@ def judge_contexts(
     settings: CheckSettings,
     schedule: UnderTest,
 ) -> tuple[tuple[ContextCheck, ...], list[Problem], ServerNoise | None]:
-    """The arms judged at each context point (:func:`lib.context.find_context_axis`, or a
+    """The arms judged at each context point (:func:`lib.context_axis.find_context_axis`, or a
     sweep's one prompt length), on that point's runs alone, never their runs pooled: a batch
     schedule under test (one K per batch size, as today's vLLM runs it whatever the prompt),
     or a context schedule at the K it runs at the point's decode-time context, against the

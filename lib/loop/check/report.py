@@ -20,10 +20,10 @@ from typing import Any
 import polars as pl
 
 from lib.confidence import ServerNoise
-from lib.context import ContextPoint, find_context_axis, sole_context_point
-from lib.deploy.deployed import ContextSchedule
+from lib.context_axis import ContextPoint, find_context_axis, sole_context_point
 from lib.deploy.constraints import cells_past_ceiling, check_ceiling
 from lib.deploy.decisions import Decisions
+from lib.deploy.deployed import ContextSchedule
 from lib.deploy.registry import ceiling_for
 from lib.deploy.tuning import Deployment, sweep_engine_facts
 from lib.loop.check.arms import (
@@ -148,7 +148,7 @@ def check_deployment(
 
     A context schedule under test (or the sweep's one multi-K context schedule) is judged per
     context point at the K it runs there (:func:`row_contexts`); on a sweep that did not vary
-    the prompt length, at its one prompt length (:func:`lib.context.sole_context_point`)."""
+    the prompt length, at its one prompt length (:func:`lib.context_axis.sole_context_point`)."""
     deploy = deploy or DeploySettings()
     problems: list[Problem] = [
         Problem(Severity.ERROR, "invalid-setting", reason)

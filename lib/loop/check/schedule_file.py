@@ -9,10 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lib.deploy.deployed import CONTEXT_SCHEDULE_FORMATS, ContextSchedule, context_schedule_key, context_schedule_of
-from lib.deploy.formats.vllm_rfc_48944 import RFC_48944_KEY
-from lib.deploy.formats.vllm_pr_54801 import SEQ_LEN_KEY
 from lib.deploy.decisions import SCHEDULE_KEY
+from lib.deploy.deployed import (
+    CONTEXT_SCHEDULE_FORMATS,
+    ContextSchedule,
+    context_schedule_key,
+    context_schedule_of,
+)
+from lib.deploy.formats.vllm_pr_54801 import SEQ_LEN_KEY
+from lib.deploy.formats.vllm_rfc_48944 import RFC_48944_KEY
 from lib.keys import MISSING, parse_json_string
 from lib.problems import Problem, Severity, show_value
 
