@@ -22,6 +22,10 @@ from typing import Any
 import marimo as mo
 
 REPO = Path(__file__).resolve().parents[1]
+# The tests' notebook runner: it gives marimo every name a replaced control's cell defines.
+sys.path.insert(0, str(REPO / "tests"))
+from notebook_runner import run_with_controls  # noqa: E402
+
 NOTEBOOK = REPO / "notebooks" / "tune_spec_k.py"
 SAMPLES = REPO / "data" / "sample_sweeps"
 _IDS = re.compile(r"(object-id|random-id|data-id|id)=(['\"])[^'\"]*\2")
@@ -35,7 +39,8 @@ def _normalised(text: str) -> str:
         number = seen.setdefault(match.group(0), str(len(seen)))
         return f"{name}={quote}{number}{quote}"
 
-    text = _IDS.sub(replace, text)
+    # The checkout's folder, so that two checkouts of the same code give the same snapshot.
+    text = _IDS.sub(replace, text).replace(str(REPO), "REPO")
     return re.sub(r"&quot;[0-9a-f-]{36}&quot;", "&quot;UUID&quot;", text)
 
 
@@ -59,7 +64,7 @@ def main() -> int:
         for name, controls in variants.items():
             sys.argv = [str(NOTEBOOK)]
             picker = mo.ui.dropdown({experiment.name: experiment}, value=experiment.name)
-            outputs, defs = notebook.app.run(defs={"experiment_picker": picker, **controls})
+            outputs, defs = run_with_controls(notebook, {"experiment_picker": picker, **controls})
             folder = arguments.out / experiment.name / name
             folder.mkdir(parents=True)
             # Numbered among the cells that show something: a cell without output (a control's

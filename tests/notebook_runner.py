@@ -50,6 +50,14 @@ def run_notebook_with_outputs(
     share one) are taken from a run with the same arguments and no control replaced.
     """
     monkeypatch.setattr(sys, "argv", [str(NOTEBOOK), *argv])
+    return run_with_controls(notebook, controls)
+
+
+def run_with_controls(
+    notebook: ModuleType, controls: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """Every cell's output and the defs, with ``controls`` replacing the named UI elements
+    (under the ``sys.argv`` the caller set)."""
     siblings = {name for cell in _cell_definitions() if cell & controls.keys() for name in cell}
     if siblings - controls.keys():
         defaults = dict(notebook.app.run()[1])
