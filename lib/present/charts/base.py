@@ -68,7 +68,7 @@ IMAGE_WIDTH = 640
 SCORE_TICK = "#9467bd"
 
 #: The name of every chart's placeholder data (each :class:`Chart` puts its own rows there).
-ROWS = "rows"
+_ROWS = "rows"
 #: The status of an anchor where no K reaches the confidence (:mod:`lib.confidence`).
 UNRESOLVED = "unresolved"
 
@@ -150,9 +150,11 @@ def in_layer(name: str) -> Any:
     return alt.datum.layer == name
 
 
-def without_data(chart: alt.TopLevelMixin) -> dict[str, Any]:
-    """The chart's specification, validated against the schema (once per template), without
-    the placeholder data each :class:`Chart` replaces."""
+def layered_template(layer: list[Any], **properties: Any) -> dict[str, Any]:
+    """The specification of a chart of ``layer`` (and ``properties``: width, height, title) that
+    reads the rows each :class:`Chart` puts in, validated against the schema (once per
+    template), without the placeholder data."""
+    chart = alt.LayerChart(data=alt.NamedData(name=_ROWS), layer=layer, **properties)
     spec: dict[str, Any] = chart.to_dict()
     del spec["data"]
     return spec
@@ -188,13 +190,8 @@ def _notice_template() -> dict[str, Any]:
     """A chart that only says why there is nothing to draw (its rows hold the ``notice``): no
     scale, so no empty extent for Vega to warn about."""
     text = alt.Chart().mark_text(align="left", baseline="middle", fontSize=13, color=NEUTRAL)
-    chart = alt.LayerChart(
-        data=alt.NamedData(name=ROWS),
-        layer=[text.encode(x=alt.value(0), y=alt.value(20), text=alt.Text("notice:N"))],
-        width="container",
-        height=40,
-    )
-    return without_data(chart)
+    layer = [text.encode(x=alt.value(0), y=alt.value(20), text=alt.Text("notice:N"))]
+    return layered_template(layer, width="container", height=40)
 
 
 def notice_chart(title: str, notice: str) -> Chart:

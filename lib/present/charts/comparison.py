@@ -9,7 +9,7 @@ from typing import Any
 import altair as alt
 
 from lib.loop.diff import DiffReport, Side
-from lib.present.charts.base import K_AXIS, ROWS, Chart, in_layer, log_batch_size, without_data
+from lib.present.charts.base import K_AXIS, Chart, in_layer, layered_template, log_batch_size
 
 #: Colours of the two sides in the comparison chart.
 SIDE_COLOURS = {"A": "#4c78a8", "B": "#e45756"}
@@ -69,9 +69,8 @@ def comparison_chart(report: DiffReport) -> Chart:
         )
         .transform_filter(in_layer("anchor"))
     )
-    layered = alt.LayerChart(
-        data=alt.NamedData(name=ROWS),
-        layer=[steps, anchors],
+    template = layered_template(
+        [steps, anchors],
         width="container",
         height=220,
         title=alt.TitleParams(
@@ -80,4 +79,4 @@ def comparison_chart(report: DiffReport) -> Chart:
         ),
     )
     rows = _side_rows(report.a, "A") + _side_rows(report.b, "B")
-    return Chart(without_data(layered), json.dumps(rows))
+    return Chart(template, json.dumps(rows))

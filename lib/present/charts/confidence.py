@@ -13,7 +13,6 @@ from lib.confidence import ConfidenceReport
 from lib.present.charts.base import (
     K_CATEGORIES,
     NEUTRAL,
-    ROWS,
     SCORE_TICK,
     SMALL_WIDTH,
     UNRESOLVED,
@@ -22,7 +21,7 @@ from lib.present.charts.base import (
     batch_size_axis_title,
     build_chart,
     in_layer,
-    without_data,
+    layered_template,
 )
 from lib.schedule import TuningResult
 
@@ -97,13 +96,8 @@ def _confidence_template(layers: frozenset[str]) -> dict[str, Any]:
         ("unknown", unknown),
         ("threshold", threshold),
     ]
-    chart = alt.LayerChart(
-        data=alt.NamedData(name=ROWS),
-        layer=[layer for name, layer in named if name in layers],
-        width=SMALL_WIDTH,
-        height=_CONFIDENCE_HEIGHT,
-    )
-    return without_data(chart)
+    drawn = [layer for name, layer in named if name in layers]
+    return layered_template(drawn, width=SMALL_WIDTH, height=_CONFIDENCE_HEIGHT)
 
 
 def _confidence_cells(result: TuningResult, report: ConfidenceReport) -> pl.DataFrame:

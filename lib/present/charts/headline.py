@@ -16,17 +16,16 @@ from lib.confidence import ConfidenceReport
 from lib.deploy.tuning import Deployment
 from lib.present.charts.base import (
     NEUTRAL,
-    ROWS,
     UNRESOLVED,
     VERDICTS,
     Chart,
     batch_size_axis_title,
     build_chart,
     in_layer,
+    layered_template,
     log_batch_size,
     notice_chart,
     present_layers,
-    without_data,
 )
 from lib.present.charts.k_track import K_TRACK, deployed_layers, deployed_rows, deployment_of
 from lib.present.charts.labels import (
@@ -339,25 +338,18 @@ def _headline_template(batch_size_title: str, layers: frozenset[str]) -> dict[st
     ]
     speed_up = [layer for name, layer in named if name in layers]
     if not track:
-        chart = alt.LayerChart(
-            data=alt.NamedData(name=ROWS),
-            layer=speed_up,
-            width="container",
-            height=_HEADLINE_HEIGHT,
-        )
-        return without_data(chart)
+        return layered_template(speed_up, width="container", height=_HEADLINE_HEIGHT)
     height = _SPEED_UP_TRACK + _TRACK_GAP + K_TRACK
     # The K track's own colour and dash scales (resolved apart from the K colours above).
-    chart = alt.LayerChart(
-        data=alt.NamedData(name=ROWS),
-        layer=[
-            alt.LayerChart(layer=speed_up),
-            alt.LayerChart(layer=deployed_layers(x, layers, height)),
-        ],
+    independent = alt.ScaleResolveMap(
+        y="independent", color="independent", strokeDash="independent"
+    )
+    return layered_template(
+        [alt.LayerChart(layer=speed_up), alt.LayerChart(layer=deployed_layers(x, layers, height))],
         width="container",
         height=height,
-    ).resolve_scale(y="independent", color="independent", strokeDash="independent")
-    return without_data(chart)
+        resolve=alt.Resolve(scale=independent),
+    )
 
 
 def headline_chart(

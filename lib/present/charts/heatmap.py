@@ -11,13 +11,12 @@ import polars as pl
 
 from lib.present.charts.base import (
     NEUTRAL,
-    ROWS,
     UNRESOLVED,
     Chart,
     build_chart,
     in_layer,
+    layered_template,
     present_layers,
-    without_data,
 )
 
 _LOSS_STROKE = "#d62728"
@@ -85,13 +84,11 @@ def _heatmap_template(layers: frozenset[str]) -> dict[str, Any]:
         .transform_filter(in_layer("loses"))
     )
     named = [("cell", cells), ("undecided", undecided), ("cell", labels), ("loses", loses)]
-    chart = alt.LayerChart(
-        data=alt.NamedData(name=ROWS),
-        layer=[layer for name, layer in named if name in layers],
+    return layered_template(
+        [layer for name, layer in named if name in layers],
         width={"step": _HEATMAP_CELL_PX},
         height={"step": _HEATMAP_CELL_PX * 3 // 4},
     )
-    return without_data(chart)
 
 
 def context_heatmap(

@@ -12,17 +12,16 @@ import polars as pl
 from lib.confidence import policy_differences
 from lib.present.charts.base import (
     K_AXIS,
-    ROWS,
     VERDICTS,
     Chart,
     batch_size_axis_title,
     build_chart,
     colour_and_dash,
     in_layer,
+    layered_template,
     log_batch_size,
     notice_chart,
     present_layers,
-    without_data,
 )
 from lib.present.charts.schedule import step_rows
 from lib.schedule import TuningResult
@@ -79,18 +78,13 @@ def _rules_template(batch_size_title: str, layers: frozenset[str]) -> dict[str, 
         .encode(x=x)
         .transform_filter(in_layer("pick") & alt.datum.differs & (alt.datum.line == "seed"))
     )
-    chart = alt.LayerChart(
-        data=alt.NamedData(name=ROWS),
-        layer=[
-            layer
-            for name, layer in (("band", band), ("step", lines), ("pick", picks))
-            if name in layers
-        ],
+    named = [("band", band), ("step", lines), ("pick", picks)]
+    return layered_template(
+        [layer for name, layer in named if name in layers],
         width="container",
         height=240,
         title=alt.TitleParams("The seed's rule against the confident rule"),
     )
-    return without_data(chart)
 
 
 def rules_chart(seed: TuningResult, confident: TuningResult) -> Chart:

@@ -13,17 +13,16 @@ import polars as pl
 from lib.numbers import signed_percent_text
 from lib.present.charts.base import (
     K_AXIS,
-    ROWS,
     VERDICTS,
     Chart,
     batch_size_axis_title,
     build_chart,
     colour_and_dash,
     in_layer,
+    layered_template,
     log_batch_size,
     notice_chart,
     present_layers,
-    without_data,
 )
 from lib.present.charts.labels import LABEL_ROW_PX, label_layers, label_rows, label_rows_in
 from lib.schedule import Schedule, TuningResult
@@ -197,14 +196,12 @@ def _schedule_template(batch_size_title: str, layers: frozenset[str]) -> dict[st
         .transform_filter(in_layer("anchor"))
     )
     named = [("line", lines), *labels, ("switch", switches), *switch_labels, ("anchor", anchors)]
-    chart = alt.LayerChart(
-        data=alt.NamedData(name=ROWS),
-        layer=[layer for name, layer in named if name in layers],
+    return layered_template(
+        [layer for name, layer in named if name in layers],
         width="container",
         height=240,
         title=alt.TitleParams("num_speculative_tokens_per_batch_size"),
     )
-    return without_data(chart)
 
 
 def _schedule_layers(rows: list[pl.DataFrame]) -> frozenset[str]:

@@ -16,7 +16,6 @@ import polars as pl
 from lib.present.charts.base import (
     K_CATEGORIES,
     NEUTRAL,
-    ROWS,
     SCORE_TICK,
     SMALL_WIDTH,
     VERDICTS,
@@ -25,7 +24,7 @@ from lib.present.charts.base import (
     batch_size_axis_title,
     build_chart,
     in_layer,
-    without_data,
+    layered_template,
 )
 from lib.present.charts.cells import acceptance_cells, objective_cells, run_points, runs_caption
 from lib.schedule import TuningResult
@@ -151,13 +150,8 @@ def _cell_layers(y_title: str, conservative: bool, layers: frozenset[str]) -> li
 @functools.lru_cache(maxsize=32)
 def _small_template(y_title: str, conservative: bool, layers: frozenset[str]) -> dict[str, Any]:
     """One batch size's chart of a field against K (:func:`_cell_layers`)."""
-    chart = alt.LayerChart(
-        data=alt.NamedData(name=ROWS),
-        layer=_cell_layers(y_title, conservative, layers),
-        width=SMALL_WIDTH,
-        height=_HEIGHT,
-    )
-    return without_data(chart)
+    layer = _cell_layers(y_title, conservative, layers)
+    return layered_template(layer, width=SMALL_WIDTH, height=_HEIGHT)
 
 
 def _small_charts(
