@@ -140,13 +140,12 @@ def _json_rows(*frames: pl.DataFrame | str) -> str:
 
 
 def build_chart(template: dict[str, Any], *frames: pl.DataFrame | str, **properties: Any) -> Chart:
+    """``template`` with ``properties`` (a title) set and the rows of ``frames``."""
     return Chart({**template, **properties}, _json_rows(*frames))
 
 
-# --------------------------------------------------------------------------- rows
-
-
 def in_layer(name: str) -> Any:
+    """The filter that keeps a layer's own rows: every layer reads the same rows."""
     return alt.datum.layer == name
 
 
@@ -161,6 +160,7 @@ def layered_template(layer: list[Any], **properties: Any) -> dict[str, Any]:
 
 
 def colour_and_dash(field: str, lines: dict[str, tuple[str, list[int]]], title: str) -> Any:
+    """Colour and dash of ``field`` by ``lines`` (name: colour, dash), in one legend."""
     names = list(lines)
     colours, dashes = (list(values) for values in zip(*lines.values(), strict=True))
     legend = alt.Legend(title=title, orient="top")
@@ -195,6 +195,7 @@ def _notice_template() -> dict[str, Any]:
 
 
 def notice_chart(title: str, notice: str) -> Chart:
+    """A chart titled ``title`` that only says ``notice``."""
     return build_chart(_notice_template(), pl.DataFrame({"notice": [notice]}), title=title)
 
 

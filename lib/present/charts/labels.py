@@ -58,6 +58,3 @@ def label_rows(batch_sizes: list[int], texts: list[str], extent: tuple[int, int]
         ends[row] = start + len(texts[index]) * _LABEL_CHAR_PX + _LABEL_GAP_PX
         rows[index] = row
     return rows
-
-
-# --------------------------------------------------------------------------- templates

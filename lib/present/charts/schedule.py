@@ -116,9 +116,6 @@ def _schedule_rows(result: TuningResult, switch_points: SwitchPoints | None) -> 
     ]
 
 
-# --------------------------------------------------------------------------- headline rows
-
-
 @functools.lru_cache(maxsize=16)
 def _schedule_template(batch_size_title: str, layers: frozenset[str]) -> dict[str, Any]:
     """The layers of :func:`schedule_chart` that ``layers`` names (:func:`_schedule_layers`)."""
