@@ -24,7 +24,7 @@ the seed's (the default) or, with ``--policy confident``, the confident rule;
 - tables and text: the data-health, decision, confidence, flagged-run, rule, switch and plan
   tables, the unresolved anchors' lines, the schedule, the ``--speculative-config`` line and
   the equivalent CLI command (``lib.app_support``);
-- charts: the ``lib.charts`` builders (the headline, the per-anchor small charts, schedule,
+- charts: the ``lib.present.charts`` builders (the headline, the per-anchor small charts, schedule,
   confidence, rules) and the JSON text marimo sends to the browser
   (``to_json()``, what ``_mime_`` returns).
 
@@ -55,7 +55,12 @@ from make_large_sweep import DEFAULT_RUNS, bench_sweep  # noqa: E402
 from lib.analysis import Analysis, analyse  # noqa: E402
 from lib.app import support as app_support  # noqa: E402
 from lib.deploy.result_file import result_text  # noqa: E402
-from lib.present import charts, tables, text  # noqa: E402
+from lib.present import tables, text  # noqa: E402
+from lib.present.charts.confidence import confidence_charts  # noqa: E402
+from lib.present.charts.headline import headline_chart  # noqa: E402
+from lib.present.charts.rules import rules_chart  # noqa: E402
+from lib.present.charts.schedule import schedule_chart  # noqa: E402
+from lib.present.charts.small_multiples import acceptance_charts, objective_charts  # noqa: E402
 from lib.settings import POLICIES, Fields, Options, Settings  # noqa: E402
 from lib.sweeps import Sweep, load_experiment  # noqa: E402
 
@@ -114,12 +119,12 @@ def chart_builders(analysis: Analysis, comparison: app_support.RuleComparison) -
     result, report = analysis.result, analysis.report
     assert report is not None
     return [
-        charts.headline_chart(result, report),
-        *charts.objective_charts(result),
-        charts.schedule_chart(result, analysis.switch_points),
-        *charts.acceptance_charts(result),
-        *charts.confidence_charts(result, report),
-        charts.rules_chart(comparison.seed, comparison.confident),
+        headline_chart(result, report),
+        *objective_charts(result),
+        schedule_chart(result, analysis.switch_points),
+        *acceptance_charts(result),
+        *confidence_charts(result, report),
+        rules_chart(comparison.seed, comparison.confident),
     ]
 
 

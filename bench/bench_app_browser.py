@@ -103,7 +103,7 @@ with app.setup:
 
     from lib.app.context import analyse_sweep
     from lib.context_axis import find_context_axis
-    from lib.present import charts
+    from lib.present.charts.headline import headline_chart
     from lib.settings import ContextSettings, Options, Settings
     from lib.sweeps import load_experiment
 
@@ -114,7 +114,7 @@ def _():
     _sweep = load_experiment(Path(mo.query_params().get("sweeps")))
     _axis, _ = find_context_axis(_sweep, ContextSettings())
     _analysis = analyse_sweep(_sweep, Settings(), Options(), _axis, 0).analysis
-    charts.headline_chart(_analysis.result, _analysis.report)
+    headline_chart(_analysis.result, _analysis.report)
     return
 """
 

@@ -18,7 +18,20 @@ import marimo as mo
 from lib.app import context as app_context
 from lib.app import guide
 from lib.app import support as app_support
-from lib.present import charts, tables, text
+from lib.present import tables, text
+from lib.present.charts.base import image_grid
+from lib.present.charts.comparison import comparison_chart
+from lib.present.charts.confidence import confidence_caption, confidence_charts
+from lib.present.charts.headline import headline_chart
+from lib.present.charts.heatmap import context_heatmap
+from lib.present.charts.rules import rules_chart
+from lib.present.charts.schedule import schedule_chart
+from lib.present.charts.small_multiples import (
+    acceptance_caption,
+    acceptance_charts,
+    objective_caption,
+    objective_charts,
+)
 from lib.problems import Severity
 
 
@@ -247,7 +260,7 @@ def context_section(grid, mix, tolerance: float, format_picker, point_picker) ->
     """The (batch x context) answer: the heatmap, the chosen format's config and its loss,
     every format's download (the CLI's `export -o` files), the context picker."""
     batch_only, losses, mix_problems = app_context.heatmap_losses(grid, mix)
-    heatmap = charts.context_heatmap(grid.grid(), batch_only, losses, 100 * tolerance)
+    heatmap = context_heatmap(grid.grid(), batch_only, losses, 100 * tolerance)
     downloads = app_context.context_downloads(grid, mix)
     chosen = next(item for item in downloads if item.format == format_picker.value)
     if chosen.config is None:
@@ -438,8 +451,8 @@ def confidence_section(analysis) -> mo.Html:
             if unresolved
             else mo.callout(mo.md("**Every anchor is resolved.**"), kind="success"),
             mo.md(f"*Assumes:* {basis}.") if basis else mo.md(""),
-            mo.md(charts.confidence_caption(result, report)),
-            mo.hstack(charts.confidence_charts(result, report), wrap=True, justify="start"),
+            mo.md(confidence_caption(result, report)),
+            mo.hstack(confidence_charts(result, report), wrap=True, justify="start"),
             mo.ui.table(
                 table,
                 selection=None,
@@ -507,7 +520,7 @@ def rules_section(comparison) -> mo.Html:
         [
             intro,
             mo.md(comparison.summary()),
-            charts.rules_chart(comparison.seed, comparison.confident),
+            rules_chart(comparison.seed, comparison.confident),
             mo.ui.table(
                 table,
                 selection=None,
@@ -529,7 +542,7 @@ def switch_section(analysis) -> mo.Html:
     return mo.vstack(
         [
             intro,
-            charts.schedule_chart(analysis.result, switch_points),
+            schedule_chart(analysis.result, switch_points),
             mo.Html(text.text_block_html(text.switch_point_lines(switch_points))),
             mo.ui.table(tables.switch_table(switch_points), selection=None, pagination=False)
             if switch_points.switches.height
@@ -543,19 +556,19 @@ def objective_section(analysis) -> mo.Html:
     result = analysis.result
     return mo.vstack(
         [
-            mo.md(charts.objective_caption(result)),
-            mo.hstack(charts.objective_charts(result), wrap=True, justify="start"),
+            mo.md(objective_caption(result)),
+            mo.hstack(objective_charts(result), wrap=True, justify="start"),
         ]
     )
 
 
 def acceptance_section(analysis) -> mo.Html:
     result = analysis.result
-    shown = charts.acceptance_charts(result)
+    shown = acceptance_charts(result)
     if not shown:
-        return mo.callout(charts.acceptance_caption(result), kind="neutral")
+        return mo.callout(acceptance_caption(result), kind="neutral")
     return mo.vstack(
-        [mo.md(charts.acceptance_caption(result)), mo.hstack(shown, wrap=True, justify="start")]
+        [mo.md(acceptance_caption(result)), mo.hstack(shown, wrap=True, justify="start")]
     )
 
 
@@ -573,7 +586,7 @@ def compare_section(picker, comparison, error) -> mo.Html:
                     mo.md(f"**{text.diff_lines(comparison)[-1]}**"),
                     kind="warn" if comparison.material else "success",
                 ),
-                charts.comparison_chart(comparison),
+                comparison_chart(comparison),
                 mo.ui.table(tables.comparison_table(comparison), selection=None, pagination=False),
             ]
         )
@@ -630,9 +643,9 @@ def _engine_file(download) -> mo.Html:
 def _image(name: str, suffix: str, analysis) -> bytes:
     result, report = analysis.result, analysis.report
     chart = {
-        "speed_up": lambda: charts.headline_chart(result, report),
-        "objective_vs_k": lambda: charts.image_grid(charts.objective_charts(result)),
-        "schedule": lambda: charts.schedule_chart(result, analysis.switch_points),
-        "p_eps_good": lambda: charts.image_grid(charts.confidence_charts(result, report)),
+        "speed_up": lambda: headline_chart(result, report),
+        "objective_vs_k": lambda: image_grid(objective_charts(result)),
+        "schedule": lambda: schedule_chart(result, analysis.switch_points),
+        "p_eps_good": lambda: image_grid(confidence_charts(result, report)),
     }[name]()
     return getattr(chart, suffix)()

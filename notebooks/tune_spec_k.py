@@ -14,7 +14,7 @@ with app.setup:
     from lib.app import guide
     from lib.app import support as app_support
     from lib.context_axis import find_context_axis
-    from lib.present import charts
+    from lib.present.charts import headline
     from lib.settings import ContextSettings, Fields, Options, Settings
     from lib.sweeps import load_experiment
 
@@ -194,7 +194,7 @@ def _(
     )
     # The answer is this cell's output, apart from the rest of the page, so that it shows
     # first: all of it changes with every setting.
-    headline_chart = charts.headline_chart(result, analysis.report)
+    headline_chart = headline.headline_chart(result, analysis.report)
     mo.output.replace(
         answer_view(
             app_support.shown_path(experiment_picker.value.relative_to(root)),

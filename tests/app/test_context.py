@@ -14,7 +14,7 @@ from lib.context_axis import find_context_axis
 from lib.deploy.decisions import SCHEDULE_KEY
 from lib.deploy.result_file import context_text, result_text
 from lib.deploy.verdict import context_verdict
-from lib.present import charts
+from lib.present.charts.headline import headline_chart
 from lib.settings import ContextSettings, DeploySettings, Options, Settings
 from lib.sweeps import load_experiment
 
@@ -53,7 +53,7 @@ def test_the_detailed_point_is_deployed_so_its_k_track_marks_what_c_caps(tmp_pat
     shown = view.analyse_sweep(sweep, Settings(), Options(), axis, 1, known)
     schedule = shown.analysis.result.schedule
     assert schedule is not None and schedule.k_at(32) == 3 and schedule.k_at(33) < 3
-    spec = charts.headline_chart(shown.analysis.result, shown.analysis.report).to_dict()
+    spec = headline_chart(shown.analysis.result, shown.analysis.report).to_dict()
     stretches = [
         (row["lo"], row["status"]) for row in spec["data"]["values"] if row["layer"] == "deployed"
     ]
@@ -62,7 +62,7 @@ def test_the_detailed_point_is_deployed_so_its_k_track_marks_what_c_caps(tmp_pat
     assert vllm.text is not None
     assert json.loads(vllm.text)[SCHEDULE_KEY] == schedule.to_json()
     assumed = view.analyse_sweep(sweep, Settings(), Options(), axis, 1, DeploySettings())
-    spec = charts.headline_chart(assumed.analysis.result, None).to_dict()
+    spec = headline_chart(assumed.analysis.result, None).to_dict()
     assert all(
         row["status"] != "capped, not measured"
         for row in spec["data"]["values"]

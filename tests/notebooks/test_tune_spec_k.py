@@ -47,7 +47,10 @@ from lib.deploy.result_file import result_text
 from lib.deploy.tuning import deploy_analysis
 from lib.deploy.verdict import verdict_in
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side
-from lib.present import charts, tables
+from lib.present import tables
+from lib.present.charts.confidence import confidence_charts
+from lib.present.charts.schedule import schedule_chart
+from lib.present.charts.small_multiples import objective_charts
 from lib.problems import Severity
 from lib.schedule import Schedule, TuningResult
 from lib.settings import GLOBAL_K_VAR, ContextSettings, DeploySettings, Options, Settings
@@ -224,7 +227,7 @@ def test_each_sample_shows_what_lib_and_the_cli_give(
     # The charts are built from this result: the chosen K they highlight are its decisions.
     rows = [
         row
-        for chart in charts.objective_charts(defs["result"])
+        for chart in objective_charts(defs["result"])
         for row in chart.to_dict()["data"]["values"]
     ]
     chosen = {(row["anchor"], row["k"]) for row in rows if row.get("verdict") == "chosen"}
@@ -332,7 +335,7 @@ def test_the_confidence_views_on_the_worked_example(
     ]
     assert flagged["file"].item().startswith("SERVE--k4-BENCH--c1/")
     # The charts: titles carry the status, the picked bars are the reported picks.
-    specs = [chart.to_dict() for chart in charts.confidence_charts(result, report)]
+    specs = [chart.to_dict() for chart in confidence_charts(result, report)]
     titles = [spec["title"]["text"] for spec in specs]
     assert titles == ["batch size 1: unresolved", "batch size 64: resolved"]
     rows = [row for spec in specs for row in spec["data"]["values"]]
@@ -411,21 +414,21 @@ def test_switch_points_are_drawn_on_the_schedule_chart(
     crossover = math.exp(share * math.log(64))
     switch_at = math.ceil(crossover)
     interpolated = [[1, switch_at - 1, 7], [switch_at, 256, 0]]
-    schedule_chart = charts.schedule_chart(defs["result"], defs["analysis"].switch_points)
-    rows = schedule_chart.to_dict()["data"]["values"]
+    drawn = schedule_chart(defs["result"], defs["analysis"].switch_points)
+    rows = drawn.to_dict()["data"]["values"]
     (switch,) = [row for row in rows if row["layer"] == "switch"]
     assert switch["batch_size"] == switch_at and switch["change"] == "K=7 -> K=0"
     assert switch["crossover"] == pytest.approx(crossover, abs=0.05)
     line = [(row["batch_size"], row["k"]) for row in rows if row["layer"] == "interpolated"]
     assert line == [(1, 7), (switch_at, 0), (256, 0)]
-    assert "deployed: the step schedule" in str(schedule_chart.to_dict()["title"])
+    assert "deployed: the step schedule" in str(drawn.to_dict()["title"])
     # Deploying the interpolated schedule exports it, as the CLI's --interpolated-schedule.
     defs = run_notebook(
         notebook, monkeypatch, "--sweeps", str(sample), interpolated_checkbox=INTERPOLATED
     )
     assert defs["result"].schedule.to_json() == interpolated
-    schedule_chart = charts.schedule_chart(defs["result"], defs["analysis"].switch_points)
-    assert "deployed: the interpolated schedule" in str(schedule_chart.to_dict()["title"])
+    drawn = schedule_chart(defs["result"], defs["analysis"].switch_points)
+    assert "deployed: the interpolated schedule" in str(drawn.to_dict()["title"])
     cli_file = _cli_file(sample, tmp_path, capsys, "--interpolated-schedule")
     _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
 
