@@ -3,7 +3,7 @@
 ``uv sync`` installs the project editable (a ``.pth`` pointing at this folder) and compiles only
 site-packages (``compile-bytecode``), so where ``PYTHONDONTWRITEBYTECODE=1`` is set nothing
 ever writes lib/'s caches and every CLI process compiles lib's modules from source again
-(1.3x the CPU of a run with them on the sample sweep, 1.13x on a 20,000-run one:
+(1.2-1.3x the CPU of a run with them on the sample sweep, 1.15x on a 20,000-run one:
 ``bench/bench_cli.py --cold``). Compiling at the build is what
 ``compile-bytecode`` does for the packages, at the same step: a fresh clone's ``uv sync`` (or
 ``uv run``), and any after pyproject.toml changed, leaves ``lib/**/__pycache__`` in place, and
