@@ -4,6 +4,7 @@ bare interpreter. Ratios against baselines run in the same bench, interleaved.
 
     uv run python bench/bench_cli.py [SWEEP_DIR] [--repeats 5] [--runs 20000]
     uv run python bench/bench_cli.py --quick [SWEEP_DIR]   # the two targets only, < 1 minute
+    uv run python bench/bench_cli.py --cold [SWEEP_DIR]    # with and without bytecode caches
     uv run python bench/bench_cli.py SWEEP_DIR --max-objective-relative-mad 1   # a context sweep
 
 Without SWEEP_DIR a sweep of ``--runs`` runs is generated into a temporary folder by
@@ -31,6 +32,16 @@ Rows (ratio = lib median / baseline median):
 ``--repeats`` 5 unless given: under a minute with the sweep generated, about 15 s on a reused
 one. The closing note of a change to the CLI's path reports it.
 
+``--cold`` runs instead ``tune-spec-k DIR`` in three bytecode states, every process under
+``PYTHONDONTWRITEBYTECODE=1`` (so none writes a cache): as installed (the caches this
+environment has: after ``uv sync``, lib's and every package's), without lib's caches (what the
+editable install left before ``hatch_build.py``), and without lib's nor the packages' (a sync
+without ``compile-bytecode``); and, where ``uv`` is on PATH, ``uv run tune-spec-k DIR`` (what
+the README shows) against the script itself: uv's check of the environment, with
+``compile-bytecode`` a pass over every installed file, before each run. No targets: it says
+what a first run costs where nothing wrote the caches. The states are made in the child by
+``_WITHOUT_BYTECODE``; every state must write the same result file.
+
 ``--max-objective-relative-mad X`` gives both the CLI and the reference that noise threshold:
 the seed pools a context sweep's prompt lengths into one cell each (``make_large_sweep.py
 --context-points``), whose spread no default threshold passes, so its reference needs it to
@@ -44,11 +55,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -78,6 +91,22 @@ from lib.sweeps import load_experiment
 settings = Settings(**json.loads(sys.argv[2]))
 result = tune(load_experiment(sys.argv[1], metrics=sys.argv[3:]), settings)
 assert result.ok, [problem.describe() for problem in result.errors]
+"""
+#: ``python -c _WITHOUT_BYTECODE ROOTS ARGS...`` is ``python -m lib.cli ARGS`` reading no
+#: bytecode for any source under ROOTS (joined by os.pathsep; empty: all caches are read): the
+#: import system's own path for a module without a cache (it compiles the source, and writes
+#: nothing there), for those files only; the standard library's caches stay in use.
+_WITHOUT_BYTECODE = """
+import importlib._bootstrap_external as bootstrap, os, runpy, sys
+hidden = tuple(root for root in sys.argv[1].split(os.pathsep) if root)
+cached = bootstrap.cache_from_source
+def cache_from_source(path, debug_override=None, *, optimization=None):
+    if path.startswith(hidden):
+        raise NotImplementedError  # SourceLoader.get_code: no bytecode path, compile the source
+    return cached(path, debug_override, optimization=optimization)
+bootstrap.cache_from_source = cache_from_source
+sys.argv[:2] = ["tune-spec-k"]
+runpy.run_module("lib.cli", run_name="__main__", alter_sys=True)
 """
 
 
@@ -131,6 +160,32 @@ def commands(sweep_dir: Path, scratch: Path, noise: float | None) -> dict[str, l
     }
 
 
+def cold_commands(sweep_dir: Path, scratch: Path, noise: float | None) -> dict[str, list[str]]:
+    """``--cold``: the CLI in each bytecode state (each writes its own result file), and
+    ``uv run`` where uv is on PATH."""
+    noise_flag = [] if noise is None else ["--max-objective-relative-mad", repr(noise)]
+    lib = str(ROOT / "lib") + os.sep
+    packages = sorted({sysconfig.get_paths()[key] + os.sep for key in ("purelib", "platlib")})
+
+    def without_bytecode(name: str, *roots: str) -> list[str]:
+        output = scratch / f"{name}.json"
+        arguments = [str(sweep_dir), "--output-json", str(output), *noise_flag]
+        return [sys.executable, "-c", _WITHOUT_BYTECODE, os.pathsep.join(roots), *arguments]
+
+    named = {
+        "as installed": without_bytecode("installed"),
+        "no lib bytecode": without_bytecode("no-lib", lib),
+        "no bytecode": without_bytecode("none", lib, *packages),
+    }
+    uv = shutil.which("uv")
+    if uv is not None:
+        output = scratch / "a.json"
+        named["cli"] = [*tune_spec_k(), str(sweep_dir), "--output-json", str(output), *noise_flag]
+        named["uv run"] = [uv, "run", "tune-spec-k", str(sweep_dir), "--output-json", str(output)]
+        named["uv run"] += noise_flag
+    return named
+
+
 ROWS = (
     Row("cli: tune-spec-k DIR vs reference_cli.py", "cli", "reference", 1.0),
     Row("help: tune-spec-k --help vs import json", "help", "import json", 3.0, strict=True),
@@ -138,14 +193,19 @@ ROWS = (
     Row("  + load_experiment(metrics) vs reference", "load", "reference", None),
     Row("  polars, load(metrics), tune vs reference", "load+tune", "reference", None),
 )
+COLD_ROWS = (
+    Row("bytecode: none for lib vs as installed", "no lib bytecode", "as installed", None),
+    Row("  none for lib nor packages vs as installed", "no bytecode", "as installed", None),
+    Row("uv run tune-spec-k DIR vs tune-spec-k DIR", "uv run", "cli", None),
+)
 
 
-def run_once(command: list[str]) -> tuple[float, float]:
+def run_once(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """(wall, CPU) seconds of one process; it must succeed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
-        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
     )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -166,6 +226,12 @@ def check_same_schedule(scratch: Path) -> list[list[int]]:
     return list(lib)
 
 
+def check_same_results(scratch: Path) -> None:
+    """Every bytecode state of ``--cold`` wrote the same result file."""
+    written = {path.name: path.read_bytes() for path in sorted(scratch.glob("*.json"))}
+    assert len(set(written.values())) == 1, f"the states wrote different results: {list(written)}"
+
+
 #: The commands of the rows with a target (``--quick``).
 QUICK = ("cli", "reference", "help", "import json")
 
@@ -173,7 +239,7 @@ QUICK = ("cli", "reference", "help", "import json")
 def machine_state() -> str:
     """The two facts that move every figure here: the load average, and whether Polars',
     NumPy's and lib's bytecode caches exist (without them, as where PYTHONDONTWRITEBYTECODE=1
-    is set, every process compiles their sources again: about 1.8x the CPU for Polars')."""
+    is set, every process compiles their sources again; ``uv sync`` writes them: ``--cold``)."""
     cached = {}
     for name in ("polars", "numpy"):
         spec = importlib.util.find_spec(name)
@@ -185,7 +251,7 @@ def machine_state() -> str:
         f"{name} {'cached' if hit else 'NOT cached'}" for name, hit in cached.items()
     )
     # lib's own modules: the CLI imports some 40 of them (~12,000 lines), compiled again by
-    # every process where they have no cache (~0.2 s of CPU on a context sweep's path).
+    # every process where they have no cache (hatch_build.py writes them at `uv sync`).
     sources = sorted((ROOT / "lib").rglob("*.py"))
     compiled = sum(Path(importlib.util.cache_from_source(str(path))).exists() for path in sources)
     caches += f", lib {compiled}/{len(sources)} modules cached"
@@ -198,24 +264,37 @@ def machine_state() -> str:
 
 
 def run_bench(
-    sweep_dir: Path, repeats: int, quick: bool = False, noise: float | None = None
+    sweep_dir: Path,
+    repeats: int,
+    quick: bool = False,
+    noise: float | None = None,
+    cold: bool = False,
 ) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="tune-spec-k-bench-cli-"))
-    rows = [row for row in ROWS if not quick or row.lib in QUICK]
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1") if cold else None
     try:
-        named = commands(sweep_dir, scratch, noise)
-        if quick:
-            named = {name: named[name] for name in QUICK}
-        for command in named.values():  # warm-up: bytecode caches, page cache
-            run_once(command)
-        schedule = check_same_schedule(scratch)
-        print(f"{sweep_dir}: the CLI and the reference both write {schedule}")
+        if cold:
+            named = cold_commands(sweep_dir, scratch, noise)
+            rows = [row for row in COLD_ROWS if row.lib in named]
+        else:
+            named = commands(sweep_dir, scratch, noise)
+            rows = [row for row in ROWS if not quick or row.lib in QUICK]
+            if quick:
+                named = {name: named[name] for name in QUICK}
+        for command in named.values():  # warm-up: bytecode caches (unless --cold), page cache
+            run_once(command, env)
+        if cold:
+            check_same_results(scratch)
+            print(f"{sweep_dir}: every bytecode state writes the same result")
+        else:
+            schedule = check_same_schedule(scratch)
+            print(f"{sweep_dir}: the CLI and the reference both write {schedule}")
         print(machine_state())
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in named}
         order = list(named)
         for repeat in range(repeats):
             for name in order if repeat % 2 == 0 else order[::-1]:
-                samples[name].append(run_once(named[name]))
+                samples[name].append(run_once(named[name], env))
     finally:
         shutil.rmtree(scratch)
 
@@ -257,6 +336,11 @@ def main() -> int:
         "--quick", action="store_true", help="only the two targets' commands (under a minute)"
     )
     parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="the CLI with and without lib's and the packages' bytecode caches, and uv run",
+    )
+    parser.add_argument(
         "--max-objective-relative-mad",
         type=float,
         default=None,
@@ -264,7 +348,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     with bench_sweep(args.sweep_dir, args.runs) as sweep_dir:
-        return run_bench(sweep_dir, args.repeats, args.quick, args.max_objective_relative_mad)
+        return run_bench(
+            sweep_dir, args.repeats, args.quick, args.max_objective_relative_mad, args.cold
+        )
 
 
 if __name__ == "__main__":
