@@ -20,7 +20,8 @@ from sweep_builder import write_grid
 
 from lib.cli.common import EXIT_OK
 from lib.cli.main import main
-from lib.confidence import ConfidenceReport, apply_policy, assess
+from lib.confidence import ConfidenceReport, assess
+from lib.policy import apply_policy
 from lib.present.text import switch_point_lines
 from lib.schedule import Schedule, TuningResult, tune
 from lib.settings import Settings

@@ -53,11 +53,12 @@ import vl_convert
 
 from lib import robust
 from lib.cliffs import Cliff, find_cliffs
-from lib.confidence import ConfidenceReport, policy_differences
+from lib.confidence import ConfidenceReport
 from lib.deploy.constraints import STRETCH_STATUSES, CappedRange, deployed_stretches
 from lib.deploy.tuning import Deployment
 from lib.loop.diff import DiffReport, Side
 from lib.numbers import signed_percent_text
+from lib.policy import policy_differences
 from lib.schedule import Schedule, TuningResult
 from lib.sweeps import Sweep
 from lib.switch_points import SwitchPoints

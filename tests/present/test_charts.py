@@ -24,8 +24,8 @@ from sweep_builder import GB200_LIKE, combo_name, record, write_combo, write_gri
 
 from lib.analysis import Analysis, analyse
 from lib.app import context as app_context
-from lib.confidence import apply_policy
 from lib.loop.diff import DiffReport
+from lib.policy import apply_policy
 from lib.present import charts
 from lib.schedule import Schedule, TuningResult, tune
 from lib.settings import DeploySettings, Options, Settings
