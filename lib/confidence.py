@@ -142,7 +142,7 @@ CONFIDENCE_CELL_SCHEMA = pl.Schema(
         "geometric_mean": pl.Float64,  # exp(mean log value): the centre the rule ranks by
         "infeasible": pl.Boolean,
         "flagged_runs": pl.Int64,
-        "p_eps_good": pl.Float64,  # calibrated (see calibrated); null when the noise is unknown
+        "p_eps_good": pl.Float64,  # calibrated (lib.calibration); null when the noise is unknown
         "p_model": pl.Float64,  # the flat-prior model's P(eps-good), before calibration
         "p_eps_good_without_flagged": pl.Float64,  # null unless the anchor has flagged runs
         "p_model_without_flagged": pl.Float64,  # the same before calibration
@@ -172,9 +172,9 @@ ANCHOR_SCHEMA = pl.Schema(
         "server_log_sd": pl.Float64(),
         "servers_measured": pl.Boolean(),  # the anchor has replicas: the server sd is measured
         "server_df": pl.Int64(),  # degrees of freedom of the measured server sd (0: assumed)
-        "noise_ratio": pl.Float64(),  # see noise_ratio; null when the noise is unknown
+        "noise_ratio": pl.Float64(),  # lib.calibration.noise_ratio; null: noise unknown
         "noise_ratio_without_flagged": pl.Float64(),  # null unless the anchor has flagged runs
-        "leader_peak": pl.Float64(),  # see leader_peak; null when the noise is unknown
+        "leader_peak": pl.Float64(),  # lib.calibration.leader_peak; null: noise unknown
         "leader_peak_without_flagged": pl.Float64(),  # null unless the anchor has flagged runs
         "flagged_runs": pl.Int64(),
         "depends_on_flagged": pl.Boolean(),  # the pick changes when the flagged runs are left out
@@ -189,8 +189,9 @@ class ConfidenceSettings:
     """How sure a pick must be, and the Monte-Carlo that measures it.
 
     ``ordered_k``: the K are draft lengths, so a K standing alone above both neighbours is
-    doubted (:func:`leader_peak`); False where the "K" only label arms with no order between
-    them (``tune-spec-k check``), so that which code an arm gets cannot change a result.
+    doubted (:func:`lib.calibration.leader_peak`); False where the "K" only label arms with no
+    order between them (``tune-spec-k check``), so that which code an arm gets cannot change a
+    result.
     """
 
     confidence: float = DEFAULT_CONFIDENCE

@@ -422,9 +422,8 @@ def seed_decision(gated: GatedSweep) -> TuningResult:
     conservative score (:func:`lib.decide.tie_rule`), merged into a :class:`Schedule` that is
     checked against vLLM's rules. The maximum batch size is the largest anchor unless the
     settings name it, and must then equal it (the seed's rule: the schedule would extrapolate
-    beyond what was measured)."""
-    if not gated.usable_settings:
-        return _untuned(gated)
+    beyond what was measured). Settings that cannot be used gated no cell
+    (:func:`lib.gates.gate`), so nothing is decided, and they state no maximum batch size."""
     settings = gated.settings
     problems = list(gated.problems)
     cells = tie_rule(gated.cells, settings.relative_tolerance, settings.maximize)
@@ -432,7 +431,9 @@ def seed_decision(gated: GatedSweep) -> TuningResult:
     decisions = decide(cells, settings.maximize)
 
     anchors = decisions["anchor"].to_list()
-    max_batch_size = settings.max_batch_size or (max(anchors) if anchors else None)
+    max_batch_size = None
+    if gated.usable_settings:
+        max_batch_size = settings.max_batch_size or (max(anchors) if anchors else None)
     if settings.max_batch_size is not None and anchors and settings.max_batch_size != max(anchors):
         problems.append(
             Problem(
@@ -467,23 +468,6 @@ def _largest_k(runs: pl.DataFrame) -> int | None:
     """The largest K any run has (None when no run has one)."""
     k_values = runs["k"].drop_nulls()
     return int(k_values.max()) if len(k_values) else None  # type: ignore[arg-type]
-
-
-def _untuned(gated: GatedSweep) -> TuningResult:
-    """A result with the schemas of a tuning and no cell, anchor or schedule."""
-    cells = tie_rule(gated.cells, 0.0, maximize=True)
-    return TuningResult(
-        sweep=gated.sweep,
-        settings=gated.settings,
-        cells=cells,
-        decisions=decide(cells, maximize=True),
-        excluded_runs=gated.excluded_runs,
-        schedule=None,
-        max_batch_size=None,
-        configured_global_k=None,
-        max_k_observed=_largest_k(gated.sweep.runs),
-        problems=gated.problems,
-    )
 
 
 def finite_or_none(value: float | None) -> float | None:
