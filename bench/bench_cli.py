@@ -86,7 +86,8 @@ load_experiment(sys.argv[1], metrics=sys.argv[2:])
 _LOAD_AND_TUNE = """
 import json, sys
 import polars
-from lib.schedule import Settings, tune
+from lib.settings import Settings
+from lib.schedule import tune
 from lib.sweeps import load_experiment
 settings = Settings(**json.loads(sys.argv[2]))
 result = tune(load_experiment(sys.argv[1], metrics=sys.argv[3:]), settings)

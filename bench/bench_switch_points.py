@@ -38,7 +38,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from sweep_builder import write_grid  # noqa: E402
 
-from lib.confidence import apply_policy, assess  # noqa: E402
+from lib.confidence import assess  # noqa: E402
+from lib.policy import apply_policy  # noqa: E402
 from lib.schedule import tune  # noqa: E402
 from lib.settings import Settings  # noqa: E402
 from lib.sweeps import load_experiment  # noqa: E402

@@ -1,4 +1,4 @@
-"""Fit the calibration of P(eps-good) (``lib.confidence.LEADER_CALIBRATION`` and
+"""Fit the calibration of P(eps-good) (``lib.calibration.LEADER_CALIBRATION`` and
 ``OTHER_CALIBRATION``) on simulated sweeps with a known truth.
 
     uv run python bench/fit_calibration.py [--trials 6000] [--workers 2]
@@ -11,9 +11,9 @@ cell and the tail models :data:`FIT_TAILS`. Two stages:
 1. **Logistic maps.** For every anchor with a noise estimate, each K gives one observation: its
    model P(eps-good) (``p_model``: flat prior, before calibration), whether it is the anchor's
    leading K, the anchor's noise ratio, the leading K's peak
-   (:func:`lib.confidence.leader_peak`), and whether the K is truly within the tie tolerance of
+   (:func:`lib.calibration.leader_peak`), and whether the K is truly within the tie tolerance of
    the best. Two logistic regressions of that truth, every coefficient linear in
-   ``log(noise ratio)`` between the knots (:func:`lib.confidence.knot_weights`), fitted by
+   ``log(noise ratio)`` between the knots (:func:`lib.calibration.knot_weights`), fitted by
    iteratively reweighted least squares: the other K on ``logit(p_model)``; the leading K on
    ``logit(p_model)`` and its peak, fitted on the leaders whose model P reaches
    :data:`LEADER_FIT_FROM_LOGIT` (where picks are resolved: fitted over every leader, the map
@@ -28,7 +28,7 @@ cell and the tail models :data:`FIT_TAILS`. Two stages:
    ``(1 - level)``. Chosen knot by knot, from the noisiest, by coordinate descent: fewest wrong
    picks beyond the target first, then most anchors resolved.
 
-Prints the two constants as Python, to paste into ``lib/confidence.py``. Same arguments, same
+Prints the two constants as Python, to paste into ``lib/calibration.py``. Same arguments, same
 numbers.
 """
 
@@ -59,14 +59,13 @@ from simulate_regret import (  # noqa: E402
     measure,
 )
 
-from lib.confidence import (  # noqa: E402
+from lib.calibration import (  # noqa: E402
     CALIBRATION_CLIP,
     CALIBRATION_KNOTS,
-    ConfidenceSettings,
-    assess,
     calibration_inputs,
     knot_weights,
 )
+from lib.confidence import ConfidenceSettings, assess  # noqa: E402
 from lib.schedule import tune  # noqa: E402
 from lib.settings import Settings  # noqa: E402
 
@@ -215,7 +214,7 @@ class Stacked:
 
 def stacked(decisions: list[Decision], other: NDArray[np.float64]) -> Stacked:
     """The decided anchors as :class:`Stacked`, the other K mapped by ``other`` (intercept and
-    slope per knot) and rounded as ``lib.confidence`` rounds them; every sweep has the same K."""
+    slope per knot) and rounded as ``lib.posterior`` rounds them; every sweep has the same K."""
     p_model = np.array([d.p_model for d in decisions])
     leader = np.argmax(p_model, axis=1)
     clipped = np.clip(p_model, CALIBRATION_CLIP, 1 - CALIBRATION_CLIP)
@@ -241,7 +240,7 @@ def stacked(decisions: list[Decision], other: NDArray[np.float64]) -> Stacked:
 def excess_and_resolved(anchors: Stacked, lead: NDArray[np.float64]) -> tuple[float, int]:
     """Wrong picks beyond GUARD_TARGET x the bound, summed over strata and levels, and the
     anchors resolved, summed over levels, with the leading K's map ``lead`` (intercept, slope,
-    peak slope, lapse per knot), deciding as ``lib.confidence`` does (the smallest K reaching
+    peak slope, lapse per knot), deciding as ``lib.posterior`` does (the smallest K reaching
     the level)."""
     mapped = anchors.weights @ lead
     score = mapped[:, 0] + mapped[:, 1] * anchors.leader_logit + mapped[:, 2] * anchors.peak

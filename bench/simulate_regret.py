@@ -10,7 +10,7 @@ Each trial draws a throughput model (below), measures it like ``vllm bench sweep
 models: lognormal only; lognormal with each run independently an outlier 20 % low with
 probability 5 %; Student-t with 3 degrees of freedom on the log scale, see ``run_noise``), and
 runs the real policy code on it: ``lib.schedule.tune`` (the seed rule) and
-``lib.confidence.assess`` + ``apply_policy`` (the confident rule), on an in-memory
+``lib.confidence.assess`` + ``lib.policy.apply_policy`` (the confident rule), on an in-memory
 :class:`lib.sweeps.Sweep` (no files).
 
 Ground truth per trial: anchors 1, 4, 16, 64, 256 and K 0..4. Throughput of a batch b at K is
@@ -78,7 +78,8 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib.confidence import ConfidenceSettings, apply_policy, assess  # noqa: E402
+from lib.confidence import ConfidenceSettings, assess  # noqa: E402
+from lib.policy import apply_policy  # noqa: E402
 from lib.schedule import Schedule, TuningResult, tune  # noqa: E402
 from lib.servers import replica_combo_name  # noqa: E402
 from lib.settings import (  # noqa: E402

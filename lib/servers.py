@@ -11,7 +11,7 @@ A **replica** is a serve combo that differs from another only in a marker parame
 name. ``tune-spec-k plan --server-replicas R`` writes ``k3-seed=0``, ``k3-seed=1``, ...: one
 configuration on R server starts. Stripping the marker gives the **configuration**; two serve
 combos in one (anchor, K) cell with different configurations are different servers the records
-cannot tell apart (``pooled-servers``, :func:`lib.schedule.server_gate`).
+cannot tell apart (``pooled-servers``, :func:`lib.gates.server_gate`).
 
 >>> configuration_of("k3-seed=1"), replica_of("k3-seed=1")
 ('k3', '1')

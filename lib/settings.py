@@ -74,7 +74,7 @@ DEFAULT_REPLICA_VAR = "seed"
 DEFAULT_SERVER_CV = 0.01
 #: The seed's output file, written into the experiment folder unless told otherwise.
 RESULT_FILE = "speculative_k_schedule.json"
-#: The health fields of a record the policy reads (:func:`lib.schedule.health_gate`).
+#: The health fields of a record the policy reads (:func:`lib.gates.health_gate`).
 HEALTH_FIELDS = ("failed", "completed", "num_prompts")
 #: The fields Little's law reads for the effective batch (:mod:`lib.effective_batch`).
 EFFECTIVE_BATCH_FIELDS = ("request_throughput", "mean_e2el_ms")

@@ -41,8 +41,8 @@ import polars as pl
 
 from lib.problems import Problem, Severity, show_value
 from lib.servers import replica_var_reason
-from lib.settings import DEFAULT_BATCH_SIZE_VAR, DEFAULT_K_VAR, DEFAULT_REPLICA_VAR
-from lib.sweep_files import DERIVED_COLUMNS, Progress, SweepFiles, read_sweep_files
+from lib.settings import DEFAULT_BATCH_SIZE_VAR, DEFAULT_K_VAR, DEFAULT_REPLICA_VAR, DERIVED_COLUMNS
+from lib.sweep_files import Progress, SweepFiles, read_sweep_files
 
 __all__ = ["Sweep", "load_experiment", "sweep_from"]
 

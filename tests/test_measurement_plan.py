@@ -17,10 +17,10 @@ from lib.confidence import (
     MAX_RUNS_NEEDED,
     MAX_SERVERS_NEEDED,
     ConfidenceSettings,
-    apply_policy,
     assess,
 )
 from lib.measurement_plan import NEW_ANCHOR_SCHEMA, RERUN_SCHEMA, MeasurementPlan, measurement_plan
+from lib.policy import apply_policy
 from lib.present.text import measurement_plan_lines
 from lib.schedule import tune
 from lib.settings import RESULT_FILE, Settings

@@ -339,7 +339,7 @@ def test_an_objective_written_as_a_numeric_text_is_that_number_in_both(tmp_path:
 @pytest.mark.parametrize("spec", ["schedule", "none"])
 def test_key_spellings_and_baselines(tmp_path: Path, keys: str, spec: str) -> None:
     # K=0 from one server only: the seed would pool a plain server's K=0 runs with the
-    # schedule engine's, which tune-spec-k refuses (lib.schedule.server_gate).
+    # schedule engine's, which tune-spec-k refuses (lib.gates.server_gate).
     write_grid(tmp_path, grid([1, 8], {2: [120.0, 119.0, 125.0]}))
     write_grid(tmp_path, grid([1, 8], {0: [100.0, 99.0, 101.0]}), spec=spec, keys=keys)
     assert_agree(tmp_path)

@@ -16,8 +16,8 @@ from sweep_builder import combo_name, grid, record, write_combo, write_grid, wri
 
 from lib import sweep_files
 from lib.problems import Severity
-from lib.settings import GLOBAL_K_VAR
-from lib.sweeps import DERIVED_COLUMNS, Sweep, load_experiment
+from lib.settings import DERIVED_COLUMNS, GLOBAL_K_VAR
+from lib.sweeps import Sweep, load_experiment
 
 
 def _rules(sweep: Sweep) -> list[str]:

@@ -20,7 +20,8 @@ from sweep_builder import write_grid
 
 from lib.cli.common import EXIT_OK
 from lib.cli.main import main
-from lib.confidence import ConfidenceReport, apply_policy, assess
+from lib.confidence import ConfidenceReport, assess
+from lib.policy import apply_policy
 from lib.present.text import switch_point_lines
 from lib.schedule import Schedule, TuningResult, tune
 from lib.settings import Settings
@@ -381,7 +382,7 @@ def test_switch_points_follow_the_rule_at_every_batch_size(
 def test_the_most_distant_plausible_objectives_do_not_overflow(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The objective gate admits values from 1e-100 to 1e100 (lib.schedule.PLAUSIBLE_OBJECTIVE):
+    # The objective gate admits values from 1e-100 to 1e100 (lib.gates.PLAUSIBLE_OBJECTIVE):
     # a log-ratio of at most log(1e200) = 460.5, so a gain of e^460.5 ~ 1e200 (%) at the most,
     # inside a float; beyond the gate's range math.expm1 would overflow (e^709.8).
     lowest, highest = 1e-100, 1e100

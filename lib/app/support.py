@@ -23,10 +23,11 @@ import polars as pl
 
 from lib.analysis import Analysis
 from lib.app.guide import default_experiment
-from lib.confidence import ConfidenceReport, apply_policy
+from lib.confidence import ConfidenceReport
 from lib.flags import add_flags, flag_name, from_arguments, to_arguments
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side, side_from_result
 from lib.objectives import find_objective
+from lib.policy import apply_policy
 from lib.present import tables, text
 from lib.problems import Problem, Severity, printable
 from lib.schedule import NO_SCHEDULE, TuningResult

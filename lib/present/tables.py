@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from lib.confidence import ConfidenceReport, policy_differences
+from lib.confidence import ConfidenceReport
 from lib.loop.diff import DiffReport
 from lib.measurement_plan import MeasurementPlan
 from lib.numbers import OBJECTIVE_DECIMALS, PROBABILITY_DECIMALS
+from lib.policy import policy_differences
 from lib.schedule import TuningResult
 from lib.switch_points import SwitchPoints
 

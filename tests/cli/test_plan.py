@@ -27,9 +27,10 @@ from vllm_sweep import (
 )
 
 from lib.cli.main import main
-from lib.confidence import apply_policy, assess
+from lib.confidence import assess
 from lib.deploy.result_file import result_text
 from lib.measurement_plan import measurement_plan
+from lib.policy import apply_policy
 from lib.schedule import TuningResult, tune
 from lib.server_info import SERVER_INFO_FILE_GLOB, read_server_settings
 from lib.settings import Settings

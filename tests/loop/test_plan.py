@@ -34,7 +34,6 @@ from lib.confidence import (
     MIN_RUNS_NEEDED,
     ConfidenceReport,
     ConfidenceSettings,
-    apply_policy,
     assess,
 )
 from lib.deploy.result_file import result_text
@@ -52,6 +51,7 @@ from lib.loop.plan import (
     write_plan,
 )
 from lib.measurement_plan import measurement_plan
+from lib.policy import apply_policy
 from lib.schedule import Schedule, TuningResult, tune
 from lib.settings import Options, Settings
 from lib.sweeps import load_experiment

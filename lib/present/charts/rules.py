@@ -9,7 +9,7 @@ from typing import Any
 import altair as alt
 import polars as pl
 
-from lib.confidence import policy_differences
+from lib.policy import policy_differences
 from lib.present.charts.base import (
     K_AXIS,
     VERDICTS,

@@ -24,7 +24,7 @@ from paths import SAMPLE_SWEEPS
 from sweep_builder import write_grid
 
 from lib.analysis import Analysis, analyse
-from lib.confidence import apply_policy
+from lib.policy import apply_policy
 from lib.present.charts.base import IMAGE_WIDTH, MIMETYPE, Chart, axis_title, image_grid
 from lib.present.charts.confidence import confidence_charts
 from lib.present.charts.headline import headline_chart

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from chart_specs import analysis_of, layer_with_mark, spec_values
 
-from lib.confidence import apply_policy
+from lib.policy import apply_policy
 from lib.present.charts.rules import RULES, rules_chart
 from lib.schedule import Schedule
 
