@@ -16,7 +16,9 @@ from vllm_sweep import llama_design, planned
 from lib.analysis import Analysis, analyse
 from lib.loop.check import CheckSettings, check_deployment
 from lib.loop.diff import DiffReport
-from lib.loop.plan import FollowUpNeeds, SweepPlan, SweepStep, follow_up_plan
+from lib.loop.plan.follow_up import follow_up_plan
+from lib.loop.plan.follow_up_needs import FollowUpNeeds
+from lib.loop.plan.sweep_plan import SweepPlan, SweepStep
 from lib.present import text
 from lib.problems import Problem, Severity
 from lib.settings import Options, Settings
