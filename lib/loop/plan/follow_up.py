@@ -134,10 +134,7 @@ def follow_up_plan(
                 purpose=purpose,
             )
         )
-    notes = list(needs.notes)
-    notes += _more_runs_notes(sum(needs.more_runs.values()), steps)
-    notes += _follow_up_replica_notes(design, steps)
-    notes += warmup_notes(design)
+    notes = [*needs.notes, *_runs_notes(sum(needs.more_runs.values()), design, steps)]
     notes.append(
         f"write the results inside the first experiment folder (here: {results_dir}) and"
         " tune that folder again: tune-spec-k reads summary.json at any depth, so the runs"
@@ -203,13 +200,10 @@ def _context_follow_up_plan(
             " measurement plan's) are measured at every anchor and K of the grid,"
             f" {MIN_RUNS_NEEDED} runs each"
         )
-    notes += _more_runs_notes(sum(needs.context_runs.values()), steps)
-    notes += _follow_up_replica_notes(design, steps)
-    notes += warmup_notes(design)
+    notes += _runs_notes(sum(needs.context_runs.values()), design, steps)
     notes.append(
         f"every server holds --max-model-len {design.max_model_len_held} (the longest prompt,"
-        f" {lengths[-1]}, plus"
-        f" {design.output_tokens} output tokens)"
+        f" {lengths[-1]}, plus {design.output_tokens} output tokens)"
     )
     notes.append(
         f"write the results inside the first experiment folder (here: {results_dir}) and"
@@ -219,9 +213,10 @@ def _context_follow_up_plan(
     return SweepPlan("follow-up", design, tuple(steps), tuple(notes)), []
 
 
-def _more_runs_notes(asked: int, steps: Sequence[SweepStep]) -> list[str]:
+def _runs_notes(asked: int, design: SweepDesign, steps: Sequence[SweepStep]) -> list[str]:
     """A follow-up's notes on its runs: how many more than asked for the steps run (a sweep
-    runs each cell as often as its most demanding one), and how each cell's seeds go on."""
+    runs each cell as often as its most demanding one), how each cell's seeds go on, its
+    replicas (:func:`_replica_notes`) and its warm-ups."""
     planned = sum(step.runs for step in steps)
     notes = []
     if planned > asked:
@@ -234,10 +229,10 @@ def _more_runs_notes(asked: int, steps: Sequence[SweepStep]) -> list[str]:
         " ...), so its earlier runs' prompts are not sent again, unless a run was not counted"
         " (a failed one): then a seed of the cell may come again"
     )
-    return notes
+    return notes + _replica_notes(design, steps) + warmup_notes(design)
 
 
-def _follow_up_replica_notes(design: SweepDesign, steps: Sequence[SweepStep]) -> list[str]:
+def _replica_notes(design: SweepDesign, steps: Sequence[SweepStep]) -> list[str]:
     """A follow-up's replicas: what they cost and buy, and why their values are new ones."""
     notes = replica_notes(design, steps, read_as=TUNER_READS_REPLICAS)
     if design.first_replica > 0:

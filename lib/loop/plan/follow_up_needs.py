@@ -15,8 +15,8 @@ from typing import Any
 from lib.confidence import MAX_RUNS_NEEDED, MIN_RUNS_NEEDED
 from lib.deploy.result_file import ResultFile, is_result, result_file_of
 from lib.files import read_json
-from lib.loop.plan.inputs import other_prompt_field, refused, whole_or_none
-from lib.problems import Problem, Severity
+from lib.loop.plan.inputs import other_prompt_field, refusal, whole_or_none
+from lib.problems import Problem
 from lib.settings import RANDOM_PROMPT_LENGTH
 
 
@@ -72,23 +72,27 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
             if result is None:
                 return None, problems
         else:
-            return None, refused(
-                path,
-                "neither a measurement plan (keys 'reruns', 'new_anchors': write one with"
-                " `tune-spec-k DIR --plan-json PATH`) nor a tuning result (key"
-                " 'batch_decisions')",
-            )
+            return None, [
+                refusal(
+                    path,
+                    "neither a measurement plan (keys 'reruns', 'new_anchors': write one with"
+                    " `tune-spec-k DIR --plan-json PATH`) nor a tuning result (key"
+                    " 'batch_decisions')",
+                )
+            ]
     if result is not None and result.has_grid and not result.context_cells:
         # Planned without it, the follow-up would re-measure the batch-only answer instead.
         return None, list(result.grid_problems)
     if result is not None and result.context_cells:
         return _context_follow_up_needs(result, plan_data)
     if plan_data is not None and "context_field" in plan_data:
-        return None, refused(
-            files[0],
-            "a context measurement plan needs its result JSON too (its grid's runs so far"
-            " and K): pass both to --follow-up",
-        )
+        return None, [
+            refusal(
+                files[0],
+                "a context measurement plan needs its result JSON too (its grid's runs so far"
+                " and K): pass both to --follow-up",
+            )
+        ]
     more: dict[tuple[int, int], int] = {}
     counted: dict[tuple[int, int], int] = {}
     notes: list[str] = []
@@ -124,12 +128,14 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
                 more[key] = max(more.get(key, 0), row["runs_per_k"])
     elif result is not None:
         if not result.has_confidence:
-            return None, refused(
-                result.source,
-                "the result has no per-anchor 'confidence' blocks (written by tune-spec-k since"
-                " the confidence analysis); pass its measurement plan (`tune-spec-k DIR"
-                " --plan-json PATH`) instead",
-            )
+            return None, [
+                refusal(
+                    result.source,
+                    "the result has no per-anchor 'confidence' blocks (written by tune-spec-k since"
+                    " the confidence analysis); pass its measurement plan (`tune-spec-k DIR"
+                    " --plan-json PATH`) instead",
+                )
+            ]
         more, starts = _reruns_from_confidence(result)
         notes.append(
             "new anchors are only in the measurement plan: pass the file of `tune-spec-k DIR"
@@ -247,14 +253,12 @@ def _context_plan_problems(data: dict[str, Any], source: str) -> list[Problem]:
             prompt = whole_or_none(row.get("prompt_tokens"))
             if prompt is None or prompt < 1:
                 return [
-                    Problem(
-                        Severity.ERROR,
-                        "invalid-plan-input",
+                    refusal(
+                        source,
                         "not usable",
-                        files=(source,),
-                        field=f"{key}[{index}].prompt_tokens",
-                        value=json.dumps(row.get("prompt_tokens")),
-                        expected="a whole prompt length >= 1",
+                        f"{key}[{index}].prompt_tokens",
+                        json.dumps(row.get("prompt_tokens")),
+                        "a whole prompt length >= 1",
                     )
                 ]
     return []
@@ -280,10 +284,10 @@ def _plan_problems(data: dict[str, Any], path: str | Path) -> list[Problem]:
     ):
         rows = data[key]
         if not isinstance(rows, list):
-            return refused(path, "not a list", key)
+            return [refusal(path, "not a list", key)]
         for index, row in enumerate(rows):
             if not isinstance(row, dict):
-                return refused(path, "not an object", f"{key}[{index}]")
+                return [refusal(path, "not an object", f"{key}[{index}]")]
             for name in fields:
                 value = row.get(name)
                 if name == "ks":
@@ -295,17 +299,8 @@ def _plan_problems(data: dict[str, Any], path: str | Path) -> list[Problem]:
                     good = number is not None and number >= (1 if name == "batch_size" else 0)
                 if not good:
                     expected = "a list of K" if name == "ks" else "a whole number"
-                    return [
-                        Problem(
-                            Severity.ERROR,
-                            "invalid-plan-input",
-                            "not usable",
-                            files=(str(path),),
-                            field=f"{key}[{index}].{name}",
-                            value=json.dumps(value),
-                            expected=expected,
-                        )
-                    ]
+                    field = f"{key}[{index}].{name}"
+                    return [refusal(path, "not usable", field, json.dumps(value), expected)]
     return []
 
 

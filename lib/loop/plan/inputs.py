@@ -12,22 +12,38 @@ from lib.problems import Problem, Severity
 from lib.settings import RANDOM_PROMPT_LENGTH
 
 
-def refused(path: str | Path, message: str, field: str | None = None) -> list[Problem]:
-    """The one problem of an input file that cannot be planned from."""
-    return [Problem(Severity.ERROR, "invalid-plan-input", message, files=(str(path),), field=field)]
+def refusal(
+    path: str | Path,
+    message: str,
+    field: str | None = None,
+    value: str | None = None,
+    expected: str | None = None,
+) -> Problem:
+    """Why an input file cannot be planned from: ``field`` of ``path`` holds ``value``."""
+    return Problem(
+        Severity.ERROR,
+        "invalid-plan-input",
+        message,
+        files=(str(path),),
+        field=field,
+        value=value,
+        expected=expected,
+    )
 
 
 def other_prompt_field(result: ResultFile, plan: str) -> list[Problem]:
     """The refusal of a grid whose prompt length was not ``random_input_len``: ``plan`` (a
     follow-up, a validation) sets prompt lengths as that key, which would not reproduce the
     grid's prompts."""
-    return refused(
-        result.source,
-        f"the grid's prompt length was read from {result.context_field!r}; {plan}"
-        f" plans prompt lengths as {RANDOM_PROMPT_LENGTH} (plan --context-lengths), which"
-        " would not reproduce these prompts: plan it with the sweep's own dataset",
-        "context_axis.field",
-    )
+    return [
+        refusal(
+            result.source,
+            f"the grid's prompt length was read from {result.context_field!r}; {plan}"
+            f" plans prompt lengths as {RANDOM_PROMPT_LENGTH} (plan --context-lengths), which"
+            " would not reproduce these prompts: plan it with the sweep's own dataset",
+            "context_axis.field",
+        )
+    ]
 
 
 def whole_or_none(value: Any) -> int | None:

@@ -122,17 +122,8 @@ class SweepPlan:
 
 def serve_command(design: SweepDesign) -> str:
     """``vllm serve`` with what every combo shares; the combos add ``--speculative-config``."""
-    parts = [
-        "vllm",
-        "serve",
-        design.target_model,
-        "--host",
-        design.host,
-        "--port",
-        str(design.port),
-        "--max-num-seqs",
-        str(design.server_max_num_seqs),
-    ]
+    parts = ["vllm", "serve", design.target_model, *_address(design)]
+    parts += ["--max-num-seqs", str(design.server_max_num_seqs)]
     if design.context_lengths and design.max_model_len_given is None:
         parts += ["--max-model-len", str(design.max_model_len_needed)]
     return _join(parts, design.serve_args)
@@ -141,19 +132,8 @@ def serve_command(design: SweepDesign) -> str:
 def bench_command(design: SweepDesign) -> str:
     """``vllm bench serve`` with the workload; the combos add concurrency, prompt count and the
     repeat's ``--seed``."""
-    parts = [
-        "vllm",
-        "bench",
-        "serve",
-        "--model",
-        design.target_model,
-        "--host",
-        design.host,
-        "--port",
-        str(design.port),
-        "--dataset-name",
-        design.dataset,
-    ]
+    parts = ["vllm", "bench", "serve", "--model", design.target_model, *_address(design)]
+    parts += ["--dataset-name", design.dataset]
     if design.dataset_path:
         parts += ["--dataset-path", design.dataset_path]
     input_flag, output_flag = DATASET_LENGTH_FLAGS.get(
@@ -169,6 +149,11 @@ def bench_command(design: SweepDesign) -> str:
     if design.goodput:
         parts += ["--goodput", *design.goodput]
     return _join(parts, design.bench_args)
+
+
+def _address(design: SweepDesign) -> list[str]:
+    """Where the server listens, as ``vllm serve`` and ``vllm bench serve`` take it."""
+    return ["--host", design.host, "--port", str(design.port)]
 
 
 def _join(parts: list[str], extra: str) -> str:

@@ -20,7 +20,7 @@ from lib.keys import parse_json_string
 from lib.loop.check import context_schedule_file, speculative_config_of
 from lib.loop.plan.combos import bench_params, replicated
 from lib.loop.plan.design import SweepDesign, design_flag
-from lib.loop.plan.inputs import other_prompt_field, refused
+from lib.loop.plan.inputs import other_prompt_field, refusal
 from lib.loop.plan.sweep_plan import SweepPlan, SweepStep
 from lib.loop.plan.tuning import replica_notes, seeds_text, warmup_notes
 from lib.problems import Problem, Severity, show_value
@@ -69,11 +69,13 @@ def validation_plan(
     for key, name in (("method", "method"), ("model", "draft_model")):
         tuned, designed = dynamic.get(key), getattr(design, name)
         if designed is not None and tuned is not None and tuned != designed:
-            return None, refused(
-                result_file,
-                f"the result was tuned with speculative_config.{key} {tuned!r}, the design has"
-                f" {design_flag(name)} {designed!r}: validate the configuration that was tuned",
-            )
+            return None, [
+                refusal(
+                    result_file,
+                    f"the result was tuned with speculative_config.{key} {tuned!r}, the design has"
+                    f" {design_flag(name)} {designed!r}: validate the configuration that was tuned",
+                )
+            ]
     dynamic.update(found.tables)
     shared = {key: value for key, value in dynamic.items() if key not in _SCHEDULE_FIELDS}
     chosen = (
@@ -176,17 +178,22 @@ def _batch_dynamic(result: ResultFile) -> tuple[_Dynamic | None, list[Problem]]:
     """The result's own schedule and speculative_config, at its anchors."""
     config = result.speculative_config
     if config is None or result.schedule is None or not result.schedule.ranges:
-        return None, refused(
-            result.source,
-            "the tuning result has no 'speculative_config' with a schedule (expected the JSON"
-            " written by tune-spec-k)",
-        )
+        return None, [
+            refusal(
+                result.source,
+                "the tuning result has no 'speculative_config' with a schedule (expected the JSON"
+                " written by tune-spec-k)",
+            )
+        ]
     schedule = result.schedule.to_json()
     anchors = sorted({anchor.batch_size for anchor in result.anchors})
     if not anchors:
-        return None, refused(
-            result.source, "the tuning result has no 'batch_decisions': no anchors to validate at"
-        )
+        return None, [
+            refusal(
+                result.source,
+                "the tuning result has no 'batch_decisions': no anchors to validate at",
+            )
+        ]
     return _Dynamic(
         config,
         {SCHEDULE_KEY: schedule},
@@ -212,11 +219,13 @@ def _context_dynamic(
         return None, exported
     format, ks = exported
     if result.grid is None:
-        return None, list(result.grid_problems) or refused(
-            result.source,
-            "the tuning result has no context_grid: a context schedule is validated at the"
-            " grid's anchors and prompt lengths",
-        )
+        return None, list(result.grid_problems) or [
+            refusal(
+                result.source,
+                "the tuning result has no context_grid: a context schedule is validated at the"
+                " grid's anchors and prompt lengths",
+            )
+        ]
     if result.context_field != RANDOM_PROMPT_LENGTH:
         return None, other_prompt_field(result, "a validation")
     tuned = result.speculative_config or {}
@@ -240,25 +249,25 @@ def _exported(data: Any, source: str) -> tuple[str, tuple[int, ...]] | list[Prob
     if problems:
         return problems
     if not isinstance(data, dict) or data.get("format") != "vllm-context":
-        return refused(
-            source,
-            "not an export of a context format: expected the -o file of tune-spec-k export"
-            " --format vllm-context, vllm-rfc-48944 or vllm-pr-54801",
-            "format",
-        )
+        return [
+            refusal(
+                source,
+                "not an export of a context format: expected the -o file of tune-spec-k export"
+                " --format vllm-context, vllm-rfc-48944 or vllm-pr-54801",
+                "format",
+            )
+        ]
     config, prefix = speculative_config_of(data)
     raw = parse_json_string(config.get(SCHEDULE_KEY))
     batch, violations = Schedule.parse(raw)
     if batch is None:
         return [
-            Problem(
-                Severity.ERROR,
-                "invalid-plan-input",
+            refusal(
+                source,
                 f"the vllm-context schedule breaks vLLM's rule: {violation}",
-                files=(source,),
-                field=prefix + SCHEDULE_KEY,
-                value=show_value(raw),
-                expected="[[lo, hi, K], ...] starting at 1, sorted, no overlap",
+                prefix + SCHEDULE_KEY,
+                show_value(raw),
+                "[[lo, hi, K], ...] starting at 1, sorted, no overlap",
             )
             for violation in violations
         ]

@@ -9,17 +9,21 @@ from pathlib import Path
 from plan_inputs import context_result
 
 from lib.deploy.result_file import read_result_file
-from lib.loop.plan.inputs import other_prompt_field, refused, whole_or_none
+from lib.loop.plan.inputs import other_prompt_field, refusal, whole_or_none
 
 
-def test_a_refusal_names_the_file_and_the_field() -> None:
-    (problem,) = refused(Path("plan.json"), "not a list", "reruns")
-    assert (problem.rule, problem.files, problem.field) == (
+def test_a_refusal_names_the_file_the_field_its_value_and_what_was_expected() -> None:
+    problem = refusal(Path("plan.json"), "not usable", "reruns[0].k", "-1", "a whole number")
+    assert (problem.rule, problem.message, problem.files) == (
         "invalid-plan-input",
+        "not usable",
         ("plan.json",),
-        "reruns",
     )
-    assert problem.message == "not a list"
+    assert (problem.field, problem.value, problem.expected) == (
+        "reruns[0].k",
+        "-1",
+        "a whole number",
+    )
 
 
 def test_a_grid_of_another_prompt_field_is_refused_for_the_plan_named(tmp_path: Path) -> None:
