@@ -26,6 +26,15 @@ from lib.loop.plan.design import MIN_PROMPTS, PROMPTS_PER_SLOT, SweepDesign
 from lib.servers import replica_combo_name
 from lib.settings import DEFAULT_REPLICA_VAR, RANDOM_PROMPT_LENGTH, REPEAT_SEED
 
+__all__ = [
+    "SERVE_ORDER_SEED",
+    "bench_params",
+    "context_workload",
+    "replicated",
+    "seeded_combos",
+    "tuning_serve_params",
+]
+
 
 def speculative_config(design: SweepDesign, **fields: Any) -> dict[str, Any]:
     """The design's ``speculative_config`` (method, draft model, options) plus ``fields``."""

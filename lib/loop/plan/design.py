@@ -20,6 +20,17 @@ from lib.loop.plan.inputs import whole_or_none
 from lib.problems import Problem, Severity
 from lib.settings import DEFAULT_REPLICA_VAR, PROMPT_TOKENS_RANGE, prompt_length_reason
 
+__all__ = [
+    "DATASET_LENGTH_FLAGS",
+    "MIN_PROMPTS",
+    "PROMPTS_PER_SLOT",
+    "SweepDesign",
+    "default_anchors",
+    "design_flag",
+    "design_from",
+    "spec_option",
+]
+
 #: Per dataset, the bench flags for input and output length (None: the dataset has none).
 DATASET_LENGTH_FLAGS: dict[str, tuple[str | None, str | None]] = {
     "random": ("--random-input-len", "--random-output-len"),

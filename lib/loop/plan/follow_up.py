@@ -27,6 +27,8 @@ from lib.loop.plan.tuning import TUNER_READS_REPLICAS, replica_notes, warmup_not
 from lib.problems import Problem, Severity
 from lib.settings import DEFAULT_REPLICA_VAR
 
+__all__ = ["first_replica_after", "follow_up_plan"]
+
 
 def first_replica_after(first_sweep: SweepDesign) -> int:
     """The first replica value of a follow-up of ``first_sweep``: one past the last value that

@@ -19,6 +19,8 @@ from lib.loop.plan.inputs import other_prompt_field, refusal, whole_or_none
 from lib.problems import Problem
 from lib.settings import RANDOM_PROMPT_LENGTH
 
+__all__ = ["FollowUpNeeds", "follow_up_needs"]
+
 
 @dataclass(frozen=True)
 class FollowUpNeeds:

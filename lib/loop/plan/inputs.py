@@ -11,6 +11,8 @@ from lib.deploy.result_file import ResultFile
 from lib.problems import Problem, Severity
 from lib.settings import RANDOM_PROMPT_LENGTH
 
+__all__ = ["other_prompt_field", "refusal", "whole_or_none"]
+
 
 def refusal(
     path: str | Path,

@@ -9,6 +9,8 @@ import shlex
 from lib.loop.plan.sweep_plan import AFTER_BENCH, BENCH_PARAMS, RUN_SCRIPT, SERVE_PARAMS, SweepPlan
 from lib.server_info import SERVER_INFO_FILE_GLOB
 
+__all__ = ["run_script"]
+
 #: What ``vllm bench sweep serve`` POSTs after each run unless ``--after-bench-cmd`` is given
 #: (vLLM 0.32.0 ``benchmarks/sweep/server.py``): the after-bench command must POST them too.
 RESET_ENDPOINTS = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache")

@@ -11,6 +11,8 @@ from typing import Any
 from lib.loop.plan.design import DATASET_LENGTH_FLAGS, SweepDesign
 from lib.settings import REPEAT_SEED
 
+__all__ = ["AFTER_BENCH", "BENCH_PARAMS", "RUN_SCRIPT", "SERVE_PARAMS", "SweepPlan", "SweepStep"]
+
 #: The files of a plan that its sweep commands name (the params files of each step, and the
 #: script that runs them).
 SERVE_PARAMS = "serve_params.json"

@@ -17,6 +17,15 @@ from lib.loop.plan.sweep_plan import SweepPlan, SweepStep
 from lib.problems import Problem
 from lib.settings import DEFAULT_REPLICA_VAR, RANDOM_PROMPT_LENGTH
 
+__all__ = [
+    "RANDOM_TOKENS_NOTE",
+    "TUNER_READS_REPLICAS",
+    "replica_notes",
+    "seeds_text",
+    "tuning_plan",
+    "warmup_notes",
+]
+
 #: Why a tuning on the random dataset does not measure what a deployment sees: said in every
 #: such plan's notes. The seed's own random control (vLLM PR #49163: Llama 3.1 8B, EAGLE3,
 #: single H100) measured acceptance lengths of 1.09-1.15 and chose K=0 everywhere, where the

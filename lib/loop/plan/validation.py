@@ -27,6 +27,8 @@ from lib.problems import Problem, Severity, show_value
 from lib.schedule import Schedule
 from lib.settings import RANDOM_PROMPT_LENGTH
 
+__all__ = ["validation_plan"]
+
 DYNAMIC_COMBO = "dynamic"
 NO_SPECULATION_COMBO = "no-spec"
 

@@ -12,6 +12,8 @@ from lib.loop.plan.run_script import run_script
 from lib.loop.plan.sweep_plan import BENCH_PARAMS, RUN_SCRIPT, SERVE_PARAMS, SweepPlan
 from lib.problems import Problem
 
+__all__ = ["DESIGN_FILE", "plan_files", "write_plan"]
+
 COMMAND_FILE = "command.txt"
 DESIGN_FILE = "sweep_plan.json"
 
