@@ -12,7 +12,9 @@ from typing import Any
 
 from sweep_builder import write_combo
 
-from lib.loop.plan import SweepDesign, SweepPlan, tuning_plan
+from lib.loop.plan.design import SweepDesign
+from lib.loop.plan.sweep_plan import SweepPlan
+from lib.loop.plan.tuning import tuning_plan
 
 # What vllm/benchmarks/sweep/param_sweep.py (0.32.0) does with a params file and a command,
 # written out here so the plan is checked against vLLM's rules, not against our own code.

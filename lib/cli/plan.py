@@ -23,8 +23,13 @@ from lib.cli.common import (
 from lib.files import read_json
 from lib.flags import add_flags, flag_name, given, int_list
 from lib.keys import MISSING
-from lib.loop import plan as planning
-from lib.loop.plan import SweepDesign, SweepPlan, write_plan
+from lib.loop.plan.design import SweepDesign, design_from
+from lib.loop.plan.follow_up import first_replica_after, follow_up_plan
+from lib.loop.plan.follow_up_needs import follow_up_needs
+from lib.loop.plan.sweep_plan import SweepPlan
+from lib.loop.plan.tuning import tuning_plan
+from lib.loop.plan.validation import validation_plan
+from lib.loop.plan.write import plan_files, write_plan
 from lib.present.text import sweep_plan_lines
 from lib.problems import Problem, Severity
 
@@ -139,7 +144,7 @@ def main(args: PlanArgs) -> int:
         print_problems(problems, lambda count: f"{_COMMAND}: nothing written: {count} problem(s)")
         return EXIT_BAD_INPUT
     root = Path(args.output_dir)
-    outputs = [Output("--output-dir", root / name) for name in plan.files(args.output_dir)]
+    outputs = [Output("--output-dir", root / name) for name in plan_files(plan, args.output_dir)]
     inputs = [args.design_file, args.validate, args.validate_export, *(args.follow_up or ())]
     problems = check_outputs(outputs, [p for p in inputs if p is not None])
     if print_output_problems(_COMMAND, problems):
@@ -169,28 +174,28 @@ def _plan(args: PlanArgs) -> tuple[SweepPlan | None, list[Problem]]:
                 expected="the sweep_plan.json of an earlier plan",
             )
             return None, [problem]
-    design, problems = planning.design_from(stored, args.design, args.design_file)
+    design, problems = design_from(stored, args.design, args.design_file)
     if design is None:
         return None, problems
     if args.follow_up:
-        needs, problems = planning.follow_up_needs(args.follow_up)
+        needs, problems = follow_up_needs(args.follow_up)
         if needs is None:
             return None, problems
         if "first_replica" not in args.design:
             # The first sweep is the stored design (the flags given here may change R).
-            first_sweep = design if stored is None else planning.design_from(stored, {})[0]
+            first_sweep = design if stored is None else design_from(stored, {})[0]
             design = dataclasses.replace(
-                design, first_replica=planning.first_replica_after(first_sweep or design)
+                design, first_replica=first_replica_after(first_sweep or design)
             )
         beside = needs.result_file or args.follow_up[-1]
-        return planning.follow_up_plan(
+        return follow_up_plan(
             design,
             needs,
             args.results_dir or str(Path(beside).parent),
             args.experiment_name or "followup",
         )
     if args.validate:
-        return planning.validation_plan(
+        return validation_plan(
             design,
             args.validate,
             args.results_dir or "results",
@@ -205,6 +210,4 @@ def _plan(args: PlanArgs) -> tuple[SweepPlan | None, list[Problem]]:
                 Severity.ERROR, "invalid-flag", "only with --validate", field=name, value=value
             )
             return None, [problem]
-    return planning.tuning_plan(
-        design, args.results_dir or "results", args.experiment_name or "tuning"
-    )
+    return tuning_plan(design, args.results_dir or "results", args.experiment_name or "tuning")

@@ -268,7 +268,7 @@ class ResultFile:
     #: Each ``context_grid`` cell as an anchor at its prompt length, ``(prompt tokens,
     #: anchor)``: its pick, candidates (runs, medians) and confidence (status, the selected
     #: K's P(eps-good), contenders, runs needed), undecided cells included: what a follow-up
-    #: reruns (:func:`lib.loop.plan.follow_up_needs`). Empty without a grid.
+    #: reruns (:func:`lib.loop.plan.follow_up_needs.follow_up_needs`). Empty without a grid.
     context_cells: tuple[tuple[int, ResultAnchor], ...] = ()
     #: The grid's prompt-length field (``context_axis.field``), None without a grid.
     context_field: str | None = None

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     # Only their types: tuning prints its lines without loading the loop's modules.
     from lib.loop.check.report import CheckReport
     from lib.loop.diff import DiffReport
-    from lib.loop.plan import SweepPlan, SweepStep
+    from lib.loop.plan.sweep_plan import SweepPlan, SweepStep
 
 __all__ = [
     "anchor_detail_lines",
@@ -330,7 +330,7 @@ def sweep_plan_lines(plan: SweepPlan, plan_dir: str) -> list[str]:
 def _step_servers(plan: SweepPlan, step: SweepStep) -> str:
     """The servers of a sweep: its serve combos; with replicas, each configuration once (in
     the order of the first block) and the replicas' serve seeds."""
-    from lib.loop.plan import seeds_text
+    from lib.loop.plan.tuning import seeds_text
 
     values = plan.design.replica_values
     if not values:
@@ -365,7 +365,7 @@ def _bench_cells(step: SweepStep) -> str:
 def _step_seeds(step: SweepStep) -> str:
     """The seeds of a sweep's repeats: one range for all its anchors, or per anchor where
     they differ (a follow-up continues each cell's own)."""
-    from lib.loop.plan import seeds_text
+    from lib.loop.plan.tuning import seeds_text
 
     anchors_of: dict[tuple[int, ...], list[str]] = {}
     for anchor, seeds in step.seeds().items():

@@ -17,7 +17,9 @@ from lib.analysis import Analysis, analyse
 from lib.loop.check.judge import CheckSettings
 from lib.loop.check.report import check_deployment
 from lib.loop.diff import DiffReport
-from lib.loop.plan import FollowUpNeeds, SweepPlan, SweepStep, follow_up_plan
+from lib.loop.plan.follow_up import follow_up_plan
+from lib.loop.plan.follow_up_needs import FollowUpNeeds
+from lib.loop.plan.sweep_plan import SweepPlan, SweepStep
 from lib.present import text
 from lib.problems import Problem, Severity
 from lib.settings import Options, Settings

@@ -1,0 +1,247 @@
+"""The follow-up plan: after a tuning result with unresolved anchors, only the cells that need
+more runs (:class:`lib.loop.plan.follow_up_needs.FollowUpNeeds`) and the suggested new anchors,
+with the same engine settings, so its results merge with the first sweep's (the tuner reads
+``summary.json`` at any depth: write them inside the first experiment folder). Each cell's seeds
+continue its own, and a follow-up's replicas continue after the first sweep's values
+(:func:`first_replica_after`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from lib.confidence import MIN_RUNS_NEEDED
+from lib.loop.plan.combos import (
+    bench_params,
+    context_workload,
+    seeded_combos,
+    tuning_serve_params,
+)
+from lib.loop.plan.design import SweepDesign, design_flag
+from lib.loop.plan.follow_up_needs import FollowUpNeeds
+from lib.loop.plan.inputs import whole_or_none
+from lib.loop.plan.sweep_plan import SweepPlan, SweepStep
+from lib.loop.plan.tuning import TUNER_READS_REPLICAS, replica_notes, warmup_notes
+from lib.problems import Problem, Severity
+from lib.settings import DEFAULT_REPLICA_VAR
+
+__all__ = ["first_replica_after", "follow_up_plan"]
+
+
+def first_replica_after(first_sweep: SweepDesign) -> int:
+    """The first replica value of a follow-up of ``first_sweep``: one past the last value that
+    sweep's servers used, since a follow-up is new server starts and a value used again would
+    read a new server as one of the first sweep's; 0 after a sweep without replicas (its serve
+    combos carry no marker, so every value is new). A stored design whose replica fields are
+    not whole numbers (no plan writes one) is treated as one without replicas."""
+    if whole_or_none(first_sweep.server_replicas) is None:
+        return 0
+    if whole_or_none(first_sweep.first_replica) is None:
+        return 0
+    values = first_sweep.replica_values
+    return values[-1] + 1 if values else 0
+
+
+def _mismatch(message: str) -> Problem:
+    return Problem(Severity.ERROR, "follow-up-mismatch", message)
+
+
+def follow_up_plan(
+    design: SweepDesign, needs: FollowUpNeeds, results_dir: str, experiment_name: str
+) -> tuple[SweepPlan | None, list[Problem]]:
+    """Only the cells that need more runs, grouped so that each sweep's serve x bench product
+    holds no cell that was not asked for: per K the anchors it needs, the most runs any of
+    them needs and the runs each has so far; K alike in all three share a sweep (one server
+    start each).
+
+    Seeds continue each cell's own: a cell with n runs so far gets seeds n, n+1, ... The
+    tuning plan ran it with seeds 0 .. n-1 (a sweep of the older design, one seed, ran seed 0
+    n times), so the follow-up sends none of its runs' prompts again; a planned cell's seeds
+    stay 0 .. its runs - 1, and the K of an anchor stay paired on the seeds they share. Hence
+    K at one anchor with different runs so far go to different sweeps (their bench combos
+    differ). The counts are the usable runs the inputs report: a run the tuner did not count
+    (a failed one) leaves its seed to be used again."""
+    problems = design.invalid()
+    if needs.global_k is not None and needs.global_k != design.startup_k:
+        problems.append(
+            _mismatch(
+                f"the first sweep ran with num_speculative_tokens={needs.global_k} but this"
+                f" design gives {design.startup_k}: the follow-up must use the same engine to"
+                f" merge (set {design_flag('global_k')} {needs.global_k})"
+            )
+        )
+    asked_ks = {k for _, k in needs.more_runs} | {k for _, _, k in needs.context_runs}
+    unknown = sorted(asked_ks - set(design.ks) - set(needs.ks))
+    if unknown and needs.ks:
+        problems.append(
+            _mismatch(f"the plan asks for K={unknown}, which the first sweep did not measure")
+        )
+    too_big = sorted({k for k in asked_ks if k > design.startup_k})
+    if too_big:
+        problems.append(
+            _mismatch(
+                f"the plan asks for K={too_big}, above the design's global K {design.startup_k}"
+            )
+        )
+    if problems:
+        return None, problems
+    if needs.of_grid:
+        return _context_follow_up_plan(design, needs, results_dir, experiment_name)
+    if not needs.more_runs:
+        plan = SweepPlan(
+            "follow-up",
+            design,
+            (),
+            (*needs.notes, "nothing to measure: every anchor is resolved"),
+        )
+        return plan, []
+    per_k: dict[int, dict[int, int]] = {}
+    for (anchor, k), runs in sorted(needs.more_runs.items()):
+        per_k.setdefault(k, {})[anchor] = runs
+    groups: dict[tuple[tuple[int, ...], int, tuple[int, ...], int], list[int]] = {}
+    for k, runs_at in sorted(per_k.items()):
+        anchors = tuple(sorted(runs_at))
+        so_far = tuple(needs.runs_so_far.get((anchor, k), 0) for anchor in anchors)
+        servers = max(needs.new_servers.get((anchor, k), 1) for anchor in anchors)
+        groups.setdefault((anchors, max(runs_at.values()), so_far, servers), []).append(k)
+    steps = []
+    for index, ((anchors, runs, so_far, servers), ks) in enumerate(
+        sorted(groups.items(), key=lambda item: (item[1][0], item[0])), start=1
+    ):
+        new = [a for a in anchors if a in needs.new_anchors]
+        # Where server offsets dominate, the runs go to that many new server starts (replicas
+        # named after the first sweep's); else to the design's servers. Each server runs its
+        # share of the cell's more runs.
+        step_design = design
+        if servers > 1 and servers > len(design.replica_values):
+            step_design = dataclasses.replace(design, server_replicas=servers)
+        replicas = max(len(step_design.replica_values), 1)
+        per_server = math.ceil(runs / replicas)
+        purpose = f"K={ks} at batch sizes {list(anchors)}, {per_server * replicas} more run(s)"
+        if replicas > 1:
+            purpose += f" on {replicas} new server starts ({per_server} each)"
+        if new:
+            purpose += f" (new anchor(s) {new})"
+        first_seeds = dict(zip(anchors, so_far, strict=True))
+        steps.append(
+            SweepStep(
+                name=f"{experiment_name}-{index}",
+                serve_params=tuning_serve_params(step_design, ks),
+                bench_params=bench_params(step_design, anchors, per_server, first_seeds),
+                runs_per_cell=per_server,
+                results_dir=results_dir,
+                experiment_name=f"{experiment_name}-{index}",
+                purpose=purpose,
+            )
+        )
+    notes = [*needs.notes, *_runs_notes(sum(needs.more_runs.values()), design, steps)]
+    notes.append(
+        f"write the results inside the first experiment folder (here: {results_dir}) and"
+        " tune that folder again: tune-spec-k reads summary.json at any depth, so the runs"
+        " of both sweeps are pooled per (anchor, K)"
+    )
+    if needs.new_anchors:
+        notes.append(
+            f"the new anchor(s) {list(needs.new_anchors)} are measured for every K, as the"
+            " seed requires the same K at every anchor"
+        )
+    return SweepPlan("follow-up", design, tuple(steps), tuple(notes)), []
+
+
+def _context_follow_up_plan(
+    design: SweepDesign, needs: FollowUpNeeds, results_dir: str, experiment_name: str
+) -> tuple[SweepPlan | None, list[Problem]]:
+    """:func:`follow_up_plan` of a context follow-up: as for batch sizes, with (anchor, prompt
+    length) in place of the anchor. Per K the cells it needs, the most runs any needs and the
+    runs each has so far; K alike in all three share a sweep, whose bench combos are those
+    cells' alone, each prompt length as ``random_input_len`` (as ``--context-lengths``
+    writes it) and each repeat a seed continuing the cell's own. Every server holds the
+    longest prompt of the first sweep's design and of the follow-up."""
+    lengths = sorted(set(design.context_lengths) | {p for _, p, _ in needs.context_runs})
+    design = dataclasses.replace(design, context_lengths=tuple(lengths))
+    problems = design.invalid()
+    if problems:
+        return None, problems
+    per_k: dict[int, dict[tuple[int, int], int]] = {}
+    for (anchor, prompt, k), runs in sorted(needs.context_runs.items()):
+        per_k.setdefault(k, {})[(anchor, prompt)] = runs
+    groups: dict[tuple[tuple[tuple[int, int], ...], int, tuple[int, ...]], list[int]] = {}
+    for k, runs_at in sorted(per_k.items()):
+        cells = tuple(sorted(runs_at))
+        so_far = tuple(needs.context_runs_so_far.get((a, p, k), 0) for a, p in cells)
+        groups.setdefault((cells, max(runs_at.values()), so_far), []).append(k)
+    steps = []
+    for index, ((cells, runs, so_far), ks) in enumerate(sorted(groups.items()), start=1):
+        where = ", ".join(f"batch {a} x {p} tokens" for a, p in cells)
+        bench: dict[str, Any] = {}
+        for (anchor, prompt), first in zip(cells, so_far, strict=True):
+            workload, params = context_workload(design, anchor, prompt)
+            bench.update(seeded_combos(workload, params, first, runs))
+        steps.append(
+            SweepStep(
+                name=f"{experiment_name}-{index}",
+                serve_params=tuning_serve_params(design, ks),
+                bench_params=bench,
+                runs_per_cell=runs,
+                results_dir=results_dir,
+                experiment_name=f"{experiment_name}-{index}",
+                purpose=f"K={ks} at {where}, {runs} more run(s)",
+            )
+        )
+    notes = list(needs.notes)
+    if not steps:
+        notes.append(
+            "nothing to measure: every grid cell is resolved and no prompt length is proposed"
+        )
+        return SweepPlan("follow-up", design, (), tuple(notes)), []
+    if needs.new_prompt_lengths:
+        notes.append(
+            f"the new prompt length(s) {list(needs.new_prompt_lengths)} (the context"
+            " measurement plan's) are measured at every anchor and K of the grid,"
+            f" {MIN_RUNS_NEEDED} runs each"
+        )
+    notes += _runs_notes(sum(needs.context_runs.values()), design, steps)
+    notes.append(
+        f"every server holds --max-model-len {design.max_model_len_held} (the longest prompt,"
+        f" {lengths[-1]}, plus {design.output_tokens} output tokens)"
+    )
+    notes.append(
+        f"write the results inside the first experiment folder (here: {results_dir}) and"
+        " tune that folder again: the runs of both sweeps are pooled per (anchor, K, prompt"
+        " length)"
+    )
+    return SweepPlan("follow-up", design, tuple(steps), tuple(notes)), []
+
+
+def _runs_notes(asked: int, design: SweepDesign, steps: Sequence[SweepStep]) -> list[str]:
+    """A follow-up's notes on its runs: how many more than asked for the steps run (a sweep
+    runs each cell as often as its most demanding one), how each cell's seeds go on, its
+    replicas (:func:`_replica_notes`) and its warm-ups."""
+    planned = sum(step.runs for step in steps)
+    notes = []
+    if planned > asked:
+        notes.append(
+            f"{planned - asked} run(s) more than asked for: a sweep runs each cell as often as"
+            " its most demanding cell (cheaper than another server start)"
+        )
+    notes.append(
+        "each cell's new runs continue its seeds (a cell with n runs so far gets seeds n, n+1,"
+        " ...), so its earlier runs' prompts are not sent again, unless a run was not counted"
+        " (a failed one): then a seed of the cell may come again"
+    )
+    return notes + _replica_notes(design, steps) + warmup_notes(design)
+
+
+def _replica_notes(design: SweepDesign, steps: Sequence[SweepStep]) -> list[str]:
+    """A follow-up's replicas: what they cost and buy, and why their values are new ones."""
+    notes = replica_notes(design, steps, read_as=TUNER_READS_REPLICAS)
+    if design.first_replica > 0:
+        notes.append(
+            f"the replicas' --{DEFAULT_REPLICA_VAR} values start at {design.first_replica},"
+            " after those of the design this follows up, so its servers are read as new"
+            " ones; a later follow-up planned from this plan's sweep_plan.json continues"
+            " after these"
+        )
+    return notes
