@@ -23,14 +23,11 @@ __all__ = ["MetricColumns", "fingerprint", "numeric_text"]
 _TOP_LEVEL_NAMES: dict[str, str | None] = {
     name: None if name == "run_number" else "record." + name for name in DERIVED_COLUMNS
 }
-
-_NUMERIC = frozenset({float, int, type(None)})
-
-
-_TEXT = frozenset({str, bool})
-
-
 _RENAMED = frozenset(name for name, renamed in _TOP_LEVEL_NAMES.items() if renamed is not None)
+
+#: The exact types (a JSON parser makes no others) of a number or null, and of another scalar.
+_NUMERIC = frozenset({float, int, type(None)})
+_TEXT = frozenset({str, bool})
 
 #: The first character of every text :func:`numeric_text` may read as a number (a cheap test
 #: before ``float()``, which most texts of a record, a model name or a backend, fail).

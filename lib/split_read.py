@@ -6,10 +6,10 @@ reader would have read them (:func:`read_split`). Used by :mod:`lib.sweep_files`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Callable, Set
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ __all__ = ["SPLIT_FROM_BYTES", "Part", "read_split", "split"]
 SPLIT_FROM_BYTES = 128 * 1024 * 1024
 
 
-@dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Part:
     """What reading some of a sweep's files gave: its rows (numbered from 0), its problems
     (:attr:`lib.problems.ProblemLog.entries`) and the run keys it met
@@ -128,48 +128,36 @@ def read_split(
 
 
 def _joined(parts: list[Part], run_keys: Set[int]) -> Part:
-    """The parts read, in order, as one part: rows numbered on from the previous part's, each
-    problem and config where it was first met."""
-    first, later = parts[0], parts[1:]
-    derived, numbers, others = first.derived, first.numbers, first.others
-    columns, first_seen, texts = first.columns, first.first_seen, first.texts
-    input_files, failures = first.input_files, first.failures
-    speculative_configs, compilation_configs = (
-        first.speculative_configs,
-        first.compilation_configs,
+    """The parts read, in order, as one part (the first, grown): rows numbered on from the
+    previous part's, each problem and config where it was first met."""
+    first = parts[0]
+    derived, columns, first_seen, texts = (
+        first.derived,
+        first.columns,
+        first.first_seen,
+        first.texts,
     )
     log = ProblemLog()
     log.extend(first.problems)
-    for part in later:
+    for part in parts[1:]:
         offset = len(derived["source"])
         log.extend(part.problems)
-        input_files += part.input_files
-        failures += [(row + offset, combo) for row, combo in part.failures]
-        for key, config in part.speculative_configs.items():
-            speculative_configs.setdefault(key, config)
-        for key, config in part.compilation_configs.items():
-            compilation_configs.setdefault(key, config)
+        first.input_files.extend(part.input_files)
+        first.failures.extend((row + offset, combo) for row, combo in part.failures)
+        for mine, theirs in (
+            (first.speculative_configs, part.speculative_configs),
+            (first.compilation_configs, part.compilation_configs),
+        ):
+            for key, config in theirs.items():
+                mine.setdefault(key, config)
         for name, values in part.derived.items():
             derived[name] += values
-        numbers += part.numbers
-        others += part.others
+        first.numbers.extend(part.numbers)
+        first.others.extend(part.others)
         for name, values in part.columns.items():
             columns[name] += values
         for name, (row, place) in part.first_seen.items():
             first_seen.setdefault(name, (row + offset, place))
         for name, by_row in part.texts.items():
             texts.setdefault(name, {}).update({row + offset: text for row, text in by_row.items()})
-    return Part(
-        problems=log.entries,
-        input_files=input_files,
-        failures=failures,
-        speculative_configs=speculative_configs,
-        compilation_configs=compilation_configs,
-        derived=derived,
-        numbers=numbers,
-        others=others,
-        columns=columns,
-        first_seen=first_seen,
-        texts=texts,
-        run_keys=run_keys,
-    )
+    return dataclasses.replace(first, problems=log.entries, run_keys=run_keys)

@@ -46,16 +46,9 @@ __all__ = [
 ]
 
 SUMMARY_FILE = "summary.json"
-
-
 WARMUP_FILE = "warmup.json"
-
-
 _RUN_FILE = re.compile(r"^run=(\d+)\.json$")
-
-
 _FAILURE_FILE = re.compile(r"^run=(\d+)\.failure\.json$")
-
 
 Progress = Callable[[Sequence[Path]], Iterable[Path]]
 
