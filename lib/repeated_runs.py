@@ -88,10 +88,7 @@ class RepeatedRuns:
         position: int,
         records: list[Any],
         finite: bool,
-        combo: str,
-        number: int,
-        anchor: int | None,
-        k: int | None,
+        run: tuple[str, int | None, int | None, int],
     ) -> bool:
         """Whether the run was read already (a warning says where), so it counts once.
 
@@ -99,10 +96,10 @@ class RepeatedRuns:
         record listed twice would otherwise count its runs twice, and a cell of 2 runs would
         pass ``--min-runs 3``. The same run is a record with the same content (the same
         fields and values in the same order, as a copy has: :meth:`_content`), or the same run
-        number again in one combo folder at the same batch size and K (``anchor``, ``k``). Runs of
-        other cells are other runs whatever their numbers: a folder holding several cells (one
-        summary.json of a whole sweep, as the seed's own test writes it) numbers each cell's
-        runs from 0.
+        number again in one combo folder at the same batch size and K (``run``: combo folder,
+        batch size, K, run number). Runs of other cells are other runs whatever their numbers:
+        a folder holding several cells (one summary.json of a whole sweep, as the seed's own
+        test writes it) numbers each cell's runs from 0.
 
         The content is written out only for records that share their :func:`run_key` with
         an earlier one (a copy does; different runs almost never): then the earlier record's
@@ -123,12 +120,11 @@ class RepeatedRuns:
         if earlier is not None:
             how = f"a record already read from {earlier} (a copy?)"
         else:
-            run = (combo, anchor, k, number)
             earlier = self._run_numbers.get(run)
             if earlier is None:
                 self._run_numbers[run] = file.source
                 return False
-            how = f"run {number} of the folder again, already read from {earlier}"
+            how = f"run {run[3]} of the folder again, already read from {earlier}"
         self.log.add(
             "repeated-run",
             f"{how}: counted once, from there",

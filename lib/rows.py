@@ -95,6 +95,8 @@ class Rows:
         anchors = derived["anchor"].append
         ks = derived["k"].append
         global_ks = derived["global_k"].append
+        read_params = self.params.read
+        repeated = self.repeats.repeated
         for position, record in enumerate(records):
             if not isinstance(record, dict):
                 self.log.add(
@@ -123,18 +125,9 @@ class Rows:
                         value=show_value(raw),
                         expected=f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}",
                     )
-            params = self.params.read(record, parsed_by_orjson)
-            if self.repeats.repeated(
-                record,
-                file,
-                position,
-                records,
-                parsed_by_orjson,
-                combo,
-                number,
-                params.anchor,
-                params.k,
-            ):
+            params = read_params(record, parsed_by_orjson)
+            run = (combo, params.anchor, params.k, number)
+            if repeated(record, file, position, records, parsed_by_orjson, run):
                 continue
             if params.findings:
                 for rule, message, name, value, expected in params.findings:
