@@ -323,7 +323,26 @@ def _read(
             # Run the wrapper to its end: a progress bar closes when its iteration finishes.
             for _ in ticks:
                 pass
-    return _sweep_files(log, part, root, batch_size_var, k_var, metrics, kept)
+    # The walk's problems first, then the reading's.
+    log.extend(part.problems)
+    place_failures(part.derived, part.failures)
+    return SweepFiles(
+        root=root,
+        batch_size_var=batch_size_var,
+        k_var=k_var,
+        input_files=tuple(part.input_files),
+        problems=tuple(log.problems()),
+        speculative_configs=tuple(part.speculative_configs.values()),
+        compilation_configs=tuple(part.compilation_configs.values()),
+        derived=part.derived,
+        metrics=None if metrics is None else tuple(metrics),
+        kept=kept,
+        numbers=part.numbers,
+        others=part.others,
+        columns=part.columns,
+        first_seen=part.first_seen,
+        texts=part.texts,
+    )
 
 
 def _files_to_read(
@@ -450,36 +469,4 @@ def _read_part(
         first_seen=metrics.first_seen,
         texts=metrics.texts,
         run_keys=read.repeats.run_keys(),
-    )
-
-
-def _sweep_files(
-    log: ProblemLog,
-    part: Part,
-    root: Path,
-    batch_size_var: str,
-    k_var: str,
-    metrics: Collection[str] | None,
-    kept: tuple[str, ...] | None,
-) -> SweepFiles:
-    """What was read (``part``: all of it) as :class:`SweepFiles`; ``log`` holds the walk's
-    problems, met first."""
-    log.extend(part.problems)
-    place_failures(part.derived, part.failures)
-    return SweepFiles(
-        root=root,
-        batch_size_var=batch_size_var,
-        k_var=k_var,
-        input_files=tuple(part.input_files),
-        problems=tuple(log.problems()),
-        speculative_configs=tuple(part.speculative_configs.values()),
-        compilation_configs=tuple(part.compilation_configs.values()),
-        derived=part.derived,
-        metrics=None if metrics is None else tuple(metrics),
-        kept=kept,
-        numbers=part.numbers,
-        others=part.others,
-        columns=part.columns,
-        first_seen=part.first_seen,
-        texts=part.texts,
     )
