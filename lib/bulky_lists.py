@@ -3,7 +3,7 @@
 ``vllm bench serve --save-detailed`` stores one list per request field in every record
 (``ttfts``, ``itls``, ``input_lens``, ``output_lens``, ``generated_texts``, ``errors``): a
 summary.json of a long sweep reaches hundreds of megabytes, nearly all of it lists that no
-decision reads (a list is never a metric, :mod:`lib.sweep_files`). Parsed whole, such a file
+decision reads (a list is never a metric, :mod:`lib.records`). Parsed whole, such a file
 costs about 6 bytes of memory per byte of text.
 
 :func:`shrink_bulky_lists` reads the text in chunks and writes each long list that is the

@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "Problem",
+    "ProblemLog",
     "Severity",
     "errors",
     "printable",
@@ -147,3 +148,49 @@ def show_value(value: object) -> str:
     else:
         text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+class ProblemLog:
+    """Collects problems, folding identical findings from many files into one entry."""
+
+    def __init__(self) -> None:
+        self._files: dict[tuple[Any, ...], dict[str, None]] = {}
+
+    def add(
+        self,
+        rule: str,
+        message: str,
+        file: str,
+        *,
+        severity: Severity = Severity.ERROR,
+        field: str | None = None,
+        value: str | None = None,
+        expected: str | None = None,
+    ) -> None:
+        key = (severity, rule, message, field, value, expected)
+        self._files.setdefault(key, {})[file] = None
+
+    @property
+    def entries(self) -> dict[tuple[Any, ...], dict[str, None]]:
+        """Each finding with the files it was met in, in the order first met."""
+        return self._files
+
+    def extend(self, entries: dict[tuple[Any, ...], dict[str, None]]) -> None:
+        """Add findings logged elsewhere (another log's :attr:`entries`), as if added here in
+        their order: a finding already here keeps its place and gains their files."""
+        for key, files in entries.items():
+            self._files.setdefault(key, {}).update(files)
+
+    def problems(self) -> list[Problem]:
+        return [
+            Problem(
+                severity=severity,
+                rule=rule,
+                message=message,
+                files=tuple(files),
+                field=field,
+                value=value,
+                expected=expected,
+            )
+            for (severity, rule, message, field, value, expected), files in self._files.items()
+        ]

@@ -12,9 +12,9 @@ from paths import SAMPLE_SWEEPS
 from vllm_sweep import noisy_first_sweep
 
 from lib.confidence import ConfidenceReport, ConfidenceSettings, assess
-from lib.policy import apply_policy
 from lib.deploy.result_file import result_text
 from lib.loop.plan.design import SweepDesign
+from lib.policy import apply_policy
 from lib.schedule import TuningResult, tune
 from lib.servers import serve_combo_expression
 from lib.settings import Settings

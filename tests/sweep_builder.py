@@ -25,10 +25,14 @@ leaves them) or ``"json-string"`` (the whole config as one JSON string).
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from paths import BAD_INPUTS
+
+from lib.problems import Problem
 from lib.settings import DEFAULT_K_VAR
 from lib.sweep_files import SweepFiles, read_sweep_files
 
@@ -457,3 +461,23 @@ def fields_shown(files: SweepFiles) -> dict[str, str]:
     """Every field of a read as its repr: order counts (dicts, problems, files) and a NaN
     equals a NaN."""
     return {field: repr(value) for field, value in vars(files).items()}
+
+
+#: The healthy 2-anchor x 2-K x 3-run sweep of the bad-input corpus (null-goodput is unbroken;
+#: only its goodput is null): anchor 1 picks K=3, anchor 4 picks K=0.
+HEALTHY = BAD_INPUTS / "null-goodput"
+
+
+def healthy_copy(tmp_path: Path) -> Path:
+    """A copy of :data:`HEALTHY` in ``tmp_path``, to break."""
+    experiment = tmp_path / "experiment"
+    shutil.copytree(HEALTHY, experiment)
+    return experiment
+
+
+def by_rule(problems: Iterable[Problem]) -> dict[str, list[Problem]]:
+    """The problems by their rule."""
+    found: dict[str, list[Problem]] = {}
+    for problem in problems:
+        found.setdefault(problem.rule, []).append(problem)
+    return found

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from paths import REPO, SAMPLE_SWEEPS
 
-from lib import sweep_files
+from lib import records, repeated_runs, run_params, sweep_files
 from lib.cli.main import main
 from lib.settings import ENGINE_FIELDS, ContextSettings, Settings
 
@@ -176,13 +176,14 @@ CLI_METRICS = (
 def _load_counts(monkeypatch: pytest.MonkeyPatch, root: Path) -> Counter[str]:
     counts: Counter[str] = Counter()
     for owner, name in [
-        (sweep_files, "_flatten"),
-        (sweep_files, "_fingerprint"),
-        (sweep_files, "_run_key"),
+        (records, "_flatten"),
+        (run_params, "fingerprint"),
+        (repeated_runs, "fingerprint"),
+        (repeated_runs, "run_key"),
         (sweep_files, "_records_again"),
         (sweep_files, "parse_json"),
-        (sweep_files._Reader, "_anchor"),
-        (sweep_files._Reader, "_content"),
+        (run_params.ParamsReader, "_anchor"),
+        (repeated_runs.RepeatedRuns, "_content"),
     ]:
         _count_calls(monkeypatch, owner, name, counts)
     files = sweep_files.read_sweep_files(
@@ -202,7 +203,7 @@ def test_the_load_does_per_record_only_what_it_must(
     combo, its run=N.json backups beside it), per record the load does two cheap things and
     nothing else record-sized:
 
-    - ``_run_key`` once (the repeated-run check's first key) and ``_fingerprint`` once (the few
+    - ``run_key`` once (the repeated-run check's first key) and ``fingerprint`` once (the few
       fields the anchor and K lookups read, compared with the previous record's);
     - no ``_flatten`` (every field of the record: the full load, ~6 us a record), no
       ``_content`` (the whole record as JSON: only for a record whose run key matches an
@@ -213,8 +214,8 @@ def test_the_load_does_per_record_only_what_it_must(
     combos = 80  # 800 runs // (8 K x 10 runs a cell) = 10 anchors, x 8 K
     counts = _load_counts(monkeypatch, tmp_path / "sweep")
     assert counts["rows"] == runs == 800
-    assert counts["_run_key"] == runs
-    assert counts["_fingerprint"] == runs
+    assert counts["run_key"] == runs
+    assert counts["fingerprint"] == runs
     assert counts["_flatten"] == 0
     assert counts["_content"] == 0
     assert counts["_records_again"] == 0

@@ -221,7 +221,7 @@ def test_a_prompt_length_written_as_a_json_string_is_that_number(
 ) -> None:
     """Issue 22: "random_input_len": "512" switched the axis off under auto and was "held by
     no record" when named. A JSON string of a number is that number, as the seed reads its
-    numbers (lib.sweep_files.numeric_text): the same axis and grid as with numbers."""
+    numbers (lib.records.numeric_text): the same axis and grid as with numbers."""
     as_text = load_experiment(
         write_context_grid(tmp_path / "text", CONTEXT_GRID, prompt_fields={"random_input_len": str})
     )

@@ -1,6 +1,6 @@
-"""lib/sweep_files.py's read in several processes (issue 24: at 500,000 runs reading was 77 %
-of the CLI's CPU, on one core): it gives exactly what one reader gives, on every sample, real
-sweep and bad input, and a run copied into another piece is still found."""
+"""lib/split_read.py: the sweep's read in several processes (issue 24: at 500,000 runs reading
+was 77 % of the CLI's CPU, on one core) gives exactly what one reader gives, on every sample,
+real sweep and bad input, and a run copied into another piece is still found."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pytest
 from paths import BAD_INPUTS, REAL_DATA, REPO, SAMPLE_SWEEPS
 from sweep_builder import fields_shown, read_sweep, write_grid
 
-from lib import sweep_files
+from lib import split_read, sweep_files
+from lib.problems import ProblemLog
 from lib.settings import DEFAULT_K_VAR, ENGINE_FIELDS, ContextSettings, Settings
 
 BATCH_SIZE_VAR = "max_concurrency"
@@ -46,12 +47,12 @@ def test_a_split_read_gives_what_one_reader_gives(folder: Path, metrics: tuple[s
 
 
 def _entries(folder: Path) -> list[tuple[Path, str, str, str]]:
-    return sweep_files._data_files(folder, sweep_files._ProblemLog(), None)
+    return sweep_files._data_files(folder, ProblemLog(), None)
 
 
 def _total_bytes(entries: list[tuple[Path, str, str, str]]) -> int:
     run_file_bytes: list[int] = []
-    return sum(sweep_files._file_bytes(entry, run_file_bytes) for entry in entries)
+    return sum(split_read._file_bytes(entry, run_file_bytes) for entry in entries)
 
 
 @pytest.mark.parametrize("folder", _sweeps(), ids=lambda path: path.name)
@@ -59,7 +60,7 @@ def test_pieces_are_whole_folders_in_order(folder: Path) -> None:
     entries = _entries(folder)
     combos = {id(entry[0]) for entry in entries}
     for processes in (2, 3, 7):
-        pieces = sweep_files._split(entries, processes, 0)
+        pieces = split_read.split(entries, processes, 0)
         assert [entry for piece in pieces for entry in piece] == entries
         assert len(pieces) <= min(processes, max(len(combos), 1))
         assert all(piece for piece in pieces) or pieces == [[]]
@@ -75,14 +76,14 @@ def test_the_size_threshold_splits_from_its_value_on(tmp_path: Path) -> None:
     # The three summary.json files (their run=N.json backups are never read, so not counted).
     summaries = [folder / name for folder, name, kind, _ in entries if kind == "summary"]
     assert total == sum(path.stat().st_size for path in summaries)
-    assert len(sweep_files._split(entries, 2, total)) == 2
-    assert sweep_files._split(entries, 2, total + 1) == [entries]
-    assert sweep_files._split(entries, 1, 0) == [entries]
+    assert len(split_read.split(entries, 2, total)) == 2
+    assert split_read.split(entries, 2, total + 1) == [entries]
+    assert split_read.split(entries, 1, 0) == [entries]
 
 
 def test_pieces_share_the_bytes() -> None:
     entries = _entries(SAMPLE_SWEEPS / "sonnet-like")
-    pieces = sweep_files._split(entries, 2, 0)
+    pieces = split_read.split(entries, 2, 0)
     sizes = [_total_bytes(piece) for piece in pieces]
     largest_folder = max(
         _total_bytes([entry for entry in entries if entry[0] is folder])
@@ -99,15 +100,15 @@ def test_a_run_copied_into_another_piece_is_read_by_one_reader(tmp_path: Path) -
     original = sorted(path for path in experiment.iterdir() if path.is_dir())[0]
     shutil.copytree(original, experiment / "zz-copy")
     entries = _entries(experiment)
-    pieces = sweep_files._split(entries, 3, 0)
+    pieces = split_read.split(entries, 3, 0)
     assert any(entry[0].name == "zz-copy" for entry in pieces[-1])
     read = functools.partial(
         sweep_files._read_part, root=experiment, reader=(BATCH_SIZE_VAR, DEFAULT_K_VAR, None)
     )
     # The pieces met the same run keys: the split read gives up ...
-    assert sweep_files._read_split(read, pieces) is None
+    assert split_read.read_split(read, pieces) is None
     # ... where one without the copy does not.
-    assert sweep_files._read_split(read, sweep_files._split(entries[:-4], 3, 0)) is not None
+    assert split_read.read_split(read, split_read.split(entries[:-4], 3, 0)) is not None
     split = read_sweep(experiment, processes=3, split_from_bytes=0)
     assert fields_shown(split) == fields_shown(read_sweep(experiment))
     repeated = [problem for problem in split.problems if problem.rule == "repeated-run"]

@@ -1,10 +1,10 @@
 """lib/sweep_files.py: reading a sweep's files needs neither Polars nor NumPy, what it reads
-can cross a process boundary, and the garbage collector is left as the caller had it."""
+can cross a process boundary, the garbage collector is left as the caller had it, and walking
+the folder loses nothing without a word."""
 
 from __future__ import annotations
 
 import gc
-import json
 import os
 import pickle
 import shutil
@@ -16,14 +16,14 @@ from typing import Any
 
 import polars as pl
 import pytest
-from paths import BAD_INPUTS, REPO, SAMPLE_SWEEPS
-from sweep_builder import record, write_combo, write_grid
+from paths import REPO, SAMPLE_SWEEPS
+from sweep_builder import HEALTHY, by_rule, healthy_copy, write_grid
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
-from lib.problems import Problem, Severity
+from lib.problems import Severity
 from lib.sweep_files import read_sweep_files
-from lib.sweeps import Sweep, load_experiment, sweep_from
+from lib.sweeps import load_experiment, sweep_from
 
 
 def test_reading_loads_neither_polars_nor_numpy() -> None:
@@ -93,16 +93,8 @@ def test_metrics_must_be_a_collection_of_names(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- walking the folder
-# The healthy 2-anchor x 2-K x 3-run sweep of the bad-input corpus (null-goodput is unbroken;
-# only its goodput is null): anchor 1 picks K=3, anchor 4 picks K=0.
-HEALTHY = BAD_INPUTS / "null-goodput"
+# The schedule the CLI writes for HEALTHY.
 HEALTHY_SCHEDULE = "[[1, 3, 3], [4, 4, 0]]"
-
-
-def _healthy_copy(tmp_path: Path) -> Path:
-    experiment = tmp_path / "experiment"
-    shutil.copytree(HEALTHY, experiment)
-    return experiment
 
 
 def _tune_output(experiment: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -111,18 +103,11 @@ def _tune_output(experiment: Path, capsys: pytest.CaptureFixture[str]) -> tuple[
     return code, captured.out, captured.err
 
 
-def _rules(sweep: Sweep) -> dict[str, list[Problem]]:
-    found: dict[str, list[Problem]] = {}
-    for problem in sweep.problems:
-        found.setdefault(problem.rule, []).append(problem)
-    return found
-
-
 def test_an_empty_path_is_not_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The working directory is a healthy sweep: analysing it would exit 0.
-    monkeypatch.chdir(_healthy_copy(tmp_path))
+    monkeypatch.chdir(healthy_copy(tmp_path))
     assert main(["", "--output-json", str(tmp_path / "schedule.json")]) == EXIT_BAD_INPUT
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -136,7 +121,7 @@ def test_a_folder_that_cannot_be_listed_is_a_problem(
 ) -> None:
     # root can list a chmod 000 folder (and CI may run as root): the refusal comes from
     # os.scandir, as it would for any other user.
-    experiment = _healthy_copy(tmp_path)
+    experiment = healthy_copy(tmp_path)
     locked = experiment / "SERVE--k0-BENCH--c4"
     listing = os.scandir
 
@@ -154,13 +139,13 @@ def test_a_folder_that_cannot_be_listed_is_a_problem(
     )
     assert line in err
     # Without the problem the anchor would silently lose K=0 and pick K=3.
-    assert "unreadable-folder" in _rules(load_experiment(experiment))
+    assert "unreadable-folder" in by_rule(load_experiment(experiment).problems)
 
 
 def test_symlinked_combo_folders_are_followed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    experiment = _healthy_copy(tmp_path)
+    experiment = healthy_copy(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for name in ("SERVE--k0-BENCH--c4", "SERVE--k3-BENCH--c1"):
@@ -175,13 +160,13 @@ def test_symlinked_combo_folders_are_followed(
 
 
 def test_a_folder_reached_twice_is_read_once(tmp_path: Path) -> None:
-    experiment = _healthy_copy(tmp_path)
+    experiment = healthy_copy(tmp_path)
     # A link to a sibling (sorted after it) and a link back up to the experiment folder.
     (experiment / "SERVE--k3-BENCH--c4-copy").symlink_to("SERVE--k3-BENCH--c4")
     (experiment / "SERVE--k0-BENCH--c1" / "loop").symlink_to("..")
     sweep = load_experiment(experiment)
     assert sweep.runs.height == load_experiment(HEALTHY).runs.height
-    twice = _rules(sweep)["folder-seen-twice"]
+    twice = by_rule(sweep.problems)["folder-seen-twice"]
     assert {problem.severity for problem in twice} == {Severity.WARNING}
     named = {file: problem.message for problem in twice for file in problem.files}
     assert set(named) == {"SERVE--k3-BENCH--c4-copy", "SERVE--k0-BENCH--c1/loop"}
@@ -192,7 +177,7 @@ def test_a_folder_reached_twice_is_read_once(tmp_path: Path) -> None:
 def test_within_refuses_links_that_lead_outside(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
-    experiment = _healthy_copy(root)
+    experiment = healthy_copy(root)
     outside = tmp_path / "outside"
     shutil.copytree(HEALTHY / "SERVE--k3-BENCH--c4", outside / "SERVE--k3-BENCH--c4")
     secret = outside / "secret.json"
@@ -203,7 +188,7 @@ def test_within_refuses_links_that_lead_outside(tmp_path: Path) -> None:
     (experiment / "SERVE--k0-BENCH--c4" / "summary.json").unlink()
     (experiment / "SERVE--k0-BENCH--c4" / "summary.json").symlink_to(secret)
     inside = load_experiment(experiment, within=root)
-    refused = _rules(inside)["outside-root"]
+    refused = by_rule(inside.problems)["outside-root"]
     assert sorted(file for problem in refused for file in problem.files) == [
         "SERVE--k0-BENCH--c4/summary.json",
         "SERVE--k3-BENCH--c4",
@@ -219,14 +204,14 @@ def test_within_refuses_links_that_lead_outside(tmp_path: Path) -> None:
     assert [problem.rule for problem in behind.problems] == ["outside-root"]
     assert behind.runs.height == 0
     # Links inside the root, and any link without `within`, are followed.
-    assert "outside-root" not in _rules(load_experiment(experiment, within=tmp_path))
-    assert "outside-root" not in _rules(load_experiment(experiment))
+    assert "outside-root" not in by_rule(load_experiment(experiment, within=tmp_path).problems)
+    assert "outside-root" not in by_rule(load_experiment(experiment).problems)
 
 
 def test_a_folder_name_that_is_not_utf8_is_shown_escaped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    experiment = _healthy_copy(tmp_path)
+    experiment = healthy_copy(tmp_path)
     odd = os.fsdecode(b"SERVE--k3-BENCH--c4\xff")
     (experiment / "SERVE--k3-BENCH--c4").rename(experiment / odd)
     sweep = load_experiment(experiment)
@@ -240,123 +225,3 @@ def test_a_folder_name_that_is_not_utf8_is_shown_escaped(
     (experiment / odd / "summary.json").write_bytes(b"[{")
     code, out, err = _tune_output(experiment, capsys)
     assert "SERVE--k3-BENCH--c4\\xff/summary.json" in err
-
-
-def test_a_run_number_past_the_limit_is_replaced_by_its_place_with_a_warning() -> None:
-    # huge-numbers gives the first record of SERVE--k0-BENCH--c4/summary.json run_number 2^63.
-    sweep = load_experiment(BAD_INPUTS / "huge-numbers")
-    (warning,) = _rules(sweep)["invalid-run-number"]
-    assert warning.severity is Severity.WARNING
-    assert (warning.files, warning.value) == (("SERVE--k0-BENCH--c4/summary.json[0]",), str(2**63))
-    numbers = sweep.runs.filter(pl.col("source") == "SERVE--k0-BENCH--c4/summary.json")
-    assert numbers["run_number"].to_list() == [0, 1, 2]
-
-
-def _repeats(sweep: Sweep) -> dict[str, str]:
-    """file -> message of every repeated-run warning."""
-    return {
-        file: problem.message
-        for problem in _rules(sweep).get("repeated-run", [])
-        if problem.severity is Severity.WARNING
-        for file in problem.files
-    }
-
-
-def test_a_copied_run_counts_once(tmp_path: Path) -> None:
-    experiment = _healthy_copy(tmp_path)
-    original = experiment / "SERVE--k3-BENCH--c1" / "run=0.json"
-    # A run file copied into a folder of its own (no summary.json there, so it is read).
-    (experiment / "stray").mkdir()
-    shutil.copy(original, experiment / "stray" / "run=0.json")
-    sweep = load_experiment(experiment)
-    assert sweep.runs.height == load_experiment(HEALTHY).runs.height
-    assert _repeats(sweep) == {
-        "stray/run=0.json": "a record already read from SERVE--k3-BENCH--c1/summary.json"
-        " (a copy?): counted once, from there"
-    }
-
-
-def test_records_alike_in_the_run_key_fields_are_told_apart_by_their_content(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The repeated-run check writes a record's content out only when its few run-key fields
-    (sweep_files._RUN_KEY_FIELDS) match an earlier record's; the earlier file is then read
-    again. A twin that matches there but differs elsewhere is a run of its own; a copy of
-    either is a repeat of that one, named by the file it was first read from."""
-    from lib import sweep_files
-
-    experiment = _healthy_copy(tmp_path)
-    original = experiment / "SERVE--k3-BENCH--c1" / "summary.json"
-    record = json.loads(original.read_text())[0]
-    twin = {**record, "label": "twin"}  # label is no run-key field
-    assert "label" not in sweep_files._RUN_KEY_FIELDS
-    for folder, content in {"z1-twin": twin, "z2-copy": record, "z3-copy": twin}.items():
-        (experiment / folder).mkdir()
-        (experiment / folder / "run=0.json").write_text(json.dumps(content))
-    read_again: list[str] = []
-    records_again = sweep_files._records_again
-
-    def counting(*arguments: Any) -> list[Any]:
-        read_again.append(arguments[1])
-        return records_again(*arguments)
-
-    monkeypatch.setattr(sweep_files, "_records_again", counting)
-    sweep = load_experiment(experiment)
-    # The twin is one more run; the two copies are not.
-    assert sweep.runs.height == load_experiment(HEALTHY).runs.height + 1
-    assert _repeats(sweep) == {
-        "z2-copy/run=0.json": "a record already read from SERVE--k3-BENCH--c1/summary.json"
-        " (a copy?): counted once, from there",
-        "z3-copy/run=0.json": "a record already read from z1-twin/run=0.json"
-        " (a copy?): counted once, from there",
-    }
-    # The original's file is read again once, when the twin matches its key; then both
-    # contents are known.
-    assert read_again == ["SERVE--k3-BENCH--c1/summary.json"]
-
-
-def test_a_record_listed_twice_or_a_run_number_repeated_counts_once(tmp_path: Path) -> None:
-    experiment = _healthy_copy(tmp_path)
-    summary = experiment / "SERVE--k0-BENCH--c4" / "summary.json"
-    records = json.loads(summary.read_text())
-    other = experiment / "SERVE--k3-BENCH--c4" / "summary.json"
-    renumbered = json.loads(other.read_text())
-    # The same record twice; and, in another folder, run 1 again with other measurements.
-    summary.write_text(json.dumps([*records, records[0]]))
-    other.write_text(json.dumps([*renumbered, {**renumbered[0], "run_number": 1}]))
-    sweep = load_experiment(experiment)
-    assert sweep.runs.height == load_experiment(HEALTHY).runs.height
-    assert _repeats(sweep) == {
-        "SERVE--k0-BENCH--c4/summary.json": "a record already read from"
-        " SERVE--k0-BENCH--c4/summary.json (a copy?): counted once, from there",
-        "SERVE--k3-BENCH--c4/summary.json": "run 1 of the folder again, already read from"
-        " SERVE--k3-BENCH--c4/summary.json: counted once, from there",
-    }
-    # Each repeated run is left out; the runs kept are the first of each.
-    kept = sweep.runs.filter(pl.col("combo") == "SERVE--k3-BENCH--c4")
-    assert kept["run_number"].to_list() == [0, 1, 2]
-
-
-def test_one_summary_of_several_cells_numbering_each_from_0_keeps_every_run(
-    tmp_path: Path,
-) -> None:
-    """Runs 0, 1, 2 of each (batch size, K) in one folder (one summary.json of a whole sweep,
-    as the seed's own test writes it) are 12 runs, not 3: a run number repeats only within a
-    cell. The same number again at the same cell is still a repeat (test above)."""
-    records = [
-        record(anchor, k, run_number=number, output_throughput=100.0 + 10 * k + number)
-        for anchor in (1, 8)
-        for k in (0, 3)
-        for number in range(3)
-    ]
-    write_combo(tmp_path / "case", records, run_files=False)
-    sweep = load_experiment(tmp_path)
-    assert _repeats(sweep) == {}
-    cells = sweep.runs.group_by("anchor", "k").len().sort("anchor", "k")
-    assert cells.rows() == [(1, 0, 3), (1, 3, 3), (8, 0, 3), (8, 3, 3)]
-    # One more record repeating run 2 of batch size 8, K=3 (other measurements): counted once.
-    repeat = {**records[-1], "output_throughput": 999.0}
-    write_combo(tmp_path / "case", [*records, repeat], run_files=False)
-    again = load_experiment(tmp_path)
-    assert list(_repeats(again)) == ["case/summary.json"]
-    assert again.runs.height == 12

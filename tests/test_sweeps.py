@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from sweep_builder import combo_name, grid, record, write_combo, write_grid, write_json
 
-from lib import sweep_files
+from lib import repeated_runs, run_params
 from lib.problems import Severity
 from lib.settings import DERIVED_COLUMNS, GLOBAL_K_VAR
 from lib.sweeps import Sweep, load_experiment
@@ -448,7 +448,8 @@ def _assert_reuse_changes_nothing(folder: Path, monkeypatch: pytest.MonkeyPatch)
     reused = load_experiment(folder)
     with monkeypatch.context() as patch:
         # No fingerprint, no reuse: every record is looked up afresh.
-        patch.setattr(sweep_files, "_fingerprint", lambda fields: None)
+        patch.setattr(run_params, "fingerprint", lambda fields: None)
+        patch.setattr(repeated_runs, "fingerprint", lambda fields: None)
         fresh = load_experiment(folder)
     _assert_same_sweep(reused, fresh)
     assert _ordered(reused.non_numeric) == _ordered(fresh.non_numeric)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lib.deploy.formats.vllm_rfc_48944 import RFC_48944_KEY
-from lib.deploy.formats.vllm_pr_54801 import SEQ_LEN_KEY
 from lib.deploy.decisions import SCHEDULE_KEY
+from lib.deploy.formats.vllm_pr_54801 import SEQ_LEN_KEY
+from lib.deploy.formats.vllm_rfc_48944 import RFC_48944_KEY
 from lib.deploy.result_file import ResultFile, read_result_file
 from lib.files import read_json
 from lib.keys import parse_json_string

@@ -1,0 +1,247 @@
+"""A run's serve and bench params, looked up in its record by the fields the user named: its
+anchor (the batch size), K, whether it speculates and its global K, with the problems met
+(:class:`ParamsReader`, which also keeps each distinct ``speculative_config`` and
+``compilation_config`` of the sweep). Used by :mod:`lib.rows`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import orjson
+
+from lib.flags import flag_name
+from lib.keys import (
+    LARGEST_WHOLE_NUMBER,
+    MISSING,
+    k_at_batch_size,
+    lookup,
+    parse_json_string,
+    top_level_names,
+    whole_number,
+)
+from lib.problems import show_value
+from lib.records import fingerprint
+from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Fields
+
+__all__ = ["SPECULATIVE_PREFIXES", "Finding", "Params", "ParamsReader"]
+
+#: How the literal dotted fields of a speculative_config start (:func:`_speculative_config`).
+SPECULATIVE_PREFIXES = ("speculative_config.", "speculative-config.")
+
+#: The record fields a serve combo's ``compilation_config`` may be under.
+_COMPILATION_NAMES = ("compilation_config", "compilation-config")
+
+
+def _speculative_config(record: dict[str, Any]) -> Any:
+    """The record's ``speculative_config`` (parsed if a JSON string), or :data:`MISSING`.
+
+    A params file may set the config's fields as literal dotted keys instead
+    (``"speculative_config.num_speculative_tokens": 7``, like vLLM's
+    ``--speculative-config.num_speculative_tokens``); those are gathered into one dict, so the
+    run still counts as speculative and its global K is still checked.
+    """
+    config = lookup(record, "speculative_config")
+    if config is not MISSING:
+        return config
+    gathered = {
+        key.split(".", 1)[1]: parse_json_string(value)
+        for key, value in record.items()
+        if key.startswith(SPECULATIVE_PREFIXES)
+    }
+    return gathered or MISSING
+
+
+#: A problem found in a record, without the file: (rule, message, field, value, expected).
+Finding = tuple[str, str, str | None, str | None, str | None]
+
+
+class Params(NamedTuple):
+    """What a record's serve and bench params give, and the problems met finding it."""
+
+    anchor: int | None
+    k: int | None
+    speculation: bool
+    global_k: int | None
+    findings: tuple[Finding, ...]
+
+
+def _add_distinct(configs: dict[bytes, dict[str, Any]], config: dict[str, Any]) -> None:
+    """Keep ``config`` unless an equal one is kept already."""
+    configs.setdefault(orjson.dumps(config, option=orjson.OPT_SORT_KEYS), config)
+
+
+class ParamsReader:
+    """Looks up the params of each record in turn, keeping each distinct config met."""
+
+    def __init__(self, batch_size_var: str, k_var: str) -> None:
+        self.batch_size_var = batch_size_var
+        self.k_var = k_var
+        self.speculative_configs: dict[bytes, dict[str, Any]] = {}
+        # Each distinct compilation_config a serve combo set (the capture ceiling's source).
+        self.compilation_configs: dict[bytes, dict[str, Any]] = {}
+        # The lookups read only these top-level fields (and, without a speculative_config, the
+        # dotted speculative_config.* fields): records agreeing on them share their params.
+        self.names = tuple(
+            dict.fromkeys(
+                name
+                for key in (batch_size_var, "speculative_config", k_var, GLOBAL_K_VAR)
+                for name in top_level_names(key)
+            )
+        ) + tuple(name for name in _COMPILATION_NAMES if name not in top_level_names(k_var))
+        self._config_names = frozenset(top_level_names("speculative_config"))
+        self._previous_fingerprint: bytes | None = None
+        self._previous_params = Params(None, None, False, None, ())
+        self._previous_fields: tuple[str, ...] | None = None
+        self._previous_dotted: tuple[str, ...] = ()
+
+    def read(self, record: dict[str, Any], reuse: bool) -> Params:
+        """Anchor, K, speculation and global K of a record, with the problems met.
+
+        The runs of a summary.json share their serve and bench params, so with ``reuse`` (the
+        record was parsed by orjson) the lookups are done again only when the top-level
+        fields they read differ from the previous record's (see
+        :func:`lib.records.fingerprint`); otherwise the previous result is returned, its
+        problems included (the caller logs them for this record). A record without a
+        ``speculative_config`` field is compared on its dotted ``speculative_config.*`` fields
+        too, which :func:`_speculative_config` gathers."""
+        text = None
+        if reuse:
+            fields = {name: record[name] for name in self.names if name in record}
+            if self._config_names.isdisjoint(fields):
+                names = tuple(record)
+                if names != self._previous_fields:
+                    self._previous_fields = names
+                    self._previous_dotted = tuple(
+                        name for name in names if name.startswith(SPECULATIVE_PREFIXES)
+                    )
+                fields.update({name: record[name] for name in self._previous_dotted})
+            text = fingerprint(fields)
+            if text is not None and text == self._previous_fingerprint:
+                return self._previous_params
+        found: list[Finding] = []
+        anchor = self._anchor(record, found)
+        k, speculation = self._k(record, anchor, found)
+        global_k = self._global_k(record, found) if speculation else None
+        self._compilation(record)
+        params = Params(anchor, k, speculation, global_k, tuple(found))
+        self._previous_fingerprint = text
+        self._previous_params = params
+        return params
+
+    def of_failure(self, record: Any) -> tuple[int | None, int | None]:
+        """(anchor, K) of a failed run's record, where it has them (no problem is logged: a
+        failure file usually holds no params, and the run counts as failed either way)."""
+        if not isinstance(record, dict):
+            return None, None
+        raw_anchor = lookup(record, self.batch_size_var)
+        anchor = whole_number(raw_anchor) if raw_anchor is not MISSING else None
+        raw_k = lookup(record, self.k_var)
+        if anchor is not None and raw_k is not MISSING:
+            return anchor, k_at_batch_size(raw_k, anchor)
+        return anchor, None
+
+    def _anchor(self, record: dict[str, Any], found: list[Finding]) -> int | None:
+        raw = lookup(record, self.batch_size_var)
+        if raw is MISSING:
+            found.append(
+                (
+                    "missing-anchor",
+                    "the run has no batch-size field, so it cannot be placed at an anchor",
+                    self.batch_size_var,
+                    None,
+                    f"a whole number from 1 to {LARGEST_WHOLE_NUMBER} (choose the field with"
+                    f" {flag_name(Fields, 'batch_size_var')})",
+                )
+            )
+            return None
+        anchor = whole_number(raw)
+        if anchor is None or anchor < 1:
+            reason = (
+                "null: the run was not concurrency-bound and cannot be an anchor"
+                if raw is None
+                else "not a usable batch size"
+            )
+            found.append(
+                (
+                    "invalid-anchor",
+                    f"the batch-size field is {reason}",
+                    self.batch_size_var,
+                    show_value(raw),
+                    f"a whole number from 1 to {LARGEST_WHOLE_NUMBER}",
+                )
+            )
+            return None
+        return anchor
+
+    def _k(
+        self, record: dict[str, Any], anchor: int | None, found: list[Finding]
+    ) -> tuple[int | None, bool]:
+        """(K, speculation) for the record; K=0 for a server without speculative_config."""
+        speculative_config = _speculative_config(record)
+        speculation = speculative_config is not MISSING and speculative_config is not None
+        if isinstance(speculative_config, dict):
+            _add_distinct(self.speculative_configs, speculative_config)
+        raw = lookup(record, self.k_var)
+        if raw is MISSING or raw is None:
+            if not speculation:
+                return 0, False
+            hint = ""
+            if self.k_var == DEFAULT_K_VAR and lookup(record, GLOBAL_K_VAR) is not MISSING:
+                hint = (
+                    "; this sweep seems to vary K statically: try "
+                    f"{flag_name(Fields, 'k_var')} {GLOBAL_K_VAR}"
+                )
+            found.append(
+                (
+                    "missing-k",
+                    "the run has a speculative_config but no K field" + hint,
+                    self.k_var,
+                    None,
+                    "a whole number or a [[lo, hi, K], ...] schedule (choose with"
+                    f" {flag_name(Fields, 'k_var')})",
+                )
+            )
+            return None, speculation
+        if anchor is None:
+            return None, speculation
+        k = k_at_batch_size(raw, anchor)
+        if k is None:
+            found.append(
+                (
+                    "invalid-k",
+                    f"the K field gives no K at batch size {anchor}",
+                    self.k_var,
+                    show_value(raw),
+                    f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}, or [[lo, hi, K], ...]"
+                    " ranges covering the anchor",
+                )
+            )
+        return k, speculation
+
+    def _global_k(self, record: dict[str, Any], found: list[Finding]) -> int | None:
+        raw = lookup(record, GLOBAL_K_VAR)
+        if raw is MISSING or raw is None:
+            return None
+        global_k = whole_number(raw)
+        if global_k is None or global_k < 0:
+            found.append(
+                (
+                    "invalid-global-k",
+                    "the global speculative-token count is not a whole number",
+                    GLOBAL_K_VAR,
+                    show_value(raw),
+                    f"a whole number from 1 to {LARGEST_WHOLE_NUMBER}",
+                )
+            )
+            return None
+        return global_k
+
+    def _compilation(self, record: dict[str, Any]) -> None:
+        """Keep the record's ``compilation_config`` (a dict, or JSON text of one), once per
+        distinct value: the sweep's statement of the CUDA-graph capture settings."""
+        for name in _COMPILATION_NAMES:
+            config = parse_json_string(record.get(name))
+            if isinstance(config, dict):
+                _add_distinct(self.compilation_configs, config)
+                return
