@@ -38,7 +38,7 @@ from lib.settings import (
 )
 from lib.sweeps import Sweep
 
-__all__ = ["ContextAnalysis", "analyse_contexts"]
+__all__ = ["ContextAnalysis", "analyse_contexts", "in_context"]
 
 
 # --------------------------------------------------------------------------- the grid
@@ -307,7 +307,7 @@ def _grid_cells(
     }
 
 
-def _in_context(problem: Problem, point: ContextPoint) -> Problem:
+def in_context(problem: Problem, point: ContextPoint) -> Problem:
     """A problem of one context point's analysis, saying which point."""
     return dataclasses.replace(
         problem,
@@ -343,7 +343,7 @@ def analyse_contexts(
     reason = _not_deployable_reason(contexts)
     for point, context in zip(axis.points, contexts, strict=True):
         problems += [
-            _in_context(problem, point)
+            in_context(problem, point)
             for problem in context.result.problems
             if (reason is None or problem.rule not in _SCHEDULE_RULES) and problem.rule not in said
         ]
