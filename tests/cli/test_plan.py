@@ -703,3 +703,29 @@ def test_where_server_offsets_dominate_the_follow_up_starts_new_servers(
         names, runs = planned[cell]
         assert len(names) == starts and runs == more, (cell, names, runs)
         assert all(int(name.rsplit("=", 1)[1]) >= 3 for name in names)
+
+
+def test_the_readme_s_capture_boundaries_are_planned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README, "Deployment": sonnet-like under a hypothetical C=256 asks to "measure next:
+    batch size 33, K=[6, 7]" (and 37, 43, 52 with K=5, 4, 3); the capped K 4-6 were never
+    measured, and `plan --follow-up` plans them (it refused them as follow-up-mismatch)."""
+    result = tmp_path / "r.json"
+    sonnet = str(SAMPLE_SWEEPS / "sonnet-like")
+    assert main([sonnet, "--max-cudagraph-capture-size", "256", "--output-json", str(result)]) == 0
+    assert "measure next: batch size 33, K=[6, 7]" in capsys.readouterr().out
+    design = ["--model", "m", "--method", "eagle3", "--ks", "0,1,3,7", "--anchors", "1,64,128,256"]
+    out = tmp_path / "followup"
+    follow = ["--follow-up", str(result), "--results-dir", str(tmp_path / "copy")]
+    assert main(["plan", "-o", str(out), *design, *follow]) == 0
+    planned: set[tuple[int, int]] = set()
+    for step in json.loads((out / "sweep_plan.json").read_text())["steps"]:
+        serve = json.loads((out / step["folder"] / "serve_params.json").read_text())
+        bench = json.loads((out / step["folder"] / "bench_params.json").read_text())
+        for combo in serve.values():
+            k = combo["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
+            planned |= {(b["max_concurrency"], k) for b in bench.values()}
+    anchors, ks = (1, 33, 37, 43, 52, 64, 128, 256), range(8)
+    first = {(a, k) for a in (1, 64, 128, 256) for k in (0, 1, 3, 7)}
+    assert planned == {(a, k) for a in anchors for k in ks if k != 2} - first

@@ -73,7 +73,8 @@ def follow_up_plan(
             )
         )
     asked_ks = {k for _, k in needs.more_runs} | {k for _, _, k in needs.context_runs}
-    unknown = sorted(asked_ks - set(design.ks) - set(needs.ks))
+    # The capped K of a capture boundary are new on purpose (FollowUpNeeds.new_ks).
+    unknown = sorted(asked_ks - set(design.ks) - set(needs.ks) - set(needs.new_ks))
     if unknown and needs.ks:
         problems.append(
             _mismatch(f"the plan asks for K={unknown}, which the first sweep did not measure")
@@ -87,6 +88,9 @@ def follow_up_plan(
         )
     if problems:
         return None, problems
+    if needs.new_ks:
+        # The follow-up's design measures them: a later follow-up of its sweep_plan.json knows.
+        design = dataclasses.replace(design, ks=tuple(sorted({*design.ks, *needs.new_ks})))
     if needs.of_grid:
         return _context_follow_up_plan(design, needs, results_dir, experiment_name)
     if not needs.more_runs:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from lib.loop.plan.inputs import other_prompt_field, refusal, whole_or_none
 from lib.problems import Problem
 from lib.settings import RANDOM_PROMPT_LENGTH
 
-__all__ = ["FollowUpNeeds", "follow_up_needs"]
+__all__ = ["FollowUpNeeds", "capture_boundary_cells", "follow_up_needs"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ class FollowUpNeeds:
     #: New server starts per (anchor, K) where the measurement plan asks for more than the one
     #: a follow-up sweep starts (server offsets dominate: lib.measurement_plan).
     new_servers: dict[tuple[int, int], int] = dataclasses.field(default_factory=dict)
+    #: The K the follow-up measures that the first sweep did not: the capped K of the capture
+    #: boundaries (:func:`capture_boundary_cells`).
+    new_ks: tuple[int, ...] = ()
 
 
 def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, list[Problem]]:
@@ -140,15 +143,27 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
             ]
         more, starts = _reruns_from_confidence(result)
         notes.append(
-            "new anchors are only in the measurement plan: pass the file of `tune-spec-k DIR"
-            " --plan-json PATH` too to measure them"
+            "the measurement plan's new anchors (between anchors that disagree, around a"
+            " cliff) are only in it: pass the file of `tune-spec-k DIR --plan-json PATH` too"
+            " to measure them"
         )
-    if result is not None:
+    new_ks: list[int] = []
+    if result is not None and result.anchors_to_measure:
         # The capture boundaries the schedule crosses (lib.deploy.tuning.Deployment).
-        for batch, boundary_ks in result.anchors_to_measure:
-            new_anchors.append(batch)
-            for k in boundary_ks:
-                more[(batch, k)] = max(more.get((batch, k), 0), MIN_RUNS_NEEDED)
+        measured = {anchor.batch_size for anchor in result.anchors} | set(new_anchors)
+        boundary = capture_boundary_cells(measured, ks, result.anchors_to_measure)
+        for cell, runs in boundary.items():
+            more[cell] = max(more.get(cell, 0), runs)
+        new_anchors += [batch for batch, _ in result.anchors_to_measure]
+        new_ks = sorted({k for _, k in boundary} - ks)
+        notes.append(
+            "the capture boundaries (the result's deployment.anchors_to_measure) are new"
+            f" anchors {sorted({b for b, _ in result.anchors_to_measure})}"
+            + (f" and new K {new_ks} (the capped K)" if new_ks else "")
+            + ": each new anchor is measured at every K and each new K at every anchor,"
+            f" {MIN_RUNS_NEEDED} runs each, since the tuner needs the same K at every anchor"
+            " of the merged sweeps"
+        )
     needs = FollowUpNeeds(
         more,
         {cell: counted.get(cell, 0) for cell in more},
@@ -158,8 +173,42 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
         tuple(notes),
         result.source if result is not None else None,
         new_servers=starts,
+        new_ks=tuple(new_ks),
     )
     return needs, []
+
+
+def capture_boundary_cells(
+    anchors: Collection[int],
+    ks: Collection[int],
+    boundaries: Sequence[tuple[int, Sequence[int]]],
+) -> dict[tuple[int, int], int]:
+    """The cells a follow-up measures for the capture boundaries a result names (its
+    ``deployment.anchors_to_measure``: a batch size and the K that decide it there, the tuned K
+    and the capped K), :data:`MIN_RUNS_NEEDED` runs each. The first sweep measured every K of
+    ``ks`` at every one of ``anchors``; its results and the follow-up's are tuned together, and
+    the tuner needs the same K at every anchor (``unequal-k-sets``). So the merged grid is
+    (``anchors`` and the boundaries) x (``ks`` and the boundaries' K), and the cells are those
+    of it the first sweep lacks: each boundary anchor at every K, each K new to the sweep (a
+    capped K it never ran) at every anchor. A boundary at a measured anchor adds only its new
+    K; a boundary whose K were all measured, at a measured anchor, adds nothing; no boundary,
+    no cell.
+
+    >>> sorted(capture_boundary_cells([1, 64], [0, 7], [(33, [6, 7])]))
+    [(1, 6), (33, 0), (33, 6), (33, 7), (64, 6)]
+    >>> capture_boundary_cells([1, 64], [0, 7], [(64, [0, 7])])
+    {}
+    >>> capture_boundary_cells([1, 64], [0, 7], [(64, [5, 7])])
+    {(1, 5): 3, (64, 5): 3}
+    """
+    every_anchor = set(anchors) | {batch for batch, _ in boundaries}
+    every_k = set(ks) | {k for _, boundary_ks in boundaries for k in boundary_ks}
+    return {
+        (anchor, k): MIN_RUNS_NEEDED
+        for anchor in sorted(every_anchor)
+        for k in sorted(every_k)
+        if anchor not in anchors or k not in ks
+    }
 
 
 def _context_follow_up_needs(

@@ -296,3 +296,75 @@ def test_a_follow_up_of_a_replicated_design_starts_new_servers(tmp_path: Path) -
     servers = servers_per_cell(load_experiment(experiment))
     for anchor, k in needs.more_runs:
         assert servers[(anchor, k)] == (3 if anchor in needs.new_anchors else 6), (anchor, k)
+
+
+# --------------------------------------------------------------------------- capture boundaries
+
+
+def _run_k3_best(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+    """Every K 5 % above the one below it, at every anchor (K=3 wins everywhere), seeds 1 %
+    apart."""
+    center = 100.0 * bench["max_concurrency"] * (1 + 0.05 * planned_k(serve))
+    return {"output_throughput": center * (1 + 0.01 * (bench["seed"] % 3 - 1))}
+
+
+def test_the_capture_boundaries_are_planned_run_and_tuned_with_the_first_sweep(
+    tmp_path: Path,
+) -> None:
+    """K=3 wins at 1 and 16 under C=32 (every record holds it): [[1, 16, 3]] is capped to K=2
+    from 9 (9 x 4 = 36 > 32) and K=1 from 11 (11 x 3 = 33 > 32), so the result asks to measure
+    9 at K=[2, 3] and 11 at K=[1, 3]; K=1 and K=2 were never measured (the design's K are 0
+    and 3). The follow-up plans them rather than refusing them: 9 and 11 at every K, K=1 and
+    K=2 at every anchor; run into the first experiment and tuned again, the merged sweep has
+    the same K at every anchor and tunes."""
+    from lib.cli.main import main
+
+    design = llama_design(
+        ks=(0, 3), anchors=(1, 16), max_num_seqs=16, max_cudagraph_capture_size=32
+    )
+    assert write_plan(planned(design), tmp_path / "plan")[1] == []
+    (experiment,) = run_planned_sweeps(tmp_path / "plan", tmp_path, _run_k3_best)
+    result_json = experiment / "result.json"
+    assert main([str(experiment), "--output-json", str(result_json)]) == 0
+    boundaries = json.loads(result_json.read_text())["deployment"]["anchors_to_measure"]
+    assert [(row["batch_size"], row["ks"]) for row in boundaries] == [(9, [2, 3]), (11, [1, 3])]
+    needs, problems = follow_up_needs([result_json])
+    assert needs is not None, problems
+    assert needs.new_ks == (1, 2)
+    follow_up, problems = follow_up_plan(design, needs, str(experiment), "followup")
+    assert follow_up is not None, problems
+    assert follow_up.design.ks == (0, 1, 2, 3)
+    assert set(needs.more_runs) == {
+        (anchor, k) for anchor in (1, 9, 11, 16) for k in (0, 1, 2, 3)
+    } - {(anchor, k) for anchor in (1, 16) for k in (0, 3)}
+    assert write_plan(follow_up, tmp_path / "followup")[1] == []
+    run_planned_sweeps(tmp_path / "followup", tmp_path, _run_k3_best)
+    merged = tmp_path / "merged.json"
+    assert main([str(experiment), "--output-json", str(merged)]) == 0
+    cells = {
+        (candidate["batch_size"], candidate["k"])
+        for decision in json.loads(merged.read_text())["batch_decisions"]
+        for candidate in decision["candidates"]
+    }
+    assert cells == {(anchor, k) for anchor in (1, 9, 11, 16) for k in (0, 1, 2, 3)}
+
+
+def test_a_k_new_to_the_sweep_is_refused_unless_a_capture_boundary_asks_for_it(
+    tmp_path: Path,
+) -> None:
+    """The boundary's capped K is new on purpose; a plan row asking for another new K (K=2,
+    never measured, no boundary) is still a mismatch."""
+    path, result, _ = noisy_result(tmp_path)
+    data = json.loads(result_text(result))
+    data["deployment"] = {
+        "anchors_to_measure": [{"batch_size": 8, "ks": [1, 3], "reason": "boundary"}]
+    }
+    path.write_text(json.dumps(data))
+    design = llama_design(**NOISY_DESIGN)
+    needs, problems = follow_up_needs([path])
+    assert needs is not None and needs.new_ks == (1,), problems
+    plan, problems = follow_up_plan(design, needs, "r", "followup")
+    assert plan is not None, problems
+    stray = dataclasses.replace(needs, more_runs={**needs.more_runs, (16, 2): 3})
+    plan, problems = follow_up_plan(design, stray, "r", "followup")
+    assert plan is None and "K=[2], which the first sweep did not measure" in problems[0].message
