@@ -19,15 +19,16 @@ from lib.loop.plan.inputs import other_prompt_field, refusal, whole_or_none
 from lib.problems import Problem
 from lib.settings import RANDOM_PROMPT_LENGTH
 
-__all__ = ["FollowUpNeeds", "capture_boundary_cells", "follow_up_needs"]
+__all__ = ["FollowUpNeeds", "capture_boundary_cells", "first_experiment", "follow_up_needs"]
 
 
 @dataclass(frozen=True)
 class FollowUpNeeds:
     """Runs still needed per (anchor, K), the runs each of those cells has so far (its first
     new seed, :func:`lib.loop.plan.follow_up.follow_up_plan`), where they came from, and notes.
-    ``result_file`` is the tuning result read, if any: the follow-up's results belong beside
-    it."""
+    ``result_file`` is the tuning result read, if any; ``experiment_dir`` the first sweep's
+    experiment folder where the inputs tell it (:func:`first_experiment`): the follow-up's
+    results belong inside it."""
 
     more_runs: dict[tuple[int, int], int]
     runs_so_far: dict[tuple[int, int], int]
@@ -51,6 +52,8 @@ class FollowUpNeeds:
     #: The K the follow-up measures that the first sweep did not: the capped K of the capture
     #: boundaries (:func:`capture_boundary_cells`).
     new_ks: tuple[int, ...] = ()
+    #: The first sweep's experiment folder (:func:`first_experiment`), None where unknown.
+    experiment_dir: str | None = None
 
 
 def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, list[Problem]]:
@@ -63,6 +66,8 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
     new anchor). None and the problems of a file that is neither, or is damaged."""
     plan_data: dict[str, Any] | None = None
     result: ResultFile | None = None
+    experiment: Path | None = None
+    plan_experiment: Path | None = None
     for path in files:
         data, problems = read_json(path)
         if problems:
@@ -72,10 +77,12 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
             if problems:
                 return None, problems
             plan_data = data
+            plan_experiment = first_experiment(path, None)
         elif is_result(data):
             result, problems = result_file_of(data, str(path))
             if result is None:
                 return None, problems
+            experiment = first_experiment(path, data.get("input_summary_files"))
         else:
             return None, [
                 refusal(
@@ -88,8 +95,12 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
     if result is not None and result.has_grid and not result.context_cells:
         # Planned without it, the follow-up would re-measure the batch-only answer instead.
         return None, list(result.grid_problems)
+    where = str(experiment or plan_experiment) if (experiment or plan_experiment) else None
     if result is not None and result.context_cells:
-        return _context_follow_up_needs(result, plan_data)
+        found, problems = _context_follow_up_needs(result, plan_data)
+        if found is None:
+            return None, problems
+        return dataclasses.replace(found, experiment_dir=where), []
     if plan_data is not None and "context_field" in plan_data:
         return None, [
             refusal(
@@ -174,8 +185,43 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
         result.source if result is not None else None,
         new_servers=starts,
         new_ks=tuple(new_ks),
+        experiment_dir=where,
     )
     return needs, []
+
+
+def first_experiment(path: str | Path, input_files: Any) -> Path | None:
+    """The first sweep's experiment folder, where a follow-up's results must go to merge with
+    its runs (the tuner reads ``summary.json`` at any depth below the folder it is given).
+
+    - of a result JSON (``input_files``: its ``input_summary_files``, relative to the folder
+      tuned): the nearest folder at or above the result's own that holds every one of them
+      (a result written inside its experiment, the default, is found at once; one written
+      elsewhere with ``--output-json``, e.g. beside read-only data, is not found);
+    - of a measurement plan (``input_files`` None: it names no file): its own folder, where
+      that holds a combo folder's ``summary.json`` (``FOLDER/*/summary.json``, the layout
+      ``vllm bench sweep serve`` writes; one level only, so a plan in a large folder costs
+      one listing);
+    - None otherwise: no input files, or not a list of relative paths, or none found.
+
+    >>> first_experiment("/nonexistent/r.json", ["SERVE--k0-BENCH--c1/summary.json"]) is None
+    True
+    >>> first_experiment("/nonexistent/r.json", "not a list") is None
+    True
+    """
+    folder = Path(path).absolute().parent
+    if input_files is None:
+        return folder if next(folder.glob("*/summary.json"), None) is not None else None
+    if not isinstance(input_files, list) or not input_files:
+        return None
+    if not all(
+        isinstance(name, str) and name and not Path(name).is_absolute() for name in input_files
+    ):
+        return None
+    for candidate in (folder, *folder.parents):
+        if all((candidate / name).is_file() for name in input_files):
+            return candidate
+    return None
 
 
 def capture_boundary_cells(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pytest
 from plan_inputs import (
     CONTEXT_DESIGN,
     LONG_CONTEXT,
@@ -32,7 +33,7 @@ from vllm_sweep import (
 
 from lib.confidence import MIN_RUNS_NEEDED
 from lib.deploy.result_file import result_text
-from lib.loop.plan.follow_up import first_replica_after, follow_up_plan
+from lib.loop.plan.follow_up import first_replica_after, follow_up_plan, follow_up_results_dir
 from lib.loop.plan.follow_up_needs import FollowUpNeeds, follow_up_needs
 from lib.loop.plan.sweep_plan import SweepPlan
 from lib.loop.plan.write import write_plan
@@ -368,3 +369,28 @@ def test_a_k_new_to_the_sweep_is_refused_unless_a_capture_boundary_asks_for_it(
     stray = dataclasses.replace(needs, more_runs={**needs.more_runs, (16, 2): 3})
     plan, problems = follow_up_plan(design, stray, "r", "followup")
     assert plan is None and "K=[2], which the first sweep did not measure" in problems[0].message
+
+
+def test_the_follow_up_s_results_go_into_the_first_experiment_or_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--results-dir as given; else the first experiment's folder; refused, naming
+    --results-dir, where that is unknown, not a folder, or not writable."""
+    from lib.loop.plan import follow_up as module
+
+    path, _, _ = noisy_result(tmp_path)
+    needs, _ = follow_up_needs([path])
+    assert needs is not None and needs.experiment_dir is None
+    assert follow_up_results_dir(needs, "given", [str(path)]) == ("given", [])
+    found, problems = follow_up_results_dir(needs, None, [str(path)])
+    assert found is None and problems[0].rule == "unknown-first-experiment"
+    assert problems[0].field == "--results-dir" and problems[0].files == (str(path),)
+    experiment = tmp_path / "tuning"
+    known = dataclasses.replace(needs, experiment_dir=str(experiment))
+    assert follow_up_results_dir(known, None, [str(path)]) == (str(experiment), [])
+    for unwritable in (dataclasses.replace(needs, experiment_dir=str(path)), known):
+        if unwritable is known:
+            monkeypatch.setattr(module.os, "access", lambda *_: False)
+        found, problems = follow_up_results_dir(unwritable, None, [str(path)])
+        assert found is None and problems[0].rule == "unwritable-first-experiment"
+        assert "--experiment-name" in (problems[0].expected or "")
