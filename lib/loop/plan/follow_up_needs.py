@@ -323,6 +323,19 @@ def _context_follow_up_needs(
         for anchor_size in anchors:
             for k in ks:
                 more[(anchor_size, prompt, k)] = MIN_RUNS_NEEDED
+    # The capture boundaries, as for a batch sweep (capture_boundary_cells), at every prompt
+    # length: the grid needs the same K at every cell.
+    boundary = capture_boundary_cells(anchors, ks, result.anchors_to_measure)
+    for prompt in sorted(measured | set(new_lengths)):
+        for (anchor_size, k), runs in boundary.items():
+            key = (anchor_size, prompt, k)
+            more[key] = max(more.get(key, 0), runs)
+    new_ks = sorted({k for _, k in boundary} - set(ks))
+    if boundary:
+        notes.append(
+            "the capture boundaries (the result's deployment.anchors_to_measure) are measured"
+            " at every prompt length: each new anchor at every K, each new K at every anchor"
+        )
     needs = FollowUpNeeds(
         {},
         {},
@@ -335,6 +348,7 @@ def _context_follow_up_needs(
         context_runs_so_far={cell: counted.get(cell, 0) for cell in more},
         new_prompt_lengths=tuple(new_lengths),
         of_grid=True,
+        new_ks=tuple(new_ks),
     )
     return needs, []
 

@@ -394,3 +394,27 @@ def test_the_follow_up_s_results_go_into_the_first_experiment_or_are_refused(
         found, problems = follow_up_results_dir(unwritable, None, [str(path)])
         assert found is None and problems[0].rule == "unwritable-first-experiment"
         assert "--experiment-name" in (problems[0].expected or "")
+
+
+def test_a_context_result_s_capture_boundaries_are_planned_at_every_prompt_length(
+    tmp_path: Path,
+) -> None:
+    """A boundary at batch 16 with K=[2, 3] in a context result (K 0/1/3/5 at 1/8/64/256):
+    16 at every K and the new K=2 at every anchor, at every prompt length of the grid."""
+
+    def boundary(data: dict[str, Any]) -> None:
+        data["deployment"] = {
+            "anchors_to_measure": [{"batch_size": 16, "ks": [2, 3], "reason": "boundary"}]
+        }
+
+    path = context_result(tmp_path, boundary)
+    needs, problems = follow_up_needs([path])
+    assert needs is not None and needs.new_ks == (2,), problems
+    planned = _benched(_context_plan(path))
+    prompts = {prompt for _, prompt, _ in planned}
+    assert {512, 2048, 8192, 32768} <= prompts
+    for prompt in prompts:
+        for anchor in (1, 8, 16, 64, 256):
+            for k in (0, 1, 2, 3, 5):
+                if anchor == 16 or k == 2:
+                    assert planned[(anchor, prompt, k)] == [0, 1, 2], (anchor, prompt, k)
