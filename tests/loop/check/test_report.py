@@ -11,9 +11,16 @@ from sweep_builder import CONTEXT_ARMS, GOOD_VALIDATION, write_context_validatio
 from validation_check import RFC_GOOD, RFC_GOOD_KS, TOP, check, rfc
 
 from lib.loop.check.judge import CheckSettings
+from lib.loop.check.report import CheckReport
 from lib.settings import Options
 
 GOOD = GOOD_VALIDATION
+
+
+def graphless(report: CheckReport) -> list[tuple[int, int, int]]:
+    """(lo, hi, K) of each range the capture check says runs without CUDA graphs."""
+    assert report.deployment is not None
+    return [(r["lo"], r["hi"], r["k"]) for r in report.deployment["graphless_ranges"]]
 
 
 @pytest.mark.parametrize(
@@ -78,10 +85,7 @@ def test_the_capture_rule_holds_a_context_schedule_to_its_largest_k_per_batch_si
     report = check(
         write_context_validation(tmp_path / "v", CONTEXT_ARMS, rfc(RFC_GOOD), RFC_GOOD_KS)
     )
-    assert report.deployment is not None
-    assert [(r["lo"], r["hi"], r["k"]) for r in report.deployment["graphless_ranges"]] == [
-        (129, 256, 3)
-    ]
+    assert graphless(report) == [(129, 256, 3)]
     (warning,) = [p for p in report.problems if p.rule == "graphless-range"]
     assert warning.message.startswith(
         "the context schedule held to its largest K per batch size over every context,"
@@ -90,7 +94,7 @@ def test_the_capture_rule_holds_a_context_schedule_to_its_largest_k_per_batch_si
 
 
 @pytest.mark.parametrize(
-    ("global_k", "clamped", "graphless"),
+    ("global_k", "clamped", "expected"),
     [
         # No global K stated, or one at the schedule's largest K: the schedule as written;
         # K=7 passes C=512 from batch 65 (65 x 8 = 520).
@@ -103,7 +107,7 @@ def test_the_capture_rule_holds_a_context_schedule_to_its_largest_k_per_batch_si
     ],
 )
 def test_the_check_judges_the_k_vllm_clamps_the_schedule_to(
-    tmp_path: Path, global_k: int | None, clamped: bool, graphless: list[tuple[int, int, int]]
+    tmp_path: Path, global_k: int | None, clamped: bool, expected: list[tuple[int, int, int]]
 ) -> None:
     """vLLM clamps every K of the schedule to the server's num_speculative_tokens (silently):
     the capture rule, the K judged and the assumed C are the clamped ones, and a clamp is
@@ -116,9 +120,7 @@ def test_the_check_judges_the_k_vllm_clamps_the_schedule_to(
     if global_k is not None:
         dynamic["num_speculative_tokens"] = global_k
     report = check(write_validation(tmp_path / "v", GOOD, dynamic=dynamic))
-    assert report.deployment is not None
-    ranges = report.deployment["graphless_ranges"]
-    assert [(r["lo"], r["hi"], r["k"]) for r in ranges] == graphless
+    assert graphless(report) == expected
     assert report.deployment["capture_ceiling"]["size"] == 512
     assert (
         f"num_speculative_tokens={global_k or 7}" in report.deployment["capture_ceiling"]["source"]
@@ -144,9 +146,6 @@ def test_a_clamped_context_schedule_is_held_to_the_clamped_k(tmp_path: Path) -> 
     report = check(
         write_context_validation(tmp_path / "v", CONTEXT_ARMS, rfc(entries), RFC_GOOD_KS)
     )
-    assert report.deployment is not None
-    assert [(r["lo"], r["hi"], r["k"]) for r in report.deployment["graphless_ranges"]] == [
-        (129, 256, 3)
-    ]
+    assert graphless(report) == [(129, 256, 3)]
     (warning,) = [p for p in report.problems if p.rule == "clamped-schedule"]
     assert "K=7 (context schedule)" in warning.message
