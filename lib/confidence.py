@@ -67,6 +67,7 @@ from lib.posterior import (
     aligned_cells,
     anchor_cells,
     anchor_verdict,
+    cell_mean_sd,
     leading_k,
 )
 from lib.schedule import TuningResult
@@ -503,21 +504,6 @@ def _scored(
         clean=anchor_cells(usable.filter(at_flagged_anchors & ~pl.col("flagged"))),
         flags_at=Counter(zip(flagged["anchor"].to_list(), flagged["k"].to_list(), strict=True)),
     )
-
-
-def cell_mean_sd(run_sd: float, server_sd: float, runs_per_server: Sequence[int]) -> float:
-    """The standard error of a cell mean (log scale) whose runs came from server starts with
-    ``runs_per_server`` runs each: ``sqrt(run_sd^2 / N + server_sd^2 * sum(n_s^2) / N^2)``
-    (each server's offset weighs as its share of the runs).
-
-    >>> round(cell_mean_sd(0.02, 0.0, [4]), 4), round(cell_mean_sd(0.0, 0.02, [1, 1, 1, 1]), 4)
-    (0.01, 0.01)
-    >>> round(cell_mean_sd(0.0, 0.02, [3, 1]), 4)  # one server's offset weighs 3/4
-    0.0158
-    """
-    total = sum(runs_per_server)
-    weight = sum(n * n for n in runs_per_server) / total**2
-    return math.sqrt(run_sd**2 / total + server_sd**2 * weight)
 
 
 def servers_dominate(run_sd: float, server_sd: float, runs: int, servers: int) -> bool:
