@@ -70,10 +70,15 @@ class ContextAnalysis:
     def servers(self) -> ServerNoise | None:
         """What the grid's P(eps-good) rest on about server starts, over every point (None
         where no point has a confidence report)."""
-        reports = [c.report for c in self.contexts if c.report is not None]
+        reports = [
+            (point.prompt_tokens, context.report)
+            for point, context in zip(self.axis.points, self.contexts, strict=True)
+            if context.report is not None
+        ]
         if not reports:
             return None
-        return combined_servers([r.servers for r in reports], reports[0].settings.server_cv)
+        parts = [(prompt, report.servers) for prompt, report in reports]
+        return combined_servers(parts, reports[0][1].settings.server_cv)
 
     @property
     def deployable(self) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from lib.confidence import ServerNoise
+from lib.confidence import ServerNoise, combined_servers
 from lib.context_axis import ContextAxis, ContextPoint
 from lib.loop.check.arms import UnderTest, clamped_lookup
 from lib.loop.check.judge import CheckSettings, frames_json, judge
@@ -117,10 +117,10 @@ def judge_contexts(
     schedule's K (:func:`lib.loop.check.arms.clamped_lookup`)."""
     contexts = []
     problems: list[Problem] = []
-    servers: ServerNoise | None = None
+    servers: list[tuple[int, ServerNoise]] = []
     for point, at in placed:
         context = None if isinstance(schedule, Schedule) else point.context_tokens
-        arm_frame, verdicts, found, servers = judge(
+        arm_frame, verdicts, found, noise = judge(
             sweep,
             at,
             settings,
@@ -129,8 +129,10 @@ def judge_contexts(
         contexts.append(ContextCheck(point.prompt_tokens, arm_frame, verdicts, context))
         where = f"at {point.prompt_tokens} prompt tokens: "
         problems += [dataclasses.replace(p, message=where + p.message) for p in found]
-    # Every point's runs come from the same servers: the last point's statement is theirs.
-    return tuple(contexts), problems, servers
+        servers.append((point.prompt_tokens, noise))
+    # Replicas may cover some prompt lengths only: each point's anchors are its own.
+    combined = combined_servers(servers, servers[0][1].assumed_cv) if servers else None
+    return tuple(contexts), problems, combined
 
 
 def _k_at_point(schedule: UnderTest, context: int) -> Callable[[int], int]:

@@ -4,6 +4,7 @@ the capture rule on the schedule under test."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,39 @@ def test_a_clamped_context_schedule_is_held_to_the_clamped_k(tmp_path: Path) -> 
     assert graphless(report) == [(129, 256, 3)]
     (warning,) = [p for p in report.problems if p.rule == "clamped-schedule"]
     assert "K=7 (context schedule)" in warning.message
+
+
+def _replicas_at(root: Path, prompt: int, replicas: int = 3) -> Path:
+    """Every serve combo at ``prompt`` tokens replaced by ``replicas`` server starts (the
+    marker ``seed=<r>``), replica r's runs ``r`` % faster."""
+    for folder in sorted(root.glob(f"*-p{prompt}")):
+        serve, bench = folder.name.removeprefix("SERVE--").split("-BENCH--")
+        for replica in range(replicas):
+            target = root / f"SERVE--{serve}-seed={replica}-BENCH--{bench}"
+            for source in folder.glob("*.json"):
+                data = json.loads(source.read_text(encoding="utf-8"))
+                for run in data if isinstance(data, list) else [data]:
+                    run["output_throughput"] *= 1 + 0.01 * replica
+                target.mkdir(exist_ok=True)
+                (target / source.name).write_text(json.dumps(data), encoding="utf-8")
+        shutil.rmtree(folder)
+    return root
+
+
+def test_the_server_statement_covers_every_prompt_length(tmp_path: Path) -> None:
+    """Replicas at 512 prompt tokens only (issue 38, kind 15): the statement is every point's,
+    per prompt length (before: the last point's alone, "no server replicas", though 512 had
+    them)."""
+    root = write_context_validation(tmp_path / "v", CONTEXT_ARMS, rfc(RFC_GOOD), RFC_GOOD_KS)
+    report = check(_replicas_at(root, 512))
+    assert report.assumption is not None
+    assert report.assumption.startswith(
+        "server replicas at batch sizes 1, 64 at 512 prompt tokens: servers of one"
+        " configuration vary by"
+    )
+    assert "; elsewhere P(eps-good) assumes" in report.assumption
+    assert report.servers is not None
+    assert [(p.prompt_tokens, p.measured_at, p.assumed_at) for p in report.servers.points] == [
+        (512, (1, 64), ()),
+        (8192, (), (1, 64)),
+    ]
