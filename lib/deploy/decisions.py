@@ -85,9 +85,15 @@ class Decisions:
         return self.schedule.largest_k
 
     def engine_k(self, given: int | None = None) -> int:
-        """The startup maximum to deploy with: ``given`` (a flag), else the source's, else the
-        schedule's largest K; at least 1 (vLLM's minimum)."""
-        return given or self.global_k or max(self.largest_k, 1)
+        """The startup maximum to deploy with: ``given`` (a flag) as given, else the source's
+        when >= 1, else the schedule's largest K and at least 1 (vLLM's minimum). A given 0
+        is the flag's, never "not given": :func:`lib.deploy.registry.export` refuses it first
+        (:func:`lib.deploy.engine_format.given_global_k_problem`)."""
+        if given is not None:
+            return given
+        if self.global_k is not None and self.global_k >= 1:
+            return self.global_k
+        return max(self.largest_k, 1)
 
 
 def _medians_of_cells(result: TuningResult) -> dict[int, dict[int, float]]:

@@ -722,7 +722,7 @@ def build_context_format(
     )
     if mix is None:
         return None, problems
-    chosen = settings.global_k or grid.global_k
+    chosen = settings.global_k if settings.global_k is not None else grid.global_k
     if not grid.deployable:
         return None, not_deployable_refusal(True, grid.not_deployable_reason, source)
     exported, problems = export_grid(grid, mix, chosen, settings)

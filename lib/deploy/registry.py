@@ -24,7 +24,7 @@ import lib.deploy.formats
 from lib.deploy.constraints import CaptureCeiling, resolve_ceiling
 from lib.deploy.decisions import Decisions, context_decisions, result_decisions
 from lib.deploy.engine import EngineFacts, Fact
-from lib.deploy.engine_format import EngineFormat, Exported
+from lib.deploy.engine_format import EngineFormat, Exported, given_global_k_problem
 from lib.deploy.result_file import is_result, result_file_of
 from lib.deploy.settings import ExportSettings
 from lib.files import read_json
@@ -149,6 +149,10 @@ def export(
             )
         ]
     problems = _misplaced(engine_format, settings, deploy)
+    too_small = given_global_k_problem(
+        settings.global_k, engine_format.least_global_k, engine_format.name
+    )
+    problems += [too_small] if too_small is not None else []
     invalid = [Problem(Severity.ERROR, "invalid-setting", reason) for reason in deploy.invalid()]
     if problems or invalid:
         return None, problems + invalid

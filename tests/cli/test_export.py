@@ -49,6 +49,27 @@ def test_exports_a_tuning_result(tmp_path: Path, capsys: pytest.CaptureFixture[s
             ["--global-k", "3"],
             "TensorRT-LLM requires max_draft_len to equal the K at the smallest key",
         ),
+        # Issue 38, kind 13: 0 was taken for "not given" (the file's K was exported), -1 a
+        # ZeroDivisionError in vllm's capture check.
+        *(
+            (
+                json.dumps(
+                    {
+                        "num_speculative_tokens": 5,
+                        "num_speculative_tokens_per_batch_size": [[1, 8, 5]],
+                    }
+                ),
+                ["--format", name, "--global-k", given],
+                f"--format {name}'s engine starts with a global K of at least 1",
+            )
+            for name in ("vllm", "sglang")
+            for given in ("0", "-1")
+        ),
+        (
+            json.dumps([[1, 8, 5]]),
+            ["--global-k", "-1"],
+            "--format trtllm's engine starts with a global K of at least 0",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(

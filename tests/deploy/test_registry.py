@@ -190,3 +190,55 @@ def test_grid_exports_are_each_context_formats_export_built_once_per_settings() 
     assert (exported.text(), problems) == (fresh.text(), fresh_problems)
     assert exported is not shared[0][1] and grid_export(analysis, mixed)[0] is exported
     assert exported.text() != shared[0][1].text()  # the mix changes the file
+
+
+#: The smallest global K each format's engine starts with: vLLM's num_speculative_tokens and
+#: SGLang's --speculative-num-steps start at 1; TensorRT-LLM's max_draft_len may be 0
+#: (first_k_rule says for which methods).
+ENGINE_MINIMUM = {
+    "trtllm": 0,
+    "vllm": 1,
+    "sglang": 1,
+    "vllm-context": 1,
+    "vllm-rfc-48944": 1,
+    "vllm-pr-54801": 1,
+}
+
+
+@pytest.mark.parametrize("name", [f.name for f in formats()])
+@pytest.mark.parametrize("given", [-1, 0, 1, 2, 3])
+def test_a_global_k_below_the_engines_minimum_is_refused_by_every_format(
+    tmp_path: Path, name: str, given: int
+) -> None:
+    """Issue 38, kind 13: ``--global-k 0`` was replaced by the file's global K (``given or
+    ...`` takes 0 for "not given") in vllm, sglang and the context formats, and -1 crashed
+    vllm (a division by 1 + K). One rule for every format: a given global K below the
+    format's engine minimum (1; TensorRT-LLM 0) is refused naming the flag; at or above it,
+    any export holds the given K, never the file's (3, with the schedule [[1, 256, 3]])."""
+    engine_format = format_named(name)
+    least = ENGINE_MINIMUM[name]
+    source = write(tmp_path, result_json(PUBLISHED))
+    decisions, problems = registry.read_decisions(source, for_grid=engine_format.needs_grid)
+    assert decisions is not None and problems == []
+    exported, problems = export(decisions, ExportSettings(format=name, global_k=given))
+    rules = [problem.rule for problem in problems]
+    if given < least:
+        assert exported is None and rules == ["global-k-below-engine-minimum"]
+        (problem,) = problems
+        assert (problem.field, problem.value, problem.expected) == (
+            "--global-k",
+            str(given),
+            f">= {least}",
+        )
+        return
+    assert "global-k-below-engine-minimum" not in rules
+    if exported is not None:
+        config = dict(exported.config)
+        stated = config.get("num_speculative_tokens", config.get("max_draft_len"))
+        if name == "sglang":
+            stated = int(exported.lines()[1].split("--speculative-num-steps ")[1].split()[0])
+        assert stated == given
+
+
+def test_the_engine_minimum_of_each_format() -> None:
+    assert {f.name: f.least_global_k for f in formats()} == ENGINE_MINIMUM

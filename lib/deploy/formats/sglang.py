@@ -176,7 +176,7 @@ def build(
             )
         ]
     candidates = {k for _, _, k in schedule.ranges}
-    steps = settings.global_k or largest
+    steps = settings.global_k if settings.global_k is not None else largest
     if steps not in candidates:
         return None, [
             Problem(
