@@ -34,7 +34,7 @@ from lib.cliffs import CLIFF_RULE
 from lib.context_grid import ContextGrid, context_grid_of
 from lib.deploy.engine import EngineFacts, Fact
 from lib.files import read_json
-from lib.keys import MISSING, stated_k, whole_number
+from lib.keys import MISSING, stated_k, whole_number, whole_number_text
 from lib.problems import Problem, Severity
 from lib.schedule import NO_SCHEDULE, JsonValue, Schedule, candidate_json, finite_or_none
 from lib.settings import Direction
@@ -536,7 +536,7 @@ def _by_k(value: Any, convert: Any) -> dict[int, Any]:
     """A JSON object keyed by K (as strings), its values converted; bad entries left out."""
     found = {}
     for key, item in _mapping(value).items():
-        k, converted = whole_number(_int_text(key)), convert(item)
+        k, converted = whole_number_text(key), convert(item)
         if k is not None and converted is not None:
             found[k] = converted
     return found
@@ -575,10 +575,6 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def _int_text(key: str) -> int | None:
-    return int(key) if key.isdigit() else None
 
 
 def _number(value: Any) -> float | None:

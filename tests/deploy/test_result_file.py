@@ -181,6 +181,22 @@ def test_counts_are_whole_numbers_as_everywhere_a_float_whole_one_included() -> 
     assert (batch(1), batch(1.0), batch(1.5), batch(True), batch(-1)) == (1, 1, None, None, None)
 
 
+def test_confidence_keys_are_ks_in_ascii_digits_others_left_out() -> None:
+    """Issue 38, kind 16: a confidence key "²" (``str.isdigit()`` yes, ``int()`` no) was a
+    traceback; "٣" was read as K=3. Both are left out, as any damaged entry is."""
+    keys = {"3": 0.9, "\u00b2": 0.5, "\u0663": 0.4, "-1": 0.3, " 1": 0.2, str(2**31): 0.1}
+    entry = {
+        "batch_size": 1,
+        "candidates": [{"batch_size": 1, "k": 3, "num_runs": 3}],
+        "confidence": {"status": "resolved", "p_eps_good": keys, "num_servers": {"\u00b2": 2}},
+    }
+    read, problems = result_file_of(_with(batch_decisions=[entry]), "r.json")
+    assert read is not None and problems == []
+    confidence = read.anchors[0].confidence
+    assert confidence is not None
+    assert (confidence.p_eps_good, confidence.num_servers) == ({3: 0.9}, {})
+
+
 def test_the_context_grid_is_read_and_its_problems_reach_the_export(
     tmp_path: Path, long_context: ContextAnalysis
 ) -> None:
