@@ -28,7 +28,7 @@ from typing import Any
 
 from lib.bulky_lists import SCAN_FROM_BYTES, shrink_bulky_lists
 from lib.files import parse_json, read_file
-from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, whole_number
+from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, whole_number_text
 from lib.problems import Problem, ProblemLog, Severity, printable, show_value
 from lib.repeated_runs import RecordFile
 from lib.rows import Rows, place_failures
@@ -47,8 +47,8 @@ __all__ = [
 
 SUMMARY_FILE = "summary.json"
 WARMUP_FILE = "warmup.json"
-_RUN_FILE = re.compile(r"^run=(\d+)\.json$")
-_FAILURE_FILE = re.compile(r"^run=(\d+)\.failure\.json$")
+_RUN_FILE = re.compile(r"^run=([0-9]+)\.json$")
+_FAILURE_FILE = re.compile(r"^run=([0-9]+)\.failure\.json$")
 
 Progress = Callable[[Sequence[Path]], Iterable[Path]]
 
@@ -416,7 +416,7 @@ def _read_part(
                 severity=Severity.WARNING,
             )
         input_files.append(relative)
-        number = whole_number(int(run)) if run else None
+        number = whole_number_text(run) if run else None
         if run and number is None:
             log.add(
                 "invalid-file-name",

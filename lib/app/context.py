@@ -12,12 +12,11 @@ from typing import Any
 from lib.analysis import Analysis, analyse
 from lib.context import ContextAnalysis, analyse_contexts
 from lib.context_axis import ContextAxis
-from lib.deploy.decisions import decisions_of
 from lib.deploy.grid import ContextExport
 from lib.deploy.registry import export, formats, grid_export
 from lib.deploy.result_file import context_text, result_text
 from lib.deploy.settings import ExportSettings
-from lib.deploy.tuning import deploy_analysis, deploy_contexts, sweep_engine_facts
+from lib.deploy.tuning import deploy_analysis, deploy_contexts, deployed_decisions
 from lib.deploy.verdict import Verdict, context_verdict, verdict_in
 from lib.problems import Problem
 from lib.schedule import TuningResult
@@ -195,8 +194,7 @@ def engine_downloads(
 ) -> list[EngineDownload]:
     """Every registered batch-only format's export of the result (its schedule must exist), as
     ``tune-spec-k export RESULT --format F`` with the engine's settings where F reads them."""
-    facts, _ = sweep_engine_facts(result.sweep)
-    decisions = decisions_of(result, facts)
+    decisions = deployed_decisions(result)
     downloads = []
     for engine_format in formats():
         if engine_format.needs_grid:

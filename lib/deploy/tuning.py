@@ -26,8 +26,8 @@ from lib.deploy.constraints import (
     method_warnings,
     tokens_per_step,
 )
-from lib.deploy.decisions import decisions_of
-from lib.deploy.engine import EngineFacts, Fact
+from lib.deploy.decisions import Decisions, decisions_of
+from lib.deploy.engine import EngineFacts, Fact, VllmCap
 from lib.deploy.registry import ceiling_for
 from lib.deploy.verdict import verdict_of
 from lib.problems import Problem, Severity
@@ -37,9 +37,16 @@ from lib.settings import ENGINE_FIELDS, DeploySettings
 if TYPE_CHECKING:
     from lib.analysis import Analysis
     from lib.context import ContextAnalysis
+    from lib.schedule import TuningResult
     from lib.sweeps import Sweep
 
-__all__ = ["Deployment", "deploy_analysis", "deploy_contexts", "sweep_engine_facts"]
+__all__ = [
+    "Deployment",
+    "deploy_analysis",
+    "deploy_contexts",
+    "deployed_decisions",
+    "sweep_engine_facts",
+]
 
 
 def _capture_size(config: dict[str, Any]) -> int | None:
@@ -326,3 +333,21 @@ def _checked(
         problems=(*kept, *problems),
     )
     return dataclasses.replace(analysis, result=deployed), deployment
+
+
+def deployed_decisions(result: TuningResult, engine: EngineFacts | None = None) -> Decisions:
+    """The decisions of a tuning :func:`deploy_analysis` deployed (``engine``: the sweep's
+    facts, :func:`sweep_engine_facts`, when already found): its schedule as deployed on
+    vLLM and, where the capture check capped it (C known), the cap
+    (:class:`~lib.deploy.engine.VllmCap`: the schedule as tuned, C and its source), so that
+    every other engine is given the tuned schedule (:func:`lib.deploy.registry.engine_decisions`),
+    as ``export`` of the result file gives it."""
+    if engine is None:
+        engine, _ = sweep_engine_facts(result.sweep)
+    deployment = result.additions.get("deployment")
+    cap = None
+    if isinstance(deployment, Deployment) and deployment.check.changed:
+        check = deployment.check
+        tuned = check.tuned if check.tuned is not None else check.schedule
+        cap = VllmCap(tuned, check.ceiling.size, check.ceiling.source)
+    return decisions_of(result, engine, vllm_cap=cap)
