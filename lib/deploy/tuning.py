@@ -29,6 +29,7 @@ from lib.deploy.decisions import decisions_of
 from lib.deploy.engine import EngineFacts, Fact
 from lib.deploy.registry import ceiling_for
 from lib.deploy.verdict import verdict_of
+from lib.keys import lookup, parse_json_string, whole_number
 from lib.problems import Problem, Severity
 from lib.server_info import SavedServers, ServerSettings, read_server_settings
 from lib.settings import ENGINE_FIELDS, DeploySettings
@@ -42,17 +43,18 @@ __all__ = ["Deployment", "deploy_analysis", "sweep_engine_facts"]
 
 def _capture_size(config: dict[str, Any]) -> int | None:
     """The capture ceiling a ``compilation_config`` states: ``max_cudagraph_capture_size``,
-    else the largest of ``cudagraph_capture_sizes``; None when it states neither."""
-    size = config.get("max_cudagraph_capture_size")
-    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
-        return int(size)
-    sizes = config.get("cudagraph_capture_sizes")
-    if (
-        isinstance(sizes, list)
-        and sizes
-        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes)
-    ):
-        return int(max(sizes))
+    else the largest of ``cudagraph_capture_sizes``; None when it states neither. Each a whole
+    number >= 1 as :func:`lib.keys.whole_number` reads one (``256.0`` is 256, as the saved
+    server configs read it; a JSON string of a number is parsed); the keys in either spelling
+    (``max-cudagraph-capture-size``, as vLLM's CLI writes it)."""
+    size = whole_number(parse_json_string(lookup(config, "max_cudagraph_capture_size")))
+    if size is not None and size >= 1:
+        return size
+    sizes = parse_json_string(lookup(config, "cudagraph_capture_sizes"))
+    if isinstance(sizes, list) and sizes:
+        wholes = [whole_number(s) for s in sizes]
+        if all(w is not None and w >= 1 for w in wholes):
+            return max(w for w in wholes if w is not None)
     return None
 
 

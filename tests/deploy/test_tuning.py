@@ -3,8 +3,11 @@ applied to an analysis."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from sweep_builder import record, write_combo, write_grid
 
 from lib.analysis import analyse
@@ -80,3 +83,62 @@ def test_no_schedule_no_deployment(tmp_path: Path) -> None:
     assert deployment is None and deployed.result.schedule == analysis.result.schedule
     assert deployed.result.problems == analysis.result.problems
     assert list(deployed.result.additions) == [*analysis.result.additions, "verdict"]
+
+
+# --------------------------------------------------------------------------- issue 38, kind 7
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"compilation_config.max_cudagraph_capture_size": 256},
+        {"compilation-config.max_cudagraph_capture_size": "256"},
+        {"compilation_config.max-cudagraph-capture-size": 256.0},
+        {"compilation_config": {"max_cudagraph_capture_size": 256.0}},
+        {"compilation_config": json.dumps({"max_cudagraph_capture_size": 256.0})},
+        {"compilation_config.cudagraph_capture_sizes": [1, 2, 4, 256.0]},
+        {"compilation_config": {"cudagraph_capture_sizes": [1, 2, 4, 256]}},
+    ],
+    ids=[
+        "dotted",
+        "dotted-dashes-text",
+        "dotted-dashed-key-float",
+        "nested-float",
+        "json-text-float",
+        "dotted-sizes",
+        "nested-sizes",
+    ],
+)
+def test_every_spelling_of_the_capture_ceiling_is_read(
+    tmp_path: Path, fields: dict[str, Any]
+) -> None:
+    # Issue 38, kind 7: vLLM's dotted serve argument and a whole float used to leave C assumed.
+    facts, problems = sweep_engine_facts(load_experiment(write_grid(tmp_path, CELLS, **fields)))
+    assert facts.max_cudagraph_capture_size is not None and problems == []
+    assert facts.max_cudagraph_capture_size.value == 256
+    assert facts.max_cudagraph_capture_size.source == "the records' compilation_config"
+
+
+@pytest.mark.parametrize("value", [0, 1.5, -256, "abc", True, None, [256]])
+def test_a_capture_size_that_is_not_a_whole_number_of_at_least_1_is_not_taken(
+    tmp_path: Path, value: Any
+) -> None:
+    folder = write_grid(tmp_path, CELLS, **{"compilation_config.max_cudagraph_capture_size": value})
+    facts, _ = sweep_engine_facts(load_experiment(folder))
+    assert facts.max_cudagraph_capture_size is None
+
+
+def test_servers_differing_only_in_a_dotted_capture_size_are_both_read(tmp_path: Path) -> None:
+    # The loader reuses a record's params when the fields they read agree: the dotted
+    # compilation_config fields are among them, so the second server's C is not lost.
+    root = tmp_path / "sweep"
+    for k, size in ((0, 512), (3, 256)):
+        runs = [
+            record(1, k, run_number=n, **{"compilation_config.max_cudagraph_capture_size": size})
+            for n in range(3)
+        ]
+        write_combo(root / f"SERVE--k{k}-BENCH--c1", runs, run_files=False)
+    facts, problems = sweep_engine_facts(load_experiment(root))
+    assert facts.max_cudagraph_capture_size is not None
+    assert facts.max_cudagraph_capture_size.value == 256
+    assert [p.rule for p in problems] == ["servers-differ"]
