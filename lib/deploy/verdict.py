@@ -59,6 +59,7 @@ __all__ = [
     "context_verdict",
     "draft_settings_reasons",
     "error_reasons",
+    "is_unreachable",
     "no_speculation_reason",
     "switch_reasons",
     "verdict_in",
@@ -200,18 +201,25 @@ def error_reasons(problems: Iterable[Problem]) -> list[Reason]:
 
 
 def anchor_reasons(
-    result: TuningResult, report: ConfidenceReport, plan: MeasurementPlan | None
+    result: TuningResult,
+    report: ConfidenceReport,
+    plan: MeasurementPlan | None,
+    max_num_seqs: int | None = None,
 ) -> list[Reason]:
     """Per anchor, by the confidence model's status (docs/confidence.md): ``unresolved`` is a
     reason (size: the pick's P(eps-good), the value the status rests on: without the flagged
     runs where the anchor has some); a resolved anchor whose reported pick (the seed's rule
     may differ from the confident rule) is not among the K whose P(eps-good) reaches the
-    confidence is one too. The fix is the measurement plan's reruns at that anchor, if any."""
+    confidence is one too. The fix is the measurement plan's reruns at that anchor, if any.
+    An anchor past a known ``max_num_seqs`` is never run by the server (:func:`is_unreachable`):
+    no reason, and no measurement asked there."""
     picks = dict(zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True))
     cells = {(row["anchor"], row["k"]): row for row in report.cells.to_dicts()}
     reasons = []
     for row in report.anchors.to_dicts():
         anchor, rule_k = row["anchor"], row["selected_k"]
+        if is_unreachable(anchor, max_num_seqs):
+            continue
         picked = picks.get(anchor)
         if row["status"] == "resolved" and (picked is None or picked in row["qualifying_k"]):
             continue
@@ -262,8 +270,23 @@ def _rerun_fix(plan: MeasurementPlan | None, anchor: int) -> str:
     return ", ".join(wanted) + " (tune-spec-k plan --follow-up RESULT writes the sweep)"
 
 
+def is_unreachable(batch_size: int, max_num_seqs: int | None) -> bool:
+    """The rule: a server started with ``max_num_seqs`` N never schedules more than N requests
+    at once, so a batch size above N (strict: N itself runs) is never run and nothing there
+    needs measuring. ``max_num_seqs`` None (not known) reaches every batch size.
+
+    >>> is_unreachable(65, 64), is_unreachable(64, 64), is_unreachable(10**6, None)
+    (True, False, False)
+    """
+    return max_num_seqs is not None and batch_size > max_num_seqs
+
+
 def switch_reasons(
-    switch_points: SwitchPoints, emitted: str, tolerance: float, plan: MeasurementPlan | None
+    switch_points: SwitchPoints,
+    emitted: str,
+    tolerance: float,
+    plan: MeasurementPlan | None,
+    max_num_seqs: int | None = None,
 ) -> list[Reason]:
     """Per switch between neighbouring anchors whose picks differ, where the interpolated
     curves say the best K changes between them (``changed_batch_sizes > 0``) by more than the
@@ -271,7 +294,12 @@ def switch_reasons(
     more): with the step schedule deployed, it runs the lower pick there and is predicted to
     lose that much; with the interpolated schedule, it switches there on the model alone, and
     loses that much where the model is wrong. The fix: measure an anchor in the stretch (the
-    measurement plan's, where it proposes one)."""
+    measurement plan's, where it proposes one).
+
+    With a known ``max_num_seqs`` N (:func:`is_unreachable`), a stretch the server never runs
+    is no reason: the step schedule's loss starts at the switch point (none when it is past
+    N), the interpolated schedule's at the lower anchor (none when that is N or more); the
+    stretch named ends at N, and an anchor proposed past N is never asked for."""
     reasons = []
     for row in switch_points.switches.to_dicts():
         loss = row["max_gain_percent"]
@@ -284,10 +312,14 @@ def switch_reasons(
             row["to_k"],
         )
         at = row["switch_at"]
+        first_at_risk = at if emitted == "step" else lower + 1
+        if is_unreachable(first_at_risk, max_num_seqs):
+            continue
+        last_run = upper - 1 if max_num_seqs is None else min(upper - 1, max_num_seqs)
         if emitted == "step":
             message = (
                 f"between batch sizes {lower} and {upper} nothing was measured: the step"
-                f" schedule runs K={from_k} from {at} to {upper - 1}, where the interpolated"
+                f" schedule runs K={from_k} from {at} to {last_run}, where the interpolated"
                 f" curves predict K={to_k} better by up to {percent_text(loss)}"
             )
         else:
@@ -299,12 +331,16 @@ def switch_reasons(
         proposed = (
             []
             if plan is None
-            else [b for b in plan.new_anchors["batch_size"].to_list() if lower < b < upper]
+            else [
+                b
+                for b in plan.new_anchors["batch_size"].to_list()
+                if lower < b < upper and not is_unreachable(b, max_num_seqs)
+            ]
         )
         where = (
             f"batch size {', '.join(map(str, proposed))}, the measurement plan's new anchor"
             if proposed
-            else f"an anchor near batch size {at}"
+            else f"an anchor near batch size {min(at, last_run)}"
         )
         fix = f"measure {where} (tune-spec-k DIR --plan-json PATH writes the plan)"
         if emitted == "step":
@@ -403,11 +439,13 @@ def verdict_of(analysis: Analysis, capture: CeilingCheck | None) -> Verdict:
         return _verdict(errors or fallback, [])
     reasons: list[Reason] = []
     report = analysis.report
+    ceiling = capture.ceiling if capture is not None else None
+    seqs = ceiling.max_num_seqs if ceiling is not None and ceiling.max_num_seqs_known else None
     if report is not None:
-        reasons += anchor_reasons(result, report, analysis.plan)
+        reasons += anchor_reasons(result, report, analysis.plan, seqs)
         if analysis.switch_points is not None:
             reasons += switch_reasons(
-                analysis.switch_points, _emitted(result), report.tolerance, analysis.plan
+                analysis.switch_points, _emitted(result), report.tolerance, analysis.plan, seqs
             )
     if capture is not None:
         reasons += capture_reasons(capture)

@@ -327,3 +327,53 @@ def test_an_unresolved_context_cell_is_a_reason_with_its_p(tmp_path: Path) -> No
     assert "unresolved-cell" not in _rules(
         context_verdict(analyse_contexts(clear, axis, Settings(), Options()))
     )
+
+
+# --------------------------------------------------------------------------- issue 38
+
+
+def _runs_at(anchor: int, runs: dict[int, list[float]]) -> dict[tuple[int, int], list[float]]:
+    return {(anchor, k): values for k, values in runs.items()}
+
+
+STEADY_RUNS = {0: [100.0, 100.5, 99.5], 3: [150.0, 150.5, 149.5]}
+
+
+def test_nothing_past_a_known_max_num_seqs_is_asked_for(tmp_path: Path) -> None:
+    # Issue 38, kind 11. K=3 at 1, 64 and 256 ([[1, 256, 3]]) under C=200 and max_num_seqs=64:
+    # 200 // 4 = 50, so 51-64 must run K=2 (51 * 3 = 153 <= 200; 66 * 3 = 198 is the last K=2
+    # batch size, past 64). The repair used to report 67-100 (K=1) and 101-256 (K=0) too, and
+    # ask for anchors at 67 and 101, which a server of max_num_seqs 64 never runs.
+    folder = write_grid(tmp_path, grid([1, 64, 256], STEADY_RUNS))
+    analysis = analyse(load_experiment(folder), Settings(), Options())
+    deploy = DeploySettings(max_num_seqs=64, max_cudagraph_capture_size=200)
+    deployed, deployment = deploy_analysis(analysis, deploy)
+    verdict = verdict_in(deployed.result)
+    assert verdict is not None and deployment is not None
+    assert [(c.lo, c.hi, c.capped_k) for c in deployment.check.capped] == [(51, 64, 2)]
+    assert [row["batch_size"] for row in deployment.boundaries()] == [51]
+    (capped,) = [r for r in verdict.reasons if r.rule == "capped-range"]
+    assert capped.fix == "measure an anchor at 51 with K=2"
+    # Anchor 256 is past max_num_seqs: never run, so no reason names it.
+    assert not any("256" in reason.message for reason in verdict.reasons)
+
+
+@pytest.mark.parametrize(("max_num_seqs", "reason"), [(2, False), (3, True), (16, True)])
+def test_a_switch_the_server_never_reaches_is_no_reason(
+    tmp_path: Path, max_num_seqs: int, reason: bool
+) -> None:
+    # Issue 38, kind 11. CROSSING's step schedule loses from the switch point 3 to 15: with
+    # max_num_seqs 2 the server never runs batch 3 (and never the anchor 16); with 3 it runs
+    # batch 3, the stretch named ending at 3.
+    deployed = _deployed(
+        write_grid(tmp_path, CROSSING), deploy=DeploySettings(max_num_seqs=max_num_seqs)
+    )
+    points, report = deployed.switch_points, deployed.report
+    assert points is not None and report is not None
+    found = switch_reasons(points, "step", report.tolerance, deployed.plan, max_num_seqs)
+    assert bool(found) is reason
+    if reason:
+        assert f"runs K=3 from 3 to {min(15, max_num_seqs)}," in found[0].message
+    verdict = verdict_in(deployed.result)
+    assert verdict is not None
+    assert ("unmeasured-switch" in _rules(verdict)) is reason
