@@ -49,11 +49,13 @@ if TYPE_CHECKING:
     from lib.switch_points import SwitchPoints
 
 __all__ = [
+    "BATCH_NOT_RUN_FIXES",
     "NO_DRAFT_MODEL_METHODS",
     "VERDICT_WARNINGS",
     "Reason",
     "Verdict",
     "anchor_reasons",
+    "batch_not_run_reasons",
     "capture_reasons",
     "context_loss_reasons",
     "context_verdict",
@@ -382,6 +384,45 @@ def warning_reasons(problems: Iterable[Problem]) -> list[Reason]:
     ]
 
 
+#: The warnings that say the runs at an anchor did not run the anchor's batch, each with its
+#: fix: the server could not hold that many requests (``max_num_seqs`` below the anchor, from
+#: :func:`lib.deploy.tuning.sweep_engine_facts`), or Little's law says the runs held far fewer
+#: (:mod:`lib.effective_batch`).
+BATCH_NOT_RUN_FIXES: Mapping[str, str] = {
+    "max-num-seqs-below-anchor": "rerun the anchor on a server started with --max-num-seqs at"
+    " least the anchor (tune-spec-k plan writes it), or drop the anchor",
+    "effective-batch-below-anchor": "rerun the anchor with more prompts per run (--num-prompts:"
+    " the ramp-up and the tail weigh less), on a server and a client that keep that many"
+    " requests in flight",
+}
+
+
+def batch_not_run_reasons(problems: Iterable[Problem]) -> list[Reason]:
+    """One reason per anchor and rule of :data:`BATCH_NOT_RUN_FIXES`: the warnings that say
+    the anchor's runs ran a smaller batch than the anchor, so its pick was made for a batch
+    size other than the one the schedule deploys it at. The first warning's message, the Ks
+    (and, in a context sweep, the prompt lengths) it covers, how many more, and the fix. A
+    warning without an anchor counts for the sweep."""
+    by_anchor: dict[tuple[str, int | None], list[Problem]] = {}
+    for problem in problems:
+        if problem.severity is Severity.WARNING and problem.rule in BATCH_NOT_RUN_FIXES:
+            by_anchor.setdefault((problem.rule, problem.anchor), []).append(problem)
+    reasons = []
+    for (rule, anchor), found in by_anchor.items():
+        ks = sorted({p.k for p in found if p.k is not None})
+        prompts = sorted({p.extra["prompt_tokens"] for p in found if "prompt_tokens" in p.extra})
+        cells = [f"K={ks}"] if ks else []
+        if prompts:
+            cells.append(f"{'/'.join(map(str, prompts))}-token prompts")
+        where = [f"batch size {anchor}"] if anchor is not None else []
+        if cells:
+            where.append(f"({', '.join(cells)})")
+        more = f" (and {len(found) - 1} more like it)" if len(found) > 1 else ""
+        head = f"{' '.join(where)}: " if where else ""
+        reasons.append(Reason(rule, head + found[0].message + more, BATCH_NOT_RUN_FIXES[rule]))
+    return reasons
+
+
 def no_speculation_reason(schedule: Schedule) -> Reason | None:
     """K=0 at every batch size: serving with the schedule keeps the drafter loaded and pays
     Dynamic SD's K=0 tax (engines.md: TPOT +7.4 % on vLLM V1, +16.7 % on MRv2, against a server
@@ -449,6 +490,7 @@ def verdict_of(analysis: Analysis, capture: CeilingCheck | None) -> Verdict:
             )
     if capture is not None:
         reasons += capture_reasons(capture)
+    reasons += batch_not_run_reasons(result.problems)
     reasons += warning_reasons(result.problems)
     no_speculation = no_speculation_reason(result.schedule)
     if no_speculation is not None:
@@ -521,8 +563,9 @@ _CONTEXT_VERDICTS: weakref.WeakKeyDictionary[ContextAnalysis, Verdict] = weakref
 def context_verdict(analysis: ContextAnalysis) -> Verdict:
     """The verdict of a (batch x context) grid: errors, or a grid that cannot be deployed,
     cannot tune; each cell the grid does not call resolved is a reason, as is the vLLM
-    config's loss across prompt lengths (:func:`context_loss_reasons`), then the answer's
-    warnings, K=0 everywhere and draft settings. Computed once per analysis."""
+    config's loss across prompt lengths (:func:`context_loss_reasons`) and each anchor whose
+    runs did not run its batch (:func:`batch_not_run_reasons`), then the answer's warnings,
+    K=0 everywhere and draft settings. Computed once per analysis."""
     found = _CONTEXT_VERDICTS.get(analysis)
     if found is None:
         found = _CONTEXT_VERDICTS[analysis] = _context_verdict(analysis)
@@ -560,6 +603,7 @@ def _context_verdict(analysis: ContextAnalysis) -> Verdict:
     tolerance = analysis.pooled.report.tolerance if analysis.pooled.report is not None else 0.0
     reasons += context_loss_reasons(analysis, tolerance)
     answer = analysis.answer
+    reasons += batch_not_run_reasons(analysis.problems)
     if answer is not None and answer.result.schedule is not None:
         reasons += warning_reasons(analysis.problems)
         no_speculation = no_speculation_reason(answer.result.schedule)

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sweep_builder import record, write_combo, write_grid
+from sweep_builder import record, write_combo, write_grid, write_json
 
 from lib.analysis import analyse
 from lib.deploy.result_file import result_document
-from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
+from lib.deploy.tuning import anchors_above_max_num_seqs, deploy_analysis, sweep_engine_facts
+from lib.server_info import read_server_settings
 from lib.settings import DeploySettings, Settings
 from lib.sweeps import load_experiment
 
@@ -142,3 +143,56 @@ def test_servers_differing_only_in_a_dotted_capture_size_are_both_read(tmp_path:
     assert facts.max_cudagraph_capture_size is not None
     assert facts.max_cudagraph_capture_size.value == 256
     assert [p.rule for p in problems] == ["servers-differ"]
+
+
+# --------------------------------------------------------------------------- issue 38, kind 3
+
+
+def _save_config(folder: Path, max_num_seqs: int) -> None:
+    write_json(
+        folder / "server_info.json",
+        {"vllm_config": {"scheduler_config": {"max_num_seqs": max_num_seqs}}},
+    )
+
+
+def test_a_server_below_its_anchor_is_a_warning_per_anchor(tmp_path: Path) -> None:
+    # Anchors 1 and 256: the combo folders of 256 saved max_num_seqs 255 (one below: a
+    # warning), those of 1 saved 1 (equal: none).
+    root = write_grid(tmp_path / "s", CELLS)
+    for combo in root.iterdir():
+        _save_config(combo, 1 if combo.name.endswith("c1") else 255)
+    sweep = load_experiment(root)
+    saved = read_server_settings(root)
+    problems = anchors_above_max_num_seqs(sweep, saved[0])
+    (problem,) = problems
+    assert (problem.rule, problem.anchor, problem.value) == (
+        "max-num-seqs-below-anchor",
+        256,
+        "255",
+    )
+    assert problem.expected == ">= 256 (the anchor)"
+    assert problem.files == (
+        "SERVE--k0-BENCH--c256/summary.json",
+        "SERVE--k3-BENCH--c256/summary.json",
+    )
+    _, found = sweep_engine_facts(sweep, saved)
+    # The tuning's facts carry it (and say the servers differ: 1 and 255).
+    assert [p.rule for p in found] == ["max-num-seqs-below-anchor", "servers-differ"]
+
+
+def test_a_config_saved_at_the_root_covers_every_run_and_the_records_win(tmp_path: Path) -> None:
+    root = write_grid(tmp_path / "s", CELLS)
+    _save_config(root, 8)
+    saved, _ = read_server_settings(root)
+    # The root's config: every run; anchor 256 is above 8, anchor 1 is not.
+    assert [p.anchor for p in anchors_above_max_num_seqs(load_experiment(root), saved)] == [256]
+    # A run's own record states its server's max_num_seqs: it wins over a saved config.
+    stated = write_grid(tmp_path / "r", CELLS, max_num_seqs=256)
+    _save_config(stated, 8)
+    saved, _ = read_server_settings(stated)
+    assert anchors_above_max_num_seqs(load_experiment(stated), saved) == []
+    # And a record below its anchor is a warning with nothing saved.
+    low = write_grid(tmp_path / "low", CELLS, max_num_seqs=100)
+    (problem,) = anchors_above_max_num_seqs(load_experiment(low), [])
+    assert (problem.anchor, problem.value) == (256, "100")
+    assert "the records' max_num_seqs" in problem.message

@@ -339,6 +339,43 @@ def _runs_at(anchor: int, runs: dict[int, list[float]]) -> dict[tuple[int, int],
 STEADY_RUNS = {0: [100.0, 100.5, 99.5], 3: [150.0, 150.5, 149.5]}
 
 
+@pytest.mark.parametrize(("saved_seqs", "state"), [(8, "ready"), (7, "provisional")])
+def test_a_saved_server_config_below_an_anchor_is_a_reason(
+    tmp_path: Path, saved_seqs: int, state: str
+) -> None:
+    # Issue 38, kind 3. Every combo saved a server config with max_num_seqs N; the anchors
+    # are 1 and 8. N = 8 ran batch 8 (ready); N = 7 never held 8 requests at once.
+    folder = write_grid(tmp_path, STEADY)
+    for combo in folder.iterdir():
+        (combo / "server_info.json").write_text(
+            json.dumps({"vllm_config": {"scheduler_config": {"max_num_seqs": saved_seqs}}})
+        )
+    verdict = _verdict(folder, deploy=DeploySettings(max_num_seqs=8))
+    assert verdict.state == state
+    if state == "provisional":
+        (reason,) = verdict.reasons
+        assert reason.rule == "max-num-seqs-below-anchor"
+        assert reason.message.startswith("batch size 8: runs at batch size 8 ran on a server")
+        assert "max_num_seqs=7" in reason.message and "--max-num-seqs" in reason.fix
+
+
+@pytest.mark.parametrize(("throughput", "state"), [(7.2, "ready"), (7.1, "provisional")])
+def test_an_anchor_whose_runs_held_fewer_requests_is_a_reason(
+    tmp_path: Path, throughput: float, state: str
+) -> None:
+    # Issue 38, kind 3. Little's law at anchor 8: request_throughput x 1000 ms / 1000. 7.2 is
+    # exactly 0.9 x 8 (not below: ready); 7.1 is below, for both K (one reason, the anchor's).
+    folder = write_grid(tmp_path, _runs_at(1, STEADY_RUNS), max_num_seqs=8)
+    write_grid(folder, _runs_at(8, STEADY_RUNS), max_num_seqs=8, request_throughput=throughput)
+    verdict = _verdict(folder)
+    assert verdict.state == state
+    if state == "provisional":
+        (reason,) = verdict.reasons
+        assert reason.rule == "effective-batch-below-anchor"
+        assert reason.message.startswith("batch size 8 (K=[0, 3]): the runs held 7.10 requests")
+        assert reason.message.endswith("(and 1 more like it)")
+
+
 def test_nothing_past_a_known_max_num_seqs_is_asked_for(tmp_path: Path) -> None:
     # Issue 38, kind 11. K=3 at 1, 64 and 256 ([[1, 256, 3]]) under C=200 and max_num_seqs=64:
     # 200 // 4 = 50, so 51-64 must run K=2 (51 * 3 = 153 <= 200; 66 * 3 = 198 is the last K=2
@@ -377,3 +414,19 @@ def test_a_switch_the_server_never_reaches_is_no_reason(
     verdict = verdict_in(deployed.result)
     assert verdict is not None
     assert ("unmeasured-switch" in _rules(verdict)) is reason
+
+
+def test_a_context_anchor_whose_runs_held_fewer_requests_is_a_reason(tmp_path: Path) -> None:
+    # The same rule on a (batch x context) grid: the runs at batch 64 held 40 requests
+    # (request_throughput 40 x 1000 ms / 1000 < 0.9 x 64 = 57.6) at both prompt lengths: one
+    # reason for the anchor, naming both lengths; batch 1 held 1 (as the builder keeps it).
+    cells = {cell: runs for cell, runs in CONTEXT_GRID.items() if cell[0] == 1}
+    folder = write_context_grid(tmp_path, cells)
+    low = {cell: runs for cell, runs in CONTEXT_GRID.items() if cell[0] == 64}
+    write_context_grid(folder, low, request_throughput=40.0)
+    sweep = load_experiment(folder)
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    verdict = context_verdict(analyse_contexts(sweep, axis, Settings(), Options()))
+    (reason,) = [r for r in verdict.reasons if r.rule == "effective-batch-below-anchor"]
+    assert reason.message.startswith("batch size 64 (K=[0, 3], 512/8192-token prompts): ")
