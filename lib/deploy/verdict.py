@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from lib.deploy.constraints import CeilingCheck
+from lib.deploy.constraints import CaptureCeiling, CeilingCheck
 from lib.deploy.registry import grid_exports
 from lib.flags import flag_name
 from lib.measurement_plan import rerun_text
@@ -64,6 +64,7 @@ __all__ = [
     "is_unreachable",
     "no_speculation_reason",
     "switch_reasons",
+    "unmeasured_tail_reason",
     "verdict_in",
     "verdict_of",
     "warning_reasons",
@@ -423,6 +424,41 @@ def batch_not_run_reasons(problems: Iterable[Problem]) -> list[Reason]:
     return reasons
 
 
+def unmeasured_tail_reason(
+    ceiling: CaptureCeiling, last_anchor: int, carried_k: int
+) -> Reason | None:
+    """The rule: vLLM carries the last range's K to every batch size up to its
+    ``max_num_seqs`` N, so with N known and above the largest anchor A (strict: N == A is
+    measured), batch sizes A+1..N run ``carried_k`` where nothing was measured (the seed's
+    rule: no extrapolation past the largest anchor). None where N is not known (the check
+    then stops at the schedule's end and says so) or N <= A. The size: the share of the
+    batch sizes 1..N that lie past A, in percent.
+
+    >>> from lib.deploy.constraints import CaptureCeiling
+    >>> known = CaptureCeiling(512, False, "assumed", 256, True, "--max-num-seqs")
+    >>> unmeasured_tail_reason(known, 16, 3).size
+    93.75
+    >>> unmeasured_tail_reason(known, 256, 3) is None
+    True
+    """
+    seqs = ceiling.max_num_seqs
+    if not ceiling.max_num_seqs_known or seqs <= last_anchor:
+        return None
+    share = 100 * (seqs - last_anchor) / seqs
+    first = last_anchor + 1
+    span = str(first) if first == seqs else f"{first}-{seqs}"
+    return Reason(
+        "unmeasured-tail",
+        f"batch sizes {span} ({percent_text(share)} of the batch sizes up to max_num_seqs={seqs},"
+        f" from {ceiling.max_num_seqs_source}) were never measured: vLLM carries K={carried_k}"
+        f" from the largest anchor {last_anchor} to all of them",
+        f"measure up to batch size {seqs} (tune-spec-k plan --max-num-seqs {seqs} plans"
+        f" anchors up to it), or serve with --max-num-seqs {last_anchor}",
+        share,
+        "%",
+    )
+
+
 def no_speculation_reason(schedule: Schedule) -> Reason | None:
     """K=0 at every batch size: serving with the schedule keeps the drafter loaded and pays
     Dynamic SD's K=0 tax (engines.md: TPOT +7.4 % on vLLM V1, +16.7 % on MRv2, against a server
@@ -488,8 +524,14 @@ def verdict_of(analysis: Analysis, capture: CeilingCheck | None) -> Verdict:
             reasons += switch_reasons(
                 analysis.switch_points, _emitted(result), report.tolerance, analysis.plan, seqs
             )
+    picks = dict(zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True))
     if capture is not None:
         reasons += capture_reasons(capture)
+        last = max(picks, default=None)
+        if last is not None:
+            carried = capture.schedule.k_at(capture.ceiling.max_num_seqs, result.deploy_global_k)
+            tail = unmeasured_tail_reason(capture.ceiling, last, carried)
+            reasons += [tail] if tail is not None else []
     reasons += batch_not_run_reasons(result.problems)
     reasons += warning_reasons(result.problems)
     no_speculation = no_speculation_reason(result.schedule)

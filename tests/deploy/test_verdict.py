@@ -376,6 +376,33 @@ def test_an_anchor_whose_runs_held_fewer_requests_is_a_reason(
         assert reason.message.endswith("(and 1 more like it)")
 
 
+@pytest.mark.parametrize(("max_num_seqs", "tail"), [(8, None), (9, "9"), (256, "9-256")])
+def test_batch_sizes_past_the_largest_anchor_up_to_max_num_seqs_are_a_reason(
+    tmp_path: Path, max_num_seqs: int, tail: str | None
+) -> None:
+    # Issue 38, kind 4. Anchors 1 and 8; vLLM carries K=3 to every batch size up to
+    # max_num_seqs. 8: all measured. 9: batch size 9 was not (1 of 9 = 11.1 %). 256: 9-256, 248
+    # of 256 = 96.875 %.
+    folder = write_grid(tmp_path, STEADY)
+    verdict = _verdict(folder, deploy=DeploySettings(max_num_seqs=max_num_seqs))
+    found = [r for r in verdict.reasons if r.rule == "unmeasured-tail"]
+    if tail is None:
+        assert verdict.state == "ready"
+        return
+    (reason,) = found
+    assert reason.message.startswith(f"batch sizes {tail} (")
+    assert "vLLM carries K=3 from the largest anchor 8" in reason.message
+    assert reason.size == pytest.approx(100 * (max_num_seqs - 8) / max_num_seqs)
+    assert "--max-num-seqs 8" in reason.fix and f"batch size {max_num_seqs}" in reason.fix
+
+
+def test_an_unknown_max_num_seqs_is_no_tail_reason(tmp_path: Path) -> None:
+    # Nothing states max_num_seqs: the check stops at the schedule's end and says so in the
+    # capture line; the verdict does not invent a tail.
+    verdict = _verdict(write_grid(tmp_path, STEADY), deploy=DeploySettings())
+    assert "unmeasured-tail" not in _rules(verdict)
+
+
 def test_nothing_past_a_known_max_num_seqs_is_asked_for(tmp_path: Path) -> None:
     # Issue 38, kind 11. K=3 at 1, 64 and 256 ([[1, 256, 3]]) under C=200 and max_num_seqs=64:
     # 200 // 4 = 50, so 51-64 must run K=2 (51 * 3 = 153 <= 200; 66 * 3 = 198 is the last K=2
