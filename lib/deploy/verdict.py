@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -57,12 +57,15 @@ __all__ = [
     "anchor_reasons",
     "batch_not_run_reasons",
     "capture_reasons",
+    "cell_engines",
     "context_loss_reasons",
     "context_verdict",
+    "deployed_engine_reason",
     "draft_settings_reasons",
     "error_reasons",
     "is_unreachable",
     "no_speculation_reason",
+    "runs_on_deployed_engine",
     "switch_reasons",
     "unmeasured_tail_reason",
     "verdict_in",
@@ -459,6 +462,103 @@ def unmeasured_tail_reason(
     )
 
 
+#: How a cell's server ran: ``None`` without speculation, else its global K (the
+#: ``num_speculative_tokens`` it was started with; -1 where the record states none).
+ServerEngine = int | None
+#: Each kept cell's servers, by (anchor, K).
+CellEngines = Mapping[tuple[int, int], frozenset[ServerEngine]]
+
+
+def runs_on_deployed_engine(engines: Collection[ServerEngine], global_k: int) -> bool:
+    """The rule: a cell was measured on the deployed engine (Dynamic SD started with
+    ``num_speculative_tokens`` = ``global_k``) when one of its servers speculated with that
+    very global K. A server without speculation (``None``: no drafter, no Dynamic SD tax) or
+    with another global K (sized for another maximum: a static-K sweep, mixed globals) is
+    another engine; an empty collection (no server known) is not the deployed one.
+
+    >>> runs_on_deployed_engine({7}, 7), runs_on_deployed_engine({3}, 7)
+    (True, False)
+    >>> runs_on_deployed_engine({None}, 7), runs_on_deployed_engine({None, 7}, 7)
+    (False, True)
+    """
+    return global_k in engines
+
+
+def _engine_text(engines: Collection[ServerEngine]) -> str:
+    named = []
+    if None in engines:
+        named.append("a server without speculation")
+    if -1 in engines:
+        named.append("a server whose global K the records do not state")
+    ks = sorted(e for e in engines if e is not None and e >= 0)
+    if ks:
+        named.append(f"servers started with num_speculative_tokens={'/'.join(map(str, ks))}")
+    return " or ".join(named)
+
+
+def deployed_engine_reason(
+    picks: Mapping[int, int], engines: CellEngines, global_k: int
+) -> Reason | None:
+    """The deployed engine ran in no measurement of some pick: the config starts vLLM with
+    ``num_speculative_tokens`` = ``global_k`` and a schedule, so every pick whose cell
+    (:func:`runs_on_deployed_engine`) ran only on other servers (one server per K, as a
+    static-K sweep runs; K=0 on a server without speculation) was measured on an engine the
+    schedule never runs: its K runs on an engine sized for ``global_k``, and K=0 pays Dynamic
+    SD's tax (engines.md). One reason naming each such pick; None where every pick ran on it
+    (a pick with no cell known is left to the other rules)."""
+    off = [
+        (anchor, k, engines[(anchor, k)])
+        for anchor, k in sorted(picks.items())
+        if (anchor, k) in engines and not runs_on_deployed_engine(engines[(anchor, k)], global_k)
+    ]
+    if not off:
+        return None
+    grouped: dict[tuple[int, str], list[int]] = {}
+    for anchor, k, on in off:
+        grouped.setdefault((k, _engine_text(on)), []).append(anchor)
+    cells = "; ".join(
+        f"K={k} at batch size{'s' if len(anchors) > 1 else ''} {', '.join(map(str, anchors))}"
+        f" ran on {engine}"
+        for (k, engine), anchors in grouped.items()
+    )
+    return Reason(
+        "deployed-engine-unmeasured",
+        f"the deployed engine (num_speculative_tokens={global_k} with the schedule) ran in no"
+        f" measurement of {len(off)} pick(s): {cells}",
+        "measure the schedule before relying on it: tune-spec-k plan --validate RESULT writes"
+        ' the sweep that runs it beside static-K servers (README, "Sweeps that vary K'
+        ' statically")',
+    )
+
+
+def cell_engines(result: TuningResult) -> dict[tuple[int, int], frozenset[ServerEngine]]:
+    """Each cell's servers (:data:`ServerEngine`) over the runs its gates kept."""
+    import polars as pl
+
+    runs = result.sweep.runs
+    if not {"speculation", "global_k", "source", "position"} <= set(runs.columns):
+        return {}
+    kept = (
+        runs.filter(pl.col("anchor").is_not_null() & pl.col("k").is_not_null())
+        .join(
+            result.excluded_runs.select("source", "position"), on=["source", "position"], how="anti"
+        )
+        .select(
+            "anchor",
+            "k",
+            pl.when(pl.col("speculation").fill_null(False))
+            .then(pl.col("global_k").fill_null(-1))
+            .otherwise(None)
+            .alias("engine"),
+        )
+        .unique()
+    )
+    found: dict[tuple[int, int], set[ServerEngine]] = {}
+    for anchor, k, engine in kept.rows():
+        found.setdefault((anchor, k), set()).add(engine)
+    return {cell: frozenset(engines) for cell, engines in found.items()}
+
+
 def no_speculation_reason(schedule: Schedule) -> Reason | None:
     """K=0 at every batch size: serving with the schedule keeps the drafter loaded and pays
     Dynamic SD's K=0 tax (engines.md: TPOT +7.4 % on vLLM V1, +16.7 % on MRv2, against a server
@@ -538,6 +638,8 @@ def verdict_of(analysis: Analysis, capture: CeilingCheck | None) -> Verdict:
     if no_speculation is not None:
         reasons.append(no_speculation)
     else:
+        engine = deployed_engine_reason(picks, cell_engines(result), result.deploy_global_k)
+        reasons += [engine] if engine is not None else []
         reasons += draft_settings_reasons(result.speculative_config())
     return _verdict([], reasons, None if report is None else report.servers.statement())
 

@@ -21,8 +21,10 @@ from lib.deploy.verdict import (
     Verdict,
     context_loss_reasons,
     context_verdict,
+    deployed_engine_reason,
     draft_settings_reasons,
     no_speculation_reason,
+    runs_on_deployed_engine,
     switch_reasons,
     verdict_in,
     warning_reasons,
@@ -401,6 +403,72 @@ def test_an_unknown_max_num_seqs_is_no_tail_reason(tmp_path: Path) -> None:
     # capture line; the verdict does not invent a tail.
     verdict = _verdict(write_grid(tmp_path, STEADY), deploy=DeploySettings())
     assert "unmeasured-tail" not in _rules(verdict)
+
+
+# K=3 wins at 1, K=1 at 8: a static-K sweep (one server per K, its num_speculative_tokens K)
+# deploys num_speculative_tokens=3 with [[1, 7, 3], [8, 8, 1]]: K=1 at 8 ran on a server sized
+# for 1, never on the deployed one.
+STATIC_SWITCH = {
+    (1, 1): [120.0, 120.5, 119.5],
+    (1, 3): [150.0, 150.5, 149.5],
+    (8, 1): [900.0, 900.5, 899.5],
+    (8, 3): [600.0, 600.5, 599.5],
+}
+
+
+def test_a_static_k_sweep_whose_picks_ran_on_other_engines_is_not_ready(tmp_path: Path) -> None:
+    # Issue 38, kind 5 (README, "Sweeps that vary K statically").
+    folder = write_grid(tmp_path, STATIC_SWITCH, spec="static", max_num_seqs=8)
+    analysis = analyse(load_experiment(folder, k_var=GLOBAL_K_VAR), Settings(), Options())
+    deployed, _ = deploy_analysis(analysis, DeploySettings(max_num_seqs=8))
+    verdict = verdict_in(deployed.result)
+    assert verdict is not None and verdict.state == "provisional"
+    (reason,) = [r for r in verdict.reasons if r.rule == "deployed-engine-unmeasured"]
+    assert "num_speculative_tokens=3 with the schedule" in reason.message
+    assert (
+        "K=1 at batch size 8 ran on servers started with num_speculative_tokens=1" in reason.message
+    )
+    assert "batch size 1" not in reason.message  # K=3 at 1 ran on a server sized for 3
+    assert "plan --validate" in reason.fix
+
+
+def test_a_static_k_sweep_that_deploys_its_largest_k_everywhere_ran_the_engine(
+    tmp_path: Path,
+) -> None:
+    # K=3 at both anchors: the deployed engine (3, schedule K=3 everywhere) is the K=3 server.
+    folder = write_grid(tmp_path, STEADY, spec="static", max_num_seqs=8)
+    analysis = analyse(load_experiment(folder, k_var=GLOBAL_K_VAR), Settings(), Options())
+    deployed, _ = deploy_analysis(analysis, DeploySettings(max_num_seqs=8))
+    verdict = verdict_in(deployed.result)
+    assert verdict is not None and verdict.state == "ready"
+
+
+def test_k0_picked_from_a_server_without_speculation_did_not_run_the_deployed_engine(
+    tmp_path: Path,
+) -> None:
+    # The seed's design, but K=0 measured on a plain server: K=0 wins at 8, where the deployed
+    # engine runs Dynamic SD at K=0 (its drafter loaded), never measured.
+    cells = {**STATIC_SWITCH, (1, 0): [100.0] * 3, (8, 0): [1000.0, 1000.5, 999.5]}
+    plain = write_grid(tmp_path / "plain", cells, spec="none", max_num_seqs=8)
+    verdict = _verdict(plain)
+    (reason,) = [r for r in verdict.reasons if r.rule == "deployed-engine-unmeasured"]
+    assert "K=0 at batch size 8 ran on a server without speculation" in reason.message
+    # The same K=0 on the Dynamic SD engine (a one-range schedule of K=0): no such reason.
+    dynamic = write_grid(tmp_path / "dynamic", cells, max_num_seqs=8)
+    assert "deployed-engine-unmeasured" not in _rules(_verdict(dynamic))
+
+
+def test_runs_on_the_deployed_engine_needs_its_very_global_k() -> None:
+    assert runs_on_deployed_engine(frozenset({7}), 7)
+    assert not runs_on_deployed_engine(frozenset({6, 8}), 7)
+    assert not runs_on_deployed_engine(frozenset({None}), 7)
+    assert not runs_on_deployed_engine(frozenset({-1}), 7)
+    assert not runs_on_deployed_engine(frozenset(), 7)
+    # One pick off the engine is one reason naming it; a pick without a known cell is skipped.
+    engines = {(1, 3): frozenset({3}), (8, 1): frozenset({1, None})}
+    reason = deployed_engine_reason({1: 3, 8: 1, 16: 0}, engines, 3)
+    assert reason is not None and "1 pick(s): K=1 at batch size 8 ran on" in reason.message
+    assert deployed_engine_reason({1: 3}, engines, 3) is None
 
 
 def test_nothing_past_a_known_max_num_seqs_is_asked_for(tmp_path: Path) -> None:
