@@ -18,6 +18,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from lib.cliffs import CLIFF_RULE, CeilingHint, cliff_problems
+from lib.context import in_context
 from lib.deploy.constraints import (
     CeilingCheck,
     cells_past_ceiling,
@@ -36,12 +37,14 @@ from lib.settings import ENGINE_FIELDS, DeploySettings
 
 if TYPE_CHECKING:
     from lib.analysis import Analysis
+    from lib.context import ContextAnalysis
     from lib.sweeps import Sweep
 
 __all__ = [
     "Deployment",
     "anchors_above_max_num_seqs",
     "deploy_analysis",
+    "deploy_contexts",
     "is_above_max_num_seqs",
     "sweep_engine_facts",
 ]
@@ -328,6 +331,49 @@ def deploy_analysis(
     result = deployed.result
     judged = dataclasses.replace(result, additions={**result.additions, "verdict": verdict})
     return dataclasses.replace(deployed, result=judged), deployment
+
+
+def deploy_contexts(
+    grid: ContextAnalysis,
+    deploy: DeploySettings,
+    sweep_facts: EngineFacts | None = None,
+    fact_problems: list[Problem] | None = None,
+) -> ContextAnalysis:
+    """A context analysis deployed as a batch-only one is: every context point's analysis
+    (:func:`deploy_analysis`, the same ceiling for all: the flags, else what the sweep recorded
+    or saved, else vLLM's defaults) and the answer (the seed keys' batch-only schedule: the
+    pooled analysis or the shortest point's), so that the schedule printed and written is the
+    capped one, each point's verdict holds the batch rules (capture, unmeasured switches,
+    cliffs, ...) and the grid's verdict (:func:`lib.deploy.verdict.context_verdict`) counts
+    them. What the deployment adds to a point's problems is added to the grid's, saying which
+    point; the sweep's own fact problems are added once."""
+    sweep = grid.pooled.result.sweep
+    if sweep_facts is None:
+        sweep_facts, fact_problems = sweep_engine_facts(sweep)
+    contexts = tuple(deploy_analysis(point, deploy, sweep_facts, [])[0] for point in grid.contexts)
+    added: list[Problem] = list(fact_problems or [])
+    for point, before, after in zip(grid.axis.points, grid.contexts, contexts, strict=True):
+        added += [in_context(problem, point) for problem in _added(before, after)]
+    pooled = grid.pooled
+    if grid.answer is grid.pooled:
+        pooled = deploy_analysis(grid.pooled, deploy, sweep_facts, [])[0]
+        added += _added(grid.pooled, pooled)
+    answer = pooled if grid.answer is grid.pooled else None
+    if grid.answer is not None and answer is None:
+        answer = contexts[grid.contexts.index(grid.answer)]
+    return dataclasses.replace(
+        grid,
+        pooled=pooled,
+        contexts=contexts,
+        answer=answer,
+        problems=(*grid.problems, *added),
+    )
+
+
+def _added(before: Analysis, after: Analysis) -> list[Problem]:
+    """The problems the deployment added to an analysis (it appends; restated cliff warnings
+    replace theirs in place and are not new)."""
+    return list(after.result.problems[len(before.result.problems) :])
 
 
 def _checked(

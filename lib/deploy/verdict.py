@@ -25,6 +25,7 @@ than the tie tolerance at some (batch size, prompt length).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -65,6 +66,7 @@ __all__ = [
     "error_reasons",
     "is_unreachable",
     "no_speculation_reason",
+    "point_reasons",
     "runs_on_deployed_engine",
     "switch_reasons",
     "unmeasured_tail_reason",
@@ -698,6 +700,45 @@ def context_loss_reasons(analysis: ContextAnalysis, tolerance: float) -> list[Re
     ]
 
 
+#: The rules of a context point's own verdict the grid's verdict already states in its own
+#: words: its unresolved cells (an unsure pick's P is below the confidence: unresolved there
+#: too), the answer's warnings (counted from the grid's problems), the anchors whose runs did
+#: not run their batch (one reason per anchor across the prompt lengths, from the grid's
+#: problems: :func:`batch_not_run_reasons`), K=0 everywhere and the draft settings.
+_GRID_STATES = frozenset(
+    {
+        "unresolved-anchor",
+        "unsure-pick",
+        "no-schedule",
+        "no-speculation",
+        "missing-method",
+        "missing-draft-model",
+        *VERDICT_WARNINGS,
+        *BATCH_NOT_RUN_FIXES,
+    }
+)
+
+
+def point_reasons(analysis: ContextAnalysis) -> list[Reason]:
+    """Every reason a context point's own verdict gives (the batch rules: the capture ceiling,
+    unmeasured switches, extrapolation, ...: :func:`verdict_of` of the point, deployed by
+    :func:`lib.deploy.tuning.deploy_contexts`), saying which prompt length, but those the grid
+    states itself (:data:`_GRID_STATES`). A point refused outright (``cannot-tune``) adds
+    nothing: its errors are the grid's. Before deployment (no point verdict) there is none,
+    so a grid is never ``ready`` on fewer rules than each of its prompt lengths alone."""
+    reasons = []
+    for point, context in zip(analysis.axis.points, analysis.contexts, strict=True):
+        found = verdict_in(context.result)
+        if found is None or found.state == "cannot-tune":
+            continue
+        reasons += [
+            dataclasses.replace(reason, message=f"at {point.label()}: {reason.message}")
+            for reason in found.reasons
+            if reason.rule not in _GRID_STATES
+        ]
+    return reasons
+
+
 #: Each grid's verdict, found once: the CLI prints it and writes it, the app shows it and
 #: downloads it, and the loss rule exports every context format. Weak keys: an analysis the
 #: app no longer shows takes its verdict with it.
@@ -744,6 +785,7 @@ def _context_verdict(analysis: ContextAnalysis) -> Verdict:
                 "P",
             )
         )
+    reasons += point_reasons(analysis)
     tolerance = analysis.pooled.report.tolerance if analysis.pooled.report is not None else 0.0
     reasons += context_loss_reasons(analysis, tolerance)
     answer = analysis.answer

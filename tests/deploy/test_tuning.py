@@ -1,5 +1,5 @@
 """lib/deploy/tuning.py: the server settings a sweep's records state, and the capture rule
-applied to an analysis."""
+applied to an analysis, and to every prompt length of a context sweep."""
 
 from __future__ import annotations
 
@@ -8,13 +8,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sweep_builder import record, write_combo, write_grid, write_json
+from sweep_builder import (
+    CONTEXT_GRID,
+    record,
+    write_combo,
+    write_context_grid,
+    write_grid,
+    write_json,
+)
 
 from lib.analysis import analyse
+from lib.context import ContextAnalysis, analyse_contexts
+from lib.context_axis import find_context_axis
 from lib.deploy.result_file import result_document
-from lib.deploy.tuning import anchors_above_max_num_seqs, deploy_analysis, sweep_engine_facts
+from lib.deploy.tuning import (
+    anchors_above_max_num_seqs,
+    deploy_analysis,
+    deploy_contexts,
+    sweep_engine_facts,
+)
+from lib.deploy.verdict import verdict_in
+from lib.schedule import Schedule
 from lib.server_info import read_server_settings
-from lib.settings import DeploySettings, Settings
+from lib.settings import ContextSettings, DeploySettings, Options, Settings
 from lib.sweeps import load_experiment
 
 CELLS = {
@@ -196,3 +212,49 @@ def test_a_config_saved_at_the_root_covers_every_run_and_the_records_win(tmp_pat
     (problem,) = anchors_above_max_num_seqs(load_experiment(low), [])
     assert (problem.anchor, problem.value) == (256, "100")
     assert "the records' max_num_seqs" in problem.message
+
+
+# --------------------------------------------------------------------------- context sweeps
+
+
+def _context_grid(tmp_path: Path) -> ContextAnalysis:
+    sweep = load_experiment(write_context_grid(tmp_path / "grid", CONTEXT_GRID))
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    return analyse_contexts(sweep, axis, Settings(), Options())
+
+
+def test_every_prompt_length_and_the_answer_are_deployed_as_a_batch_sweep_is(
+    tmp_path: Path,
+) -> None:
+    """Issue 38, kind 1: the capture flags were accepted and ignored on a context sweep. Each
+    point is now what deploy_analysis makes of it alone, under the same flags."""
+    grid = _context_grid(tmp_path)
+    deploy = DeploySettings(max_cudagraph_capture_size=128, max_num_seqs=64)
+    deployed = deploy_contexts(grid, deploy)
+    for alone, point in zip(grid.contexts, deployed.contexts, strict=True):
+        expected, _ = deploy_analysis(alone, deploy)
+        assert point.result.schedule == expected.result.schedule
+        assert verdict_in(point.result) == verdict_in(expected.result)
+    # CONTEXT_GRID: K=3 at batch 1 at both lengths; C=128 caps K=3 from batch 33 (33 x 4 = 132
+    # > 128) to K=2, and from 43 (43 x 3 = 129 > 128) to K=1: the 8192-token point's [1, 64, 3].
+    assert deployed.contexts[1].result.schedule == Schedule(((1, 32, 3), (33, 42, 2), (43, 64, 1)))
+    # The seed keys' answer is the deployed shortest point (the pooled sweep mixes lengths).
+    assert grid.answer is grid.contexts[0]
+    assert deployed.answer is deployed.contexts[0]
+    # The grid itself (the picks per cell) is the analysis's, untouched.
+    assert deployed.grid() == grid.grid()
+    # What the deployment found is among the grid's problems, saying which prompt length.
+    capped = [p for p in deployed.problems if p.rule == "capped-range"]
+    assert capped and all(
+        p.message.startswith(("at 512 tokens: ", "at 8192 tokens: ")) for p in capped
+    )
+    assert not [p for p in grid.problems if p.rule == "capped-range"]
+
+
+def test_without_a_ceiling_the_points_keep_their_schedules(tmp_path: Path) -> None:
+    grid = _context_grid(tmp_path)
+    deployed = deploy_contexts(grid, DeploySettings())
+    # C assumed (512): 64 x (1 + 3) = 256 <= 512, so nothing is capped, byte for byte.
+    for before, after in zip(grid.contexts, deployed.contexts, strict=True):
+        assert after.result.schedule == before.result.schedule

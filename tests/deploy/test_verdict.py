@@ -15,7 +15,7 @@ from lib.app.context import analyse_sweep
 from lib.cli.main import main
 from lib.context import ContextAnalysis, analyse_contexts
 from lib.context_axis import find_context_axis
-from lib.deploy.tuning import deploy_analysis
+from lib.deploy.tuning import deploy_analysis, deploy_contexts
 from lib.deploy.verdict import (
     REFUSAL_FIXES,
     Verdict,
@@ -525,3 +525,63 @@ def test_a_context_anchor_whose_runs_held_fewer_requests_is_a_reason(tmp_path: P
     verdict = context_verdict(analyse_contexts(sweep, axis, Settings(), Options()))
     (reason,) = [r for r in verdict.reasons if r.rule == "effective-batch-below-anchor"]
     assert reason.message.startswith("batch size 64 (K=[0, 3], 512/8192-token prompts): ")
+
+
+#: Both prompt lengths pick K=3 at batch 1 and K=0 at batch 64, 0.5 % noise: every cell resolved
+#: and the batch-only config loses nothing across lengths, so the grid's own rules are content;
+#: but nothing was measured between 1 and 64, where K=3's and K=0's lines cross.
+AGREEING = {
+    (1, 0, 512): [100.0, 100.5, 99.5],
+    (1, 3, 512): [180.0, 180.5, 179.5],
+    (64, 0, 512): [4000.0, 4020.0, 3980.0],
+    (64, 3, 512): [3000.0, 3015.0, 2985.0],
+    (1, 0, 8192): [80.0, 80.5, 79.5],
+    (1, 3, 8192): [150.0, 150.5, 149.5],
+    (64, 0, 8192): [2000.0, 2010.0, 1990.0],
+    (64, 3, 8192): [1600.0, 1608.0, 1592.0],
+}
+
+
+def test_a_grid_is_never_ready_where_one_of_its_prompt_lengths_is_not(tmp_path: Path) -> None:
+    """Issue 38, kind 1: the grid's verdict applied none of the batch rules (unmeasured switch,
+    capture ceiling, ...): tuned together `ready`, tuned per prompt length `provisional`."""
+    sweep = load_experiment(write_context_grid(tmp_path / "agreeing", AGREEING))
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    grid = analyse_contexts(sweep, axis, Settings(), Options())
+    # Before the deployment layer nothing but the grid's own rules speaks: ready.
+    assert context_verdict(grid).state == "ready"
+    deployed = deploy_contexts(grid, DeploySettings())
+    points = [verdict_in(point.result) for point in deployed.contexts]
+    assert all(found is not None and found.state == "provisional" for found in points)
+    verdict = context_verdict(deployed)
+    assert verdict.state == "provisional"
+    # Each length's own reason, saying which length, and none the grid states itself.
+    assert [(r.rule, r.message.split(":")[0]) for r in verdict.reasons] == [
+        ("unmeasured-switch", "at 512 tokens"),
+        ("unmeasured-switch", "at 8192 tokens"),
+    ]
+    # The app shows the same verdict (it deploys the grid the same way).
+    shown = analyse_sweep(sweep, Settings(), Options(), axis, None, DeploySettings())
+    assert shown.verdict == verdict
+
+
+def test_a_point_refused_outright_adds_nothing_and_grid_rules_are_not_said_twice(
+    tmp_path: Path,
+) -> None:
+    # The coin toss of test_an_unresolved_context_cell_is_a_reason_with_its_p: batch 64 at 8192
+    # tokens unresolved. The 8192-token point's own verdict says "unresolved-anchor" for it; the
+    # grid says "unresolved-cell" once, and no point reason repeats it.
+    cells = dict(AGREEING)
+    cells[(64, 0, 8192)] = [2000.0, 2100.0, 1900.0]
+    cells[(64, 3, 8192)] = [2010.0, 2110.0, 1910.0]
+    sweep = load_experiment(write_context_grid(tmp_path / "coin", cells))
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    deployed = deploy_contexts(
+        analyse_contexts(sweep, axis, Settings(), Options()), DeploySettings()
+    )
+    own = verdict_in(deployed.contexts[1].result)
+    assert own is not None and "unresolved-anchor" in _rules(own)
+    rules = _rules(context_verdict(deployed))
+    assert "unresolved-cell" in rules and "unresolved-anchor" not in rules
