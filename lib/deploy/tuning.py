@@ -30,6 +30,7 @@ from lib.deploy.decisions import Decisions, decisions_of
 from lib.deploy.engine import EngineFacts, Fact, VllmCap
 from lib.deploy.registry import ceiling_for
 from lib.deploy.verdict import verdict_of
+from lib.keys import lookup, parse_json_string, whole_number
 from lib.problems import Problem, Severity
 from lib.server_info import SavedServers, ServerSettings, read_server_settings
 from lib.settings import ENGINE_FIELDS, DeploySettings
@@ -42,26 +43,29 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Deployment",
+    "anchors_above_max_num_seqs",
     "deploy_analysis",
     "deploy_contexts",
     "deployed_decisions",
+    "is_above_max_num_seqs",
     "sweep_engine_facts",
 ]
 
 
 def _capture_size(config: dict[str, Any]) -> int | None:
     """The capture ceiling a ``compilation_config`` states: ``max_cudagraph_capture_size``,
-    else the largest of ``cudagraph_capture_sizes``; None when it states neither."""
-    size = config.get("max_cudagraph_capture_size")
-    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
-        return int(size)
-    sizes = config.get("cudagraph_capture_sizes")
-    if (
-        isinstance(sizes, list)
-        and sizes
-        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes)
-    ):
-        return int(max(sizes))
+    else the largest of ``cudagraph_capture_sizes``; None when it states neither. Each a whole
+    number >= 1 as :func:`lib.keys.whole_number` reads one (``256.0`` is 256, as the saved
+    server configs read it; a JSON string of a number is parsed); the keys in either spelling
+    (``max-cudagraph-capture-size``, as vLLM's CLI writes it)."""
+    size = whole_number(parse_json_string(lookup(config, "max_cudagraph_capture_size")))
+    if size is not None and size >= 1:
+        return size
+    sizes = parse_json_string(lookup(config, "cudagraph_capture_sizes"))
+    if isinstance(sizes, list) and sizes:
+        wholes = [whole_number(s) for s in sizes]
+        if all(w is not None and w >= 1 for w in wholes):
+            return max(w for w in wholes if w is not None)
     return None
 
 
@@ -103,10 +107,101 @@ def _recorded_values(sweep: Sweep) -> dict[str, dict[int, str]]:
     return stated
 
 
+def is_above_max_num_seqs(anchor: int, max_num_seqs: int) -> bool:
+    """The rule: a server started with ``max_num_seqs`` N schedules at most N requests at
+    once, so runs at an anchor (``max_concurrency``) above N (strict: N itself ran) never ran
+    the anchor's batch; the rest of the requests waited in the queue.
+
+    >>> is_above_max_num_seqs(8, 4), is_above_max_num_seqs(4, 4)
+    (True, False)
+    """
+    return anchor > max_num_seqs
+
+
+def _folder(source: str) -> str:
+    """The folder of a file named relative to the experiment (``""`` for its root)."""
+    return source.rsplit("/", 1)[0] if "/" in source else ""
+
+
+def _folders_above(source: str) -> list[str]:
+    """Every folder holding the file ``source`` (relative, ``/``-separated), the root ``""``
+    included.
+
+    >>> _folders_above("a/b/run=0.json")
+    ['', 'a', 'a/b']
+    """
+    parts = source.split("/")[:-1]
+    return ["/".join(parts[:depth]) for depth in range(len(parts) + 1)]
+
+
+def anchors_above_max_num_seqs(sweep: Sweep, saved: list[ServerSettings]) -> list[Problem]:
+    """A warning ``max-num-seqs-below-anchor`` per anchor some of whose runs ran on a server
+    whose ``max_num_seqs`` was below it (:func:`is_above_max_num_seqs`): the run's own record
+    (:data:`~lib.settings.ENGINE_FIELDS`), else a saved server config in the run's combo folder
+    or a folder above it (one at the experiment's root: every run). Each names the smallest
+    such ``max_num_seqs`` and where it was stated, every file of a run below the anchor, and
+    what was expected."""
+    runs = sweep.runs
+    if "anchor" not in runs.columns or "source" not in runs.columns:
+        return []
+    placed = runs.filter(runs["anchor"].is_not_null())
+    sources = placed["source"].to_list()
+    anchors = placed["anchor"].to_list()
+    stated: list[list[tuple[int, str]]] = [[] for _ in sources]
+    for name in ENGINE_FIELDS["max_num_seqs"]:
+        if name in placed.columns:
+            for row, value in enumerate(placed[name].to_list()):
+                if isinstance(value, int | float) and float(value).is_integer() and value >= 1:
+                    stated[row].append((int(value), f"the records' {name}"))
+    by_folder: dict[str, list[tuple[int, str]]] = {}
+    for server in saved:
+        if server.max_num_seqs is not None:
+            by_folder.setdefault(_folder(server.source), []).append(
+                (server.max_num_seqs, f"the saved server config {server.source}")
+            )
+    if by_folder:
+        for row, source in enumerate(sources):
+            for folder in _folders_above(source):
+                stated[row] += by_folder.get(folder, [])
+    # Per anchor below its servers: the smallest max_num_seqs met, where it was first stated,
+    # and every file of a run below the anchor.
+    below: dict[int, tuple[tuple[int, str], dict[str, None]]] = {}
+    for anchor, source, found in zip(anchors, sources, stated, strict=True):
+        if not found:
+            continue
+        # The records' own value wins; among saved configs, the largest (the safest reading).
+        records = [f for f in found if f[1].startswith("the records'")]
+        chosen = max(records or found)
+        if is_above_max_num_seqs(anchor, chosen[0]):
+            smallest, files = below.setdefault(anchor, (chosen, {}))
+            files[source] = None
+            if chosen[0] < smallest[0]:
+                below[anchor] = (chosen, files)
+    problems = []
+    for anchor in sorted(below):
+        (seqs, where), files = below[anchor]
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "max-num-seqs-below-anchor",
+                f"runs at batch size {anchor} ran on a server with max_num_seqs={seqs} (from"
+                f" {where}): it never ran {anchor} requests at once (the rest waited), so these"
+                " numbers describe a smaller batch than the anchor",
+                files=tuple(files),
+                field="max_num_seqs",
+                value=str(seqs),
+                anchor=anchor,
+                expected=f">= {anchor} (the anchor)",
+            )
+        )
+    return problems
+
+
 def _facts(sweep: Sweep, saved_servers: SavedServers) -> tuple[EngineFacts, tuple[Problem, ...]]:
     saved, problems = saved_servers
     found: dict[str, Fact] = {}
     warnings = list(problems)
+    warnings += anchors_above_max_num_seqs(sweep, saved)
     from_saved = _saved_values(saved)
     for target, recorded in _recorded_values(sweep).items():
         values = recorded or from_saved.get(target, {})
