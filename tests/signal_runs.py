@@ -5,6 +5,8 @@ temporary left beside it (but where SIGKILL cut a write short: nothing can clean
 
 The command runs as the ``tune-spec-k`` script does (:func:`lib.cli.main.run`), in a session of
 its own, so that every process it forks is found after by its session id (Linux: ``/proc``).
+The delay counts from the start of the probe's code: a signal during the interpreter's own
+start (before any code of the command's runs) ends in Python's own error, out of its reach.
 A probe slows the step to interrupt (the read of each file, or the write of each file) so that a
 small sweep takes long enough, and forces the reading children where the machine has one core.
 """
@@ -28,6 +30,7 @@ from paths import REPO
 #: (SLOW_READ) or each file written (SLOW_WRITE) slowed by a few tens of milliseconds.
 _PROBE = """
 import functools, sys, time
+open({started!r}, "w").close()
 sys.path.insert(0, {repo!r})
 from lib import files, prefetch, sweep_files
 prefetch.worth_forking = lambda: "polars" not in sys.modules and "numpy" not in sys.modules
@@ -87,7 +90,14 @@ def stop_at(
 ) -> Stopped:
     """Run ``tune-spec-k ARGV``, send it signal ``number`` after ``delay`` seconds, and see
     what it left; every process of its session is killed at the end whatever happened."""
-    probe = _PROBE.format(repo=str(REPO), read_seconds=read_seconds, write_seconds=write_seconds)
+    started = cwd / ".probe-started"
+    started.unlink(missing_ok=True)
+    probe = _PROBE.format(
+        repo=str(REPO),
+        started=str(started),
+        read_seconds=read_seconds,
+        write_seconds=write_seconds,
+    )
     process = subprocess.Popen(
         [sys.executable, "-c", probe, *argv],
         cwd=cwd,
@@ -104,6 +114,11 @@ def stop_at(
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
+        for _ in range(400):
+            if started.exists():
+                break
+            time.sleep(0.025)
+        started.unlink(missing_ok=True)
         time.sleep(delay)
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, number)

@@ -703,3 +703,22 @@ def test_where_server_offsets_dominate_the_follow_up_starts_new_servers(
         names, runs = planned[cell]
         assert len(names) == starts and runs == more, (cell, names, runs)
         assert all(int(name.rsplit("=", 1)[1]) >= 3 for name in names)
+
+
+def test_a_plan_folder_holding_other_files_is_refused_before_anything_is_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The plan's folder is replaced whole: what else it holds would be lost.
+    folder = tmp_path / "plan"
+    folder.mkdir()
+    (folder / "notes.md").write_text("mine")
+    assert main(["plan", "-o", str(folder), *LLAMA_FLAGS]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "with --output-dir" in captured.err and "holds notes.md," in captured.err
+    assert "Traceback" not in captured.err
+    assert [path.name for path in folder.iterdir()] == ["notes.md"]
+    # An earlier plan in it is replaced.
+    (folder / "notes.md").unlink()
+    assert main(["plan", "-o", str(folder), *LLAMA_FLAGS]) == 0
+    assert main(["plan", "-o", str(folder), *LLAMA_FLAGS, "--ks", "0,3"]) == 0
