@@ -221,9 +221,10 @@ def write_files(
     atomic), in order (only that rename failing could leave the earlier ones replaced). So a
     full disk, an error or a killed process leaves every previous file byte-identical; a file
     replaced keeps its permissions (a new one gets the umask's, as ``open`` gives). On Linux
-    the temporary file has no name until it is complete, so even a process killed while
-    writing leaves nothing behind; elsewhere it is a hidden, uniquely named file (two writers
-    never share one), removed on any failure. A path that is a symbolic link has its target
+    the temporary files have no name until all of them are complete (each is named just
+    before the renames), so even a process killed while writing leaves nothing behind;
+    elsewhere each is a hidden, uniquely named file (two writers never share one), removed on
+    any failure. A path that is a symbolic link has its target
     replaced; a device or a FIFO is written in place, as nothing can replace it. A stop signal
     (:func:`lib.signals.deferred`) waits until every file is replaced or none is.
     """
@@ -234,7 +235,7 @@ def write_files(
 def _write_files(
     files: Sequence[tuple[Path, str]], make_folders: bool, executable: Collection[Path]
 ) -> list[Problem]:
-    staged: list[tuple[Path, Path | None, bytes | None]] = []
+    staged: list[_Staged] = []
     try:
         for path, text in files:
             if make_folders:
@@ -248,21 +249,27 @@ def _write_files(
                 staged.append(_stage(path, text.encode("utf-8"), mode))
             except OSError as error:
                 return [_unwritable(path, error)]
-        while staged:
-            path, temporary, in_place = staged[0]
+        # Every file is complete: only now does each get a name, just before the renames, so
+        # that a process killed while writing a later file leaves no named temporary.
+        for entry in staged:
             try:
-                if temporary is not None:
-                    os.replace(temporary, os.path.realpath(path))
-                else:
-                    with open(path, "wb") as device:
-                        device.write(in_place or b"")
+                entry.name()
             except OSError as error:
-                return [_unwritable(path, error)]
+                return [_unwritable(entry.path, error)]
+        while staged:
+            entry = staged[0]
+            try:
+                if entry.temporary is not None:
+                    os.replace(entry.temporary, os.path.realpath(entry.path))
+                else:
+                    with open(entry.path, "wb") as device:
+                        device.write(entry.data)
+            except OSError as error:
+                return [_unwritable(entry.path, error)]
             staged.pop(0)
     finally:
-        for _, temporary, _ in staged:
-            if temporary is not None:
-                _remove(temporary)
+        for entry in staged:
+            entry.discard()
     return []
 
 
@@ -448,9 +455,51 @@ def _remove(path: Path) -> None:
         os.unlink(path)
 
 
-def _stage(path: Path, data: bytes, mode: int | None) -> tuple[Path, Path | None, bytes | None]:
-    """``(path, the complete temporary file that will replace it, None)``; for a device or a
-    FIFO, ``(path, None, data)``: it is written in place when the files are committed."""
+class _Staged:
+    """A file to write, complete before anything is replaced: in an unnamed temporary file
+    (``descriptor``, Linux) until :meth:`name` links it, or a hidden named one
+    (``temporary``), or, for a device or a FIFO, neither (``data`` is written in place)."""
+
+    def __init__(
+        self,
+        path: Path,
+        data: bytes,
+        *,
+        mode: int | None = None,
+        descriptor: int | None = None,
+        temporary: Path | None = None,
+    ) -> None:
+        self.path, self.data, self.mode = path, data, mode
+        self.descriptor, self.temporary = descriptor, temporary
+
+    def name(self) -> None:
+        """Give the unnamed temporary file a hidden name in the target's folder (where linking
+        it fails for want of ``/proc`` or support, the data is written again under a name)."""
+        if self.descriptor is None:
+            return
+        folder = Path(os.path.realpath(self.path)).parent
+        try:
+            self.temporary = _link(self.descriptor, folder)
+        except OSError as error:
+            if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                raise
+            self.temporary = _named(folder, self.data, self.mode)
+        finally:
+            os.close(self.descriptor)
+            self.descriptor = None
+
+    def discard(self) -> None:
+        """Remove what is left of the temporary file (an unnamed one vanishes once closed)."""
+        if self.descriptor is not None:
+            os.close(self.descriptor)
+            self.descriptor = None
+        if self.temporary is not None:
+            _remove(self.temporary)
+
+
+def _stage(path: Path, data: bytes, mode: int | None) -> _Staged:
+    """The file complete in a temporary file that will replace it; for a device or a FIFO,
+    only the data: it is written in place when the files are committed."""
     target = Path(os.path.realpath(path))
     try:
         status = target.stat()
@@ -460,27 +509,28 @@ def _stage(path: Path, data: bytes, mode: int | None) -> tuple[Path, Path | None
         if stat.S_ISDIR(status.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(status.st_mode):
-            return path, None, data
+            return _Staged(path, data)
         # os.replace would replace a read-only file; writing in place never did.
         if not os.access(target, os.W_OK):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
         if mode is None:
             mode = stat.S_IMODE(status.st_mode)
     folder = target.parent
-    temporary = _anonymous(folder, data, mode)
-    if temporary is None:
-        temporary = _named(folder, data, mode)
-    return path, temporary, None
+    descriptor = _anonymous(folder, data, mode)
+    if descriptor is not None:
+        return _Staged(path, data, mode=mode, descriptor=descriptor)
+    return _Staged(path, data, temporary=_named(folder, data, mode))
 
 
 #: Linux's flag for a file without a name (0 where there is none).
 _TMPFILE = getattr(os, "O_TMPFILE", 0)
 
 
-def _anonymous(folder: Path, data: bytes, mode: int | None) -> Path | None:
-    """The data in a temporary file that got its name only once complete and synced, or None
-    where the system cannot make one (no ``O_TMPFILE``, a file system without it, no
-    ``/proc``): the caller falls back to :func:`_named`. A failure to write raises."""
+def _anonymous(folder: Path, data: bytes, mode: int | None) -> int | None:
+    """The open descriptor of an unnamed temporary file in ``folder`` holding the data, synced
+    (:class:`_Staged` names it once every file is complete), or None where the system cannot
+    make one (no ``O_TMPFILE``, a file system without it): the caller falls back to
+    :func:`_named`. A failure to write raises (the file vanishes)."""
     if not _TMPFILE:
         return None
     try:
@@ -491,14 +541,10 @@ def _anonymous(folder: Path, data: bytes, mode: int | None) -> Path | None:
         raise
     try:
         _fill(descriptor, data, mode)
-        try:
-            return _link(descriptor, folder)
-        except OSError as error:
-            if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-                raise
-            return None
-    finally:
+    except BaseException:
         os.close(descriptor)
+        raise
+    return descriptor
 
 
 def _link(descriptor: int, folder: Path) -> Path:

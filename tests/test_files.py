@@ -279,7 +279,7 @@ def test_a_full_disk_leaves_the_previous_file(
 SLOW_WRITER = """
 import os, sys, time
 from pathlib import Path
-from lib import files, signals
+from lib import files
 if sys.argv[2] == "named":
     files._TMPFILE = 0
 write = os.write
@@ -294,10 +294,10 @@ files.write_files([(Path(sys.argv[1]), "x" * (64 << 20))])
 
 
 def test_a_writer_killed_while_writing_leaves_the_previous_file(tmp_path: Path) -> None:
-    if files._anonymous(tmp_path, b"probe", None) is None:
+    probe = files._anonymous(tmp_path, b"probe", None)
+    if probe is None:
         pytest.skip("this file system cannot make an unnamed temporary file")
-    for path in tmp_path.iterdir():
-        path.unlink()
+    os.close(probe)
     previous = tmp_path / "speculative_k_schedule.json"
     previous.write_bytes(b'{"good": "previous"}\n')
     before = _listing(tmp_path)
@@ -314,6 +314,45 @@ def test_a_writer_killed_while_writing_leaves_the_previous_file(tmp_path: Path) 
             writer.send_signal(signal.SIGKILL)
             writer.wait(timeout=60)
     assert _listing(tmp_path) == before
+
+
+#: Two files written at once: the first small and complete, the second slow (killed there).
+SLOW_SECOND = """
+import os, sys, time
+from pathlib import Path
+from lib import files
+write = os.write
+def slow(descriptor, data):
+    if len(data) < 1 << 20:
+        return write(descriptor, data)
+    written = write(descriptor, bytes(data[: 1 << 16]))
+    print("writing", flush=True)
+    time.sleep(600)
+    return written
+os.write = slow
+folder = Path(sys.argv[1])
+files.write_files([(folder / "result.json", "{}"), (folder / "plan.json", "x" * (64 << 20))])
+"""
+
+
+def test_a_writer_killed_while_writing_a_later_file_leaves_no_temporary(tmp_path: Path) -> None:
+    # The first file is complete but still unnamed: nothing of it is left behind.
+    if not files._TMPFILE:
+        pytest.skip("this system cannot make an unnamed temporary file")
+    (tmp_path / "result.json").write_text("previous")
+    with subprocess.Popen(
+        [sys.executable, "-c", SLOW_SECOND, str(tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as writer:
+        assert writer.stdout is not None
+        try:
+            assert writer.stdout.readline() == "writing\n"
+        finally:
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(timeout=60)
+    assert _listing(tmp_path) == {"result.json": b"previous"}
 
 
 def test_two_files_staged_at_once_never_share_a_temporary_file(tmp_path: Path, route: str) -> None:
