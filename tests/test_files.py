@@ -293,6 +293,19 @@ files.write_files([(Path(sys.argv[1]), "x" * (64 << 20))])
 """
 
 
+def _kill_while_writing(code: str, *arguments: str) -> None:
+    """Run the writer ``code``; SIGKILL it once it says it is writing."""
+    with subprocess.Popen(
+        [sys.executable, "-c", code, *arguments], cwd=REPO, stdout=subprocess.PIPE, text=True
+    ) as writer:
+        assert writer.stdout is not None
+        try:
+            assert writer.stdout.readline() == "writing\n"
+        finally:
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(timeout=60)
+
+
 def test_a_writer_killed_while_writing_leaves_the_previous_file(tmp_path: Path) -> None:
     probe = files._anonymous(tmp_path, b"probe", None)
     if probe is None:
@@ -301,18 +314,7 @@ def test_a_writer_killed_while_writing_leaves_the_previous_file(tmp_path: Path) 
     previous = tmp_path / "speculative_k_schedule.json"
     previous.write_bytes(b'{"good": "previous"}\n')
     before = _listing(tmp_path)
-    with subprocess.Popen(
-        [sys.executable, "-c", SLOW_WRITER, str(previous), "unnamed"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as writer:
-        assert writer.stdout is not None
-        try:
-            assert writer.stdout.readline() == "writing\n"
-        finally:
-            writer.send_signal(signal.SIGKILL)
-            writer.wait(timeout=60)
+    _kill_while_writing(SLOW_WRITER, str(previous), "unnamed")
     assert _listing(tmp_path) == before
 
 
@@ -340,18 +342,7 @@ def test_a_writer_killed_while_writing_a_later_file_leaves_no_temporary(tmp_path
     if not files._TMPFILE:
         pytest.skip("this system cannot make an unnamed temporary file")
     (tmp_path / "result.json").write_text("previous")
-    with subprocess.Popen(
-        [sys.executable, "-c", SLOW_SECOND, str(tmp_path)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as writer:
-        assert writer.stdout is not None
-        try:
-            assert writer.stdout.readline() == "writing\n"
-        finally:
-            writer.send_signal(signal.SIGKILL)
-            writer.wait(timeout=60)
+    _kill_while_writing(SLOW_SECOND, str(tmp_path))
     assert _listing(tmp_path) == {"result.json": b"previous"}
 
 
