@@ -242,6 +242,8 @@ def run() -> None:
         pass
     except OSError as error:
         status = _stdout_failed(error)
+    except KeyboardInterrupt as stop:  # Ctrl-C at the last flush: the work is done
+        status = _stopped(stop)
     with contextlib.suppress(OSError, AttributeError):
         sys.stderr.flush()
     os._exit(status)
