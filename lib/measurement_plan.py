@@ -35,11 +35,11 @@ from lib.confidence import (
     MAX_SERVERS_NEEDED,
     MIN_RUNS_NEEDED,
     ConfidenceReport,
-    cell_mean_sd,
     relative_sd,
     servers_dominate,
 )
 from lib.numbers import percent_text
+from lib.posterior import cell_mean_sd
 from lib.schedule import TuningResult
 
 __all__ = [

@@ -114,11 +114,19 @@ def read_split(
     the parts joined as one; or None where a piece has a run key another piece also met: a
     run of one may repeat a run of another (a copied folder), which only one reader over both
     can tell (the caller reads the whole sweep so). None for one piece too: there is nothing
-    to split."""
+    to split. Stopped or failed on the way, it kills and reaps the children still reading."""
     if len(pieces) < 2:
         return None
-    children = [Prefetch.start(functools.partial(read, piece)) for piece in pieces[1:]]
-    parts = [read(pieces[0])] + [child.result() for child in children]
+    children: list[Prefetch[Part]] = []
+    try:
+        for piece in pieces[1:]:
+            children.append(Prefetch.start(functools.partial(read, piece)))
+        parts = [read(pieces[0])] + [child.result() for child in children]
+    except BaseException:
+        # Stopped (a signal) or failed while the others read: none of them outlives the read.
+        for child in children:
+            child.cancel()
+        raise
     met: set[int] = set()
     for part in parts:
         if not met.isdisjoint(part.run_keys):

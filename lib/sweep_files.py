@@ -32,6 +32,7 @@ from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, whole_number_text
 from lib.problems import Problem, ProblemLog, Severity, printable, show_value
 from lib.repeated_runs import RecordFile
 from lib.rows import Rows, place_failures
+from lib.server_info import SERVER_INFO_FILE_GLOB
 from lib.settings import DERIVED_COLUMNS
 from lib.split_read import SPLIT_FROM_BYTES, Part, read_split, split
 
@@ -43,6 +44,7 @@ __all__ = [
     "SweepFiles",
     "holds_runs",
     "read_sweep_files",
+    "taken_as_input",
 ]
 
 SUMMARY_FILE = "summary.json"
@@ -203,6 +205,27 @@ def holds_runs(name: str) -> bool:
     (True, True, False)
     """
     return name == SUMMARY_FILE or bool(_RUN_FILE.match(name) or _FAILURE_FILE.match(name))
+
+
+def taken_as_input(name: str) -> bool:
+    """Whether a later read of an experiment takes a file of this name as its input, wherever
+    it lies below the folder read: the sweep's data (:func:`holds_runs`), a warm-up run
+    (warmup.json, counted) and a saved server config (server_info.json,
+    :mod:`lib.server_info`). Any folder may be read as an experiment later, so no command
+    writes an output of such a name anywhere (``lib.cli.common.check_outputs``): it would
+    replace an input, or be read as one and refuse or change the next tuning.
+
+    Names only, matched exactly (case-sensitive, as the readers match them): ``Summary.json``,
+    ``run=.json`` or ``server_info.json.bak`` are not read.
+
+    >>> [taken_as_input(n) for n in ("summary.json", "run=0.json", "run=3.failure.json")]
+    [True, True, True]
+    >>> [taken_as_input(n) for n in ("warmup.json", "server_info.json", "result.json")]
+    [True, True, False]
+    >>> [taken_as_input(n) for n in ("Summary.json", "run=.json", "server_info.json.bak")]
+    [False, False, False]
+    """
+    return holds_runs(name) or name in (WARMUP_FILE, SERVER_INFO_FILE_GLOB)
 
 
 @dataclass(frozen=True, eq=False)

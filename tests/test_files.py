@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from paths import REPO
+from signal_runs import snapshot
 from sweep_builder import write_grid
 
-from lib import files
+from lib import files, signals
 from lib.files import parse_json, read_file, read_json, unwritable_reason, write_files
 from lib.keys import MISSING
 from lib.settings import DEFAULT_K_VAR, Fields
@@ -292,19 +293,10 @@ files.write_files([(Path(sys.argv[1]), "x" * (64 << 20))])
 """
 
 
-def test_a_writer_killed_while_writing_leaves_the_previous_file(tmp_path: Path) -> None:
-    if files._anonymous(tmp_path, b"probe", None) is None:
-        pytest.skip("this file system cannot make an unnamed temporary file")
-    for path in tmp_path.iterdir():
-        path.unlink()
-    previous = tmp_path / "speculative_k_schedule.json"
-    previous.write_bytes(b'{"good": "previous"}\n')
-    before = _listing(tmp_path)
+def _kill_while_writing(code: str, *arguments: str) -> None:
+    """Run the writer ``code``; SIGKILL it once it says it is writing."""
     with subprocess.Popen(
-        [sys.executable, "-c", SLOW_WRITER, str(previous), "unnamed"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", code, *arguments], cwd=REPO, stdout=subprocess.PIPE, text=True
     ) as writer:
         assert writer.stdout is not None
         try:
@@ -312,7 +304,46 @@ def test_a_writer_killed_while_writing_leaves_the_previous_file(tmp_path: Path) 
         finally:
             writer.send_signal(signal.SIGKILL)
             writer.wait(timeout=60)
+
+
+def test_a_writer_killed_while_writing_leaves_the_previous_file(tmp_path: Path) -> None:
+    probe = files._anonymous(tmp_path, b"probe", None)
+    if probe is None:
+        pytest.skip("this file system cannot make an unnamed temporary file")
+    os.close(probe)
+    previous = tmp_path / "speculative_k_schedule.json"
+    previous.write_bytes(b'{"good": "previous"}\n')
+    before = _listing(tmp_path)
+    _kill_while_writing(SLOW_WRITER, str(previous), "unnamed")
     assert _listing(tmp_path) == before
+
+
+#: Two files written at once: the first small and complete, the second slow (killed there).
+SLOW_SECOND = """
+import os, sys, time
+from pathlib import Path
+from lib import files
+write = os.write
+def slow(descriptor, data):
+    if len(data) < 1 << 20:
+        return write(descriptor, data)
+    written = write(descriptor, bytes(data[: 1 << 16]))
+    print("writing", flush=True)
+    time.sleep(600)
+    return written
+os.write = slow
+folder = Path(sys.argv[1])
+files.write_files([(folder / "result.json", "{}"), (folder / "plan.json", "x" * (64 << 20))])
+"""
+
+
+def test_a_writer_killed_while_writing_a_later_file_leaves_no_temporary(tmp_path: Path) -> None:
+    # The first file is complete but still unnamed: nothing of it is left behind.
+    if not files._TMPFILE:
+        pytest.skip("this system cannot make an unnamed temporary file")
+    (tmp_path / "result.json").write_text("previous")
+    _kill_while_writing(SLOW_SECOND, str(tmp_path))
+    assert _listing(tmp_path) == {"result.json": b"previous"}
 
 
 def test_two_files_staged_at_once_never_share_a_temporary_file(tmp_path: Path, route: str) -> None:
@@ -412,3 +443,149 @@ def test_unwritable_reason_with_folders_to_make(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     reason = unwritable_reason(tmp_path / "file" / "b" / "x.json", make_folders=True)
     assert reason == "cannot write the file: Not a directory"
+
+
+# --------------------------------------------------------------------------- a folder, whole
+
+PLAN_NAMES = ("a.json", "run.sh", "b.json")
+
+
+def _old_folder(folder: Path) -> dict[str, bytes]:
+    """An earlier write of the folder: a file at the top and a step's folder."""
+    (folder / "step1").mkdir(parents=True)
+    (folder / "a.json").write_text("old a")
+    (folder / "step1" / "b.json").write_text("old b")
+    return snapshot(folder)
+
+
+NEW = [("a.json", "new a"), ("run.sh", "echo"), ("step2/b.json", "new b")]
+NEW_TREE = {"a.json": b"new a", "run.sh": b"echo", "step2/b.json": b"new b"}
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_a_folder_is_replaced_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool
+) -> None:
+    # Linux swaps the two folders in one step; elsewhere the old one is renamed aside first.
+    if not exchange:
+        monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    folder = tmp_path / "plan"
+    _old_folder(folder)
+    assert files.write_folder(folder, NEW, executable={"run.sh"}) == []
+    assert snapshot(folder) == NEW_TREE  # the old step's folder is gone with the old plan
+    assert os.access(folder / "run.sh", os.X_OK)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["plan"]  # no temporary left
+
+
+def test_a_new_folder_and_its_parents_are_made(tmp_path: Path) -> None:
+    folder = tmp_path / "a" / "b" / "plan"
+    assert files.write_folder(folder, NEW) == []
+    assert snapshot(folder) == NEW_TREE
+
+
+def test_a_folder_behind_a_link_is_replaced_and_the_link_kept(tmp_path: Path) -> None:
+    target = tmp_path / "real"
+    _old_folder(target)
+    link = tmp_path / "plan"
+    link.symlink_to(target)
+    assert files.write_folder(link, NEW) == []
+    assert link.is_symlink() and snapshot(link) == NEW_TREE
+
+
+@pytest.mark.parametrize(
+    ("entry", "shown"),
+    [
+        (lambda f: (f / "notes.txt").write_text("mine"), "notes.txt"),
+        (lambda f: (f / "step1" / "results.json").write_text("[]"), "step1/results.json"),
+        (lambda f: (f / "a.json").unlink() or (f / "a.json").symlink_to("/etc"), "a.json"),
+        (lambda f: (f / "linked").symlink_to(f / "step1"), "linked"),
+    ],
+)
+def test_a_folder_holding_anything_else_is_not_replaced(
+    tmp_path: Path, entry: Callable[[Path], object], shown: str
+) -> None:
+    # Replacing the folder would delete what the user keeps there: refused, nothing changed.
+    folder = tmp_path / "plan"
+    _old_folder(folder)
+    entry(folder)
+    before = _listing_all(tmp_path)
+    reason = files.folder_unwritable_reason(folder, PLAN_NAMES)
+    assert reason is not None and f"holds {shown}," in reason
+    problems = files.write_folder(folder, NEW)
+    assert [(p.rule, p.message, p.files) for p in problems] == [
+        ("unwritable-file", reason, (str(folder),))
+    ]
+    assert _listing_all(tmp_path) == before
+
+
+def _listing_all(folder: Path) -> list[tuple[str, bool]]:
+    return sorted(
+        (path.relative_to(folder).as_posix(), path.is_symlink()) for path in folder.rglob("*")
+    )
+
+
+def test_an_empty_folder_or_one_of_folders_is_replaced(tmp_path: Path) -> None:
+    folder = tmp_path / "plan"
+    (folder / "empty" / "deeper").mkdir(parents=True)
+    assert files.folder_unwritable_reason(folder, PLAN_NAMES) is None
+    assert files.folder_unwritable_reason(tmp_path / "missing" / "plan", PLAN_NAMES) is None
+    (tmp_path / "file").write_text("")
+    assert files.folder_unwritable_reason(tmp_path / "file", PLAN_NAMES) == (
+        f"cannot write the file: {os.strerror(errno.ENOTDIR)}"
+    )
+
+
+def test_a_folder_that_fails_while_written_leaves_the_old_one_and_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "plan"
+    old = _old_folder(folder)
+    written = []
+    fill = files._fill
+
+    def full(descriptor: int, data: bytes, mode: int | None) -> None:
+        if written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(data)
+        fill(descriptor, data, mode)
+
+    monkeypatch.setattr(files, "_fill", full)
+    problems = files.write_folder(folder, NEW)
+    assert [(p.rule, p.files) for p in problems] == [("unwritable-file", (str(folder / "run.sh"),))]
+    assert snapshot(folder) == old
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["plan"]
+
+
+def test_a_stop_signal_waits_until_the_folder_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SIGTERM in the middle: the write ends (the folder whole, new), then the command stops.
+    folder = tmp_path / "plan"
+    _old_folder(folder)
+    fill = files._fill
+
+    def interrupted(descriptor: int, data: bytes, mode: int | None) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        fill(descriptor, data, mode)
+
+    monkeypatch.setattr(files, "_fill", interrupted)
+    with signals.raised(), pytest.raises(signals.Stopped):
+        files.write_folder(folder, NEW)
+    assert snapshot(folder) == NEW_TREE
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["plan"]
+
+
+def test_a_stop_signal_waits_until_the_files_are_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill = files._fill
+
+    def interrupted(descriptor: int, data: bytes, mode: int | None) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        fill(descriptor, data, mode)
+
+    monkeypatch.setattr(files, "_fill", interrupted)
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    with signals.raised(), pytest.raises(signals.Stopped):
+        write_files([(path, "new") for path in paths])
+    assert _listing(tmp_path) == {"a.json": b"new", "b.json": b"new"}

@@ -84,3 +84,44 @@ def test_the_cli_writes_the_same_file_through_the_child(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert there.read_bytes() == here.read_bytes()
     assert done.stdout.splitlines()[-1] == f"Wrote {there}"
+
+
+STOPPING = """
+import json, os, signal, sys, time
+from lib import prefetch, signals
+from lib.prefetch import Prefetch, stop_children
+prefetch.worth_forking = lambda: True
+def slow():
+    time.sleep(30)
+    return os.getpid()
+first, second, third = (Prefetch.start(slow) for _ in range(3))
+pids = list(prefetch._RUNNING)
+first.cancel()  # a value no longer wanted
+stop_children()  # a command stopped: every child still running
+# Stopped while waiting for the value: the child is killed and reaped on the way out.
+fourth = Prefetch.start(slow)
+pids += list(prefetch._RUNNING)
+signal.setitimer(signal.ITIMER_REAL, 0.3)
+signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(signals.Stopped(14)))
+started = time.monotonic()
+try:
+    fourth.result()
+except signals.Stopped:
+    pass
+alive = []
+for pid in pids:
+    try:
+        os.kill(pid, 0)
+        alive.append(pid)
+    except ProcessLookupError:
+        pass
+print(json.dumps([len(pids), alive, list(prefetch._RUNNING), time.monotonic() - started < 5]))
+"""
+
+
+def test_no_child_is_left_running_when_its_value_is_not_wanted() -> None:
+    count, alive, running, prompt = json.loads(_fresh(STOPPING))
+    assert count == 4
+    assert alive == []  # killed and reaped, every one
+    assert running == []
+    assert prompt  # the wait for a value is cut short at once

@@ -156,3 +156,28 @@ def test_the_digest_of_the_fork_test_sees_every_field() -> None:
     # none left out.
     files = read_sweep(SAMPLE_SWEEPS / "sonnet-like")
     assert sorted(vars(files)) == sorted(field.name for field in dataclasses.fields(files))
+
+
+def test_a_read_stopped_on_its_way_leaves_no_reader(tmp_path: Path) -> None:
+    # The first piece is read here; when that fails (or a signal stops it), the children that
+    # read the other pieces are killed and reaped, none left reading.
+    code = """
+import json, os, sys, time
+from lib import prefetch, split_read
+prefetch.worth_forking = lambda: True
+def read(piece):
+    if piece == ["first"]:
+        time.sleep(0.2)
+        raise KeyboardInterrupt
+    time.sleep(30)
+try:
+    split_read.read_split(read, [["first"], ["second"], ["third"]])
+except KeyboardInterrupt:
+    pass
+print(json.dumps(list(prefetch._RUNNING)))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []

@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import dataclasses
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -125,10 +124,6 @@ class Output:
     default: bool = False
 
 
-#: The names of a sweep's data files below an experiment folder, as lib.sweep_files finds them.
-_DATA_FILE = re.compile(r"summary\.json|warmup\.json|run=\d+(\.failure)?\.json")
-
-
 def _identity(path: str | os.PathLike[str]) -> tuple[str, tuple[int, int] | None]:
     """The path with every link resolved, and its (device, inode) where it exists."""
     try:
@@ -143,21 +138,17 @@ def _same(a: tuple[str, tuple[int, int] | None], b: tuple[str, tuple[int, int] |
     return a[0] == b[0] or (a[1] is not None and a[1] == b[1])
 
 
-def _data_file_of(path: Path, folder: str) -> bool:
-    """Whether ``path`` is one of the data files the loader reads below ``folder``: its name
-    is a data file's, it exists, and it lies below the folder, through links or not. The name
-    is looked at as given too: ``DIR/summary.json`` may be a link to a file elsewhere, which
-    writing would replace."""
-    if not _DATA_FILE.fullmatch(path.name) or not os.path.lexists(path):
-        return False
-    root = os.path.realpath(folder)
-    for candidate in (
-        os.path.realpath(path),
-        os.path.join(os.path.realpath(path.parent), path.name),
-    ):
-        if os.path.commonpath([root, candidate]) == root:
-            return True
-    return False
+def _input_name(path: Path) -> str | None:
+    """The name by which a later read would take ``path`` as an experiment's input
+    (:func:`lib.sweep_files.taken_as_input`), looked at as given and with its links resolved
+    (``out.json`` may be a link to a summary.json, which writing would replace); None when
+    neither is."""
+    from lib.sweep_files import taken_as_input
+
+    for name in (path.name, os.path.basename(os.path.realpath(path))):
+        if taken_as_input(name):
+            return name
+    return None
 
 
 def check_outputs(
@@ -172,8 +163,11 @@ def check_outputs(
 
     Refused: a path that cannot be written (:func:`lib.files.unwritable_reason`: its folder is
     missing, not a folder or not writable; it is a folder itself; a read-only file), a path
-    that is one of ``inputs`` (a file given, or a data file below a folder given: writing it
-    would replace the data read), and two outputs that are one file. Each problem names the
+    that is one of ``inputs`` (a file given: writing it would replace the data read), a path
+    named like a file a later read of an experiment takes as input, wherever it lies and
+    whether it exists or not (:func:`lib.sweep_files.taken_as_input`: summary.json,
+    run=N.json, server_info.json, ...; as given or through its links), and two outputs that
+    are one file. Each problem names the
     path; its ``extra["flag"]`` the flag (:func:`print_output_problems` shows it: the line of
     a problem keeps the wording the write itself would fail with). Paths are compared
     resolved, so ``./x``, ``x`` and a link to ``x`` are one file. ``make_folders`` (every
@@ -193,7 +187,6 @@ def check_outputs(
     problems = []
     seen: list[tuple[Output, tuple[str, tuple[int, int] | None]]] = []
     files = [_identity(path) for path in inputs if not os.path.isdir(path)]
-    folders = [str(path) for path in inputs if os.path.isdir(path)]
     for output in outputs:
         identity = _identity(output.path)
         reason = None
@@ -204,10 +197,14 @@ def check_outputs(
         if any(_same(identity, input_identity) for input_identity in files):
             message = "cannot write the file: the command reads it (it would replace the input)"
             problems.append(refused(output, "output-is-input", message))
-        for folder in folders:
-            if _data_file_of(output.path, folder):
-                message = f"cannot write the file: it is a data file of the sweep {folder}"
-                problems.append(refused(output, "output-is-input", message))
+        name = _input_name(output.path)
+        if name is not None:
+            message = (
+                f"cannot write the file: a later read of any folder above it takes a file"
+                f" named {name} as a sweep's input (summary.json, run=N.json,"
+                " run=N.failure.json, warmup.json, server_info.json); choose another name"
+            )
+            problems.append(refused(output, "output-is-input", message))
         for other, other_identity in seen:
             if _same(identity, other_identity):
                 # Blame the flag the user gave, not the default it collides with.

@@ -16,12 +16,14 @@ import argparse
 import contextlib
 import importlib
 import os
+import signal
 import sys
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from lib import signals
 from lib.cli import tune
 from lib.cli.common import (
     EXIT_BAD_INPUT,
@@ -177,15 +179,33 @@ def _run(argv: list[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; a closed stdout (``tune-spec-k DIR | head -1``) ends quietly, one that
-    fails (``> /dev/full``) ends with a line on stderr and :data:`EXIT_BAD_INPUT`."""
+    fails (``> /dev/full``) ends with a line on stderr and :data:`EXIT_BAD_INPUT`; a stop
+    signal (SIGINT, SIGTERM, SIGHUP) ends at once, with a line on stderr, no child left and no
+    file half-written, and 128 + its number (:mod:`lib.signals`)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    try:
-        return _run(arguments)
-    except BrokenPipeError:
-        stdout_to_devnull()
-        return EXIT_OK
-    except StdoutFailed as error:
-        return _stdout_failed(error)
+    with signals.raised():
+        try:
+            return _run(arguments)
+        except BrokenPipeError:
+            stdout_to_devnull()
+            return EXIT_OK
+        except StdoutFailed as error:
+            return _stdout_failed(error)
+        except (signals.Stopped, KeyboardInterrupt) as stop:
+            return _stopped(stop)
+
+
+def _stopped(stop: BaseException) -> int:
+    """A command stopped by a signal (:mod:`lib.signals`): every child killed and reaped, one
+    line on stderr, no traceback; 128 + the signal's number (130 for SIGINT)."""
+    from lib.prefetch import stop_children
+
+    stop_children()
+    number = stop.number if isinstance(stop, signals.Stopped) else int(signal.SIGINT)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        name = signal.Signals(number).name
+        print(f"{PROGRAM}: stopped by {name}; every file is whole, old or new", file=sys.stderr)
+    return signals.exit_status(number)
 
 
 def _stdout_failed(error: BaseException) -> int:
@@ -213,6 +233,8 @@ def run() -> None:
         if not isinstance(stop.code, int | None):
             raise
         status = stop.code or 0
+    except KeyboardInterrupt as stop:  # Ctrl-C before main set its handlers, or after
+        status = _stopped(stop)
     try:
         if sys.stdout is not None:
             sys.stdout.flush()
@@ -220,6 +242,8 @@ def run() -> None:
         pass
     except OSError as error:
         status = _stdout_failed(error)
+    except KeyboardInterrupt as stop:  # Ctrl-C at the last flush: the work is done
+        status = _stopped(stop)
     with contextlib.suppress(OSError, AttributeError):
         sys.stderr.flush()
     os._exit(status)

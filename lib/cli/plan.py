@@ -29,7 +29,7 @@ from lib.loop.plan.follow_up_needs import follow_up_needs
 from lib.loop.plan.sweep_plan import SweepPlan
 from lib.loop.plan.tuning import tuning_plan
 from lib.loop.plan.validation import validation_plan
-from lib.loop.plan.write import plan_files, write_plan
+from lib.loop.plan.write import plan_files, plan_folder_reason, write_plan
 from lib.present.text import sweep_plan_lines
 from lib.problems import Problem, Severity
 
@@ -148,6 +148,17 @@ def main(args: PlanArgs) -> int:
     outputs = [Output("--output-dir", root / name) for name in plan_files(plan, args.output_dir)]
     inputs = [args.design_file, args.validate, args.validate_export, *(args.follow_up or ())]
     problems = check_outputs(outputs, [p for p in inputs if p is not None])
+    reason = plan_folder_reason(root)
+    if reason is not None:
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "unwritable-file",
+                reason,
+                files=(str(root),),
+                extra={"flag": "--output-dir"},
+            )
+        )
     if print_output_problems(_COMMAND, problems):
         return EXIT_BAD_INPUT
     say(sweep_plan_lines(plan, args.output_dir))

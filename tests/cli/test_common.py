@@ -5,15 +5,16 @@ from __future__ import annotations
 import errno
 import io
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from paths import SAMPLE_SWEEPS
 from sweep_builder import record, write_combo, write_grid
 
 from lib.cli.common import (
-    _DATA_FILE,
     EXIT_BAD_INPUT,
     EXIT_OK,
     Output,
@@ -23,7 +24,9 @@ from lib.cli.common import (
     say,
     write_and_print,
 )
+from lib.cli.main import main
 from lib.problems import Problem, Severity
+from lib.server_info import read_server_settings
 from lib.settings import DEFAULT_K_VAR
 from lib.sweep_files import read_sweep_files
 
@@ -178,11 +181,37 @@ def _link(path: Path, target: Path) -> Path:
             lambda t: [],
             [("same-output", 1)],
         ),
-        # Fine: new files, a result beside the sweep's data, a sweep's file of another name.
+        # A file a later read would take as input, though new, and wherever it lies (any
+        # folder above it may be read as an experiment): the next tuning would read it.
+        (
+            lambda t: [t / "sweep" / "new" / "summary.json"],
+            lambda t: [t / "sweep"],
+            [("output-is-input", 0)],
+        ),
+        (
+            lambda t: [t / "sweep" / "SERVE--a" / "run=9.json"],
+            lambda t: [],
+            [("output-is-input", 0)],
+        ),
+        (lambda t: [t / "summary.json"], lambda t: [], [("output-is-input", 0)]),
+        (lambda t: [t / "warmup.json"], lambda t: [], [("output-is-input", 0)]),
+        (
+            lambda t: [t / "a.json", t / "sweep" / "SERVE--a" / "server_info.json"],
+            lambda t: [t / "sweep"],
+            [("output-is-input", 1)],
+        ),
+        (lambda t: [t / "other" / "server_info.json"], lambda t: [], [("output-is-input", 0)]),
+        (  # a link named otherwise whose target is a saved server config
+            lambda t: [_link(t / "out.json", t / "sweep" / "SERVE--a" / "server_info.json")],
+            lambda t: [],
+            [("output-is-input", 0)],
+        ),
+        # Fine: new files, a result beside the sweep's data, names the readers do not take.
         (lambda t: [t / "a.json", t / "b.json"], lambda t: [t / "data.json"], []),
         (lambda t: [t / "sweep" / "speculative_k_schedule.json"], lambda t: [t / "sweep"], []),
-        (lambda t: [t / "sweep" / "SERVE--a" / "run=9.json"], lambda t: [t / "sweep"], []),
         (lambda t: [t / "sweep" / "SERVE--a" / "notes.json"], lambda t: [t / "sweep"], []),
+        (lambda t: [t / "Summary.json", t / "server_info.json.bak"], lambda t: [], []),
+        (lambda t: [t / "run=.json", t / "run=1.failure"], lambda t: [], []),
     ],
 )
 def test_check_outputs_refuses_what_would_fail_or_replace_an_input(
@@ -195,7 +224,7 @@ def test_check_outputs_refuses_what_would_fail_or_replace_an_input(
     (tmp_path / "data.json").write_text("{}")
     combo = tmp_path / "sweep" / "SERVE--a"
     combo.mkdir(parents=True)
-    for name in ("summary.json", "run=0.json", "run=3.failure.json"):
+    for name in ("summary.json", "run=0.json", "run=3.failure.json", "server_info.json"):
         (combo / name).write_text("[]")
     paths, given = outputs(tmp_path), inputs(tmp_path)
     before = sorted(tmp_path.rglob("*"))
@@ -234,15 +263,45 @@ def test_say_raises_stdout_failed_on_any_error_but_a_closed_pipe(
         say(["x"])
 
 
-def test_the_data_file_names_are_the_loaders(tmp_path: Path) -> None:
-    # check_outputs knows a sweep's data files by name; every file the loader reads has one.
+def test_every_file_a_tuning_reads_is_refused_as_an_output(tmp_path: Path) -> None:
+    # check_outputs knows a sweep's inputs by name; every file the readers take has one, and
+    # writing any of them is refused, in the experiment or anywhere else.
     root = write_grid(tmp_path / "sweep", {(1, 0): [1.0, 2.0], (1, 3): [3.0, 4.0]})
     write_combo(root / "SERVE--x-BENCH--c2", [record(2, 0)], warmup={}, failures={4: {}})
     write_combo(root / "SERVE--y-BENCH--c2", [record(2, 3)], summary=False)
+    (root / "SERVE--y-BENCH--c2" / "server_info.json").write_text('{"vllm_config": {}}')
     read = read_sweep_files(root, batch_size_var="max_concurrency", k_var=DEFAULT_K_VAR)
-    names = {Path(path).name for path in read.input_files}
+    servers, _ = read_server_settings(root)
+    names = {Path(path).name for path in read.input_files} | {"warmup.json"}
     assert {"summary.json", "run=0.json", "run=4.failure.json"} <= names
-    assert all(_DATA_FILE.fullmatch(name) for name in names | {"warmup.json"})
+    assert [server.source for server in servers] == ["SERVE--y-BENCH--c2/server_info.json"]
+    names.add(Path(servers[0].source).name)
+    for name in sorted(names):
+        for folder in (root / "SERVE--y-BENCH--c2", tmp_path / "elsewhere"):
+            problems = check_outputs([Output("--out", folder / name)], [root])
+            assert [problem.rule for problem in problems] == ["output-is-input"], name
+            assert name in problems[0].message
+
+
+def test_a_tuning_refuses_to_write_a_file_the_next_tuning_would_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --output-json or --plan-json onto a saved server config, or a new summary.json in the
+    # sweep: refused before anything is read, and every file stays as it was.
+    root = Path(shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", tmp_path / "sweep"))
+    saved = next(root.rglob("summary.json")).parent / "server_info.json"
+    saved.write_text('{"vllm_config": {"scheduler_config": {"max_num_seqs": 256}}}')
+    before = {path: path.read_bytes() for path in root.rglob("*") if path.is_file()}
+    for flags in (
+        ["--output-json", str(saved)],
+        ["--plan-json", str(saved)],
+        ["--output-json", str(root / "new" / "summary.json")],
+    ):
+        assert main([str(root), *flags]) == EXIT_BAD_INPUT
+        err = capsys.readouterr().err
+        assert "[output-is-input]" in err and "Traceback" not in err
+    after = {path: path.read_bytes() for path in root.rglob("*") if path.is_file()}
+    assert after == before
 
 
 def test_a_file_that_fails_while_written_names_its_flag(

@@ -764,3 +764,22 @@ def test_a_follow_up_s_results_go_into_the_first_experiment(
         assert main(["plan", "-o", str(out), *design, "--follow-up", str(result), *copy]) == 0
         command = parse_sweep_command((out / "command.txt").read_text().split("\n\n")[0])
         assert command["-o"] == str(tmp_path / "copy")
+
+
+def test_a_plan_folder_holding_other_files_is_refused_before_anything_is_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The plan's folder is replaced whole: what else it holds would be lost.
+    folder = tmp_path / "plan"
+    folder.mkdir()
+    (folder / "notes.md").write_text("mine")
+    assert main(["plan", "-o", str(folder), *LLAMA_FLAGS]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "with --output-dir" in captured.err and "holds notes.md," in captured.err
+    assert "Traceback" not in captured.err
+    assert [path.name for path in folder.iterdir()] == ["notes.md"]
+    # An earlier plan in it is replaced.
+    (folder / "notes.md").unlink()
+    assert main(["plan", "-o", str(folder), *LLAMA_FLAGS]) == 0
+    assert main(["plan", "-o", str(folder), *LLAMA_FLAGS, "--ks", "0,3"]) == 0

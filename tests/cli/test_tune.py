@@ -7,9 +7,12 @@ The good sweep is built in ``tmp_path``; nothing is ever written into the reposi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import random
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +21,7 @@ from typing import Any
 import pytest
 from paths import BAD_INPUTS, REPO
 from seed_outputs import SEED_CANDIDATE_KEYS, SEED_DECISION_KEYS, SEED_KEYS, SEED_SELECTION_KEYS
+from signal_runs import EXPECTED_STATUS, stop_at, temporaries
 from sweep_builder import DEFAULT_GLOBAL_K, write_grid
 
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
@@ -596,3 +600,56 @@ def test_readme_shell_sessions_are_what_the_cli_prints(
         printed = captured.out.splitlines() + captured.err.splitlines()
         missing = [line for line in shown if not _shown_in(line, printed)]
         assert missing == [], f"{command}: README's lines not printed"
+
+
+# --------------------------------------------------------------------------- stopped by a signal
+
+
+@pytest.fixture(scope="module")
+def large_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bench/make_large_sweep.py's sweep, small (800 runs, 80 combo folders): read in three
+    processes at 80 ms a file (tests/signal_runs.py), it takes two seconds to read."""
+    spec = importlib.util.spec_from_file_location(
+        "make_large_sweep", REPO / "bench" / "make_large_sweep.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    root = tmp_path_factory.mktemp("large") / "sweep"
+    module.write_sweep(root, 800, 10)
+    return root
+
+
+#: Seeded points at which each signal stops the command: one while the children read, one
+#: later (the analysis, the write, or after the end: then the run simply succeeds).
+_RANDOM = random.Random(38)
+_STOPS = [
+    (number, round(_RANDOM.uniform(*span), 2))
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL)
+    for span in ((0.3, 1.5), (1.5, 3.0))
+]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="processes found in /proc")
+@pytest.mark.parametrize(("number", "delay"), _STOPS)
+def test_a_signal_stops_tuning_at_once_leaving_no_process_and_whole_files(
+    large_sweep: Path, tmp_path: Path, number: int, delay: float
+) -> None:
+    out = tmp_path / "result.json"
+    old = b'{"an": "earlier result"}\n'
+    out.write_bytes(old)
+    argv = [str(large_sweep), "--output-json", str(out)]
+    stopped = stop_at(argv, number, delay, cwd=tmp_path, read_seconds=0.08)
+    assert stopped.left == []  # no reader outlives the command
+    assert stopped.pipes_open_seconds < 0.5  # nor holds its caller's pipes
+    assert "Traceback" not in stopped.stderr
+    assert stopped.status in (EXPECTED_STATUS[number], EXIT_OK), stopped.stderr[-2000:]
+    if stopped.status == EXIT_OK:
+        assert "num_speculative_tokens_per_batch_size" in json.loads(out.read_bytes())
+    else:
+        written = out.read_bytes()
+        assert written == old or "num_speculative_tokens_per_batch_size" in json.loads(written)
+    if number != signal.SIGKILL:
+        assert temporaries(tmp_path) == []
+        if stopped.status != EXIT_OK:
+            assert f"stopped by {signal.Signals(number).name}" in stopped.stderr

@@ -1,5 +1,7 @@
 """The files of a plan, and writing them: each step's params files, ``run.sh``, ``command.txt``
-and ``sweep_plan.json`` (the design, which ``--design`` reads back)."""
+and ``sweep_plan.json`` (the design, which ``--design`` reads back). A plan's folder is written
+whole or not at all (:func:`lib.files.write_folder`): never a mix of an old plan's files and a
+new one's."""
 
 from __future__ import annotations
 
@@ -7,15 +9,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lib.files import write_files
+from lib.files import folder_unwritable_reason, write_folder
 from lib.loop.plan.run_script import run_script
 from lib.loop.plan.sweep_plan import BENCH_PARAMS, RUN_SCRIPT, SERVE_PARAMS, SweepPlan
 from lib.problems import Problem
 
-__all__ = ["DESIGN_FILE", "plan_files", "write_plan"]
+__all__ = ["DESIGN_FILE", "PLAN_FILE_NAMES", "plan_files", "plan_folder_reason", "write_plan"]
 
 COMMAND_FILE = "command.txt"
 DESIGN_FILE = "sweep_plan.json"
+#: The names of a plan's files, in its folder or a step's: what replacing a plan folder may
+#: remove (anything else in it is the user's, and the plan is refused).
+PLAN_FILE_NAMES = (SERVE_PARAMS, BENCH_PARAMS, RUN_SCRIPT, COMMAND_FILE, DESIGN_FILE)
 
 
 def plan_files(plan: SweepPlan, plan_dir: str) -> dict[str, str]:
@@ -49,13 +54,23 @@ def plan_files(plan: SweepPlan, plan_dir: str) -> dict[str, str]:
     return texts
 
 
+def plan_folder_reason(plan_dir: str | Path) -> str | None:
+    """Why a plan could not be written to ``plan_dir``, or None: the folder is replaced whole,
+    so where it exists it may hold only a plan's files (:data:`PLAN_FILE_NAMES`, at any
+    depth: an earlier plan's steps), and its parent must be writable
+    (:func:`lib.files.folder_unwritable_reason`)."""
+    return folder_unwritable_reason(plan_dir, PLAN_FILE_NAMES)
+
+
 def write_plan(plan: SweepPlan, plan_dir: str | Path) -> tuple[list[Path], list[Problem]]:
-    """Write every file of the plan under ``plan_dir`` (folders made as needed, ``run.sh``
-    executable); returns the paths, or the problem of the first that could not be written."""
+    """Write ``plan_dir`` as the plan's folder, whole (:func:`lib.files.write_folder`: the
+    files in a new folder beside it, then one rename; parent folders made as needed,
+    ``run.sh`` executable); returns the paths, or the problem that left everything as it
+    was."""
     root = Path(plan_dir)
-    files = [(root / relative, text) for relative, text in plan_files(plan, str(plan_dir)).items()]
-    problems = write_files(files, make_folders=True, executable={root / RUN_SCRIPT})
-    return ([] if problems else [path for path, _ in files]), problems
+    texts = plan_files(plan, str(plan_dir))
+    problems = write_folder(root, list(texts.items()), executable={RUN_SCRIPT})
+    return ([] if problems else [root / relative for relative in texts]), problems
 
 
 def _json_text(data: Any) -> str:
