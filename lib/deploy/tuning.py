@@ -17,6 +17,8 @@ import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from lib.cliffs import CLIFF_RULE, CeilingHint, cliff_problems
 from lib.context import in_context
 from lib.deploy.constraints import (
@@ -144,39 +146,58 @@ def anchors_above_max_num_seqs(sweep: Sweep, saved: list[ServerSettings]) -> lis
     runs = sweep.runs
     if "anchor" not in runs.columns or "source" not in runs.columns:
         return []
-    placed = runs.filter(runs["anchor"].is_not_null())
-    sources = placed["source"].to_list()
-    anchors = placed["anchor"].to_list()
-    stated: list[list[tuple[int, str]]] = [[] for _ in sources]
-    for name in ENGINE_FIELDS["max_num_seqs"]:
-        if name in placed.columns:
-            for row, value in enumerate(placed[name].to_list()):
-                if isinstance(value, int | float) and float(value).is_integer() and value >= 1:
-                    stated[row].append((int(value), f"the records' {name}"))
+    columns = [name for name in ENGINE_FIELDS["max_num_seqs"] if name in runs.columns]
     by_folder: dict[str, list[tuple[int, str]]] = {}
     for server in saved:
         if server.max_num_seqs is not None:
             by_folder.setdefault(_folder(server.source), []).append(
                 (server.max_num_seqs, f"the saved server config {server.source}")
             )
-    if by_folder:
-        for row, source in enumerate(sources):
-            for folder in _folders_above(source):
-                stated[row] += by_folder.get(folder, [])
-    # Per anchor below its servers: the smallest max_num_seqs met, where it was first stated,
-    # and every file of a run below the anchor.
-    below: dict[int, tuple[tuple[int, str], dict[str, None]]] = {}
-    for anchor, source, found in zip(anchors, sources, stated, strict=True):
+    if not columns and not by_folder:
+        return []
+    # Per distinct (anchor, folder, recorded values), not per run: the rule reads no more.
+    placed = runs.filter(pl.col("anchor").is_not_null()).with_columns(
+        pl.col("source").str.extract(r"^(.*)/[^/]*$", 1).fill_null("").alias("_folder")
+    )
+    keys = ["anchor", "_folder", *columns]
+    chosen_below: list[tuple[dict[str, Any], tuple[int, str]]] = []
+    for key in placed.select(keys).unique(maintain_order=True).to_dicts():
+        found = [
+            (int(value), f"the records' {name}")
+            for name in columns
+            if isinstance(value := key[name], int | float)
+            and float(value).is_integer()
+            and value >= 1
+        ]
+        if by_folder:
+            found += [
+                s
+                for folder in _folders_above(f"{key['_folder']}/x" if key["_folder"] else "x")
+                for s in by_folder.get(folder, [])
+            ]
         if not found:
             continue
         # The records' own value wins; among saved configs, the largest (the safest reading).
         records = [f for f in found if f[1].startswith("the records'")]
         chosen = max(records or found)
-        if is_above_max_num_seqs(anchor, chosen[0]):
-            smallest, files = below.setdefault(anchor, (chosen, {}))
-            files[source] = None
-            if chosen[0] < smallest[0]:
-                below[anchor] = (chosen, files)
+        if is_above_max_num_seqs(key["anchor"], chosen[0]):
+            chosen_below.append((key, chosen))
+    # Per anchor below its servers: the smallest max_num_seqs met, where it was first stated,
+    # and every file of a run below the anchor (read only for those).
+    below: dict[int, tuple[tuple[int, str], dict[str, None]]] = {}
+    for key, chosen in chosen_below:
+        matching = placed.filter(
+            pl.all_horizontal(
+                [
+                    pl.col(name).is_null() if key[name] is None else pl.col(name) == key[name]
+                    for name in keys
+                ]
+            )
+        )
+        smallest, files = below.setdefault(key["anchor"], (chosen, {}))
+        files.update(dict.fromkeys(matching["source"].to_list()))
+        if chosen[0] < smallest[0]:
+            below[key["anchor"]] = (chosen, files)
     problems = []
     for anchor in sorted(below):
         (seqs, where), files = below[anchor]
