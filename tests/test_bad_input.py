@@ -367,6 +367,21 @@ CASES = [
         ),
     ),
     Case(
+        "huge-engine-settings",
+        # Issue 38: engine settings had no limit; every count has 2^31 - 1.
+        (
+            Expected(
+                "invalid-engine-setting",
+                f"{combo(4, 3)}/summary.json",
+                "max_cudagraph_capture_size",
+                "1e+300",
+            ),
+            Expected(
+                "invalid-engine-setting", f"{combo(4, 0)}/summary.json", "max_num_seqs", str(2**31)
+            ),
+        ),
+    ),
+    Case(
         "copied-combo-folder",
         (
             Expected(

@@ -118,3 +118,20 @@ def test_int_list() -> None:
     assert int_list("0,1, 3") == (0, 1, 3)
     with pytest.raises(argparse.ArgumentTypeError, match="comma-separated whole numbers"):
         int_list("1,x")
+
+
+@pytest.mark.parametrize("name", ["--max-cudagraph-capture-size", "--max-num-seqs"])
+def test_engine_setting_flags_take_every_count_and_nothing_beyond(name: str) -> None:
+    """Issue 38: the engine settings have the one limit of every count, 2^31 - 1."""
+    from lib.keys import LARGEST_WHOLE_NUMBER
+    from lib.settings import DeploySettings
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser, DeploySettings)
+    parsed = from_arguments(DeploySettings, parser.parse_args([name, str(LARGEST_WHOLE_NUMBER)]))
+    assert LARGEST_WHOLE_NUMBER in (parsed.max_cudagraph_capture_size, parsed.max_num_seqs)
+    assert parsed.invalid() == []
+    for beyond in (str(LARGEST_WHOLE_NUMBER + 1), "1" + "0" * 300):
+        with pytest.raises(SystemExit) as stopped:
+            parser.parse_args([name, beyond])
+        assert stopped.value.code == 2

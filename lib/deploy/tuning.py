@@ -29,6 +29,7 @@ from lib.deploy.decisions import decisions_of
 from lib.deploy.engine import EngineFacts, Fact
 from lib.deploy.registry import ceiling_for
 from lib.deploy.verdict import verdict_of
+from lib.keys import LARGEST_WHOLE_NUMBER
 from lib.problems import Problem, Severity
 from lib.server_info import SavedServers, ServerSettings, read_server_settings
 from lib.settings import ENGINE_FIELDS, DeploySettings
@@ -44,13 +45,16 @@ def _capture_size(config: dict[str, Any]) -> int | None:
     """The capture ceiling a ``compilation_config`` states: ``max_cudagraph_capture_size``,
     else the largest of ``cudagraph_capture_sizes``; None when it states neither."""
     size = config.get("max_cudagraph_capture_size")
-    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
+    if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= LARGEST_WHOLE_NUMBER:
         return int(size)
     sizes = config.get("cudagraph_capture_sizes")
     if (
         isinstance(sizes, list)
         and sizes
-        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes)
+        and all(
+            isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= LARGEST_WHOLE_NUMBER
+            for s in sizes
+        )
     ):
         return int(max(sizes))
     return None
@@ -85,7 +89,7 @@ def _recorded_values(sweep: Sweep) -> dict[str, dict[int, str]]:
             if name not in sweep.runs.columns:
                 continue
             for value in sweep.runs[name].drop_nulls().unique().sort().to_list():
-                if float(value).is_integer() and value >= 1:
+                if float(value).is_integer() and 1 <= value <= LARGEST_WHOLE_NUMBER:
                     stated[setting].setdefault(int(value), f"the records' {name}")
     for config in sweep.compilation_configs:
         size = _capture_size(config)

@@ -344,6 +344,16 @@ def stale_summary() -> dict[str, bytes]:
     return files
 
 
+def huge_engine_settings() -> dict[str, bytes]:
+    """Serve params beyond every count (issue 38: taken, printed as a 301-digit range, then
+    dropped by the result reader): a capture ceiling of 1e300, a max_num_seqs of 2^31."""
+    combos = healthy()
+    for run in range(3):
+        set_field(combos, combo(4, 3), run, "max_cudagraph_capture_size", 1e300)
+        set_field(combos, combo(4, 0), run, "max_num_seqs", 2**31)
+    return render(combos)
+
+
 def context_sweep() -> Combos:
     """The healthy sweep measured at two prompt lengths (``random_input_len`` 512 and 8192,
     the same throughputs: a context axis whose points agree)."""
@@ -401,6 +411,7 @@ CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "pooled-servers": pooled_servers,
     "copied-combo-folder": copied_combo_folder,
     "stale-summary": stale_summary,
+    "huge-engine-settings": huge_engine_settings,
     "replicas-of-two-configurations": replicas_of_two_configurations,
 }
 
