@@ -141,28 +141,30 @@ def _data_files(
         reason = f"cannot list the folder: {error.strerror or error}"
         log.add("unreadable-folder", reason, shown(folder))
 
-    def first_visit(folder: Path) -> bool:
+    def first_visit(folder: Path) -> int | None:
+        """The folder's modification time, or None where it is not to be read."""
         try:
             status = folder.stat()
         except OSError as error:
             unlistable(folder, error)
-            return False
+            return None
         identity = (status.st_dev, status.st_ino)
         earlier = visited.get(identity)
         if earlier is None:
             visited[identity] = shown(folder)
-            return True
+            return status.st_mtime_ns
         log.add(
             "folder-seen-twice",
             f"the same folder as {earlier} (a symbolic link); its runs are read once, there",
             shown(folder),
             severity=Severity.WARNING,
         )
-        return False
+        return None
 
-    pending = [root] if first_visit(root) else []
+    root_time = first_visit(root)
+    pending = [] if root_time is None else [(root, root_time)]
     while pending:
-        here = pending.pop()
+        here, changed = pending.pop()
         try:
             with os.scandir(here) as listing:
                 entries = sorted(listing, key=lambda entry: entry.name)
@@ -197,24 +199,37 @@ def _data_files(
                 found.append((here, name, "warmup", ""))
         backups = [at for at in range(first, len(found)) if found[at][2] == "backup"]
         if backups:
-            newer = _modified_after(here, SUMMARY_FILE, [found[at][1] for at in backups])
+            newer = _modified_after(here, changed, [found[at][1] for at in backups])
             for at in backups:
                 if found[at][1] in newer:
                     found[at] = (here, found[at][1], "newer", found[at][3])
         # Checked in name order, so of two ways to one folder the first in that order reads it.
-        new_folders = [folder for folder in subfolders if first_visit(folder)]
+        new_folders = [
+            (folder, time) for folder in subfolders if (time := first_visit(folder)) is not None
+        ]
         pending.extend(reversed(new_folders))
     return found
 
 
-def _modified_after(folder: Path, summary: str, names: Sequence[str]) -> set[str]:
-    """The files of ``folder`` among ``names`` modified strictly after its ``summary``: one
-    stat each (what the hot path affords: the records are compared only for such a file,
-    :func:`stale_summary`). vLLM writes a combo's summary.json after its last run=N.json, in
-    the same clock tick at times, so an equal time is not after. A file that cannot be
+def _modified_after(folder: Path, changed: int, names: Sequence[str]) -> set[str]:
+    """The files of ``folder`` among ``names`` modified strictly after its summary.json (the
+    records are compared only for such a file, :func:`stale_summary`).
+
+    A sweep's run file arrives as a new entry of its folder (vLLM writes a run's file once,
+    and skips a run whose file is there), and a new, removed or renamed entry changes the
+    folder's time: where that time (``changed``) is not after the summary's, no file is
+    stat'ed and none is newer, so a current sweep costs one stat a folder. Else each file is
+    stat'ed (in the open folder where the system allows it: a stat of a bare name costs less
+    than one of a path's). vLLM writes a combo's summary.json right after its last run file,
+    in the same clock tick at times, so an equal time is not after. A file that cannot be
     stat'ed is not (its reading reports it, if it is read); where the summary cannot be, none
-    is. The names are looked up in the open folder where the system allows it: a stat of a
-    bare name costs less than one of a path."""
+    is. Not seen: a run file rewritten in place, by hand, in a folder otherwise untouched."""
+    try:
+        written = os.stat(folder / SUMMARY_FILE).st_mtime_ns
+    except OSError:
+        return set()
+    if changed <= written:
+        return set()
     opened = None
     if os.stat in os.supports_dir_fd:
         try:
@@ -222,23 +237,17 @@ def _modified_after(folder: Path, summary: str, names: Sequence[str]) -> set[str
         except OSError:
             return set()
     try:
-
-        def modified(name: str) -> int:
-            if opened is None:
-                return os.stat(folder / name).st_mtime_ns
-            return os.stat(name, dir_fd=opened).st_mtime_ns
-
-        try:
-            written = modified(summary)
-        except OSError:
-            return set()
         after: set[str] = set()
         for name in names:
             try:
-                if modified(name) > written:
-                    after.add(name)
+                if opened is None:
+                    modified = os.stat(folder / name).st_mtime_ns
+                else:
+                    modified = os.stat(name, dir_fd=opened).st_mtime_ns
             except OSError:
                 continue
+            if modified > written:
+                after.add(name)
         return after
     finally:
         if opened is not None:

@@ -241,17 +241,27 @@ def _combo(sweep: Path) -> Path:
     return sweep / combo_name(1, 3)
 
 
+def _after_summary(path: Path, after_ns: int, summary: Path | None = None) -> None:
+    """Set ``path``'s times ``after_ns`` after its folder's summary.json's (or ``summary``'s):
+    the clock ticks coarsely, so files written one after the other may share a time."""
+    written = (summary or path.parent / "summary.json").stat().st_mtime_ns
+    os.utime(path, ns=(written + after_ns, written + after_ns))
+
+
 def _rewrite_run(folder: Path, number: int, after_summary_ns: int | None, **fields: Any) -> Path:
-    """run=``number``.json of ``folder`` with ``fields`` changed (a new run with that number
-    if there is none), its time set ``after_summary_ns`` after the summary's (None: left)."""
+    """run=``number``.json of ``folder`` written anew with ``fields`` changed (a new run with
+    that number if there is none), as a sweep writes a run's file: a new entry of the folder,
+    which changes the folder's time (set 1 s after the summary's). The file's time is set
+    ``after_summary_ns`` after the summary's (None: left)."""
     path = folder / f"run={number}.json"
     source = path if path.exists() else folder / "run=0.json"
     record = json.loads(source.read_text(encoding="utf-8"))
     record.update(run_number=number, **fields)
+    path.unlink(missing_ok=True)
     path.write_text(json.dumps(record), encoding="utf-8")
     if after_summary_ns is not None:
-        summary_ns = (folder / "summary.json").stat().st_mtime_ns
-        os.utime(path, ns=(summary_ns + after_summary_ns, summary_ns + after_summary_ns))
+        _after_summary(path, after_summary_ns)
+    _after_summary(folder, 10**9, folder / "summary.json")
     return path
 
 
@@ -306,8 +316,8 @@ def test_a_newer_run_file_the_summary_holds_is_no_reason(tmp_path: Path) -> None
     summary that holds them: the summary is current and nothing is said."""
     sweep = _stale_sweep(tmp_path)
     for path in _combo(sweep).glob("run=*.json"):
-        summary_ns = (path.parent / "summary.json").stat().st_mtime_ns
-        os.utime(path, ns=(summary_ns + 10**9, summary_ns + 10**9))
+        _after_summary(path, 10**9)
+    _after_summary(_combo(sweep), 10**9, _combo(sweep) / "summary.json")
     read = load_experiment(sweep)
     assert read.problems == ()
     assert f"{combo_name(1, 3)}/summary.json" in read.input_files
@@ -332,8 +342,7 @@ def test_a_newer_run_file_that_is_no_record_makes_the_summary_stale(tmp_path: Pa
     sweep = _stale_sweep(tmp_path)
     path = _rewrite_run(_combo(sweep), 3, None)
     path.write_text(path.read_text(encoding="utf-8")[:40], encoding="utf-8")
-    summary_ns = (path.parent / "summary.json").stat().st_mtime_ns
-    os.utime(path, ns=(summary_ns + 10**9, summary_ns + 10**9))
+    _after_summary(path, 10**9)
     found = by_rule(load_experiment(sweep).problems)
     assert "run=3.json cannot be read" in found["stale-summary"][0].message
     assert found["invalid-json"][0].files == (f"{combo_name(1, 3)}/run=3.json",)
@@ -365,3 +374,20 @@ def test_a_current_summary_reads_no_run_file(
     monkeypatch.setattr(sweep_files, "_read_json", spy)
     load_experiment(sweep)
     assert opened == ["summary.json", "summary.json"]
+
+
+def test_run_files_are_timed_only_where_their_folder_changed_after_the_summary(
+    tmp_path: Path,
+) -> None:
+    """A sweep's run file arrives as a new entry of its folder, which changes the folder's
+    time: a folder untouched since its summary costs one stat, and a run file edited in place
+    there (by hand: vLLM writes a run's file once) is not seen."""
+    sweep = _stale_sweep(tmp_path)
+    path = _combo(sweep) / "run=1.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**record, "output_throughput": 10.0}), encoding="utf-8")
+    _after_summary(path, 10**9)
+    _after_summary(_combo(sweep), 0, _combo(sweep) / "summary.json")
+    assert "stale-summary" not in by_rule(load_experiment(sweep).problems)
+    _after_summary(_combo(sweep), 1, _combo(sweep) / "summary.json")
+    assert "stale-summary" in by_rule(load_experiment(sweep).problems)
