@@ -11,6 +11,7 @@ maps the model's P through a logistic fit whose constants are interpolated at th
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -67,7 +68,7 @@ OTHER_CALIBRATION: tuple[tuple[float, float], ...] = (
 
 
 def noise_ratio(
-    log_sd: float, counts: NDArray[np.int64], margin: float, server_variance: float = 0.0
+    log_sd: float, counts: NDArray[np.number[Any]], margin: float, server_variance: float = 0.0
 ) -> float:
     """How noisy an anchor is against the tie tolerance: the standard error of a difference of
     two cell means, ``sqrt(2 * (log_sd^2 / mean(counts) + server_variance))``, over
@@ -86,7 +87,7 @@ def noise_ratio(
 
 def leader_peak(
     ks: NDArray[np.int64],
-    counts: NDArray[np.int64],
+    counts: NDArray[np.number[Any]],
     means: NDArray[np.float64],
     log_sd: float,
     model: NDArray[np.float64],

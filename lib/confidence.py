@@ -67,6 +67,7 @@ from lib.posterior import (
     aligned_cells,
     anchor_cells,
     anchor_verdict,
+    cell_mean_sd,
     leading_k,
 )
 from lib.schedule import TuningResult
@@ -88,6 +89,7 @@ __all__ = [
     "ConfidenceReport",
     "ConfidenceSettings",
     "ServerNoise",
+    "ServerPoint",
     "assess",
     "cell_mean_sd",
     "combined_servers",
@@ -237,18 +239,33 @@ class ConfidenceSettings:
 
 
 @dataclass(frozen=True)
+class ServerPoint:
+    """One prompt length of a context grid: the batch anchors whose P(eps-good) measured the
+    server offsets from replicas there, and those that assumed ``--server-cv``."""
+
+    prompt_tokens: int
+    measured_at: tuple[int, ...] = ()
+    assumed_at: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class ServerNoise:
     """What the report's P(eps-good) take of server starts, over the whole sweep
     (docs/confidence.md, "Servers"): which anchors measured the server offsets from replicas,
     which assumed ``--server-cv``, and the measured sd pooled over the anchors that have it
     (``sum(df * excess) / sum(df)`` of each anchor's method-of-moments excess, then clipped
-    at 0; log scale)."""
+    at 0; log scale).
+
+    A context grid's (:func:`combined_servers`) has ``points``, one per prompt length with its
+    own anchors; its ``measured_at`` and ``assumed_at`` are then the batch sizes measured (or
+    assumed) at some prompt length, and only ``points`` says where."""
 
     assumed_cv: float
     measured_at: tuple[int, ...] = ()
     assumed_at: tuple[int, ...] = ()
     measured_sd: float | None = None
     measured_df: int = 0
+    points: tuple[ServerPoint, ...] = ()
 
     @property
     def measured_cv(self) -> float | None:
@@ -271,9 +288,33 @@ class ServerNoise:
         )
         if not self.assumed_at:
             return f"server replicas: {measured}"
-        where = ", ".join(str(anchor) for anchor in self.measured_at)
         return (
-            f"server replicas at batch sizes {where}: {measured}; elsewhere P(eps-good) {assumed}"
+            f"server replicas at {self.measured_where()}: {measured}; elsewhere P(eps-good)"
+            f" {assumed}"
+        )
+
+    def measured_where(self) -> str:
+        """Where the offsets were measured: the batch sizes, and in a context grid the batch
+        sizes of each prompt length, so that "elsewhere" is every other (batch size, prompt
+        length), never a batch size measured at one prompt length as if at all (one prompt
+        length: its batch sizes).
+
+        >>> ServerNoise(0.01, (1, 8), (64,)).measured_where()
+        'batch sizes 1, 8'
+        >>> points = (ServerPoint(512, (1, 8), ()), ServerPoint(2048, (), (1, 8)))
+        >>> ServerNoise(0.01, (1, 8), (1, 8), points=points).measured_where()
+        'batch sizes 1, 8 at 512 prompt tokens'
+        """
+
+        def sizes(anchors: Sequence[int]) -> str:
+            return "batch sizes " + ", ".join(str(anchor) for anchor in anchors)
+
+        if len(self.points) <= 1:  # one prompt length: its batch sizes are all there is
+            return sizes(self.measured_at)
+        return "; ".join(
+            f"{sizes(point.measured_at)} at {point.prompt_tokens} prompt tokens"
+            for point in self.points
+            if point.measured_at
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -287,17 +328,21 @@ class ServerNoise:
         }
 
 
-def combined_servers(parts: Sequence[ServerNoise], assumed_cv: float) -> ServerNoise:
-    """Several reports' server noise as one (a context grid's points): the anchors of each,
-    and the measured sd pooled by degrees of freedom (``sqrt(sum(df * sd^2) / sum(df))``)."""
-    df = sum(part.measured_df for part in parts)
-    squares = sum(part.measured_df * (part.measured_sd or 0.0) ** 2 for part in parts)
+def combined_servers(parts: Sequence[tuple[int, ServerNoise]], assumed_cv: float) -> ServerNoise:
+    """Several prompt lengths' server noise as one (a context grid's points, each given with
+    its prompt tokens): each point's anchors kept apart (:attr:`ServerNoise.points`), and the
+    measured sd pooled by degrees of freedom (``sqrt(sum(df * sd^2) / sum(df))``)."""
+    df = sum(part.measured_df for _, part in parts)
+    squares = sum(part.measured_df * (part.measured_sd or 0.0) ** 2 for _, part in parts)
     return ServerNoise(
         assumed_cv=assumed_cv,
-        measured_at=tuple(sorted({a for part in parts for a in part.measured_at})),
-        assumed_at=tuple(sorted({a for part in parts for a in part.assumed_at})),
+        measured_at=tuple(sorted({a for _, part in parts for a in part.measured_at})),
+        assumed_at=tuple(sorted({a for _, part in parts for a in part.assumed_at})),
         measured_sd=math.sqrt(squares / df) if df else None,
         measured_df=df,
+        points=tuple(
+            ServerPoint(prompt, part.measured_at, part.assumed_at) for prompt, part in parts
+        ),
     )
 
 
@@ -503,21 +548,6 @@ def _scored(
         clean=anchor_cells(usable.filter(at_flagged_anchors & ~pl.col("flagged"))),
         flags_at=Counter(zip(flagged["anchor"].to_list(), flagged["k"].to_list(), strict=True)),
     )
-
-
-def cell_mean_sd(run_sd: float, server_sd: float, runs_per_server: Sequence[int]) -> float:
-    """The standard error of a cell mean (log scale) whose runs came from server starts with
-    ``runs_per_server`` runs each: ``sqrt(run_sd^2 / N + server_sd^2 * sum(n_s^2) / N^2)``
-    (each server's offset weighs as its share of the runs).
-
-    >>> round(cell_mean_sd(0.02, 0.0, [4]), 4), round(cell_mean_sd(0.0, 0.02, [1, 1, 1, 1]), 4)
-    (0.01, 0.01)
-    >>> round(cell_mean_sd(0.0, 0.02, [3, 1]), 4)  # one server's offset weighs 3/4
-    0.0158
-    """
-    total = sum(runs_per_server)
-    weight = sum(n * n for n in runs_per_server) / total**2
-    return math.sqrt(run_sd**2 / total + server_sd**2 * weight)
 
 
 def servers_dominate(run_sd: float, server_sd: float, runs: int, servers: int) -> bool:

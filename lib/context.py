@@ -38,7 +38,7 @@ from lib.settings import (
 )
 from lib.sweeps import Sweep
 
-__all__ = ["ContextAnalysis", "analyse_contexts"]
+__all__ = ["ContextAnalysis", "analyse_contexts", "in_context"]
 
 
 # --------------------------------------------------------------------------- the grid
@@ -70,10 +70,15 @@ class ContextAnalysis:
     def servers(self) -> ServerNoise | None:
         """What the grid's P(eps-good) rest on about server starts, over every point (None
         where no point has a confidence report)."""
-        reports = [c.report for c in self.contexts if c.report is not None]
+        reports = [
+            (point.prompt_tokens, context.report)
+            for point, context in zip(self.axis.points, self.contexts, strict=True)
+            if context.report is not None
+        ]
         if not reports:
             return None
-        return combined_servers([r.servers for r in reports], reports[0].settings.server_cv)
+        parts = [(prompt, report.servers) for prompt, report in reports]
+        return combined_servers(parts, reports[0][1].settings.server_cv)
 
     @property
     def deployable(self) -> bool:
@@ -307,7 +312,7 @@ def _grid_cells(
     }
 
 
-def _in_context(problem: Problem, point: ContextPoint) -> Problem:
+def in_context(problem: Problem, point: ContextPoint) -> Problem:
     """A problem of one context point's analysis, saying which point."""
     return dataclasses.replace(
         problem,
@@ -343,7 +348,7 @@ def analyse_contexts(
     reason = _not_deployable_reason(contexts)
     for point, context in zip(axis.points, contexts, strict=True):
         problems += [
-            _in_context(problem, point)
+            in_context(problem, point)
             for problem in context.result.problems
             if (reason is None or problem.rule not in _SCHEDULE_RULES) and problem.rule not in said
         ]

@@ -34,13 +34,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import string
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from lib.keys import LARGEST_WHOLE_NUMBER
+from lib.keys import LARGEST_WHOLE_NUMBER, whole_number_text
 
 __all__ = [
     "Flag",
@@ -97,7 +98,9 @@ def flag(
 def whole_number_argument(text: str) -> int:
     """A flag's whole number, no larger in size than :data:`~lib.keys.LARGEST_WHOLE_NUMBER`
     (the limit every command applies to batch sizes and K; a run count or a seed has no use
-    for more). The sign is left to the setting's own check, which knows what it means.
+    for more): ASCII digits after an optional ``-``, read by the one parser of whole numbers
+    (:func:`~lib.keys.whole_number_text`). The sign is left to the setting's own check, which
+    knows what it means.
 
     >>> whole_number_argument("3"), whole_number_argument("-1")
     (3, -1)
@@ -105,16 +108,21 @@ def whole_number_argument(text: str) -> int:
     Traceback (most recent call last):
     ...
     argparse.ArgumentTypeError: '100000000000000000000000': expected a whole number up to 2147483647
+    >>> whole_number_argument("³")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '³': expected a whole number
     """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
-    if abs(value) > LARGEST_WHOLE_NUMBER:
+    negative = text.startswith("-")
+    digits = text[1:] if negative else text
+    value = whole_number_text(digits)
+    if value is not None:
+        return -value if negative else value
+    if digits and not digits.strip(string.digits):  # ASCII digits all, past the limit
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected a whole number up to {LARGEST_WHOLE_NUMBER}"
         )
-    return value
+    raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number")
 
 
 def int_list(text: str) -> tuple[int, ...]:

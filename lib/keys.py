@@ -20,6 +20,7 @@ __all__ = [
     "parse_json_string",
     "stated_k",
     "whole_number",
+    "whole_number_text",
 ]
 
 #: Sentinel for "the record has no such field" (a present field may hold ``None``).
@@ -51,6 +52,31 @@ def whole_number(value: Any) -> int | None:
     else:
         return None
     return number if 0 <= number <= LARGEST_WHOLE_NUMBER else None
+
+
+#: The most digits a whole number up to :data:`LARGEST_WHOLE_NUMBER` has, leading zeros aside.
+_MOST_DIGITS = len(str(LARGEST_WHOLE_NUMBER))
+
+
+def whole_number_text(text: Any) -> int | None:
+    """``text`` as a whole number from 0 to :data:`LARGEST_WHOLE_NUMBER` when it is written in
+    ASCII digits 0-9 only, else ``None``: the one parser of every text that must be a whole
+    number (a JSON object's key, a value in a command line, a run number in a file name).
+
+    Refused: an empty text, a sign, spaces, ``_`` and every other digit ``str.isdigit()``
+    takes ("²", which ``int()`` refuses with an error, and "٣", which it reads as 3); a
+    number past the limit (read without converting the whole text, so thousands of digits
+    cost nothing). Leading zeros are digits like the others ("007" is 7). Not a str: None.
+
+    >>> whole_number_text("63"), whole_number_text("007"), whole_number_text("2147483647")
+    (63, 7, 2147483647)
+    >>> [whole_number_text(t) for t in ("", "²", "٣", "-1", "+1", " 1", "1_0", "2147483648")]
+    [None, None, None, None, None, None, None, None]
+    """
+    if not (isinstance(text, str) and text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0") or "0"
+    return whole_number(int(digits)) if len(digits) <= _MOST_DIGITS else None
 
 
 def stated_k(value: Any) -> int | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +32,8 @@ __all__ = [
     "aligned_cells",
     "anchor_cells",
     "anchor_verdict",
+    "cell_mean_sd",
+    "cell_mean_variances",
     "leading_k",
 ]
 
@@ -69,8 +72,11 @@ class AnchorCells:
     infeasible: NDArray[np.bool_]
     servers: NDArray[np.int64]  # server starts (serve combos) the cell's runs came from
     within: NDArray[np.float64]  # squared deviations of runs from their server's mean
-    server_means: NDArray[np.float64]  # the mean of the cell's server means
     between: NDArray[np.float64]  # squared deviations of server means from their mean
+    inverse_runs: NDArray[np.float64]  # sum over the cell's servers of 1 / (its runs)
+    # sum over the cell's servers of (its runs)^2, over (the cell's runs)^2: how much one
+    # server's offset weighs in the cell mean (1 with one server, 1 / servers when balanced)
+    server_weight: NDArray[np.float64]
 
 
 def anchor_cells(runs: pl.DataFrame) -> dict[int, AnchorCells]:
@@ -94,18 +100,24 @@ def anchor_cells(runs: pl.DataFrame) -> dict[int, AnchorCells]:
         # No replicas (the usual sweep): each cell is one server, its mean the server's.
         stats = stats.with_columns(
             pl.col("squares").alias("within"),
-            pl.col("mean").alias("server_mean"),
             pl.lit(0.0).alias("between"),
+            (1.0 / pl.col("count")).alias("inverse_runs"),
+            pl.lit(1.0).alias("server_weight"),
         )
     else:
         servers = (
             runs.group_by("anchor", "k", "server")
-            .agg(score.mean().alias("m"), ((score - score.mean()) ** 2).sum().alias("sq"))
+            .agg(
+                score.mean().alias("m"),
+                ((score - score.mean()) ** 2).sum().alias("sq"),
+                pl.len().cast(pl.Float64).alias("n"),
+            )
             .group_by("anchor", "k")
             .agg(
                 pl.col("sq").sum().alias("within"),
-                pl.col("m").mean().alias("server_mean"),
                 ((pl.col("m") - pl.col("m").mean()) ** 2).sum().alias("between"),
+                (1.0 / pl.col("n")).sum().alias("inverse_runs"),
+                ((pl.col("n") ** 2).sum() / pl.col("n").sum() ** 2).alias("server_weight"),
             )
         )
         stats = stats.join(servers, on=["anchor", "k"], how="left").sort("anchor", "k")
@@ -123,8 +135,9 @@ def anchor_cells(runs: pl.DataFrame) -> dict[int, AnchorCells]:
         infeasible,
         stats["servers"].cast(pl.Int64).to_numpy(),
         column("within", 0.0),
-        column("server_mean", -np.inf),
         column("between", 0.0),
+        column("inverse_runs", 0.0),
+        column("server_weight", 0.0),
     )
     starts = np.flatnonzero(np.r_[True, anchors[1:] != anchors[:-1]])
     ends = np.r_[starts[1:], len(anchors)]
@@ -132,38 +145,6 @@ def anchor_cells(runs: pl.DataFrame) -> dict[int, AnchorCells]:
         int(anchors[a]): AnchorCells(*(array[a:b] for array in arrays))
         for a, b in zip(starts, ends, strict=True)
     }
-
-
-@dataclass(frozen=True)
-class _Unit:
-    """What the posterior of one anchor treats as its independent observations
-    (docs/confidence.md, "Servers"), feasible cells only.
-
-    With replicas (a cell with runs from two or more server starts): the **server means**,
-    each ``mu_K + offset + run noise / n``, pooled over the anchor's cells (``df`` = servers
-    minus cells); the server's variance is inside their spread, so nothing is added. Without:
-    the runs, and the assumed server variance (``--server-cv``) added to each cell mean."""
-
-    counts: NDArray[np.int64]
-    means: NDArray[np.float64]
-    df: int
-    log_sd: float  # sd of one observation; 0.0 where df is 0 (then unused)
-    server_variance: float  # known variance added to every cell mean (0 with replicas)
-    measured: bool
-
-
-def _unit(cells: AnchorCells, feasible: NDArray[np.bool_], settings: ModelSettings) -> _Unit:
-    """The observations of :class:`_Unit`: server means where the anchor has replicas, else
-    runs with the assumed server variance."""
-    if bool((cells.servers[feasible] > 1).any()):
-        counts = cells.servers[feasible]
-        df = int(counts.sum() - len(counts))
-        squares = float(cells.between[feasible].sum())
-        return _Unit(counts, cells.server_means[feasible], df, math.sqrt(squares / df), 0.0, True)
-    counts = cells.counts[feasible]
-    df = int(counts.sum() - len(counts))
-    log_sd = math.sqrt(float(cells.squares[feasible].sum()) / df) if df else 0.0
-    return _Unit(counts, cells.means[feasible], df, log_sd, settings.server_log_variance, False)
 
 
 @dataclass(frozen=True)
@@ -179,22 +160,131 @@ class Noise:
     server_excess: float | None = None
 
 
-def _noise(cells: AnchorCells, feasible: NDArray[np.bool_], unit: _Unit) -> Noise:
-    """Split the anchor's noise into run noise and server offsets.
-
-    Run noise: the pooled spread of runs around their own server's mean (runs minus servers
-    degrees of freedom). With replicas the server variance is the method-of-moments estimate
-    ``var(server means) - run variance * mean(1 / runs per server)``, at least 0 (with one
-    run per server the two cannot be split: all of it is counted as the server's). Without,
-    it is the assumed ``--server-cv``.
-    """
+def _run_noise(cells: AnchorCells, feasible: NDArray[np.bool_]) -> tuple[float | None, int]:
+    """The pooled run noise: the spread of runs around their own server's mean, with runs
+    minus servers degrees of freedom (None and 0 where no server has two runs)."""
     run_df = int((cells.counts[feasible] - cells.servers[feasible]).sum())
     run_sd = math.sqrt(float(cells.within[feasible].sum()) / run_df) if run_df else None
-    if not unit.measured:
-        return Noise(run_sd, run_df, math.sqrt(unit.server_variance), 0, False)
-    per_server = float(np.mean(cells.servers[feasible] / cells.counts[feasible]))
-    excess = unit.log_sd**2 - (run_sd or 0.0) ** 2 * per_server
-    return Noise(run_sd, run_df, math.sqrt(max(excess, 0.0)), unit.df, True, excess)
+    return run_sd, run_df
+
+
+def _replica_noise(cells: AnchorCells, feasible: NDArray[np.bool_]) -> Noise:
+    """The server offsets measured from replicas: a one-way random-effects method of moments.
+
+    A server's mean is ``mu_K + offset + mean of its n runs' noise``, of variance
+    ``tau^2 + sigma^2 / n``, so the squared deviations of a cell's S server means from their
+    mean have the expectation ``(S - 1) * (tau^2 + sigma^2 * mean(1 / n))``; pooled over the
+    anchor's cells, ``tau^2 = (between - sigma^2 * sum((S - 1) * mean(1 / n))) / sum(S - 1)``
+    (``server_excess``, negative when the server means agree better than their runs allow),
+    clipped at 0 (``server_sd``). With one run per server the two cannot be split: all of it is
+    counted as the server's. Degrees of freedom: servers minus cells.
+    """
+    run_sd, run_df = _run_noise(cells, feasible)
+    servers = cells.servers[feasible]
+    server_df = int((servers - 1).sum())
+    # sum over cells of (S - 1) * mean(1 / n): the run variance's share of the between squares
+    share = float(((servers - 1) / servers * cells.inverse_runs[feasible]).sum())
+    between = float(cells.between[feasible].sum())
+    excess = (between - (run_sd or 0.0) ** 2 * share) / server_df
+    return Noise(run_sd, run_df, math.sqrt(max(excess, 0.0)), server_df, True, excess)
+
+
+def _assumed_noise(
+    cells: AnchorCells, feasible: NDArray[np.bool_], settings: ModelSettings
+) -> Noise:
+    """Without replicas: the run noise, and the assumed ``--server-cv`` for the offsets."""
+    run_sd, run_df = _run_noise(cells, feasible)
+    return Noise(run_sd, run_df, math.sqrt(settings.server_log_variance), 0, False)
+
+
+def cell_mean_sd(run_sd: float, server_sd: float, runs_per_server: Sequence[int]) -> float:
+    """The standard error of a cell mean (log scale) whose runs came from server starts with
+    ``runs_per_server`` runs each: ``sqrt(run_sd^2 / N + server_sd^2 * sum(n_s^2) / N^2)``
+    (each server's offset weighs as its share of the runs; :func:`cell_mean_variances`).
+
+    >>> round(cell_mean_sd(0.02, 0.0, [4]), 4), round(cell_mean_sd(0.0, 0.02, [1, 1, 1, 1]), 4)
+    (0.01, 0.01)
+    >>> round(cell_mean_sd(0.0, 0.02, [3, 1]), 4)  # one server's offset weighs 3/4
+    0.0158
+    """
+    total = sum(runs_per_server)
+    weight = sum(n * n for n in runs_per_server) / total**2
+    variances = cell_mean_variances(run_sd**2, server_sd**2, np.array([total]), np.array([weight]))
+    return math.sqrt(float(variances[0]))
+
+
+def cell_mean_variances(
+    run_variance: float,
+    server_variance: float,
+    runs: NDArray[np.int64],
+    server_weight: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """Each cell mean's variance (log scale): ``run_variance / N + server_variance * w``, ``N``
+    the cell's runs and ``w = sum(n_s^2) / N^2`` its servers' weight
+    (:attr:`AnchorCells.server_weight`: 1 for one server, ``1 / S`` for S equal ones). Never
+    below ``run_variance / N``: server starts add to the run noise, never replace it."""
+    variances: NDArray[np.float64] = run_variance / runs + server_variance * server_weight
+    return variances
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """What the posterior of one anchor draws each K's centre from (docs/confidence.md,
+    "Servers"), feasible cells only: ``mean_K + log_sd / sqrt(counts_K) * t_df``, plus
+    ``sqrt(server_variance) * z_K`` where that variance is assumed rather than measured.
+
+    Without replicas: the runs (``counts`` the runs, ``df`` runs minus cells), and the assumed
+    server variance (``--server-cv``) added to each cell mean. With replicas (a cell with runs
+    from two or more server starts): the cell mean's variance combines both measured components
+    (:func:`cell_mean_variances`), written as ``log_sd^2 / counts`` (``log_sd``: the sd of one
+    server mean of the anchor's average size, ``counts``: servers' worth of them, not whole
+    numbers when unbalanced); ``df`` is the servers minus cells where the offsets are measured
+    above the run noise (then, for balanced cells, exactly the t of the server means), else the
+    runs minus servers: server means that agree better than their runs allow are no evidence
+    that the cell means are surer than their runs."""
+
+    counts: NDArray[np.float64]
+    means: NDArray[np.float64]
+    df: int
+    log_sd: float  # sd of one observation; 0.0 where df is 0 (then unused)
+    server_variance: float  # known variance added to every cell mean (0 with replicas)
+    measured: bool
+
+
+def _replicated(cells: AnchorCells, feasible: NDArray[np.bool_]) -> bool:
+    """Whether the anchor measures server offsets: a feasible cell has two or more servers."""
+    return bool((cells.servers[feasible] > 1).any())
+
+
+def _unit(
+    cells: AnchorCells, feasible: NDArray[np.bool_], noise: Noise, settings: ModelSettings
+) -> _Unit:
+    """The observations of :class:`_Unit`, from the anchor's :class:`Noise`."""
+    means = cells.means[feasible]
+    if not noise.measured:
+        counts = cells.counts[feasible]
+        df = int(counts.sum() - len(counts))
+        log_sd = math.sqrt(float(cells.squares[feasible].sum()) / df) if df else 0.0
+        return _Unit(
+            counts.astype(np.float64), means, df, log_sd, settings.server_log_variance, False
+        )
+    servers = cells.servers[feasible]
+    run_variance = (noise.run_sd or 0.0) ** 2
+    variances = cell_mean_variances(
+        run_variance, noise.server_sd**2, cells.counts[feasible], cells.server_weight[feasible]
+    )
+    # One server mean of the anchor's (harmonic) average size: the scale of the draws.
+    one_server = noise.server_sd**2 + run_variance * float(
+        cells.inverse_runs[feasible].sum() / servers.sum()
+    )
+    # Without any noise every variance is 0: then the counts are only weights (the servers).
+    noisy = variances > 0.0
+    weights: NDArray[np.float64] = np.where(
+        noisy, one_server / np.where(noisy, variances, 1.0), servers.astype(np.float64)
+    )
+    offsets_show = (noise.server_excess or 0.0) > 0.0 or noise.run_df == 0
+    df = noise.server_df if offsets_show else noise.run_df
+    return _Unit(weights, means, df, math.sqrt(one_server), 0.0, True)
 
 
 @dataclass(frozen=True)
@@ -242,9 +332,10 @@ def _server_noise(seed: int, draws: int, columns: int) -> NDArray[np.float32]:
 def anchor_verdict(cells: AnchorCells, margin: float, settings: ModelSettings) -> Verdict:
     """P(eps-good) per K and the confident rule's pick. ``margin = log(1 - eps) <= 0``.
 
-    The posterior of each K's centre is ``mean_K + sd / sqrt(n_K) * t_df`` over the anchor's
-    observations (:func:`_unit`: server means with replicas, runs without), plus
-    ``server_sd * z_K`` for the assumed server offset where there are no replicas."""
+    The posterior of each K's centre is ``mean_K + sd / sqrt(n_K) * t_df`` (:class:`_Unit`:
+    with replicas, the measured run noise and server offsets together, never less than the
+    run noise alone; without, the runs), plus ``server_sd * z_K`` for the assumed server
+    offset where there are no replicas."""
     feasible = ~cells.infeasible
     count = len(cells.ks)
     if not feasible.any() or feasible.sum() == 1:
@@ -252,13 +343,16 @@ def anchor_verdict(cells: AnchorCells, margin: float, settings: ModelSettings) -
         p = np.where(feasible, 1.0, 0.0) if feasible.any() else np.ones(count)
         qualifying = cells.ks[p >= settings.confidence].tolist()
         return Verdict(p, p, None, None, None, qualifying[0], qualifying)
-    unit = _unit(cells, feasible, settings)
+    if _replicated(cells, feasible):
+        noise = _replica_noise(cells, feasible)
+    else:
+        noise = _assumed_noise(cells, feasible, settings)
+    unit = _unit(cells, feasible, noise, settings)
     counts, means = unit.counts, unit.means
     if unit.df == 0:
         best = means.max()
         tied = [k for k, m in zip(cells.ks[feasible], means, strict=True) if m >= best + margin]
         return Verdict(None, None, None, None, None, int(min(tied)), [])
-    noise = _noise(cells, feasible, unit)
     log_sd, server_variance = unit.log_sd, unit.server_variance
     centred = (means - means.max()).astype(np.float32)[:, np.newaxis]
     mu: NDArray[Any] = centred

@@ -31,7 +31,14 @@ from lib.settings import (
     beyond_every_count,
 )
 
-__all__ = ["SPECULATIVE_PREFIXES", "Finding", "Params", "ParamsReader"]
+__all__ = [
+    "COMPILATION_PREFIXES",
+    "SPECULATIVE_PREFIXES",
+    "Finding",
+    "Params",
+    "ParamsReader",
+    "compilation_config",
+]
 
 #: How the literal dotted fields of a speculative_config start (:func:`_speculative_config`).
 SPECULATIVE_PREFIXES = ("speculative_config.", "speculative-config.")
@@ -42,6 +49,39 @@ _COMPILATION_NAMES = ("compilation_config", "compilation-config")
 _ENGINE_NAMES = tuple(name for names in ENGINE_FIELDS.values() for name in names)
 #: The fields of a ``compilation_config`` that state the capture ceiling.
 _CAPTURE_KEYS = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
+#: How the literal dotted fields of a compilation_config start (vLLM's
+#: ``--compilation-config.max_cudagraph_capture_size 256`` as a serve param).
+COMPILATION_PREFIXES = tuple(f"{name}." for name in _COMPILATION_NAMES)
+
+
+def compilation_config(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The record's ``compilation_config``: the field (a dict, or JSON text of one), else its
+    literal dotted fields (``"compilation_config.max_cudagraph_capture_size": 256``, as vLLM's
+    dotted serve arguments write it) gathered into one dict, each value parsed if JSON text;
+    None when the record states neither.
+
+    >>> compilation_config({"compilation-config.max_cudagraph_capture_size": "256"})
+    {'max_cudagraph_capture_size': 256}
+    >>> compilation_config({"compilation_config": '{"cudagraph_capture_sizes": [1, 2]}'})
+    {'cudagraph_capture_sizes': [1, 2]}
+    >>> compilation_config({"max_num_seqs": 8}) is None
+    True
+    """
+    for name in _COMPILATION_NAMES:
+        config = parse_json_string(record.get(name))
+        if isinstance(config, dict):
+            return config
+    return _dotted_fields(record, COMPILATION_PREFIXES) or None
+
+
+def _dotted_fields(record: dict[str, Any], prefixes: tuple[str, ...]) -> dict[str, Any]:
+    """The record's literal dotted fields that start with one of ``prefixes`` (``"x.y": v``),
+    gathered into one dict (``{"y": v}``), each value parsed if JSON text."""
+    return {
+        key.split(".", 1)[1]: parse_json_string(value)
+        for key, value in record.items()
+        if key.startswith(prefixes)
+    }
 
 
 def _speculative_config(record: dict[str, Any]) -> Any:
@@ -55,12 +95,7 @@ def _speculative_config(record: dict[str, Any]) -> Any:
     config = lookup(record, "speculative_config")
     if config is not MISSING:
         return config
-    gathered = {
-        key.split(".", 1)[1]: parse_json_string(value)
-        for key, value in record.items()
-        if key.startswith(SPECULATIVE_PREFIXES)
-    }
-    return gathered or MISSING
+    return _dotted_fields(record, SPECULATIVE_PREFIXES) or MISSING
 
 
 #: A problem found in a record, without the file: (rule, message, field, value, expected).
@@ -92,7 +127,8 @@ class ParamsReader:
         # Each distinct compilation_config a serve combo set (the capture ceiling's source).
         self.compilation_configs: dict[bytes, dict[str, Any]] = {}
         # The lookups read only these top-level fields (and, without a speculative_config, the
-        # dotted speculative_config.* fields): records agreeing on them share their params.
+        # dotted speculative_config.* fields; the dotted compilation_config.* fields always):
+        # records agreeing on them share their params.
         self.names = tuple(
             dict.fromkeys(
                 name
@@ -109,6 +145,7 @@ class ParamsReader:
         self._previous_params = Params(None, None, False, None, ())
         self._previous_fields: tuple[str, ...] | None = None
         self._previous_dotted: tuple[str, ...] = ()
+        self._previous_compilation: tuple[str, ...] = ()
 
     def read(self, record: dict[str, Any], reuse: bool) -> Params:
         """Anchor, K, speculation and global K of a record, with the problems met.
@@ -123,14 +160,18 @@ class ParamsReader:
         text = None
         if reuse:
             fields = {name: record[name] for name in self.names if name in record}
+            names = tuple(record)
+            if names != self._previous_fields:
+                self._previous_fields = names
+                self._previous_dotted = tuple(
+                    name for name in names if name.startswith(SPECULATIVE_PREFIXES)
+                )
+                self._previous_compilation = tuple(
+                    name for name in names if name.startswith(COMPILATION_PREFIXES)
+                )
             if self._config_names.isdisjoint(fields):
-                names = tuple(record)
-                if names != self._previous_fields:
-                    self._previous_fields = names
-                    self._previous_dotted = tuple(
-                        name for name in names if name.startswith(SPECULATIVE_PREFIXES)
-                    )
                 fields.update({name: record[name] for name in self._previous_dotted})
+            fields.update({name: record[name] for name in self._previous_compilation})
             text = fingerprint(fields)
             if text is not None and text == self._previous_fingerprint:
                 return self._previous_params
@@ -254,19 +295,17 @@ class ParamsReader:
         return global_k
 
     def _compilation(self, record: dict[str, Any], found: list[Finding]) -> None:
-        """Keep the record's ``compilation_config`` (a dict, or JSON text of one), once per
-        distinct value: the sweep's statement of the CUDA-graph capture settings. A capture
-        setting in it beyond every count is a problem (:func:`_engine_settings`)."""
-        for name in _COMPILATION_NAMES:
-            config = parse_json_string(record.get(name))
-            if isinstance(config, dict):
-                _add_distinct(self.compilation_configs, config)
-                for key in _CAPTURE_KEYS:
-                    value = config.get(key)
-                    sizes = value if isinstance(value, list) else [value]
-                    if any(beyond_every_count(size) for size in sizes):
-                        found.append(_beyond_every_count(f"{name}.{key}", value))
-                return
+        """Keep the record's :func:`compilation_config`, once per distinct value: the sweep's
+        statement of the CUDA-graph capture settings. A capture setting in it beyond every
+        count is a problem (:func:`_engine_settings`)."""
+        config = compilation_config(record)
+        if config is not None:
+            _add_distinct(self.compilation_configs, config)
+            for key in _CAPTURE_KEYS:
+                value = parse_json_string(lookup(config, key))
+                sizes = value if isinstance(value, list) else [value]
+                if any(beyond_every_count(size) for size in sizes):
+                    found.append(_beyond_every_count(f"compilation_config.{key}", value))
 
 
 def _engine_settings(record: dict[str, Any], found: list[Finding]) -> None:

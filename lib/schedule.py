@@ -26,7 +26,7 @@ import polars as pl
 from lib.decide import decide, tie_rule, zero_score_problems
 from lib.flags import flag_name
 from lib.gates import GatedSweep, gate
-from lib.keys import LARGEST_WHOLE_NUMBER, whole_number
+from lib.keys import LARGEST_WHOLE_NUMBER, whole_number, whole_number_text
 from lib.problems import Problem, Severity, errors
 from lib.settings import Settings
 from lib.sweeps import Sweep
@@ -260,12 +260,11 @@ TRTLLM_SCHEDULE = "draft_len_schedule"
 
 
 def trtllm_bound(raw: Any) -> int | None:
-    """A ``draft_len_schedule`` key as a batch size: an int, or the digits JSON keys are."""
+    """A ``draft_len_schedule`` key as a batch size: an int, or the digits JSON keys are
+    (:func:`~lib.keys.whole_number_text`: ASCII digits only, up to the limit)."""
     if _whole(raw):
         return int(raw)
-    if isinstance(raw, str) and raw.strip().isdigit():
-        return int(raw)
-    return None
+    return whole_number_text(raw)
 
 
 def _whole(value: Any) -> bool:

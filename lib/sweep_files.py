@@ -29,7 +29,7 @@ from typing import Any
 
 from lib.bulky_lists import SCAN_FROM_BYTES, shrink_bulky_lists
 from lib.files import parse_json, read_file
-from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, whole_number
+from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, whole_number, whole_number_text
 from lib.problems import Problem, ProblemLog, Severity, printable, show_value
 from lib.repeated_runs import RecordFile, run_content
 from lib.rows import Rows, place_failures
@@ -48,8 +48,8 @@ __all__ = [
 
 SUMMARY_FILE = "summary.json"
 WARMUP_FILE = "warmup.json"
-_RUN_FILE = re.compile(r"^run=(\d+)\.json$")
-_FAILURE_FILE = re.compile(r"^run=(\d+)\.failure\.json$")
+_RUN_FILE = re.compile(r"^run=([0-9]+)\.json$")
+_FAILURE_FILE = re.compile(r"^run=([0-9]+)\.failure\.json$")
 
 Progress = Callable[[Sequence[Path]], Iterable[Path]]
 #: The kinds of :func:`_data_files` read only where their folder's summary.json is not.
@@ -256,7 +256,7 @@ def _modified_after(folder: Path, changed: int, names: Sequence[str]) -> set[str
 
 def stale_summary(
     summary: Sequence[Any],
-    suspects: Sequence[tuple[str, int, Any]],
+    suspects: Sequence[tuple[str, int | None, Any]],
     content: Callable[[dict[str, Any]], bytes],
 ) -> tuple[str, ...]:
     """Why a combo's summary.json is stale, one reason per run file; empty if it is current.
@@ -525,15 +525,15 @@ def _stale_reasons(
     if not runs:
         return (), []
     numbers = summary_run_numbers(summary)
-    suspects: list[tuple[str, int, Any]] = []
+    suspects: list[tuple[str, int | None, Any]] = []
     for name, run in _suspect_runs(runs, numbers):
         data, _ = _read_json(folder / name, name, ProblemLog(), 1, protected)
         number = whole_number(data.get("run_number")) if isinstance(data, dict) else None
-        suspects.append((name, int(run) if number is None else number, data))
+        suspects.append((name, whole_number_text(run) if number is None else number, data))
     if not suspects:
         return (), []
     reasons = stale_summary(summary, suspects, functools.partial(run_content, protected=protected))
-    return reasons, sorted(numbers - {int(run) for _, _, run in runs})
+    return reasons, sorted(numbers - {whole_number_text(run) for _, _, run in runs})
 
 
 def _suspect_runs(
@@ -548,7 +548,11 @@ def _suspect_runs(
     ...                ("run=2.json", "backup", "2")], {0, 1})
     [('run=1.json', '1'), ('run=2.json', '2')]
     """
-    return [(name, run) for name, kind, run in runs if kind == "newer" or int(run) not in numbers]
+    return [
+        (name, run)
+        for name, kind, run in runs
+        if kind == "newer" or whole_number_text(run) not in numbers
+    ]
 
 
 def _read_part(
@@ -595,7 +599,7 @@ def _read_part(
                 )
             kind = "run"
         input_files.append(relative)
-        number = whole_number(int(run)) if run else None
+        number = whole_number_text(run) if run else None
         if run and number is None:
             log.add(
                 "invalid-file-name",

@@ -221,6 +221,10 @@ def loop_cases() -> dict[str, list[str]]:
             "--follow-up",
             str(measurement),
             str(tuned),
+            # The result sits in the scratch folder, away from its experiment: name where the
+            # follow-up's runs go (the first experiment), as a user must.
+            "--results-dir",
+            str(WORK / "first-experiment"),
         ],
         "plan/follow-up-result-only": [
             "plan",
@@ -230,6 +234,8 @@ def loop_cases() -> dict[str, list[str]]:
             str(WORK / "followup-cpu"),
             "--follow-up",
             str(cpu_result),
+            "--results-dir",
+            str(WORK / "first-experiment-cpu"),
         ],
         "plan/validate": [
             "plan",

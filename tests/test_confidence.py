@@ -43,7 +43,9 @@ from lib.confidence import (
     MAX_RUNS_NEEDED,
     RUN_SCHEMA,
     ConfidenceSettings,
+    ServerNoise,
     assess,
+    combined_servers,
     servers_dominate,
 )
 from lib.deploy.result_file import result_document
@@ -526,3 +528,50 @@ def test_one_more_server_where_run_noise_dominates(tmp_path: Path) -> None:
     for cell in report.cells.filter(pl.col("contender")).to_dicts():
         assert cell["servers_needed"] == 2
         assert cell["runs_needed"] >= 3
+
+
+# --------------------------------------------------------------------------- issue 38, kind 15
+
+_SD = 0.02  # a measured server sd (log scale), 10 degrees of freedom at each point measured
+
+
+def _point(measured: tuple[int, ...], assumed: tuple[int, ...]) -> ServerNoise:
+    return ServerNoise(0.01, measured, assumed, _SD if measured else None, 10 if measured else 0)
+
+
+@pytest.mark.parametrize(
+    ("points", "where"),
+    [
+        # Measured at one length, assumed at the other: the length says where.
+        ({512: ((1, 64), ()), 8192: ((), (1, 64))}, "batch sizes 1, 64 at 512 prompt tokens"),
+        # Each length measured at other batch sizes.
+        (
+            {512: ((1,), (64,)), 8192: ((64,), (1,))},
+            "batch sizes 1 at 512 prompt tokens; batch sizes 64 at 8192 prompt tokens",
+        ),
+        # One prompt length (a check sweep's one point): its batch sizes are all there is.
+        ({512: ((1,), (64,))}, "batch sizes 1"),
+    ],
+)
+def test_the_server_statement_of_a_grid_is_per_prompt_length(
+    points: dict[int, tuple[tuple[int, ...], tuple[int, ...]]], where: str
+) -> None:
+    """Replicas at some prompt lengths: the measured places are (batch size, prompt length)
+    pairs, never the batch sizes merged over the lengths, so "elsewhere" always exists."""
+    parts = [(prompt, _point(*at)) for prompt, at in points.items()]
+    statement = combined_servers(parts, 0.01).statement()
+    assert statement is not None
+    assert statement.startswith(f"server replicas at {where}: servers of one configuration vary")
+    assert "; elsewhere P(eps-good) assumes servers vary by at most 1.0%" in statement
+
+
+def test_a_grid_measured_everywhere_or_nowhere_has_no_elsewhere() -> None:
+    everywhere = combined_servers([(512, _point((1, 64), ())), (8192, _point((1,), ()))], 0.01)
+    assert everywhere.statement() == (
+        "server replicas: servers of one configuration vary by 2.0% (measured, 20 degrees of"
+        " freedom)"
+    )
+    nowhere = combined_servers([(512, _point((), (1,))), (8192, _point((), (1, 64)))], 0.01)
+    statement = nowhere.statement()
+    assert statement is not None and statement.startswith("no server replicas: P(eps-good)")
+    assert combined_servers([], 0.01).statement() is None

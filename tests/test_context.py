@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sweep_builder import CONTEXT_GRID, spread, write_context_grid
+from sweep_builder import (
+    CONTEXT_GRID,
+    NUM_PROMPTS,
+    record,
+    spread,
+    write_combo,
+    write_context_grid,
+)
 
 from lib.cli.main import main
 from lib.context import ContextAnalysis, analyse_contexts
@@ -224,3 +231,56 @@ def test_the_typed_grid_is_the_grid_its_json_reads_back_as(sample: str) -> None:
 def _document(analysis: ContextAnalysis) -> dict[str, Any]:
     """The result JSON the CLI writes for ``analysis``."""
     return context_document(analysis, context_verdict(analysis))
+
+
+# --------------------------------------------------------------------------- issue 38, kind 15
+
+
+def _replicas_at_one_length(root: Path) -> Path:
+    """A two-length context sweep with server replicas (3 per K) at 512 prompt tokens and
+    none at 8192: the batch sizes 1 and 64 are measured at one length and assumed at the
+    other."""
+    centres = {(1, 0): 100.0, (1, 3): 180.0, (64, 0): 4000.0, (64, 3): 3000.0}
+    for prompt, factor, replicas in ((512, 1.0, 3), (8192, 0.8, 1)):
+        for (anchor, k), centre in centres.items():
+            for replica in range(replicas):
+                serve = f"k{k}-seed={replica}" if replicas > 1 else f"k{k}"
+                records = [
+                    record(
+                        anchor,
+                        k,
+                        run_number=number,
+                        random_input_len=prompt,
+                        total_input_tokens=prompt * NUM_PROMPTS,
+                        total_output_tokens=128 * NUM_PROMPTS,
+                        output_throughput=value,
+                    )
+                    for number, value in enumerate(spread(centre * factor * (1 + 0.01 * replica)))
+                ]
+                write_combo(root / f"SERVE--{serve}-BENCH--c{anchor}-p{prompt}", records)
+    return root
+
+
+def test_the_server_statement_of_a_grid_says_which_prompt_length_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Replicas at 512 prompt tokens only: the batch sizes 1 and 64 are measured there and
+    assumed at 8192, so the statement names the prompt length (before: "server replicas at
+    batch sizes 1, 64 ...; elsewhere ..." with no batch size elsewhere), in the analysis, the
+    verdict and the CLI alike."""
+    sweep, axis, _ = _axis(_replicas_at_one_length(tmp_path / "s"))
+    assert axis is not None
+    analysis = analyse_contexts(sweep, axis, Settings())
+    servers = analysis.servers
+    assert servers is not None
+    statement = servers.statement()
+    assert statement is not None
+    assert statement.startswith("server replicas at batch sizes 1, 64 at 512 prompt tokens: ")
+    assert "; elsewhere P(eps-good) assumes servers vary by at most 1.0%" in statement
+    assert [(p.prompt_tokens, p.measured_at, p.assumed_at) for p in servers.points] == [
+        (512, (1, 64), ()),
+        (8192, (), (1, 64)),
+    ]
+    assert context_verdict(analysis).assumption == statement
+    main([str(tmp_path / "s")])
+    assert f"assumes: {statement}" in capsys.readouterr().out

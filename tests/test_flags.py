@@ -9,7 +9,16 @@ from typing import Literal
 
 import pytest
 
-from lib.flags import add_flags, flag, flag_name, from_arguments, given, int_list, to_arguments
+from lib.flags import (
+    add_flags,
+    flag,
+    flag_name,
+    from_arguments,
+    given,
+    int_list,
+    to_arguments,
+    whole_number_argument,
+)
 
 
 def _pair(text: str) -> tuple[str, int]:
@@ -118,6 +127,38 @@ def test_int_list() -> None:
     assert int_list("0,1, 3") == (0, 1, 3)
     with pytest.raises(argparse.ArgumentTypeError, match="comma-separated whole numbers"):
         int_list("1,x")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("3", 3), ("-1", -1), ("007", 7), ("-0", 0), (str(2**31 - 1), 2**31 - 1)],
+)
+def test_a_flags_whole_number_is_ascii_digits_after_an_optional_minus(
+    text: str, value: int
+) -> None:
+    assert whole_number_argument(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Issue 38, kind 16: int() read Arabic-Indic and fullwidth 3 as 3 and took " 3", "+3"
+        # and "3_0".
+        ("\u0663", "expected a whole number"),
+        ("\uff13", "expected a whole number"),
+        ("\u00b3", "expected a whole number"),
+        (" 3", "expected a whole number"),
+        ("+3", "expected a whole number"),
+        ("3_0", "expected a whole number"),
+        ("--3", "expected a whole number"),
+        ("", "expected a whole number"),
+        (str(2**31), "expected a whole number up to 2147483647"),
+        ("-" + "9" * 5000, "expected a whole number up to 2147483647"),
+    ],
+)
+def test_a_flags_whole_number_refuses_anything_else(text: str, expected: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=expected):
+        whole_number_argument(text)
 
 
 @pytest.mark.parametrize("name", ["--max-cudagraph-capture-size", "--max-num-seqs"])

@@ -5,9 +5,12 @@ from __future__ import annotations
 import gc
 import json
 import random
+import re
 import tracemalloc
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from paths import SAMPLE_SWEEPS
 
 from lib import keys
@@ -181,3 +184,66 @@ def test_loading_sweeps_again_finds_every_name_cached() -> None:
     for k_var in (DEFAULT_K_VAR, GLOBAL_K_VAR):
         load_experiment(sample, k_var=k_var)
     assert [cache.cache_info().misses for cache in caches] == misses
+
+
+#: Characters ``str.isdigit()`` takes that are not ASCII digits: superscripts (int() refuses
+#: them), Arabic-Indic, Extended Arabic-Indic, NKo, Devanagari and Gurmukhi digits, a
+#: fullwidth and a mathematical bold digit (int() reads most of these).
+DIGITS_OTHER_THAN_ASCII = (
+    "\u00b2\u00b3\u00b9\u0663\u06f3\u07c3\u0966\u0967\u0a69\uff10\U0001d7d1\u2460"
+)
+
+
+def _reference_whole_number_text(text: str) -> int | None:
+    """The rule, written the other way: a non-empty run of the ten ASCII digits, read by
+    ``int`` (in full: the texts drawn are short enough), no larger than the limit."""
+    if re.fullmatch(r"[0-9]+", text, flags=re.ASCII) is None:
+        return None
+    number = int(text)
+    return number if number <= keys.LARGEST_WHOLE_NUMBER else None
+
+
+@settings(max_examples=400, derandomize=True, database=None)
+@given(
+    st.one_of(
+        st.text(),
+        st.text(alphabet="0123456789 +-_." + DIGITS_OTHER_THAN_ASCII, max_size=14),
+        st.integers(min_value=-(2**40), max_value=2**40).map(str),
+        st.integers(min_value=0, max_value=2**31 + 5).map(lambda n: f"{n:012d}"),
+    )
+)
+def test_whole_number_text_reads_ascii_digits_only_and_never_raises(text: str) -> None:
+    """Issue 38, kind 16: every reader that tested ``str.isdigit()`` before ``int()`` crashed on
+    a superscript ("²": isdigit yes, int no) and read other scripts' digits ("٣" as 3). The one
+    parser takes the ten ASCII digits only, up to 2^31 - 1, and returns None for anything else."""
+    assert keys.whole_number_text(text) == _reference_whole_number_text(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        ("0", 0),
+        ("1", 1),
+        ("007", 7),
+        (str(2**31 - 1), 2**31 - 1),
+        ("0" * 5000 + "5", 5),
+        (str(2**31), None),
+        ("9" * 5000, None),  # past int()'s 4300-digit limit: read without int()
+        ("", None),
+        ("²", None),
+        ("٣", None),
+        ("-1", None),
+        ("+1", None),
+        (" 1", None),
+        ("1 ", None),
+        ("1_000", None),
+        ("1.0", None),
+    ],
+)
+def test_whole_number_text_on_both_sides_of_each_rule(text: str, number: int | None) -> None:
+    assert keys.whole_number_text(text) == number
+
+
+@pytest.mark.parametrize("value", [None, 3, 3.0, b"3", ["3"]])
+def test_whole_number_text_takes_text_only(value: object) -> None:
+    assert keys.whole_number_text(value) is None

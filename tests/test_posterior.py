@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pytest
 from confidence_helpers import REPLICATED, anchor_row, model_p, p_of, report_of, tuned, worked
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 from sweep_builder import write_grid, write_replicated_grid
 
+from lib.calibration import noise_ratio
 from lib.confidence import ConfidenceSettings, assess
+from lib.posterior import anchor_cells, anchor_verdict, cell_mean_sd, cell_mean_variances
 
 
 @pytest.mark.parametrize("gap_percent", [0.5, 1.5, 3.0])
@@ -161,3 +166,111 @@ def test_a_larger_assumed_server_sd_never_makes_a_pick_surer(tmp_path: Path) -> 
         leaders.append(report.cells.filter(pl.col("anchor") == 64)["p_model"].max())
     assert leaders == sorted(leaders, reverse=True), leaders
     assert leaders[-1] < leaders[0]
+
+
+# --------------------------------------------------------------------------- issue 38, kind 2
+# Server means that happen to agree are no evidence that a cell mean is surer than its runs:
+# the variance of a server's mean is never below the run variance over its runs.
+
+#: Six runs per K at +-7 %, on two servers whose means agree (to 1e-4; identical records
+#: would be read as copies); K=1 4 % ahead.
+_AGREEING = {
+    (4, k): [[c * f for f in (0.93, 1.0, 1.07)], [c * f for f in (1.0701, 0.9999, 0.93)]]
+    for k, c in ((0, 100.0), (1, 104.0))
+}
+
+
+def _one_server(cells: dict[tuple[int, int], list[list[float]]]) -> dict[Any, list[float]]:
+    return {cell: [v for server in servers for v in server] for cell, servers in cells.items()}
+
+
+def test_server_means_that_agree_keep_their_run_noise(tmp_path: Path) -> None:
+    """The issue's case: the same six runs per K are unresolved in one server even with no
+    server offsets assumed (--server-cv 0), so on two servers whose means agree they cannot be
+    surer: the server variance is measured as 0 (clipped), and the cell means keep the run
+    noise (before the fix: resolved at P 0.9996 on a server spread of 0)."""
+    settings = ConfidenceSettings(server_cv=0.0)
+    _, replicas = report_of(write_replicated_grid(tmp_path / "r", _AGREEING), settings)
+    _, one = report_of(write_grid(tmp_path / "o", _one_server(_AGREEING)), settings)
+    row = anchor_row(replicas, 4)
+    assert row["servers_measured"] and row["server_log_sd"] == 0.0
+    assert p_of(replicas, 4)[1] <= p_of(one, 4)[1]  # type: ignore[operator]
+    assert model_p(replicas, 4)[1] <= model_p(one, 4)[1]  # type: ignore[operator]
+    assert row["status"] == "unresolved" and row["selected_k"] == 1
+    # The noise the P rests on is the run noise's, not the servers' spread of 0.
+    run_only = noise_ratio(row["pooled_log_sd"], np.array([6, 6]), math.log(1 - 0.01))
+    assert row["noise_ratio"] == pytest.approx(run_only, rel=1e-9)
+
+
+def test_cell_mean_variance_is_never_below_the_run_noise() -> None:
+    """``run_variance / N + server_variance * w``: the run term stays whatever the servers
+    measured (0 included), and w is 1 for one server, 1 / S for S equal servers."""
+    runs, weights = np.array([6, 6, 4]), np.array([1.0, 0.5, 10 / 16])
+    assert cell_mean_variances(0.04, 0.0, runs, weights).tolist() == pytest.approx(
+        [0.04 / 6, 0.04 / 6, 0.01]
+    )
+    assert cell_mean_variances(0.04, 0.01, runs, weights).tolist() == pytest.approx(
+        [0.04 / 6 + 0.01, 0.04 / 6 + 0.005, 0.01 + 0.01 * 10 / 16]
+    )
+    assert cell_mean_sd(0.02, 0.0, [3, 3]) == pytest.approx(0.02 / math.sqrt(6))
+
+
+def _runs_frame(values: dict[int, list[list[float]]], replicas: bool) -> pl.DataFrame:
+    """Scored runs (lib.confidence.RUN_SCHEMA's columns the posterior reads) of one anchor:
+    per K its servers' runs; ``replicas`` False puts every K's runs on one server."""
+    rows = [
+        {
+            "anchor": 1,
+            "k": k,
+            "server": f"k{k}-seed={s}" if replicas else f"k{k}",
+            "score": math.log(v),
+            "infeasible": False,
+        }
+        for k, servers in values.items()
+        for s, server in enumerate(servers)
+        for v in server
+    ]
+    return pl.DataFrame(rows)
+
+
+@st.composite
+def _split_runs(draw: st.DrawFn) -> dict[int, list[list[float]]]:
+    """2..4 K, each with S servers (2..3) of n runs (1..3), the same S and n for every K:
+    cell centres up to 6 % apart, server offsets and run noise up to 8 %."""
+    ks = draw(st.integers(2, 4))
+    servers, runs = draw(st.integers(2, 3)), draw(st.integers(1, 3))
+    offset_sd = draw(st.sampled_from([0.0, 0.005, 0.02, 0.08]))
+    run_sd = draw(st.sampled_from([0.005, 0.02, 0.08]))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    centres = 100.0 * np.exp(rng.uniform(0.0, 0.06, ks))
+    return {
+        k: [
+            (centres[k] * np.exp(rng.normal(0, offset_sd) + rng.normal(0, run_sd, runs))).tolist()
+            for _ in range(servers)
+        ]
+        for k in range(ks)
+    }
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(_split_runs())
+def test_replicas_never_make_a_pick_surer_than_the_same_runs_on_one_server(
+    values: dict[int, list[list[float]]],
+) -> None:
+    """For run values split into S equal servers per K, the leading K's model P(eps-good) is
+    never higher than with the same runs as one server per K and no server offset assumed
+    (--server-cv 0): the measured server offsets can only add to the run noise. (Up to the
+    Monte-Carlo error: the two use different t degrees of freedom, so different draws; 0.01
+    is about three of its standard errors at 4,000 draws.)"""
+    settings = ConfidenceSettings(server_cv=0.0, draws=4000)
+    margin = math.log(1 - 0.01)
+    (replicated,) = anchor_cells(_runs_frame(values, replicas=True)).values()
+    (one,) = anchor_cells(_runs_frame(values, replicas=False)).values()
+    with_replicas = anchor_verdict(replicated, margin, settings)
+    on_one = anchor_verdict(one, margin, settings)
+    assert with_replicas.noise is not None and with_replicas.noise.measured
+    assert on_one.p is not None and on_one.model is not None
+    if with_replicas.p is None or with_replicas.model is None:
+        return  # one run per server and every server mean alike: nothing measured
+    assert with_replicas.model.max() <= on_one.model.max() + 0.01

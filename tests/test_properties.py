@@ -354,3 +354,73 @@ def test_every_context_sweep_gets_valid_exports_or_a_named_problem(
                     export_err
                 )
         assert _context_run(experiment, flags, mix, capsys) == first
+
+
+#: Text a whole number is read from: anything, and texts of digits of every script, signs,
+#: spaces and separators (``str.isdigit()`` takes superscripts, which ``int()`` refuses, and
+#: other scripts' digits, which ``int()`` reads).
+WHOLE_NUMBER_TEXTS = st.one_of(
+    st.text(max_size=12),
+    st.text(alphabet="0123456789 +-_.\u00b2\u00b3\u0663\u06f3\u0966\uff10\U0001d7d1", max_size=12),
+    st.integers(min_value=0, max_value=2**32).map(str),
+)
+
+
+@settings(REPRODUCIBLE, max_examples=300)
+@given(text=WHOLE_NUMBER_TEXTS)
+def test_every_reader_of_a_whole_number_in_text_reads_it_by_the_one_parser(text: str) -> None:
+    """Issue 38, kind 16: an SGLang slot key, a TensorRT-LLM schedule key, a result's
+    confidence keys, ``plan --serve-args``' --max-model-len and a flag's value, each read by
+    :func:`lib.keys.whole_number_text`: never a traceback, and the number exactly when the
+    text is ASCII digits up to 2^31 - 1."""
+    import argparse
+    import shlex
+
+    from lib.deploy.registry import decisions_from_json
+    from lib.deploy.result_file import result_file_of
+    from lib.flags import whole_number_argument
+    from lib.keys import whole_number_text
+    from lib.loop.plan.design import _max_model_len
+
+    number = whole_number_text(text)
+    # TensorRT-LLM: the key is the range's upper bound, from 1.
+    decisions, problems = decisions_from_json({"draft_len_schedule": {text: 3}}, "t.json")
+    assert (decisions is not None) == (number is not None and number >= 1), problems
+    if decisions is not None:
+        assert decisions.schedule.ranges == ((1, number, 3),)
+    # SGLang: the key is the slot's lower bound; one slot is a schedule when it starts at 1.
+    decisions, problems = decisions_from_json({text: {"candidate_steps": [3]}}, "t.json")
+    assert (decisions is not None) == (number == 1), problems
+    # A result's confidence, keyed by K.
+    result, problems = result_file_of(
+        {
+            "num_speculative_tokens_per_batch_size": [[1, 8, 3]],
+            "batch_decisions": [
+                {
+                    "batch_size": 1,
+                    "candidates": [{"batch_size": 1, "k": 3, "num_runs": 3}],
+                    "confidence": {"p_eps_good": {text: 0.5}, "runs_needed": {text: 2}},
+                }
+            ],
+        },
+        "t.json",
+    )
+    assert result is not None, problems
+    confidence = result.anchors[0].confidence
+    assert confidence is not None
+    expected = {} if number is None else {number: 0.5}
+    assert (confidence.p_eps_good, confidence.runs_needed) == (
+        expected,
+        {k: 2 for k in expected},
+    )
+    # plan --serve-args: --max-model-len's value.
+    assert _max_model_len("--max-model-len " + shlex.quote(text)) == number
+    # A flag: ASCII digits after an optional minus, else argparse's error.
+    magnitude = text.removeprefix("-")
+    try:
+        value = whole_number_argument(text)
+    except argparse.ArgumentTypeError:
+        assert whole_number_text(magnitude) is None
+    else:
+        assert value == (-1 if text.startswith("-") else 1) * (whole_number_text(magnitude) or 0)
+        assert whole_number_text(magnitude) is not None

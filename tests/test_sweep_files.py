@@ -24,7 +24,7 @@ from lib import sweep_files
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
 from lib.problems import Severity
-from lib.sweep_files import read_sweep_files
+from lib.sweep_files import holds_runs, read_sweep_files
 from lib.sweeps import load_experiment, sweep_from
 
 
@@ -227,6 +227,22 @@ def test_a_folder_name_that_is_not_utf8_is_shown_escaped(
     (experiment / odd / "summary.json").write_bytes(b"[{")
     code, out, err = _tune_output(experiment, capsys)
     assert "SERVE--k3-BENCH--c4\\xff/summary.json" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "holds"),
+    [
+        ("run=3.json", True),
+        ("run=03.failure.json", True),
+        # Issue 38, kind 16: \d took every script's digits, and int() read "run=٣" as run 3.
+        ("run=\u0663.json", False),
+        ("run=\uff13.failure.json", False),
+        ("run=\u00b3.json", False),
+        ("run=-3.json", False),
+    ],
+)
+def test_a_run_number_in_a_file_name_is_ascii_digits(name: str, holds: bool) -> None:
+    assert holds_runs(name) is holds
 
 
 # --- issue 38, kind 8: a summary.json older than run files it lacks is stale ---------------

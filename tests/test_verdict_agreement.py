@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from paths import REAL_DATA, SAMPLE_SWEEPS
-from sweep_builder import grid, write_grid
+from sweep_builder import grid, write_grid, write_json
 
 from lib.app import guide
 from lib.app import support as app_support
@@ -34,10 +34,15 @@ from lib.app.context import SweepAnalysis, analyse_sweep
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
 from lib.context_axis import find_context_axis
-from lib.deploy.verdict import NO_DRAFT_MODEL_METHODS, VERDICT_WARNINGS, Verdict
+from lib.deploy.verdict import (
+    BATCH_NOT_RUN_FIXES,
+    NO_DRAFT_MODEL_METHODS,
+    VERDICT_WARNINGS,
+    Verdict,
+)
 from lib.objectives import OBJECTIVES_BY_NAME
 from lib.problems import Severity
-from lib.settings import ContextSettings, Fields, Options, Settings
+from lib.settings import GLOBAL_K_VAR, ContextSettings, Fields, Options, Settings
 from lib.sweeps import load_experiment
 
 #: K=3 beats K=0 by half at both anchors with 0.5 % noise: every check passes (a ready verdict,
@@ -148,10 +153,15 @@ def _ready_by_the_checks(written: dict[str, Any]) -> list[str]:
     deployment = written.get("deployment") or {}
     if deployment.get("capped_ranges") or deployment.get("graphless_ranges"):
         failed.append("capped or graphless ranges")
+    ceiling = deployment.get("capture_ceiling") or {}
+    anchors = [decision["batch_size"] for decision in written["batch_decisions"]]
+    if ceiling.get("max_num_seqs_known") and anchors and ceiling["max_num_seqs"] > max(anchors):
+        failed.append("batch sizes past the largest anchor up to max_num_seqs")
     doubting = [
         p["rule"]
         for p in written["problems"]
-        if p["severity"] == "warning" and p["rule"] in VERDICT_WARNINGS
+        if p["severity"] == "warning"
+        and (p["rule"] in VERDICT_WARNINGS or p["rule"] in BATCH_NOT_RUN_FIXES)
     ]
     failed += [f"warning {rule}" for rule in doubting]
     if not any(k > 0 for _, _, k in written["num_speculative_tokens_per_batch_size"]):
@@ -231,6 +241,15 @@ def test_a_ready_verdict_is_ready_by_every_check(
     assert _ready_by_the_checks({**written, "speculative_config": {"method": "eagle3"}}) == [
         "no draft model"
     ]
+    # Issue 38: a server that runs past the largest anchor, an anchor its runs did not run.
+    past = {**written["deployment"]["capture_ceiling"], "max_num_seqs": 9}
+    assert _ready_by_the_checks(
+        {**written, "deployment": {**written["deployment"], "capture_ceiling": past}}
+    ) == ["batch sizes past the largest anchor up to max_num_seqs"]
+    fewer = {"severity": "warning", "rule": "effective-batch-below-anchor"}
+    assert _ready_by_the_checks({**written, "problems": [fewer]}) == [
+        "warning effective-batch-below-anchor"
+    ]
 
 
 def test_the_real_experiments_are_covered() -> None:
@@ -238,3 +257,70 @@ def test_the_real_experiments_are_covered() -> None:
         pytest.skip(f"{REAL_DATA} is absent: the real sweeps live beside the repository")
     # qwen3-32b-fp8-eagle3-tp2 and the six single-run experiments.
     assert len([case for case in CASES if case[0] == REAL_DATA]) == 7
+
+
+def _static_switch(root: Path) -> Path:
+    """Issue 38, kind 5: one server per K (its num_speculative_tokens K), K=3 best at 1 and
+    K=1 at 8: the deployed engine (3 with a schedule) never ran K=1 at 8."""
+    cells = {
+        (1, 1): [120.0, 120.5, 119.5],
+        (1, 3): [150.0, 150.5, 149.5],
+        (8, 1): [900.0, 900.5, 899.5],
+        (8, 3): [600.0, 600.5, 599.5],
+    }
+    return write_grid(root, cells, spec="static", max_num_seqs=8)
+
+
+def _saved_below(root: Path) -> Path:
+    """Issue 38, kind 3: every server saved max_num_seqs 4, below the anchor 8."""
+    folder = write_grid(root, STEADY)
+    for combo in folder.iterdir():
+        write_json(
+            combo / "server_info.json",
+            {"vllm_config": {"scheduler_config": {"max_num_seqs": 4}}},
+        )
+    return folder
+
+
+def _fewer_in_flight(root: Path) -> Path:
+    """Issue 38, kind 3: Little's law says the runs at 8 held 4 requests."""
+    write_grid(root, {cell: runs for cell, runs in STEADY.items() if cell[0] == 1}, max_num_seqs=8)
+    eight = {cell: runs for cell, runs in STEADY.items() if cell[0] == 8}
+    return write_grid(root, eight, max_num_seqs=8, request_throughput=4.0)
+
+
+#: Sweeps that each break one of issue 38's rules (kinds 3, 4, 5, 7 and 11) and were `ready`
+#: before, with the rule the verdict must name.
+BROKEN = {
+    "saved-config-below-anchor": (_saved_below, Fields(), "max-num-seqs-below-anchor"),
+    "fewer-in-flight": (_fewer_in_flight, Fields(), "effective-batch-below-anchor"),
+    "max-num-seqs-past-the-anchors": (
+        lambda root: write_grid(root, STEADY, max_num_seqs=256),
+        Fields(),
+        "unmeasured-tail",
+    ),
+    "static-k": (_static_switch, Fields(k_var=GLOBAL_K_VAR), "deployed-engine-unmeasured"),
+    "dotted-capture-size": (
+        lambda root: write_grid(
+            root,
+            grid([1, 64], {0: [100.0, 100.5, 99.5], 7: [150.0, 150.5, 149.5]}),
+            max_num_seqs=64,
+            **{"compilation_config.max_cudagraph_capture_size": 256},
+        ),
+        Fields(),
+        "capped-range",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_sweep_that_breaks_a_rule_is_not_ready_in_the_cli_or_the_app(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build, fields, rule = BROKEN[case]
+    folder = build(tmp_path / case)
+    settings = _app_settings(folder, tmp_path, fields, {})
+    verdict = _shown(folder, tmp_path, fields, settings).verdict
+    assert verdict.state == "provisional"
+    assert rule in [reason.rule for reason in verdict.reasons]
+    _assert_agree(verdict, *_cli(folder, fields, settings, tmp_path, capsys))

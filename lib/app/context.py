@@ -12,12 +12,11 @@ from typing import Any
 from lib.analysis import Analysis, analyse
 from lib.context import ContextAnalysis, analyse_contexts
 from lib.context_axis import ContextAxis
-from lib.deploy.decisions import decisions_of
 from lib.deploy.grid import ContextExport
 from lib.deploy.registry import export, formats, grid_export
 from lib.deploy.result_file import context_text, result_text
 from lib.deploy.settings import ExportSettings
-from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
+from lib.deploy.tuning import deploy_analysis, deploy_contexts, deployed_decisions
 from lib.deploy.verdict import Verdict, context_verdict, verdict_in
 from lib.problems import Problem
 from lib.schedule import TuningResult
@@ -88,18 +87,19 @@ def analyse_sweep(
 ) -> SweepAnalysis:
     """The whole sweep's analysis, per context point when ``axis`` (from
     :func:`lib.context_axis.find_context_axis`) is not None; ``point``: which one the page details
-    (default, or out of range: the shortest, the seed's world), deployed by
-    :func:`lib.deploy.tuning.deploy_analysis` like a batch-only sweep (the grid's own exports
+    (default, or out of range: the shortest, the seed's world); every point deployed by
+    :func:`lib.deploy.tuning.deploy_contexts` like a batch-only sweep (the grid's own exports
     are checked, not capped: :mod:`lib.deploy.grid`)."""
     if axis is None:
         deployed, _ = deploy_analysis(analyse(sweep, settings, options), deploy or DeploySettings())
         return SweepAnalysis(deployed, None, None)
-    grid = analyse_contexts(sweep, axis, settings, options)
+    # Every point deployed as the CLI deploys it (capped where C is known): the page's point
+    # is the grid's own, so the headline's K track, the downloads and the verdict agree.
+    grid = deploy_contexts(
+        analyse_contexts(sweep, axis, settings, options), deploy or DeploySettings()
+    )
     chosen = point if point is not None and 0 <= point < len(axis.points) else 0
-    # The point's schedule as its batch-only downloads deploy it (capped where C is known), so
-    # that the headline's K track marks the same capped ranges.
-    detailed, _ = deploy_analysis(grid.contexts[chosen], deploy or DeploySettings())
-    return SweepAnalysis(detailed, grid, chosen)
+    return SweepAnalysis(grid.contexts[chosen], grid, chosen)
 
 
 def point_labels(axis: ContextAxis | None) -> dict[str, int]:
@@ -194,8 +194,7 @@ def engine_downloads(
 ) -> list[EngineDownload]:
     """Every registered batch-only format's export of the result (its schedule must exist), as
     ``tune-spec-k export RESULT --format F`` with the engine's settings where F reads them."""
-    facts, _ = sweep_engine_facts(result.sweep)
-    decisions = decisions_of(result, facts)
+    decisions = deployed_decisions(result)
     downloads = []
     for engine_format in formats():
         if engine_format.needs_grid:

@@ -24,7 +24,7 @@ from lib.files import read_json
 from lib.flags import add_flags, flag_name, given, int_list
 from lib.keys import MISSING
 from lib.loop.plan.design import SweepDesign, design_from
-from lib.loop.plan.follow_up import first_replica_after, follow_up_plan
+from lib.loop.plan.follow_up import first_replica_after, follow_up_plan, follow_up_results_dir
 from lib.loop.plan.follow_up_needs import follow_up_needs
 from lib.loop.plan.sweep_plan import SweepPlan
 from lib.loop.plan.tuning import tuning_plan
@@ -114,8 +114,9 @@ class PlanArgs:
         add_flags(parser.add_argument_group("design"), SweepDesign)
         parser.add_argument(
             "--results-dir",
-            help="`-o` of the sweep (default: results; a follow-up defaults to the folder of the"
-            " result JSON, which is the first experiment's, so the runs merge)",
+            help="`-o` of the sweep (default: results; a follow-up defaults to the first"
+            " experiment's folder, found from the result JSON's input_summary_files, so the"
+            " runs merge; refused where that folder is unknown or not writable)",
         )
         parser.add_argument(
             "--experiment-name",
@@ -187,13 +188,10 @@ def _plan(args: PlanArgs) -> tuple[SweepPlan | None, list[Problem]]:
             design = dataclasses.replace(
                 design, first_replica=first_replica_after(first_sweep or design)
             )
-        beside = needs.result_file or args.follow_up[-1]
-        return follow_up_plan(
-            design,
-            needs,
-            args.results_dir or str(Path(beside).parent),
-            args.experiment_name or "followup",
-        )
+        results_dir, problems = follow_up_results_dir(needs, args.results_dir, args.follow_up)
+        if results_dir is None:
+            return None, problems
+        return follow_up_plan(design, needs, results_dir, args.experiment_name or "followup")
     if args.validate:
         return validation_plan(
             design,

@@ -40,7 +40,9 @@ from lib.settings import (
 
 if TYPE_CHECKING:
     from lib.context_axis import ContextAxis
+    from lib.deploy.engine import EngineFacts
     from lib.deploy.verdict import Verdict
+    from lib.problems import Problem
     from lib.server_info import SavedServers
     from lib.sweep_files import SweepFiles
     from lib.sweeps import Sweep
@@ -212,13 +214,15 @@ def _tune(args: TuneArgs) -> int:
     from lib.context_axis import find_context_axis
 
     axis, context_problems = find_context_axis(sweep, args.context)
-    if axis is not None:
-        return _tune_contexts(args, sweep, axis, output, plan_output)
-    from lib.deploy.result_file import result_text
-    from lib.deploy.tuning import deploy_analysis, sweep_engine_facts
-    from lib.deploy.verdict import verdict_in
+    from lib.deploy.tuning import sweep_engine_facts
 
     facts, fact_problems = sweep_engine_facts(sweep, saved)
+    if axis is not None:
+        return _tune_contexts(args, sweep, axis, output, plan_output, (facts, fact_problems))
+    from lib.deploy.result_file import result_text
+    from lib.deploy.tuning import deploy_analysis
+    from lib.deploy.verdict import verdict_in
+
     tuned = analyse(sweep, args.settings, args.options)
     if context_problems:
         import dataclasses
@@ -272,16 +276,26 @@ def _print_refused_verdict(verdict: Verdict | None) -> None:
 
 
 def _tune_contexts(
-    args: TuneArgs, sweep: Sweep, axis: ContextAxis, output: Output, plan_output: Output | None
+    args: TuneArgs,
+    sweep: Sweep,
+    axis: ContextAxis,
+    output: Output,
+    plan_output: Output | None,
+    facts: tuple[EngineFacts, list[Problem]],
 ) -> int:
     """A sweep with a context axis: the seed's batch-only answer (drop-in), then the grid; the
-    context measurement plan to ``plan_output`` (``--plan-json``)."""
+    context measurement plan to ``plan_output`` (``--plan-json``). Every context point and the
+    answer are deployed as a batch-only sweep is (the capture rule under the same flags and
+    the sweep's ``facts``), so the grid's verdict counts each point's batch rules."""
     from lib.context import analyse_contexts
     from lib.deploy.result_file import context_text
+    from lib.deploy.tuning import Deployment, deploy_contexts
     from lib.deploy.verdict import context_verdict
     from lib.present import text
 
-    analysis = analyse_contexts(sweep, axis, args.settings, args.options)
+    analysis = deploy_contexts(
+        analyse_contexts(sweep, axis, args.settings, args.options), args.deploy, *facts
+    )
     failed = print_problems(
         analysis.problems,
         lambda count: (
@@ -301,6 +315,9 @@ def _tune_contexts(
     if analysis.deployable:
         lines.append("paste-ready config per format (tune-spec-k export --format F for the rest):")
         lines += text.context_export_lines(analysis)
+    if answer is not None and analysis.deployable:
+        deployment = answer.result.additions.get("deployment")
+        lines += deployment.lines() if isinstance(deployment, Deployment) else []
     verdict = context_verdict(analysis)
     lines += verdict.lines()
     if answer is not None and analysis.deployable:

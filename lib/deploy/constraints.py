@@ -52,6 +52,7 @@ __all__ = [
     "deployed_stretches",
     "graphless_ranges",
     "method_warnings",
+    "reachable_batch_sizes",
     "resolve_ceiling",
     "tokens_per_step",
 ]
@@ -269,6 +270,8 @@ def capped_schedule(
     if not graphless_ranges(schedule, ceiling, global_k):
         return schedule
     last = max((hi for _, hi, _ in schedule.ranges), default=0)
+    # The whole schedule is repaired (ranges past a known max_num_seqs are harmless, never
+    # run); what is reported capped stops at max_num_seqs (:func:`capped_ranges`).
     upto = max(ceiling.max_num_seqs, last)
     anchors: list[int] = []
     ks: list[int] = []
@@ -288,6 +291,24 @@ def capped_schedule(
             ks.append(value)
             b = end + 1
     return Schedule(tuple(merge_picks(anchors, ks, upto)))
+
+
+def reachable_batch_sizes(ceiling: CaptureCeiling, schedule: Schedule) -> int:
+    """The largest batch size vLLM can run the schedule at: a known ``max_num_seqs`` (vLLM
+    never schedules more requests at once, however far the schedule's ranges go), else the
+    larger of the assumed one and the schedule's last batch size. What is reported of a
+    schedule (capped ranges, the anchors to measure) stops there: a range past a known
+    max_num_seqs is never used, so nothing there is worth measuring.
+
+    >>> tuned = Schedule(((1, 256, 3),))
+    >>> reachable_batch_sizes(CaptureCeiling(200, True, "t", 64, True, "t"), tuned)
+    64
+    >>> reachable_batch_sizes(CaptureCeiling(200, True, "t", 64, False, "t"), tuned)
+    256
+    """
+    if ceiling.max_num_seqs_known:
+        return ceiling.max_num_seqs
+    return max(ceiling.max_num_seqs, max((hi for _, hi, _ in schedule.ranges), default=0))
 
 
 @dataclass(frozen=True)
@@ -354,13 +375,14 @@ def capped_ranges(
     global_k: int | None = None,
     not_interpolable: NotInterpolable = (),
 ) -> list[CappedRange]:
-    """Where ``capped`` runs a smaller K than ``original`` (both by vLLM's lookup), each
-    stretch with its expected loss: the largest, over the stretch's two ends, of the loss of
-    the capped K against the measured K, both interpolated between the nearest anchors at or
-    below and at or above the stretch (log objective linear in log batch size, so the worst
-    point is an end). None, with the reason, where either K lacks a median at either anchor,
-    or where either K falls off a cliff between them (``not_interpolable``): a straight line
-    across a cliff would put the drop anywhere.
+    """Where ``capped`` runs a smaller K than ``original`` (both by vLLM's lookup, over the
+    batch sizes vLLM can run: :func:`reachable_batch_sizes`, so never past a known
+    max_num_seqs), each stretch with its expected loss: the largest, over the stretch's two
+    ends, of the loss of the capped K against the measured K, both interpolated between the
+    nearest anchors at or below and at or above the stretch (log objective linear in log
+    batch size, so the worst point is an end). None, with the reason, where either K lacks a
+    median at either anchor, or where either K falls off a cliff between them
+    (``not_interpolable``): a straight line across a cliff would put the drop anywhere.
 
     >>> ceiling = CaptureCeiling(512, True, "test", 128, True, "test")
     >>> tuned = Schedule(((1, 1, 3), (2, 127, 5), (128, 128, 3)))
@@ -369,7 +391,7 @@ def capped_ranges(
     ...  capped_ranges(tuned, capped_schedule(tuned, ceiling), ceiling, medians)]
     [10.0, None]
     """
-    upto = max(ceiling.max_num_seqs, max((hi for _, hi, _ in original.ranges), default=0))
+    upto = reachable_batch_sizes(ceiling, original)
     before = dense_runs(original, upto, global_k)
     after = dense_runs(capped, upto, global_k)
     anchors = sorted(medians)

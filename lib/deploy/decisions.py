@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lib.cliffs import find_cliffs
-from lib.deploy.engine import EngineFacts
+from lib.deploy.engine import EngineFacts, VllmCap
 from lib.deploy.result_file import ResultFile
 from lib.keys import stated_k
 from lib.problems import Problem
@@ -59,7 +59,11 @@ class Decisions:
     (batch x context) grid, typed, for the context formats; ``grid_problems``: why a source
     that has a grid cannot give one (empty when it has none at all). ``not_interpolable``:
     (lower anchor, upper anchor, K) where K falls off a cross-anchor cliff (:mod:`lib.cliffs`),
-    so no estimate between those anchors reads a line through K's medians.
+    so no estimate between those anchors reads a line through K's medians. ``vllm_cap``: where
+    ``schedule`` is the tuned schedule capped to vLLM's CUDA-graph capture ceiling (tune's
+    deployment, C known), the tuned one and the ceiling; None where nothing was capped. Only
+    vLLM's formats build from the capped ``schedule``
+    (:func:`lib.deploy.registry.engine_decisions`).
     """
 
     schedule: Schedule
@@ -73,6 +77,7 @@ class Decisions:
     grid: ContextGrid | None = None
     grid_problems: tuple[Problem, ...] = ()
     not_interpolable: frozenset[tuple[int, int, int]] = frozenset()
+    vllm_cap: VllmCap | None = None
 
     @property
     def method(self) -> str | None:
@@ -85,9 +90,15 @@ class Decisions:
         return self.schedule.largest_k
 
     def engine_k(self, given: int | None = None) -> int:
-        """The startup maximum to deploy with: ``given`` (a flag), else the source's, else the
-        schedule's largest K; at least 1 (vLLM's minimum)."""
-        return given or self.global_k or max(self.largest_k, 1)
+        """The startup maximum to deploy with: ``given`` (a flag) as given, else the source's
+        when >= 1, else the schedule's largest K and at least 1 (vLLM's minimum). A given 0
+        is the flag's, never "not given": :func:`lib.deploy.registry.export` refuses it first
+        (:func:`lib.deploy.engine_format.given_global_k_problem`)."""
+        if given is not None:
+            return given
+        if self.global_k is not None and self.global_k >= 1:
+            return self.global_k
+        return max(self.largest_k, 1)
 
 
 def _medians_of_cells(result: TuningResult) -> dict[int, dict[int, float]]:
@@ -101,11 +112,15 @@ def _medians_of_cells(result: TuningResult) -> dict[int, dict[int, float]]:
 
 
 def decisions_of(
-    result: TuningResult, engine: EngineFacts | None = None, cliffs: Iterable[Cliff] | None = None
+    result: TuningResult,
+    engine: EngineFacts | None = None,
+    cliffs: Iterable[Cliff] | None = None,
+    vllm_cap: VllmCap | None = None,
 ) -> Decisions:
     """The decisions of a tuning in memory (its schedule must exist: ``result.ok``), with the
     stretches its ``cliffs`` make not interpolable (None: :func:`lib.cliffs.find_cliffs` of
-    ``result``, for a caller that has not found them)."""
+    ``result``, for a caller that has not found them) and, where ``result``'s schedule is
+    capped for vLLM, the cap (:func:`lib.deploy.tuning.deployed_decisions` finds it)."""
     if cliffs is None:
         cliffs = find_cliffs(result)
     assert result.schedule is not None, "no schedule to deploy"
@@ -126,6 +141,7 @@ def decisions_of(
         speculative_config=shared,
         engine=engine or EngineFacts(),
         not_interpolable=frozenset(cliff.stretch for cliff in cliffs),
+        vllm_cap=vllm_cap,
     )
 
 
@@ -147,7 +163,8 @@ def context_decisions(analysis: ContextAnalysis) -> Decisions:
 def result_decisions(result: ResultFile) -> Decisions:
     """A result file's decisions: its schedule (empty where the file has null), the global K it
     states (the sweep's, else its ``speculative_config``'s), each candidate's median, the
-    direction, the draft settings, the ceiling it was tuned under and its grid."""
+    direction, the draft settings, the ceiling it was tuned under, the cap it took for vLLM
+    and its grid."""
     config = result.speculative_config or {}
     shared = {
         key: value
@@ -170,4 +187,5 @@ def result_decisions(result: ResultFile) -> Decisions:
         grid=result.grid,
         grid_problems=result.grid_problems,
         not_interpolable=result.not_interpolable,
+        vllm_cap=result.vllm_cap,
     )

@@ -7,8 +7,12 @@ them; :func:`lib.deploy.constraints.resolve_ceiling` turns them into the capture
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["EngineFacts", "Fact"]
+if TYPE_CHECKING:
+    from lib.schedule import Schedule
+
+__all__ = ["EngineFacts", "Fact", "VllmCap"]
 
 
 @dataclass(frozen=True)
@@ -27,3 +31,17 @@ class EngineFacts:
     max_cudagraph_capture_size: Fact | None = None
     max_num_seqs: Fact | None = None
     max_num_batched_tokens: Fact | None = None
+
+
+@dataclass(frozen=True)
+class VllmCap:
+    """A tuning's schedule capped for vLLM alone: the schedule as tuned (``tuned``, from the
+    measurements) and the CUDA-graph capture ceiling it was capped to, ``ceiling`` tokens per
+    decode step, with where that was stated (``source``). vLLM keys its decode graphs by
+    tokens per step, batch x (1 + K), so a K past the ceiling runs without a graph there;
+    engines that key their graphs by batch size (TensorRT-LLM, SGLang) have no such ceiling
+    and deploy ``tuned`` (:func:`lib.deploy.registry.engine_decisions`)."""
+
+    tuned: Schedule
+    ceiling: int
+    source: str

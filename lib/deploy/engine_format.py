@@ -18,7 +18,15 @@ from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
 from lib.problems import Problem, Severity
 
-__all__ = ["BatchExport", "Build", "EngineFormat", "Exported", "Read", "global_k_problem"]
+__all__ = [
+    "BatchExport",
+    "Build",
+    "EngineFormat",
+    "Exported",
+    "Read",
+    "given_global_k_problem",
+    "global_k_problem",
+]
 
 
 class Exported(Protocol):
@@ -88,7 +96,8 @@ class EngineFormat:
     and :class:`~lib.settings.DeploySettings` fields it reads besides the format and the
     global K (any other one given is an error); ``needs_grid``: it reads a result's context
     grid; ``build``; ``read`` (None: nothing to read back) and ``reads``, what files it reads,
-    for error messages."""
+    for error messages; ``least_global_k``: the smallest global K (``--global-k``) its engine
+    starts with (:func:`given_global_k_problem`)."""
 
     name: str
     label: str
@@ -100,6 +109,7 @@ class EngineFormat:
     read: Read | None = None
     reads: str = ""
     engine_flags: frozenset[str] = field(default=frozenset())
+    least_global_k: int = 1
 
     @property
     def reads_ceiling(self) -> bool:
@@ -107,13 +117,38 @@ class EngineFormat:
         return bool(self.engine_flags)
 
 
-def global_k_problem(chosen: int, largest: int, whose: str) -> Problem:
-    """A global K below the largest K exported: vLLM would clamp the schedule to it, silently."""
+def _global_k_error(rule: str, message: str, given: int, least: int) -> Problem:
+    """An error on ``--global-k``: ``given`` where at least ``least`` was expected."""
     return Problem(
         Severity.ERROR,
-        "global-k-too-small",
-        f"below the {whose} largest K {largest}",
+        rule,
+        message,
         field=flag_name(ExportSettings, "global_k"),
-        value=str(chosen),
-        expected=f">= {max(largest, 1)}",
+        value=str(given),
+        expected=f">= {least}",
     )
+
+
+def global_k_problem(chosen: int, largest: int, whose: str) -> Problem:
+    """A global K below the largest K exported: vLLM would clamp the schedule to it, silently."""
+    return _global_k_error(
+        "global-k-too-small", f"below the {whose} largest K {largest}", chosen, max(largest, 1)
+    )
+
+
+def given_global_k_problem(given: int | None, least: int, name: str) -> Problem | None:
+    """A ``--global-k`` below the smallest global K the format's engine starts with (``least``:
+    1 for vLLM's ``num_speculative_tokens`` and SGLang's ``--speculative-num-steps``, 0 for
+    TensorRT-LLM's ``max_draft_len``, whose own rule then says which methods take 0): an error,
+    never a silent fall back to the file's K. Not given (None): no problem; ``least`` itself
+    is accepted.
+
+    >>> given_global_k_problem(0, 1, "vllm").expected, given_global_k_problem(1, 1, "vllm")
+    ('>= 1', None)
+    >>> given_global_k_problem(-1, 0, "trtllm").message
+    "--format trtllm's engine starts with a global K of at least 0"
+    """
+    if given is None or given >= least:
+        return None
+    message = f"--format {name}'s engine starts with a global K of at least {least}"
+    return _global_k_error("global-k-below-engine-minimum", message, given, least)

@@ -30,7 +30,7 @@ from lib.deploy.decisions import GLOBAL_K_KEY, SCHEDULE_KEY, Decisions
 from lib.deploy.engine_format import Exported, global_k_problem
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
-from lib.keys import LARGEST_WHOLE_NUMBER, whole_number
+from lib.keys import LARGEST_WHOLE_NUMBER, whole_number, whole_number_text
 from lib.numbers import percent_text
 from lib.problems import Problem, Severity, show_value
 from lib.schedule import Schedule
@@ -146,8 +146,7 @@ def _mix_terms(text: str) -> tuple[list[tuple[int, float]], str | None]:
         if not colon:
             return [], f"{part!r} is not PROMPT:WEIGHT"
         digits = prompt_text.strip()
-        # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
-        prompt = int(digits) if digits.isascii() and digits.isdigit() else None
+        prompt = whole_number_text(digits)
         if prompt is None:
             return [], f"prompt length {digits!r} is not a whole number of tokens"
         if prompt_length_reason(prompt) is not None:
@@ -722,7 +721,7 @@ def build_context_format(
     )
     if mix is None:
         return None, problems
-    chosen = settings.global_k or grid.global_k
+    chosen = settings.global_k if settings.global_k is not None else grid.global_k
     if not grid.deployable:
         return None, not_deployable_refusal(True, grid.not_deployable_reason, source)
     exported, problems = export_grid(grid, mix, chosen, settings)

@@ -4,7 +4,8 @@ a module (and its test): :func:`formats` finds it, and ``tune-spec-k export --fo
 ``tune``'s printed configs, the file readers and the app's downloads list it.
 
 - :func:`export` is the one way to build a format's config: it refuses the flags the format
-  does not read, resolves the deployment constraints (:mod:`lib.deploy.constraints`) for the
+  does not read, gives each engine its schedule (:func:`engine_decisions`: vLLM's capture cap
+  is vLLM's), resolves the deployment constraints (:mod:`lib.deploy.constraints`) for the
   formats that read them, builds, and checks the global K;
 - :func:`read_decisions` reads any file holding a schedule, each format's reader tried in turn;
 - :func:`grid_export` / :func:`grid_exports`: a context analysis's exports, built once.
@@ -24,7 +25,7 @@ import lib.deploy.formats
 from lib.deploy.constraints import CaptureCeiling, resolve_ceiling
 from lib.deploy.decisions import Decisions, context_decisions, result_decisions
 from lib.deploy.engine import EngineFacts, Fact
-from lib.deploy.engine_format import EngineFormat, Exported
+from lib.deploy.engine_format import BatchExport, EngineFormat, Exported, given_global_k_problem
 from lib.deploy.result_file import is_result, result_file_of
 from lib.deploy.settings import ExportSettings
 from lib.files import read_json
@@ -41,6 +42,7 @@ __all__ = [
     "GridExport",
     "ceiling_for",
     "decisions_from_json",
+    "engine_decisions",
     "export",
     "format_named",
     "format_names",
@@ -127,6 +129,31 @@ def ceiling_for(decisions: Decisions, deploy: DeploySettings, global_k: int) -> 
     return resolve_ceiling(flags, decisions.engine, global_k, last)
 
 
+def engine_decisions(
+    decisions: Decisions, engine_format: EngineFormat
+) -> tuple[Decisions, str | None]:
+    """The decisions ``engine_format`` builds from, and a note saying which schedule it got.
+
+    Rule: the capture cap is vLLM's. vLLM keys its decode CUDA graphs by tokens per step
+    (batch x (1 + K)), so a tuning capped its schedule to vLLM's ceiling C where C was known
+    (:attr:`Decisions.vllm_cap`); vLLM's formats (those that read the ceiling) build from that
+    capped schedule. An engine that keys its graphs by batch size (TensorRT-LLM, SGLang) has
+    no such ceiling: it builds from the schedule as tuned, and the note says so, naming C.
+    Decisions with nothing capped go to every format as they are, without a note.
+    """
+    cap = decisions.vllm_cap
+    if cap is None or engine_format.reads_ceiling:
+        return decisions, None
+    note = (
+        f"the schedule as tuned, {cap.tuned.json_text()}: the result's is capped to vLLM's"
+        f" CUDA-graph capture ceiling C={cap.ceiling} tokens per decode step (from"
+        f" {cap.source}), a rule of vLLM's alone (it keys decode graphs by batch x (1 + K));"
+        f" --format {engine_format.name}'s engine keys its graphs by batch size, so the cap"
+        " does not apply"
+    )
+    return dataclasses.replace(decisions, schedule=cap.tuned, vllm_cap=None), note
+
+
 def export(
     decisions: Decisions,
     settings: ExportSettings,
@@ -148,14 +175,24 @@ def export(
                 expected=names,
             )
         ]
+    decisions, note = engine_decisions(decisions, engine_format)
     problems = _misplaced(engine_format, settings, deploy)
+    too_small = given_global_k_problem(
+        settings.global_k, engine_format.least_global_k, engine_format.name
+    )
+    problems += [too_small] if too_small is not None else []
     invalid = [Problem(Severity.ERROR, "invalid-setting", reason) for reason in deploy.invalid()]
     if problems or invalid:
         return None, problems + invalid
     ceiling = None
     if engine_format.reads_ceiling:
         ceiling = ceiling_for(decisions, deploy, decisions.engine_k(settings.global_k))
-    return engine_format.build(decisions, settings, ceiling)
+    exported, problems = engine_format.build(decisions, settings, ceiling)
+    if exported is not None and note is not None:
+        # Another engine than vLLM's: a batch-only format (the context formats are vLLM's).
+        assert isinstance(exported, BatchExport), engine_format.name
+        exported = dataclasses.replace(exported, notes=(note, *exported.notes))
+    return exported, problems
 
 
 #: A context format's name, its export (None where it has none) and the problems.

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from lib.cliffs import CLIFF_RULE
 from lib.context_grid import ContextGrid, context_grid_of
-from lib.deploy.engine import EngineFacts, Fact
+from lib.deploy.engine import EngineFacts, Fact, VllmCap
 from lib.files import read_json
-from lib.keys import MISSING, stated_k, whole_number
+from lib.keys import MISSING, stated_k, whole_number, whole_number_text
 from lib.problems import Problem, Severity
 from lib.schedule import NO_SCHEDULE, JsonValue, Schedule, candidate_json, finite_or_none
 from lib.settings import Direction
@@ -274,6 +274,9 @@ class ResultFile:
     context_field: str | None = None
     #: The prompt lengths ``context_measurement_plan`` proposes to measure next.
     context_points_to_measure: tuple[int, ...] = ()
+    #: Where ``schedule`` is the tuned schedule capped to vLLM's capture ceiling, the tuned one
+    #: and the ceiling (:func:`_vllm_cap`); None where nothing was capped.
+    vllm_cap: VllmCap | None = None
 
     @property
     def has_grid(self) -> bool:
@@ -384,6 +387,7 @@ def _result_file(data: Any, source: str) -> ResultFile:
         speculative_config=config if isinstance(config, dict) else None,
         anchors=anchors,
         engine=_engine_of(data),
+        vllm_cap=_vllm_cap(data, source),
         anchors_to_measure=_anchors_to_measure(data),
         grid=grid,
         grid_problems=tuple(grid_problems),
@@ -536,7 +540,7 @@ def _by_k(value: Any, convert: Any) -> dict[int, Any]:
     """A JSON object keyed by K (as strings), its values converted; bad entries left out."""
     found = {}
     for key, item in _mapping(value).items():
-        k, converted = whole_number(_int_text(key)), convert(item)
+        k, converted = whole_number_text(key), convert(item)
         if k is not None and converted is not None:
             found[k] = converted
     return found
@@ -553,6 +557,39 @@ def _engine_of(data: Mapping[str, Any]) -> EngineFacts:
             source = ceiling.get("source" if name == "size" else "max_num_seqs_source")
             facts[target] = Fact(value, f"the result's {source}")
     return EngineFacts(**facts)
+
+
+def _vllm_cap(data: Mapping[str, Any], source: str) -> VllmCap | None:
+    """The cap a result took for vLLM: where ``deployment.capped_ranges`` lists any range, the
+    schedule is the tuned one capped to the capture ceiling, and ``deployment.tuned_schedule``
+    and ``deployment.capture_ceiling`` say what was capped to what. None where nothing was
+    capped (a seed result, a result tuned with C assumed or within it). A capped result whose
+    tuned schedule or ceiling is damaged is refused, naming the field: an export to another
+    engine would otherwise take vLLM's capped schedule for the measured one."""
+    deployment = _mapping(data.get("deployment"))
+    if not _list(deployment.get("capped_ranges")):
+        return None
+    raw = deployment.get("tuned_schedule")
+    tuned, violations = Schedule.parse(raw)
+    if tuned is None:
+        raise _Invalid(
+            source,
+            "not a valid schedule (the schedule as tuned, before the cap): "
+            + "; ".join(violations),
+            "deployment.tuned_schedule",
+            raw,
+        )
+    ceiling = _mapping(deployment.get("capture_ceiling"))
+    size = whole_number(ceiling.get("size"))
+    if size is None or size < 1:
+        raise _Invalid(
+            source,
+            "expected the capture ceiling the schedule was capped to, a whole number >= 1",
+            "deployment.capture_ceiling.size",
+            ceiling.get("size"),
+        )
+    stated = ceiling.get("source")
+    return VllmCap(tuned, size, stated if isinstance(stated, str) else "the result")
 
 
 def _anchors_to_measure(data: Mapping[str, Any]) -> tuple[tuple[int, tuple[int, ...]], ...]:
@@ -575,10 +612,6 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def _int_text(key: str) -> int | None:
-    return int(key) if key.isdigit() else None
 
 
 def _number(value: Any) -> float | None:

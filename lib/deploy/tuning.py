@@ -18,6 +18,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from lib.cliffs import CLIFF_RULE, CeilingHint, cliff_problems
+from lib.context import in_context
 from lib.deploy.constraints import (
     CeilingCheck,
     cells_past_ceiling,
@@ -25,38 +26,46 @@ from lib.deploy.constraints import (
     method_warnings,
     tokens_per_step,
 )
-from lib.deploy.decisions import decisions_of
-from lib.deploy.engine import EngineFacts, Fact
+from lib.deploy.decisions import Decisions, decisions_of
+from lib.deploy.engine import EngineFacts, Fact, VllmCap
 from lib.deploy.registry import ceiling_for
 from lib.deploy.verdict import verdict_of
-from lib.keys import LARGEST_WHOLE_NUMBER
+from lib.keys import lookup, parse_json_string, whole_number
 from lib.problems import Problem, Severity
 from lib.server_info import SavedServers, ServerSettings, read_server_settings
 from lib.settings import ENGINE_FIELDS, DeploySettings
 
 if TYPE_CHECKING:
     from lib.analysis import Analysis
+    from lib.context import ContextAnalysis
+    from lib.schedule import TuningResult
     from lib.sweeps import Sweep
 
-__all__ = ["Deployment", "deploy_analysis", "sweep_engine_facts"]
+__all__ = [
+    "Deployment",
+    "anchors_above_max_num_seqs",
+    "deploy_analysis",
+    "deploy_contexts",
+    "deployed_decisions",
+    "is_above_max_num_seqs",
+    "sweep_engine_facts",
+]
 
 
 def _capture_size(config: dict[str, Any]) -> int | None:
     """The capture ceiling a ``compilation_config`` states: ``max_cudagraph_capture_size``,
-    else the largest of ``cudagraph_capture_sizes``; None when it states neither."""
-    size = config.get("max_cudagraph_capture_size")
-    if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= LARGEST_WHOLE_NUMBER:
-        return int(size)
-    sizes = config.get("cudagraph_capture_sizes")
-    if (
-        isinstance(sizes, list)
-        and sizes
-        and all(
-            isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= LARGEST_WHOLE_NUMBER
-            for s in sizes
-        )
-    ):
-        return int(max(sizes))
+    else the largest of ``cudagraph_capture_sizes``; None when it states neither. Each a whole
+    number >= 1 as :func:`lib.keys.whole_number` reads one (``256.0`` is 256, as the saved
+    server configs read it; a JSON string of a number is parsed); the keys in either spelling
+    (``max-cudagraph-capture-size``, as vLLM's CLI writes it)."""
+    size = whole_number(parse_json_string(lookup(config, "max_cudagraph_capture_size")))
+    if size is not None and size >= 1:
+        return size
+    sizes = parse_json_string(lookup(config, "cudagraph_capture_sizes"))
+    if isinstance(sizes, list) and sizes:
+        wholes = [whole_number(s) for s in sizes]
+        if all(w is not None and w >= 1 for w in wholes):
+            return max(w for w in wholes if w is not None)
     return None
 
 
@@ -89,8 +98,9 @@ def _recorded_values(sweep: Sweep) -> dict[str, dict[int, str]]:
             if name not in sweep.runs.columns:
                 continue
             for value in sweep.runs[name].drop_nulls().unique().sort().to_list():
-                if float(value).is_integer() and 1 <= value <= LARGEST_WHOLE_NUMBER:
-                    stated[setting].setdefault(int(value), f"the records' {name}")
+                number = whole_number(value)
+                if number is not None and number >= 1:
+                    stated[setting].setdefault(number, f"the records' {name}")
     for config in sweep.compilation_configs:
         size = _capture_size(config)
         if size is not None:
@@ -98,10 +108,102 @@ def _recorded_values(sweep: Sweep) -> dict[str, dict[int, str]]:
     return stated
 
 
+def is_above_max_num_seqs(anchor: int, max_num_seqs: int) -> bool:
+    """The rule: a server started with ``max_num_seqs`` N schedules at most N requests at
+    once, so runs at an anchor (``max_concurrency``) above N (strict: N itself ran) never ran
+    the anchor's batch; the rest of the requests waited in the queue.
+
+    >>> is_above_max_num_seqs(8, 4), is_above_max_num_seqs(4, 4)
+    (True, False)
+    """
+    return anchor > max_num_seqs
+
+
+def _folder(source: str) -> str:
+    """The folder of a file named relative to the experiment (``""`` for its root)."""
+    return source.rsplit("/", 1)[0] if "/" in source else ""
+
+
+def _folders_above(source: str) -> list[str]:
+    """Every folder holding the file ``source`` (relative, ``/``-separated), the root ``""``
+    included.
+
+    >>> _folders_above("a/b/run=0.json")
+    ['', 'a', 'a/b']
+    """
+    parts = source.split("/")[:-1]
+    return ["/".join(parts[:depth]) for depth in range(len(parts) + 1)]
+
+
+def anchors_above_max_num_seqs(sweep: Sweep, saved: list[ServerSettings]) -> list[Problem]:
+    """A warning ``max-num-seqs-below-anchor`` per anchor some of whose runs ran on a server
+    whose ``max_num_seqs`` was below it (:func:`is_above_max_num_seqs`): the run's own record
+    (:data:`~lib.settings.ENGINE_FIELDS`), else a saved server config in the run's combo folder
+    or a folder above it (one at the experiment's root: every run). Each names the smallest
+    such ``max_num_seqs`` and where it was stated, every file of a run below the anchor, and
+    what was expected."""
+    runs = sweep.runs
+    if "anchor" not in runs.columns or "source" not in runs.columns:
+        return []
+    placed = runs.filter(runs["anchor"].is_not_null())
+    sources = placed["source"].to_list()
+    anchors = placed["anchor"].to_list()
+    stated: list[list[tuple[int, str]]] = [[] for _ in sources]
+    for name in ENGINE_FIELDS["max_num_seqs"]:
+        if name in placed.columns:
+            for row, value in enumerate(placed[name].to_list()):
+                number = whole_number(value)
+                if number is not None and number >= 1:
+                    stated[row].append((number, f"the records' {name}"))
+    by_folder: dict[str, list[tuple[int, str]]] = {}
+    for server in saved:
+        if server.max_num_seqs is not None:
+            by_folder.setdefault(_folder(server.source), []).append(
+                (server.max_num_seqs, f"the saved server config {server.source}")
+            )
+    if by_folder:
+        for row, source in enumerate(sources):
+            for folder in _folders_above(source):
+                stated[row] += by_folder.get(folder, [])
+    # Per anchor below its servers: the smallest max_num_seqs met, where it was first stated,
+    # and every file of a run below the anchor.
+    below: dict[int, tuple[tuple[int, str], dict[str, None]]] = {}
+    for anchor, source, found in zip(anchors, sources, stated, strict=True):
+        if not found:
+            continue
+        # The records' own value wins; among saved configs, the largest (the safest reading).
+        records = [f for f in found if f[1].startswith("the records'")]
+        chosen = max(records or found)
+        if is_above_max_num_seqs(anchor, chosen[0]):
+            smallest, files = below.setdefault(anchor, (chosen, {}))
+            files[source] = None
+            if chosen[0] < smallest[0]:
+                below[anchor] = (chosen, files)
+    problems = []
+    for anchor in sorted(below):
+        (seqs, where), files = below[anchor]
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "max-num-seqs-below-anchor",
+                f"runs at batch size {anchor} ran on a server with max_num_seqs={seqs} (from"
+                f" {where}): it never ran {anchor} requests at once (the rest waited), so these"
+                " numbers describe a smaller batch than the anchor",
+                files=tuple(files),
+                field="max_num_seqs",
+                value=str(seqs),
+                anchor=anchor,
+                expected=f">= {anchor} (the anchor)",
+            )
+        )
+    return problems
+
+
 def _facts(sweep: Sweep, saved_servers: SavedServers) -> tuple[EngineFacts, tuple[Problem, ...]]:
     saved, problems = saved_servers
     found: dict[str, Fact] = {}
     warnings = list(problems)
+    warnings += anchors_above_max_num_seqs(sweep, saved)
     from_saved = _saved_values(saved)
     for target, recorded in _recorded_values(sweep).items():
         values = recorded or from_saved.get(target, {})
@@ -235,6 +337,49 @@ def deploy_analysis(
     return dataclasses.replace(deployed, result=judged), deployment
 
 
+def deploy_contexts(
+    grid: ContextAnalysis,
+    deploy: DeploySettings,
+    sweep_facts: EngineFacts | None = None,
+    fact_problems: list[Problem] | None = None,
+) -> ContextAnalysis:
+    """A context analysis deployed as a batch-only one is: every context point's analysis
+    (:func:`deploy_analysis`, the same ceiling for all: the flags, else what the sweep recorded
+    or saved, else vLLM's defaults) and the answer (the seed keys' batch-only schedule: the
+    pooled analysis or the shortest point's), so that the schedule printed and written is the
+    capped one, each point's verdict holds the batch rules (capture, unmeasured switches,
+    cliffs, ...) and the grid's verdict (:func:`lib.deploy.verdict.context_verdict`) counts
+    them. What the deployment adds to a point's problems is added to the grid's, saying which
+    point; the sweep's own fact problems are added once."""
+    sweep = grid.pooled.result.sweep
+    if sweep_facts is None:
+        sweep_facts, fact_problems = sweep_engine_facts(sweep)
+    contexts = tuple(deploy_analysis(point, deploy, sweep_facts, [])[0] for point in grid.contexts)
+    added: list[Problem] = list(fact_problems or [])
+    for point, before, after in zip(grid.axis.points, grid.contexts, contexts, strict=True):
+        added += [in_context(problem, point) for problem in _added(before, after)]
+    pooled = grid.pooled
+    if grid.answer is grid.pooled:
+        pooled = deploy_analysis(grid.pooled, deploy, sweep_facts, [])[0]
+        added += _added(grid.pooled, pooled)
+    answer = pooled if grid.answer is grid.pooled else None
+    if grid.answer is not None and answer is None:
+        answer = contexts[grid.contexts.index(grid.answer)]
+    return dataclasses.replace(
+        grid,
+        pooled=pooled,
+        contexts=contexts,
+        answer=answer,
+        problems=(*grid.problems, *added),
+    )
+
+
+def _added(before: Analysis, after: Analysis) -> list[Problem]:
+    """The problems the deployment added to an analysis (it appends; restated cliff warnings
+    replace theirs in place and are not new)."""
+    return list(after.result.problems[len(before.result.problems) :])
+
+
 def _checked(
     analysis: Analysis,
     deploy: DeploySettings,
@@ -285,3 +430,21 @@ def _checked(
         problems=(*kept, *problems),
     )
     return dataclasses.replace(analysis, result=deployed), deployment
+
+
+def deployed_decisions(result: TuningResult, engine: EngineFacts | None = None) -> Decisions:
+    """The decisions of a tuning :func:`deploy_analysis` deployed (``engine``: the sweep's
+    facts, :func:`sweep_engine_facts`, when already found): its schedule as deployed on
+    vLLM and, where the capture check capped it (C known), the cap
+    (:class:`~lib.deploy.engine.VllmCap`: the schedule as tuned, C and its source), so that
+    every other engine is given the tuned schedule (:func:`lib.deploy.registry.engine_decisions`),
+    as ``export`` of the result file gives it."""
+    if engine is None:
+        engine, _ = sweep_engine_facts(result.sweep)
+    deployment = result.additions.get("deployment")
+    cap = None
+    if isinstance(deployment, Deployment) and deployment.check.changed:
+        check = deployment.check
+        tuned = check.tuned if check.tuned is not None else check.schedule
+        cap = VllmCap(tuned, check.ceiling.size, check.ceiling.source)
+    return decisions_of(result, engine, vllm_cap=cap)

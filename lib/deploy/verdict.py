@@ -25,13 +25,14 @@ than the tie tolerance at some (batch size, prompt length).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from lib.deploy.constraints import CeilingCheck
+from lib.deploy.constraints import CaptureCeiling, CeilingCheck
 from lib.deploy.registry import grid_exports
 from lib.flags import flag_name
 from lib.measurement_plan import rerun_text
@@ -49,18 +50,26 @@ if TYPE_CHECKING:
     from lib.switch_points import SwitchPoints
 
 __all__ = [
+    "BATCH_NOT_RUN_FIXES",
     "NO_DRAFT_MODEL_METHODS",
     "VERDICT_WARNINGS",
     "Reason",
     "Verdict",
     "anchor_reasons",
+    "batch_not_run_reasons",
     "capture_reasons",
+    "cell_engines",
     "context_loss_reasons",
     "context_verdict",
+    "deployed_engine_reason",
     "draft_settings_reasons",
     "error_reasons",
+    "is_unreachable",
     "no_speculation_reason",
+    "point_reasons",
+    "runs_on_deployed_engine",
     "switch_reasons",
+    "unmeasured_tail_reason",
     "verdict_in",
     "verdict_of",
     "warning_reasons",
@@ -200,18 +209,25 @@ def error_reasons(problems: Iterable[Problem]) -> list[Reason]:
 
 
 def anchor_reasons(
-    result: TuningResult, report: ConfidenceReport, plan: MeasurementPlan | None
+    result: TuningResult,
+    report: ConfidenceReport,
+    plan: MeasurementPlan | None,
+    max_num_seqs: int | None = None,
 ) -> list[Reason]:
     """Per anchor, by the confidence model's status (docs/confidence.md): ``unresolved`` is a
     reason (size: the pick's P(eps-good), the value the status rests on: without the flagged
     runs where the anchor has some); a resolved anchor whose reported pick (the seed's rule
     may differ from the confident rule) is not among the K whose P(eps-good) reaches the
-    confidence is one too. The fix is the measurement plan's reruns at that anchor, if any."""
+    confidence is one too. The fix is the measurement plan's reruns at that anchor, if any.
+    An anchor past a known ``max_num_seqs`` is never run by the server (:func:`is_unreachable`):
+    no reason, and no measurement asked there."""
     picks = dict(zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True))
     cells = {(row["anchor"], row["k"]): row for row in report.cells.to_dicts()}
     reasons = []
     for row in report.anchors.to_dicts():
         anchor, rule_k = row["anchor"], row["selected_k"]
+        if is_unreachable(anchor, max_num_seqs):
+            continue
         picked = picks.get(anchor)
         if row["status"] == "resolved" and (picked is None or picked in row["qualifying_k"]):
             continue
@@ -262,8 +278,23 @@ def _rerun_fix(plan: MeasurementPlan | None, anchor: int) -> str:
     return ", ".join(wanted) + " (tune-spec-k plan --follow-up RESULT writes the sweep)"
 
 
+def is_unreachable(batch_size: int, max_num_seqs: int | None) -> bool:
+    """The rule: a server started with ``max_num_seqs`` N never schedules more than N requests
+    at once, so a batch size above N (strict: N itself runs) is never run and nothing there
+    needs measuring. ``max_num_seqs`` None (not known) reaches every batch size.
+
+    >>> is_unreachable(65, 64), is_unreachable(64, 64), is_unreachable(10**6, None)
+    (True, False, False)
+    """
+    return max_num_seqs is not None and batch_size > max_num_seqs
+
+
 def switch_reasons(
-    switch_points: SwitchPoints, emitted: str, tolerance: float, plan: MeasurementPlan | None
+    switch_points: SwitchPoints,
+    emitted: str,
+    tolerance: float,
+    plan: MeasurementPlan | None,
+    max_num_seqs: int | None = None,
 ) -> list[Reason]:
     """Per switch between neighbouring anchors whose picks differ, where the interpolated
     curves say the best K changes between them (``changed_batch_sizes > 0``) by more than the
@@ -271,7 +302,12 @@ def switch_reasons(
     more): with the step schedule deployed, it runs the lower pick there and is predicted to
     lose that much; with the interpolated schedule, it switches there on the model alone, and
     loses that much where the model is wrong. The fix: measure an anchor in the stretch (the
-    measurement plan's, where it proposes one)."""
+    measurement plan's, where it proposes one).
+
+    With a known ``max_num_seqs`` N (:func:`is_unreachable`), a stretch the server never runs
+    is no reason: the step schedule's loss starts at the switch point (none when it is past
+    N), the interpolated schedule's at the lower anchor (none when that is N or more); the
+    stretch named ends at N, and an anchor proposed past N is never asked for."""
     reasons = []
     for row in switch_points.switches.to_dicts():
         loss = row["max_gain_percent"]
@@ -284,10 +320,14 @@ def switch_reasons(
             row["to_k"],
         )
         at = row["switch_at"]
+        first_at_risk = at if emitted == "step" else lower + 1
+        if is_unreachable(first_at_risk, max_num_seqs):
+            continue
+        last_run = upper - 1 if max_num_seqs is None else min(upper - 1, max_num_seqs)
         if emitted == "step":
             message = (
                 f"between batch sizes {lower} and {upper} nothing was measured: the step"
-                f" schedule runs K={from_k} from {at} to {upper - 1}, where the interpolated"
+                f" schedule runs K={from_k} from {at} to {last_run}, where the interpolated"
                 f" curves predict K={to_k} better by up to {percent_text(loss)}"
             )
         else:
@@ -299,12 +339,16 @@ def switch_reasons(
         proposed = (
             []
             if plan is None
-            else [b for b in plan.new_anchors["batch_size"].to_list() if lower < b < upper]
+            else [
+                b
+                for b in plan.new_anchors["batch_size"].to_list()
+                if lower < b < upper and not is_unreachable(b, max_num_seqs)
+            ]
         )
         where = (
             f"batch size {', '.join(map(str, proposed))}, the measurement plan's new anchor"
             if proposed
-            else f"an anchor near batch size {at}"
+            else f"an anchor near batch size {min(at, last_run)}"
         )
         fix = f"measure {where} (tune-spec-k DIR --plan-json PATH writes the plan)"
         if emitted == "step":
@@ -344,6 +388,177 @@ def warning_reasons(problems: Iterable[Problem]) -> list[Reason]:
         for problem in problems
         if problem.severity is Severity.WARNING and problem.rule in VERDICT_WARNINGS
     ]
+
+
+#: The warnings that say the runs at an anchor did not run the anchor's batch, each with its
+#: fix: the server could not hold that many requests (``max_num_seqs`` below the anchor, from
+#: :func:`lib.deploy.tuning.sweep_engine_facts`), or Little's law says the runs held far fewer
+#: (:mod:`lib.effective_batch`).
+BATCH_NOT_RUN_FIXES: Mapping[str, str] = {
+    "max-num-seqs-below-anchor": "rerun the anchor on a server started with --max-num-seqs at"
+    " least the anchor (tune-spec-k plan writes it), or drop the anchor",
+    "effective-batch-below-anchor": "rerun the anchor with more prompts per run (--num-prompts:"
+    " the ramp-up and the tail weigh less), on a server and a client that keep that many"
+    " requests in flight",
+}
+
+
+def batch_not_run_reasons(problems: Iterable[Problem]) -> list[Reason]:
+    """One reason per anchor and rule of :data:`BATCH_NOT_RUN_FIXES`: the warnings that say
+    the anchor's runs ran a smaller batch than the anchor, so its pick was made for a batch
+    size other than the one the schedule deploys it at. The first warning's message, the Ks
+    (and, in a context sweep, the prompt lengths) it covers, how many more, and the fix. A
+    warning without an anchor counts for the sweep."""
+    by_anchor: dict[tuple[str, int | None], list[Problem]] = {}
+    for problem in problems:
+        if problem.severity is Severity.WARNING and problem.rule in BATCH_NOT_RUN_FIXES:
+            by_anchor.setdefault((problem.rule, problem.anchor), []).append(problem)
+    reasons = []
+    for (rule, anchor), found in by_anchor.items():
+        ks = sorted({p.k for p in found if p.k is not None})
+        prompts = sorted({p.extra["prompt_tokens"] for p in found if "prompt_tokens" in p.extra})
+        cells = [f"K={ks}"] if ks else []
+        if prompts:
+            cells.append(f"{'/'.join(map(str, prompts))}-token prompts")
+        where = [f"batch size {anchor}"] if anchor is not None else []
+        if cells:
+            where.append(f"({', '.join(cells)})")
+        more = f" (and {len(found) - 1} more like it)" if len(found) > 1 else ""
+        head = f"{' '.join(where)}: " if where else ""
+        reasons.append(Reason(rule, head + found[0].message + more, BATCH_NOT_RUN_FIXES[rule]))
+    return reasons
+
+
+def unmeasured_tail_reason(
+    ceiling: CaptureCeiling, last_anchor: int, carried_k: int
+) -> Reason | None:
+    """The rule: vLLM carries the last range's K to every batch size up to its
+    ``max_num_seqs`` N, so with N known and above the largest anchor A (strict: N == A is
+    measured), batch sizes A+1..N run ``carried_k`` where nothing was measured (the seed's
+    rule: no extrapolation past the largest anchor). None where N is not known (the check
+    then stops at the schedule's end and says so) or N <= A. The size: the share of the
+    batch sizes 1..N that lie past A, in percent.
+
+    >>> from lib.deploy.constraints import CaptureCeiling
+    >>> known = CaptureCeiling(512, False, "assumed", 256, True, "--max-num-seqs")
+    >>> unmeasured_tail_reason(known, 16, 3).size
+    93.75
+    >>> unmeasured_tail_reason(known, 256, 3) is None
+    True
+    """
+    seqs = ceiling.max_num_seqs
+    if not ceiling.max_num_seqs_known or seqs <= last_anchor:
+        return None
+    share = 100 * (seqs - last_anchor) / seqs
+    first = last_anchor + 1
+    span = str(first) if first == seqs else f"{first}-{seqs}"
+    return Reason(
+        "unmeasured-tail",
+        f"batch sizes {span} ({percent_text(share)} of the batch sizes up to max_num_seqs={seqs},"
+        f" from {ceiling.max_num_seqs_source}) were never measured: vLLM carries K={carried_k}"
+        f" from the largest anchor {last_anchor} to all of them",
+        f"measure up to batch size {seqs} (tune-spec-k plan --max-num-seqs {seqs} plans"
+        f" anchors up to it), or serve with --max-num-seqs {last_anchor}",
+        share,
+        "%",
+    )
+
+
+#: How a cell's server ran: ``None`` without speculation, else its global K (the
+#: ``num_speculative_tokens`` it was started with; -1 where the record states none).
+ServerEngine = int | None
+#: Each kept cell's servers, by (anchor, K).
+CellEngines = Mapping[tuple[int, int], frozenset[ServerEngine]]
+
+
+def runs_on_deployed_engine(engines: Collection[ServerEngine], global_k: int) -> bool:
+    """The rule: a cell was measured on the deployed engine (Dynamic SD started with
+    ``num_speculative_tokens`` = ``global_k``) when one of its servers speculated with that
+    very global K. A server without speculation (``None``: no drafter, no Dynamic SD tax) or
+    with another global K (sized for another maximum: a static-K sweep, mixed globals) is
+    another engine; an empty collection (no server known) is not the deployed one.
+
+    >>> runs_on_deployed_engine({7}, 7), runs_on_deployed_engine({3}, 7)
+    (True, False)
+    >>> runs_on_deployed_engine({None}, 7), runs_on_deployed_engine({None, 7}, 7)
+    (False, True)
+    """
+    return global_k in engines
+
+
+def _engine_text(engines: Collection[ServerEngine]) -> str:
+    named = []
+    if None in engines:
+        named.append("a server without speculation")
+    if -1 in engines:
+        named.append("a server whose global K the records do not state")
+    ks = sorted(e for e in engines if e is not None and e >= 0)
+    if ks:
+        named.append(f"servers started with num_speculative_tokens={'/'.join(map(str, ks))}")
+    return " or ".join(named)
+
+
+def deployed_engine_reason(
+    picks: Mapping[int, int], engines: CellEngines, global_k: int
+) -> Reason | None:
+    """The deployed engine ran in no measurement of some pick: the config starts vLLM with
+    ``num_speculative_tokens`` = ``global_k`` and a schedule, so every pick whose cell
+    (:func:`runs_on_deployed_engine`) ran only on other servers (one server per K, as a
+    static-K sweep runs; K=0 on a server without speculation) was measured on an engine the
+    schedule never runs: its K runs on an engine sized for ``global_k``, and K=0 pays Dynamic
+    SD's tax (engines.md). One reason naming each such pick; None where every pick ran on it
+    (a pick with no cell known is left to the other rules)."""
+    off = [
+        (anchor, k, engines[(anchor, k)])
+        for anchor, k in sorted(picks.items())
+        if (anchor, k) in engines and not runs_on_deployed_engine(engines[(anchor, k)], global_k)
+    ]
+    if not off:
+        return None
+    grouped: dict[tuple[int, str], list[int]] = {}
+    for anchor, k, on in off:
+        grouped.setdefault((k, _engine_text(on)), []).append(anchor)
+    cells = "; ".join(
+        f"K={k} at batch size{'s' if len(anchors) > 1 else ''} {', '.join(map(str, anchors))}"
+        f" ran on {engine}"
+        for (k, engine), anchors in grouped.items()
+    )
+    return Reason(
+        "deployed-engine-unmeasured",
+        f"the deployed engine (num_speculative_tokens={global_k} with the schedule) ran in no"
+        f" measurement of {len(off)} pick(s): {cells}",
+        "measure the schedule before relying on it: tune-spec-k plan --validate RESULT writes"
+        ' the sweep that runs it beside static-K servers (README, "Sweeps that vary K'
+        ' statically")',
+    )
+
+
+def cell_engines(result: TuningResult) -> dict[tuple[int, int], frozenset[ServerEngine]]:
+    """Each cell's servers (:data:`ServerEngine`) over the runs its gates kept."""
+    import polars as pl
+
+    runs = result.sweep.runs
+    if not {"speculation", "global_k", "source", "position"} <= set(runs.columns):
+        return {}
+    kept = (
+        runs.filter(pl.col("anchor").is_not_null() & pl.col("k").is_not_null())
+        .join(
+            result.excluded_runs.select("source", "position"), on=["source", "position"], how="anti"
+        )
+        .select(
+            "anchor",
+            "k",
+            pl.when(pl.col("speculation").fill_null(False))
+            .then(pl.col("global_k").fill_null(-1))
+            .otherwise(None)
+            .alias("engine"),
+        )
+        .unique()
+    )
+    found: dict[tuple[int, int], set[ServerEngine]] = {}
+    for anchor, k, engine in kept.rows():
+        found.setdefault((anchor, k), set()).add(engine)
+    return {cell: frozenset(engines) for cell, engines in found.items()}
 
 
 def no_speculation_reason(schedule: Schedule) -> Reason | None:
@@ -403,19 +618,30 @@ def verdict_of(analysis: Analysis, capture: CeilingCheck | None) -> Verdict:
         return _verdict(errors or fallback, [])
     reasons: list[Reason] = []
     report = analysis.report
+    ceiling = capture.ceiling if capture is not None else None
+    seqs = ceiling.max_num_seqs if ceiling is not None and ceiling.max_num_seqs_known else None
     if report is not None:
-        reasons += anchor_reasons(result, report, analysis.plan)
+        reasons += anchor_reasons(result, report, analysis.plan, seqs)
         if analysis.switch_points is not None:
             reasons += switch_reasons(
-                analysis.switch_points, _emitted(result), report.tolerance, analysis.plan
+                analysis.switch_points, _emitted(result), report.tolerance, analysis.plan, seqs
             )
+    picks = dict(zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True))
     if capture is not None:
         reasons += capture_reasons(capture)
+        last = max(picks, default=None)
+        if last is not None:
+            carried = capture.schedule.k_at(capture.ceiling.max_num_seqs, result.deploy_global_k)
+            tail = unmeasured_tail_reason(capture.ceiling, last, carried)
+            reasons += [tail] if tail is not None else []
+    reasons += batch_not_run_reasons(result.problems)
     reasons += warning_reasons(result.problems)
     no_speculation = no_speculation_reason(result.schedule)
     if no_speculation is not None:
         reasons.append(no_speculation)
     else:
+        engine = deployed_engine_reason(picks, cell_engines(result), result.deploy_global_k)
+        reasons += [engine] if engine is not None else []
         reasons += draft_settings_reasons(result.speculative_config())
     return _verdict([], reasons, None if report is None else report.servers.statement())
 
@@ -474,6 +700,45 @@ def context_loss_reasons(analysis: ContextAnalysis, tolerance: float) -> list[Re
     ]
 
 
+#: The rules of a context point's own verdict the grid's verdict already states in its own
+#: words: its unresolved cells (an unsure pick's P is below the confidence: unresolved there
+#: too), the answer's warnings (counted from the grid's problems), the anchors whose runs did
+#: not run their batch (one reason per anchor across the prompt lengths, from the grid's
+#: problems: :func:`batch_not_run_reasons`), K=0 everywhere and the draft settings.
+_GRID_STATES = frozenset(
+    {
+        "unresolved-anchor",
+        "unsure-pick",
+        "no-schedule",
+        "no-speculation",
+        "missing-method",
+        "missing-draft-model",
+        *VERDICT_WARNINGS,
+        *BATCH_NOT_RUN_FIXES,
+    }
+)
+
+
+def point_reasons(analysis: ContextAnalysis) -> list[Reason]:
+    """Every reason a context point's own verdict gives (the batch rules: the capture ceiling,
+    unmeasured switches, extrapolation, ...: :func:`verdict_of` of the point, deployed by
+    :func:`lib.deploy.tuning.deploy_contexts`), saying which prompt length, but those the grid
+    states itself (:data:`_GRID_STATES`). A point refused outright (``cannot-tune``) adds
+    nothing: its errors are the grid's. Before deployment (no point verdict) there is none,
+    so a grid is never ``ready`` on fewer rules than each of its prompt lengths alone."""
+    reasons = []
+    for point, context in zip(analysis.axis.points, analysis.contexts, strict=True):
+        found = verdict_in(context.result)
+        if found is None or found.state == "cannot-tune":
+            continue
+        reasons += [
+            dataclasses.replace(reason, message=f"at {point.label()}: {reason.message}")
+            for reason in found.reasons
+            if reason.rule not in _GRID_STATES
+        ]
+    return reasons
+
+
 #: Each grid's verdict, found once: the CLI prints it and writes it, the app shows it and
 #: downloads it, and the loss rule exports every context format. Weak keys: an analysis the
 #: app no longer shows takes its verdict with it.
@@ -483,8 +748,9 @@ _CONTEXT_VERDICTS: weakref.WeakKeyDictionary[ContextAnalysis, Verdict] = weakref
 def context_verdict(analysis: ContextAnalysis) -> Verdict:
     """The verdict of a (batch x context) grid: errors, or a grid that cannot be deployed,
     cannot tune; each cell the grid does not call resolved is a reason, as is the vLLM
-    config's loss across prompt lengths (:func:`context_loss_reasons`), then the answer's
-    warnings, K=0 everywhere and draft settings. Computed once per analysis."""
+    config's loss across prompt lengths (:func:`context_loss_reasons`) and each anchor whose
+    runs did not run its batch (:func:`batch_not_run_reasons`), then the answer's warnings,
+    K=0 everywhere and draft settings. Computed once per analysis."""
     found = _CONTEXT_VERDICTS.get(analysis)
     if found is None:
         found = _CONTEXT_VERDICTS[analysis] = _context_verdict(analysis)
@@ -519,9 +785,11 @@ def _context_verdict(analysis: ContextAnalysis) -> Verdict:
                 "P",
             )
         )
+    reasons += point_reasons(analysis)
     tolerance = analysis.pooled.report.tolerance if analysis.pooled.report is not None else 0.0
     reasons += context_loss_reasons(analysis, tolerance)
     answer = analysis.answer
+    reasons += batch_not_run_reasons(analysis.problems)
     if answer is not None and answer.result.schedule is not None:
         reasons += warning_reasons(analysis.problems)
         no_speculation = no_speculation_reason(answer.result.schedule)

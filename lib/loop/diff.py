@@ -447,7 +447,7 @@ def compare(a: Side, b: Side, settings: DiffSettings) -> tuple[DiffReport | None
             expected="the same objective and direction",
         )
         return None, [problem]
-    z = NormalDist().inv_cdf(0.5 + settings.confidence / 2)
+    z = interval_z(settings.confidence)
     rows = [
         _row(batch_size, a, b, settings, z)
         for batch_size in sorted(set(a.anchors) | set(b.anchors))
@@ -674,21 +674,30 @@ def _objective_change(
     row.update(
         objective_a=cell_a.median,
         objective_b=cell_b.median,
-        objective_change_percent=math.expm1(log_change) * 100,
+        objective_change_percent=percent_of_log(log_change),
     )
-    spread = _log_se(cell_a) ** 2 + _log_se(cell_b) ** 2 if _known(cell_a, cell_b) else None
+    half = log_half_width(cell_a, cell_b, z)
     beyond_noise = True
-    if spread is not None:
-        half = z * math.sqrt(spread)
-        row["change_low_percent"] = math.expm1(log_change - half) * 100
-        row["change_high_percent"] = math.expm1(log_change + half) * 100
+    if half is None:
+        reasons.append(
+            "no interval: the spread of "
+            + " and ".join(
+                name for name, cell in (("A", cell_a), ("B", cell_b)) if usable_spread(cell) is None
+            )
+            + "'s cell is unknown (a relative MAD that is missing, not finite or negative, or"
+            " no runs), so the change is judged by the threshold alone"
+        )
+    else:
+        row["change_low_percent"] = percent_of_log(log_change - half)
+        row["change_high_percent"] = percent_of_log(log_change + half)
         beyond_noise = abs(log_change) > half
-    large = abs(math.expm1(log_change)) > settings.max_objective_change
+    change = percent_of_log(log_change) / 100
+    large = abs(change) > settings.max_objective_change
     if large and beyond_noise:
         direction = "better" if log_change > 0 else "worse"
         reasons.append(
-            f"B is {abs(math.expm1(log_change)):.2%} {direction} at its pick: beyond"
-            f" {settings.max_objective_change:.1%}" + (" and the noise" if spread else "")
+            f"B is {abs(change):.2%} {direction} at its pick: beyond"
+            f" {settings.max_objective_change:.1%}" + (" and the noise" if half is not None else "")
         )
         return True
     if large:
@@ -696,11 +705,70 @@ def _objective_change(
     return False
 
 
-def _known(*cells: Cell) -> bool:
-    return all(c.relative_mad is not None and c.num_runs > 0 for c in cells)
+def interval_z(confidence: float) -> float:
+    """The normal quantile of a two-sided interval at ``confidence``: ``inv_cdf(0.5 +
+    confidence / 2)``. At a confidence of 1 (which the settings accept, as every command does)
+    it is infinite: the interval is unbounded and no change is beyond the noise. The settings
+    refuse a confidence outside (0, 1]; a value so close to 1 that ``0.5 + confidence / 2``
+    rounds to 1 is treated as 1.
+
+    >>> round(interval_z(0.9), 4), interval_z(1.0), round(interval_z(1e-300), 4)
+    (1.6449, inf, 0.0)
+    """
+    p = 0.5 + confidence / 2
+    return math.inf if p >= 1 else NormalDist().inv_cdf(p)
+
+
+def usable_spread(cell: Cell) -> float | None:
+    """A cell's relative MAD when it can size an interval: a finite number >= 0 from at least
+    one run; None otherwise (missing, infinite, NaN, negative, no runs).
+
+    >>> usable_spread(Cell(1.0, 0.0, 3, None)), usable_spread(Cell(1.0, math.inf, 3, None))
+    (0.0, None)
+    """
+    mad = cell.relative_mad
+    if mad is None or not math.isfinite(mad) or mad < 0 or cell.num_runs < 1:
+        return None
+    return mad
+
+
+def log_half_width(cell_a: Cell, cell_b: Cell, z: float) -> float | None:
+    """Half the width of the interval of the log change between two cells: ``z`` times the
+    root sum of squares of their standard errors (:func:`_log_se`), computed with ``hypot`` so
+    that a huge spread (1e200) gives a huge or infinite width, never an overflow. Zero spread
+    gives 0 whatever ``z`` (the interval is the point, also at confidence 1); None when either
+    spread is unknown (:func:`usable_spread`).
+
+    >>> log_half_width(Cell(1.0, 0.0, 3, None), Cell(1.0, 0.0, 3, None), math.inf)
+    0.0
+    >>> log_half_width(Cell(1.0, 1e200, 3, None), Cell(1.0, 1e200, 3, None), 1.6) > 1e200
+    True
+    """
+    if usable_spread(cell_a) is None or usable_spread(cell_b) is None:
+        return None
+    se = math.hypot(_log_se(cell_a), _log_se(cell_b))
+    if se == 0:
+        return 0.0
+    return z * se
+
+
+def percent_of_log(log_change: float) -> float:
+    """A log change in percent, ``expm1(x) x 100``: +infinity where that overflows (a log
+    change past about 709), -100 % at -infinity.
+
+    >>> percent_of_log(0.0), percent_of_log(1e200), percent_of_log(-math.inf)
+    (0.0, inf, -100.0)
+    """
+    try:
+        return math.expm1(log_change) * 100
+    except OverflowError:
+        return math.inf
 
 
 def _log_se(cell: Cell) -> float:
-    """Standard error of a cell's log centre from its robust spread (relative MAD ~ log MAD)."""
-    assert cell.relative_mad is not None
-    return NORMAL_MAD_SCALE * cell.relative_mad / math.sqrt(cell.num_runs)
+    """Standard error of a cell's log centre from its robust spread (relative MAD ~ log MAD);
+    the spread must be usable (:func:`usable_spread`). A spread near the largest float gives
+    infinity, not an error."""
+    mad = usable_spread(cell)
+    assert mad is not None
+    return NORMAL_MAD_SCALE * mad / math.sqrt(cell.num_runs)

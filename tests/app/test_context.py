@@ -61,6 +61,17 @@ def test_the_detailed_point_is_deployed_so_its_k_track_marks_what_c_caps(tmp_pat
     (vllm,) = [d for d in view.engine_downloads(shown.analysis.result, known) if d.format == "vllm"]
     assert vllm.text is not None
     assert json.loads(vllm.text)[SCHEDULE_KEY] == schedule.to_json()
+    # Issue 38, kind 6: vLLM's cap is vLLM's; TensorRT-LLM and SGLang get K=3 up to 64 as
+    # tuned (their draft_len_schedule / slot keys), each saying so in a note.
+    downloads = {d.format: d for d in view.engine_downloads(shown.analysis.result, known)}
+    assert downloads["trtllm"].text is not None and downloads["sglang"].text is not None
+    assert json.loads(downloads["trtllm"].text)["draft_len_schedule"] == {"1": 3, "64": 3}
+    assert {k: v for k, v in json.loads(downloads["sglang"].text).items() if k.isdigit()} == {
+        "1": {"candidate_steps": [3]}
+    }
+    for name in ("trtllm", "sglang"):
+        assert any("C=128 tokens per decode step" in line for line in downloads[name].lines)
+    assert not any("C=128 tokens per decode step" in line for line in downloads["vllm"].lines)
     assumed = view.analyse_sweep(sweep, Settings(), Options(), axis, 1, DeploySettings())
     spec = headline_chart(assumed.analysis.result, None).to_dict()
     assert all(

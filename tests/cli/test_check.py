@@ -333,3 +333,27 @@ def test_a_malformed_context_schedule_file_exits_2_naming_the_file_and_field(
     assert "cannot read the schedule" in captured.err
     assert str(schedule) in captured.err and field in captured.err and text in captured.err
     assert "expected" in captured.err
+
+
+def test_a_schedule_clamped_by_its_server_is_checked_as_it_ran(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The dynamic server ran [[1, 63, 7], [64, 256, 0]] under num_speculative_tokens=3: vLLM
+    ran K=3 at 1-63, so the check judges K=3, says it clamped, and its capture line assumes
+    vLLM's default C for K=3."""
+    dynamic = {
+        "method": "eagle3",
+        "model": "drafter",
+        "num_speculative_tokens": 3,
+        "num_speculative_tokens_per_batch_size": SCHEDULE,
+    }
+    root = write_validation(tmp_path / "v", GOOD, dynamic=dynamic)
+    assert main(["check", *INDEPENDENT, str(root)]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert "warning [clamped-schedule] the dynamic server ran with num_speculative_tokens=3" in (
+        captured.err
+    )
+    assert "num_speculative_tokens=3 on a GPU" in captured.out
+    assert "batch_size=1: OK; dynamic K=3" in captured.out
+    # At 64 it runs K=0, and K=3 (not 7) at the smaller batch sizes of ramp-up and drain.
+    assert "K in [0, 3] below it" in captured.out and "[0, 7]" not in captured.out

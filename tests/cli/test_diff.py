@@ -112,3 +112,17 @@ def test_two_grids_that_pick_differently_at_one_cell_exit_1(
     # the sweep (see CONTEXT_GRID), so nothing is compared.
     assert main(["diff", str(a), str(b), "--context-var", "none"]) == 2
     assert "context grid" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("confidence", "status"), [("0", 2), ("0.5", EXIT_OK), ("1", EXIT_OK)])
+def test_every_confidence_the_other_commands_accept_compares(
+    capsys: pytest.CaptureFixture[str], confidence: str, status: int
+) -> None:
+    """0 is refused as every command refuses it; 0.5 and 1 compare (1: unbounded intervals)."""
+    assert main(["diff", SONNET, SONNET, "--confidence", confidence]) == status
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    if status == 2:
+        assert "--confidence 0.0: expected in (0, 1]" in captured.err
+    else:
+        assert f"{float(confidence):.0%} interval" in captured.out

@@ -49,6 +49,55 @@ def test_exports_a_tuning_result(tmp_path: Path, capsys: pytest.CaptureFixture[s
             ["--global-k", "3"],
             "TensorRT-LLM requires max_draft_len to equal the K at the smallest key",
         ),
+        # Issue 38, kind 13: 0 was taken for "not given" (the file's K was exported), -1 a
+        # ZeroDivisionError in vllm's capture check.
+        *(
+            (
+                json.dumps(
+                    {
+                        "num_speculative_tokens": 5,
+                        "num_speculative_tokens_per_batch_size": [[1, 8, 5]],
+                    }
+                ),
+                ["--format", name, "--global-k", given],
+                f"--format {name}'s engine starts with a global K of at least 1",
+            )
+            for name in ("vllm", "sglang")
+            for given in ("0", "-1")
+        ),
+        (
+            json.dumps([[1, 8, 5]]),
+            ["--global-k", "-1"],
+            "--format trtllm's engine starts with a global K of at least 0",
+        ),
+        # Issue 38, kind 16: "6²" passed str.isdigit() and crashed int().
+        (
+            json.dumps({"1": {"candidate_steps": [3]}, "6\u00b2": {"candidate_steps": [0]}}),
+            [],
+            "SGLang slot key '6\u00b2' is not a batch size",
+        ),
+        (
+            json.dumps({"draft_len_schedule": {"1": 3, "6\u00b2": 0}}),
+            ["--format", "sglang"],
+            "draft_len_schedule key '6\u00b2' is not a batch size",
+        ),
+        # Issue 38, kind 6: a capped result whose schedule as tuned is damaged (other engines
+        # would get vLLM's capped one).
+        (
+            json.dumps(
+                {
+                    "num_speculative_tokens_per_batch_size": [[1, 8, 3], [9, 16, 1]],
+                    "batch_decisions": [],
+                    "deployment": {
+                        "capture_ceiling": {"size": 32, "known": True},
+                        "tuned_schedule": [[1, 16, "3"]],
+                        "capped_ranges": [{"lo": 9, "hi": 16, "measured_k": 3, "capped_k": 1}],
+                    },
+                }
+            ),
+            ["--format", "trtllm"],
+            "not a valid schedule (the schedule as tuned, before the cap)",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(

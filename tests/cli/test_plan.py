@@ -616,7 +616,8 @@ def test_follow_up_of_the_real_cpu_sample_reuses_its_engine(
     assert main([str(sample), *flags]) == 0
     capsys.readouterr()
     out = tmp_path / "followup"
-    design = ["--design", str(sample / "sweep_plan.json")]
+    # The result is outside the (read-only) sample: the follow-up's results go to a copy.
+    design = ["--design", str(sample / "sweep_plan.json"), "--results-dir", str(tmp_path / "copy")]
     assert main(["plan", "-o", str(out), *design, "--follow-up", str(plan_json), str(result)]) == 0
     first_serve = json.loads((sample / "serve_params.json").read_text())
     planned: set[tuple[int, int]] = set()
@@ -686,7 +687,8 @@ def test_where_server_offsets_dominate_the_follow_up_starts_new_servers(
             more = block["runs_needed"][str(k)] - 9
             wanted[decision["batch_size"], k] = (needed - 3, more)
     out = tmp_path / "follow"
-    stored = ["--design", str(sample / "sweep_plan.json")]
+    # The result is outside the (read-only) sample: the follow-up's results go to a copy.
+    stored = ["--design", str(sample / "sweep_plan.json"), "--results-dir", str(tmp_path / "copy")]
     assert main(["plan", "-o", str(out), *stored, "--follow-up", str(result_json)]) == 0
     capsys.readouterr()
     planned: dict[tuple[int, int], tuple[set[str], int]] = {}
@@ -703,3 +705,62 @@ def test_where_server_offsets_dominate_the_follow_up_starts_new_servers(
         names, runs = planned[cell]
         assert len(names) == starts and runs == more, (cell, names, runs)
         assert all(int(name.rsplit("=", 1)[1]) >= 3 for name in names)
+
+
+def test_the_readme_s_capture_boundaries_are_planned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README, "Deployment": sonnet-like under a hypothetical C=256 asks to "measure next:
+    batch size 33, K=[6, 7]" (and 37, 43, 52 with K=5, 4, 3); the capped K 4-6 were never
+    measured, and `plan --follow-up` plans them (it refused them as follow-up-mismatch)."""
+    result = tmp_path / "r.json"
+    sonnet = str(SAMPLE_SWEEPS / "sonnet-like")
+    assert main([sonnet, "--max-cudagraph-capture-size", "256", "--output-json", str(result)]) == 0
+    assert "measure next: batch size 33, K=[6, 7]" in capsys.readouterr().out
+    design = ["--model", "m", "--method", "eagle3", "--ks", "0,1,3,7", "--anchors", "1,64,128,256"]
+    out = tmp_path / "followup"
+    follow = ["--follow-up", str(result), "--results-dir", str(tmp_path / "copy")]
+    assert main(["plan", "-o", str(out), *design, *follow]) == 0
+    planned: set[tuple[int, int]] = set()
+    for step in json.loads((out / "sweep_plan.json").read_text())["steps"]:
+        serve = json.loads((out / step["folder"] / "serve_params.json").read_text())
+        bench = json.loads((out / step["folder"] / "bench_params.json").read_text())
+        for combo in serve.values():
+            k = combo["speculative_config"]["num_speculative_tokens_per_batch_size"][0][2]
+            planned |= {(b["max_concurrency"], k) for b in bench.values()}
+    anchors, ks = (1, 33, 37, 43, 52, 64, 128, 256), range(8)
+    first = {(a, k) for a in (1, 64, 128, 256) for k in (0, 1, 3, 7)}
+    assert planned == {(a, k) for a in anchors for k in ks if k != 2} - first
+
+
+def test_a_follow_up_s_results_go_into_the_first_experiment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A result inside its experiment (the default) or in a folder below it sends the
+    follow-up's results into the experiment; one written elsewhere (README's advice for
+    read-only data) is refused, naming --results-dir, and planned with it."""
+    experiment = tmp_path / "exp"
+    shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", experiment)
+    design = ["--model", "m", "--method", "eagle3", "--ks", "0,1,3,7", "--anchors", "1,64,128,256"]
+    for result in (experiment / "speculative_k_schedule.json", experiment / "out" / "r.json",
+                   tmp_path / "r.json"):  # fmt: skip
+        result.parent.mkdir(exist_ok=True)
+        assert main([str(experiment), "--max-cudagraph-capture-size", "256",
+                     "--output-json", str(result)]) == 0  # fmt: skip
+        capsys.readouterr()
+        out = tmp_path / "plan"
+        shutil.rmtree(out, ignore_errors=True)
+        status = main(["plan", "-o", str(out), *design, "--follow-up", str(result)])
+        if result.is_relative_to(experiment):
+            assert status == 0
+            command = parse_sweep_command((out / "command.txt").read_text().split("\n\n")[0])
+            assert command["-o"] == str(experiment), result
+            continue
+        assert status == 2 and not out.exists()
+        err = capsys.readouterr().err
+        assert "error [unknown-first-experiment]" in err and "--results-dir" in err
+        assert "Traceback" not in err
+        copy = ["--results-dir", str(tmp_path / "copy")]
+        assert main(["plan", "-o", str(out), *design, "--follow-up", str(result), *copy]) == 0
+        command = parse_sweep_command((out / "command.txt").read_text().split("\n\n")[0])
+        assert command["-o"] == str(tmp_path / "copy")

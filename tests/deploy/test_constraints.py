@@ -457,3 +457,18 @@ def test_deployed_stretches_are_per_range_not_per_batch_size() -> None:
         ((1 << 30) + 1, LARGEST_WHOLE_NUMBER, 1, "not measured"),
     ]
     assert deployed_stretches(Schedule(()), {(1, 3)}) == []
+
+
+@pytest.mark.parametrize(("known", "ends"), [(True, [64]), (False, [66, 100, 256])])
+def test_capped_ranges_stop_at_a_known_max_num_seqs(known: bool, ends: list[int]) -> None:
+    # Issue 38, kind 11. [[1, 256, 3]] under C=200: K=3 fits up to 50, K=2 to 66, K=1 to 100,
+    # K=0 past. With max_num_seqs 64 known, vLLM runs nothing past 64: the capped range ends
+    # there and none starts past it. Unknown (64 assumed), the whole schedule is reported.
+    tuned = Schedule(((1, 256, 3),))
+    ceiling = CaptureCeiling(200, True, "test", 64, known, "test")
+    capped = capped_schedule(tuned, ceiling)
+    found = capped_ranges(tuned, capped, ceiling, {})
+    assert [c.hi for c in found] == ends
+    assert found[0].lo == 51
+    # The repaired schedule itself is whole either way (past 64 it is never used).
+    assert capped.to_json()[-1] == [101, 256, 0]

@@ -8,6 +8,7 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from grid_builder import PUBLISHED, result_json, write
@@ -190,3 +191,150 @@ def test_grid_exports_are_each_context_formats_export_built_once_per_settings() 
     assert (exported.text(), problems) == (fresh.text(), fresh_problems)
     assert exported is not shared[0][1] and grid_export(analysis, mixed)[0] is exported
     assert exported.text() != shared[0][1].text()  # the mix changes the file
+
+
+#: The smallest global K each format's engine starts with: vLLM's num_speculative_tokens and
+#: SGLang's --speculative-num-steps start at 1; TensorRT-LLM's max_draft_len may be 0
+#: (first_k_rule says for which methods).
+ENGINE_MINIMUM = {
+    "trtllm": 0,
+    "vllm": 1,
+    "sglang": 1,
+    "vllm-context": 1,
+    "vllm-rfc-48944": 1,
+    "vllm-pr-54801": 1,
+}
+
+
+@pytest.mark.parametrize("name", [f.name for f in formats()])
+@pytest.mark.parametrize("given", [-1, 0, 1, 2, 3])
+def test_a_global_k_below_the_engines_minimum_is_refused_by_every_format(
+    tmp_path: Path, name: str, given: int
+) -> None:
+    """Issue 38, kind 13: ``--global-k 0`` was replaced by the file's global K (``given or
+    ...`` takes 0 for "not given") in vllm, sglang and the context formats, and -1 crashed
+    vllm (a division by 1 + K). One rule for every format: a given global K below the
+    format's engine minimum (1; TensorRT-LLM 0) is refused naming the flag; at or above it,
+    any export holds the given K, never the file's (3, with the schedule [[1, 256, 3]])."""
+    engine_format = format_named(name)
+    least = ENGINE_MINIMUM[name]
+    source = write(tmp_path, result_json(PUBLISHED))
+    decisions, problems = registry.read_decisions(source, for_grid=engine_format.needs_grid)
+    assert decisions is not None and problems == []
+    exported, problems = export(decisions, ExportSettings(format=name, global_k=given))
+    rules = [problem.rule for problem in problems]
+    if given < least:
+        assert exported is None and rules == ["global-k-below-engine-minimum"]
+        (problem,) = problems
+        assert (problem.field, problem.value, problem.expected) == (
+            "--global-k",
+            str(given),
+            f">= {least}",
+        )
+        return
+    assert "global-k-below-engine-minimum" not in rules
+    if exported is not None:
+        config = dict(exported.config)
+        stated = config.get("num_speculative_tokens", config.get("max_draft_len"))
+        if name == "sglang":
+            stated = int(exported.lines()[1].split("--speculative-num-steps ")[1].split()[0])
+        assert stated == given
+
+
+def test_the_engine_minimum_of_each_format() -> None:
+    assert {f.name: f.least_global_k for f in formats()} == ENGINE_MINIMUM
+
+
+#: Batch 1: K=3 wins (150 > 100); batch 256: K=0 (5000 > 4000). Tuned: [[1, 255, 3],
+#: [256, 256, 0]]. (tests/deploy/test_tuning.py's CELLS.)
+CAPPED_CELLS = {
+    (1, 0): [100.0, 101.0, 99.0],
+    (1, 3): [150.0, 151.0, 149.0],
+    (256, 0): [5000.0, 5050.0, 4950.0],
+    (256, 3): [4000.0, 4040.0, 3960.0],
+}
+TUNED = [[1, 255, 3], [256, 256, 0]]
+#: With C=512 known, K=3 keeps its graphs up to 512 // 4 = 128, K=2 up to 170, K=1 up to 255.
+CAPPED = [[1, 128, 3], [129, 170, 2], [171, 255, 1], [256, 256, 0]]
+
+
+def _schedule_of(name: str, config: dict[str, Any]) -> list[list[int]]:
+    """The schedule an export's config deploys, read back by the format's own reader."""
+    read = format_named(name).read
+    assert read is not None
+    found = read(config, "x.json")
+    assert found is not None and found[0] is not None, found
+    if name == "sglang":  # its file has no upper bound: the last range ends at its start
+        return [list(r) for r in found[0].schedule.ranges[:-1]] + [[256, 256, 0]]
+    return found[0].schedule.to_json()
+
+
+@pytest.mark.parametrize("ceiling", [512, None])
+def test_vllms_capture_cap_reaches_vllm_only_on_every_path(
+    tmp_path: Path, ceiling: int | None
+) -> None:
+    """Issue 38, kind 6: a result tuned under a known C held vLLM's capped schedule, and
+    TensorRT-LLM and SGLang were built from it (K=1 at 171-255 where K=3 was measured best),
+    silently. vLLM's cap is vLLM's (it keys decode graphs by tokens per step): every other
+    engine gets the schedule as tuned with a note naming C, on both paths: a tuning in memory
+    (the app's downloads: lib.deploy.tuning.deployed_decisions) and ``export`` of its
+    result file. With C assumed nothing is capped, and no note is added."""
+    from sweep_builder import write_grid
+
+    from lib.analysis import analyse
+    from lib.deploy.result_file import result_text
+    from lib.deploy.tuning import deploy_analysis, deployed_decisions
+    from lib.loop.export import export_file
+    from lib.settings import Settings
+    from lib.sweeps import load_experiment
+
+    sweep = load_experiment(write_grid(tmp_path / "s", CAPPED_CELLS, global_k=3))
+    deploy = DeploySettings(max_cudagraph_capture_size=ceiling)
+    deployed, _ = deploy_analysis(analyse(sweep, Settings()), deploy)
+    result = deployed.result
+    assert result.schedule is not None
+    assert result.schedule.to_json() == (CAPPED if ceiling else TUNED)
+    path = tmp_path / "result.json"
+    path.write_text(result_text(result))
+    in_memory = deployed_decisions(result)
+    for engine_format in formats():
+        if engine_format.needs_grid:
+            continue
+        settings = ExportSettings(format=engine_format.name)
+        memory, problems = export(in_memory, settings)
+        assert memory is not None, problems
+        from_file, problems = export_file(path, settings)
+        assert from_file is not None, problems
+        assert from_file.lines() == memory.lines(), engine_format.name
+        expected = CAPPED if engine_format.reads_ceiling and ceiling else TUNED
+        assert _schedule_of(engine_format.name, dict(memory.config)) == expected
+        notes = [note for note in memory.notes if "capture ceiling" in note]
+        if engine_format.reads_ceiling or ceiling is None:
+            assert notes == [], engine_format.name
+        else:
+            (note,) = notes
+            assert note.startswith(f"the schedule as tuned, {json.dumps(TUNED)}")
+            assert "C=512 tokens per decode step (from --max-cudagraph-capture-size)" in note
+            assert f"--format {engine_format.name}'s engine keys its graphs by batch size" in note
+
+
+def test_engine_decisions_on_both_sides_of_the_rule() -> None:
+    from lib.deploy.engine import VllmCap
+
+    tuned = Schedule(((1, 255, 3), (256, 256, 0)))
+    capped = Decisions(
+        Schedule(((1, 128, 3), (129, 170, 2), (171, 255, 1), (256, 256, 0))),
+        3,
+        "t",
+        "t",
+        vllm_cap=VllmCap(tuned, 512, "--max-cudagraph-capture-size"),
+    )
+    for engine_format in formats():
+        given, note = registry.engine_decisions(capped, engine_format)
+        if engine_format.reads_ceiling:
+            assert (given, note) == (capped, None)
+        else:
+            assert given.schedule == tuned and given.vllm_cap is None and note is not None
+    # Nothing capped: every format gets the decisions as they are.
+    for engine_format in formats():
+        assert registry.engine_decisions(SONNET, engine_format) == (SONNET, None)

@@ -181,6 +181,69 @@ def test_counts_are_whole_numbers_as_everywhere_a_float_whole_one_included() -> 
     assert (batch(1), batch(1.0), batch(1.5), batch(True), batch(-1)) == (1, 1, None, None, None)
 
 
+@pytest.mark.parametrize(
+    ("deployment", "field", "cap"),
+    [
+        # Nothing capped (C assumed, or within it): no cap, whatever else the block holds.
+        ({"capped_ranges": [], "tuned_schedule": "damaged"}, None, None),
+        ({}, None, None),
+        # Capped: the schedule as tuned and the ceiling it was capped to.
+        (
+            {
+                "capped_ranges": [{"lo": 5, "hi": 8}],
+                "tuned_schedule": [[1, 8, 7]],
+                "capture_ceiling": {"size": 32, "source": "--max-cudagraph-capture-size"},
+            },
+            None,
+            ([[1, 8, 7]], 32, "--max-cudagraph-capture-size"),
+        ),
+        # Capped, and what it was capped from or to is damaged: refused, naming the field.
+        (
+            {"capped_ranges": [{"lo": 5}], "tuned_schedule": [[2, 8, 7]]},
+            "deployment.tuned_schedule",
+            None,
+        ),
+        (
+            {
+                "capped_ranges": [{"lo": 5}],
+                "tuned_schedule": [[1, 8, 7]],
+                "capture_ceiling": {"size": 0},
+            },
+            "deployment.capture_ceiling.size",
+            None,
+        ),
+    ],
+)
+def test_the_cap_a_result_took_for_vllm_is_read_or_the_file_refused(
+    deployment: dict[str, Any], field: str | None, cap: Any
+) -> None:
+    """Issue 38, kind 6: ``export`` gives engines other than vLLM the schedule as tuned, which
+    a capped result holds in ``deployment.tuned_schedule``."""
+    read, problems = result_file_of(_with(deployment=deployment), "r.json")
+    if field is not None:
+        assert read is None and [p.field for p in problems] == [field]
+        return
+    assert read is not None and problems == []
+    found = read.vllm_cap
+    assert (None if found is None else (found.tuned.to_json(), found.ceiling, found.source)) == cap
+
+
+def test_confidence_keys_are_ks_in_ascii_digits_others_left_out() -> None:
+    """Issue 38, kind 16: a confidence key "²" (``str.isdigit()`` yes, ``int()`` no) was a
+    traceback; "٣" was read as K=3. Both are left out, as any damaged entry is."""
+    keys = {"3": 0.9, "\u00b2": 0.5, "\u0663": 0.4, "-1": 0.3, " 1": 0.2, str(2**31): 0.1}
+    entry = {
+        "batch_size": 1,
+        "candidates": [{"batch_size": 1, "k": 3, "num_runs": 3}],
+        "confidence": {"status": "resolved", "p_eps_good": keys, "num_servers": {"\u00b2": 2}},
+    }
+    read, problems = result_file_of(_with(batch_decisions=[entry]), "r.json")
+    assert read is not None and problems == []
+    confidence = read.anchors[0].confidence
+    assert confidence is not None
+    assert (confidence.p_eps_good, confidence.num_servers) == ({3: 0.9}, {})
+
+
 def test_the_context_grid_is_read_and_its_problems_reach_the_export(
     tmp_path: Path, long_context: ContextAnalysis
 ) -> None:

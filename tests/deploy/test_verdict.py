@@ -15,14 +15,16 @@ from lib.app.context import analyse_sweep
 from lib.cli.main import main
 from lib.context import ContextAnalysis, analyse_contexts
 from lib.context_axis import find_context_axis
-from lib.deploy.tuning import deploy_analysis
+from lib.deploy.tuning import deploy_analysis, deploy_contexts
 from lib.deploy.verdict import (
     REFUSAL_FIXES,
     Verdict,
     context_loss_reasons,
     context_verdict,
+    deployed_engine_reason,
     draft_settings_reasons,
     no_speculation_reason,
+    runs_on_deployed_engine,
     switch_reasons,
     verdict_in,
     warning_reasons,
@@ -327,3 +329,259 @@ def test_an_unresolved_context_cell_is_a_reason_with_its_p(tmp_path: Path) -> No
     assert "unresolved-cell" not in _rules(
         context_verdict(analyse_contexts(clear, axis, Settings(), Options()))
     )
+
+
+# --------------------------------------------------------------------------- issue 38
+
+
+def _runs_at(anchor: int, runs: dict[int, list[float]]) -> dict[tuple[int, int], list[float]]:
+    return {(anchor, k): values for k, values in runs.items()}
+
+
+STEADY_RUNS = {0: [100.0, 100.5, 99.5], 3: [150.0, 150.5, 149.5]}
+
+
+@pytest.mark.parametrize(("saved_seqs", "state"), [(8, "ready"), (7, "provisional")])
+def test_a_saved_server_config_below_an_anchor_is_a_reason(
+    tmp_path: Path, saved_seqs: int, state: str
+) -> None:
+    # Issue 38, kind 3. Every combo saved a server config with max_num_seqs N; the anchors
+    # are 1 and 8. N = 8 ran batch 8 (ready); N = 7 never held 8 requests at once.
+    folder = write_grid(tmp_path, STEADY)
+    for combo in folder.iterdir():
+        (combo / "server_info.json").write_text(
+            json.dumps({"vllm_config": {"scheduler_config": {"max_num_seqs": saved_seqs}}})
+        )
+    verdict = _verdict(folder, deploy=DeploySettings(max_num_seqs=8))
+    assert verdict.state == state
+    if state == "provisional":
+        (reason,) = verdict.reasons
+        assert reason.rule == "max-num-seqs-below-anchor"
+        assert reason.message.startswith("batch size 8: runs at batch size 8 ran on a server")
+        assert "max_num_seqs=7" in reason.message and "--max-num-seqs" in reason.fix
+
+
+@pytest.mark.parametrize(("throughput", "state"), [(7.2, "ready"), (7.1, "provisional")])
+def test_an_anchor_whose_runs_held_fewer_requests_is_a_reason(
+    tmp_path: Path, throughput: float, state: str
+) -> None:
+    # Issue 38, kind 3. Little's law at anchor 8: request_throughput x 1000 ms / 1000. 7.2 is
+    # exactly 0.9 x 8 (not below: ready); 7.1 is below, for both K (one reason, the anchor's).
+    folder = write_grid(tmp_path, _runs_at(1, STEADY_RUNS), max_num_seqs=8)
+    write_grid(folder, _runs_at(8, STEADY_RUNS), max_num_seqs=8, request_throughput=throughput)
+    verdict = _verdict(folder)
+    assert verdict.state == state
+    if state == "provisional":
+        (reason,) = verdict.reasons
+        assert reason.rule == "effective-batch-below-anchor"
+        assert reason.message.startswith("batch size 8 (K=[0, 3]): the runs held 7.10 requests")
+        assert reason.message.endswith("(and 1 more like it)")
+
+
+@pytest.mark.parametrize(("max_num_seqs", "tail"), [(8, None), (9, "9"), (256, "9-256")])
+def test_batch_sizes_past_the_largest_anchor_up_to_max_num_seqs_are_a_reason(
+    tmp_path: Path, max_num_seqs: int, tail: str | None
+) -> None:
+    # Issue 38, kind 4. Anchors 1 and 8; vLLM carries K=3 to every batch size up to
+    # max_num_seqs. 8: all measured. 9: batch size 9 was not (1 of 9 = 11.1 %). 256: 9-256, 248
+    # of 256 = 96.875 %.
+    folder = write_grid(tmp_path, STEADY)
+    verdict = _verdict(folder, deploy=DeploySettings(max_num_seqs=max_num_seqs))
+    found = [r for r in verdict.reasons if r.rule == "unmeasured-tail"]
+    if tail is None:
+        assert verdict.state == "ready"
+        return
+    (reason,) = found
+    assert reason.message.startswith(f"batch sizes {tail} (")
+    assert "vLLM carries K=3 from the largest anchor 8" in reason.message
+    assert reason.size == pytest.approx(100 * (max_num_seqs - 8) / max_num_seqs)
+    assert "--max-num-seqs 8" in reason.fix and f"batch size {max_num_seqs}" in reason.fix
+
+
+def test_an_unknown_max_num_seqs_is_no_tail_reason(tmp_path: Path) -> None:
+    # Nothing states max_num_seqs: the check stops at the schedule's end and says so in the
+    # capture line; the verdict does not invent a tail.
+    verdict = _verdict(write_grid(tmp_path, STEADY), deploy=DeploySettings())
+    assert "unmeasured-tail" not in _rules(verdict)
+
+
+# K=3 wins at 1, K=1 at 8: a static-K sweep (one server per K, its num_speculative_tokens K)
+# deploys num_speculative_tokens=3 with [[1, 7, 3], [8, 8, 1]]: K=1 at 8 ran on a server sized
+# for 1, never on the deployed one.
+STATIC_SWITCH = {
+    (1, 1): [120.0, 120.5, 119.5],
+    (1, 3): [150.0, 150.5, 149.5],
+    (8, 1): [900.0, 900.5, 899.5],
+    (8, 3): [600.0, 600.5, 599.5],
+}
+
+
+def test_a_static_k_sweep_whose_picks_ran_on_other_engines_is_not_ready(tmp_path: Path) -> None:
+    # Issue 38, kind 5 (README, "Sweeps that vary K statically").
+    folder = write_grid(tmp_path, STATIC_SWITCH, spec="static", max_num_seqs=8)
+    analysis = analyse(load_experiment(folder, k_var=GLOBAL_K_VAR), Settings(), Options())
+    deployed, _ = deploy_analysis(analysis, DeploySettings(max_num_seqs=8))
+    verdict = verdict_in(deployed.result)
+    assert verdict is not None and verdict.state == "provisional"
+    (reason,) = [r for r in verdict.reasons if r.rule == "deployed-engine-unmeasured"]
+    assert "num_speculative_tokens=3 with the schedule" in reason.message
+    assert (
+        "K=1 at batch size 8 ran on servers started with num_speculative_tokens=1" in reason.message
+    )
+    assert "batch size 1" not in reason.message  # K=3 at 1 ran on a server sized for 3
+    assert "plan --validate" in reason.fix
+
+
+def test_a_static_k_sweep_that_deploys_its_largest_k_everywhere_ran_the_engine(
+    tmp_path: Path,
+) -> None:
+    # K=3 at both anchors: the deployed engine (3, schedule K=3 everywhere) is the K=3 server.
+    folder = write_grid(tmp_path, STEADY, spec="static", max_num_seqs=8)
+    analysis = analyse(load_experiment(folder, k_var=GLOBAL_K_VAR), Settings(), Options())
+    deployed, _ = deploy_analysis(analysis, DeploySettings(max_num_seqs=8))
+    verdict = verdict_in(deployed.result)
+    assert verdict is not None and verdict.state == "ready"
+
+
+def test_k0_picked_from_a_server_without_speculation_did_not_run_the_deployed_engine(
+    tmp_path: Path,
+) -> None:
+    # The seed's design, but K=0 measured on a plain server: K=0 wins at 8, where the deployed
+    # engine runs Dynamic SD at K=0 (its drafter loaded), never measured.
+    cells = {**STATIC_SWITCH, (1, 0): [100.0] * 3, (8, 0): [1000.0, 1000.5, 999.5]}
+    plain = write_grid(tmp_path / "plain", cells, spec="none", max_num_seqs=8)
+    verdict = _verdict(plain)
+    (reason,) = [r for r in verdict.reasons if r.rule == "deployed-engine-unmeasured"]
+    assert "K=0 at batch size 8 ran on a server without speculation" in reason.message
+    # The same K=0 on the Dynamic SD engine (a one-range schedule of K=0): no such reason.
+    dynamic = write_grid(tmp_path / "dynamic", cells, max_num_seqs=8)
+    assert "deployed-engine-unmeasured" not in _rules(_verdict(dynamic))
+
+
+def test_runs_on_the_deployed_engine_needs_its_very_global_k() -> None:
+    assert runs_on_deployed_engine(frozenset({7}), 7)
+    assert not runs_on_deployed_engine(frozenset({6, 8}), 7)
+    assert not runs_on_deployed_engine(frozenset({None}), 7)
+    assert not runs_on_deployed_engine(frozenset({-1}), 7)
+    assert not runs_on_deployed_engine(frozenset(), 7)
+    # One pick off the engine is one reason naming it; a pick without a known cell is skipped.
+    engines = {(1, 3): frozenset({3}), (8, 1): frozenset({1, None})}
+    reason = deployed_engine_reason({1: 3, 8: 1, 16: 0}, engines, 3)
+    assert reason is not None and "1 pick(s): K=1 at batch size 8 ran on" in reason.message
+    assert deployed_engine_reason({1: 3}, engines, 3) is None
+
+
+def test_nothing_past_a_known_max_num_seqs_is_asked_for(tmp_path: Path) -> None:
+    # Issue 38, kind 11. K=3 at 1, 64 and 256 ([[1, 256, 3]]) under C=200 and max_num_seqs=64:
+    # 200 // 4 = 50, so 51-64 must run K=2 (51 * 3 = 153 <= 200; 66 * 3 = 198 is the last K=2
+    # batch size, past 64). The repair used to report 67-100 (K=1) and 101-256 (K=0) too, and
+    # ask for anchors at 67 and 101, which a server of max_num_seqs 64 never runs.
+    folder = write_grid(tmp_path, grid([1, 64, 256], STEADY_RUNS))
+    analysis = analyse(load_experiment(folder), Settings(), Options())
+    deploy = DeploySettings(max_num_seqs=64, max_cudagraph_capture_size=200)
+    deployed, deployment = deploy_analysis(analysis, deploy)
+    verdict = verdict_in(deployed.result)
+    assert verdict is not None and deployment is not None
+    assert [(c.lo, c.hi, c.capped_k) for c in deployment.check.capped] == [(51, 64, 2)]
+    assert [row["batch_size"] for row in deployment.boundaries()] == [51]
+    (capped,) = [r for r in verdict.reasons if r.rule == "capped-range"]
+    assert capped.fix == "measure an anchor at 51 with K=2"
+    # Anchor 256 is past max_num_seqs: never run, so no reason names it.
+    assert not any("256" in reason.message for reason in verdict.reasons)
+
+
+@pytest.mark.parametrize(("max_num_seqs", "reason"), [(2, False), (3, True), (16, True)])
+def test_a_switch_the_server_never_reaches_is_no_reason(
+    tmp_path: Path, max_num_seqs: int, reason: bool
+) -> None:
+    # Issue 38, kind 11. CROSSING's step schedule loses from the switch point 3 to 15: with
+    # max_num_seqs 2 the server never runs batch 3 (and never the anchor 16); with 3 it runs
+    # batch 3, the stretch named ending at 3.
+    deployed = _deployed(
+        write_grid(tmp_path, CROSSING), deploy=DeploySettings(max_num_seqs=max_num_seqs)
+    )
+    points, report = deployed.switch_points, deployed.report
+    assert points is not None and report is not None
+    found = switch_reasons(points, "step", report.tolerance, deployed.plan, max_num_seqs)
+    assert bool(found) is reason
+    if reason:
+        assert f"runs K=3 from 3 to {min(15, max_num_seqs)}," in found[0].message
+    verdict = verdict_in(deployed.result)
+    assert verdict is not None
+    assert ("unmeasured-switch" in _rules(verdict)) is reason
+
+
+def test_a_context_anchor_whose_runs_held_fewer_requests_is_a_reason(tmp_path: Path) -> None:
+    # The same rule on a (batch x context) grid: the runs at batch 64 held 40 requests
+    # (request_throughput 40 x 1000 ms / 1000 < 0.9 x 64 = 57.6) at both prompt lengths: one
+    # reason for the anchor, naming both lengths; batch 1 held 1 (as the builder keeps it).
+    cells = {cell: runs for cell, runs in CONTEXT_GRID.items() if cell[0] == 1}
+    folder = write_context_grid(tmp_path, cells)
+    low = {cell: runs for cell, runs in CONTEXT_GRID.items() if cell[0] == 64}
+    write_context_grid(folder, low, request_throughput=40.0)
+    sweep = load_experiment(folder)
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    verdict = context_verdict(analyse_contexts(sweep, axis, Settings(), Options()))
+    (reason,) = [r for r in verdict.reasons if r.rule == "effective-batch-below-anchor"]
+    assert reason.message.startswith("batch size 64 (K=[0, 3], 512/8192-token prompts): ")
+
+
+#: Both prompt lengths pick K=3 at batch 1 and K=0 at batch 64, 0.5 % noise: every cell resolved
+#: and the batch-only config loses nothing across lengths, so the grid's own rules are content;
+#: but nothing was measured between 1 and 64, where K=3's and K=0's lines cross.
+AGREEING = {
+    (1, 0, 512): [100.0, 100.5, 99.5],
+    (1, 3, 512): [180.0, 180.5, 179.5],
+    (64, 0, 512): [4000.0, 4020.0, 3980.0],
+    (64, 3, 512): [3000.0, 3015.0, 2985.0],
+    (1, 0, 8192): [80.0, 80.5, 79.5],
+    (1, 3, 8192): [150.0, 150.5, 149.5],
+    (64, 0, 8192): [2000.0, 2010.0, 1990.0],
+    (64, 3, 8192): [1600.0, 1608.0, 1592.0],
+}
+
+
+def test_a_grid_is_never_ready_where_one_of_its_prompt_lengths_is_not(tmp_path: Path) -> None:
+    """Issue 38, kind 1: the grid's verdict applied none of the batch rules (unmeasured switch,
+    capture ceiling, ...): tuned together `ready`, tuned per prompt length `provisional`."""
+    sweep = load_experiment(write_context_grid(tmp_path / "agreeing", AGREEING))
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    grid = analyse_contexts(sweep, axis, Settings(), Options())
+    # Before the deployment layer nothing but the grid's own rules speaks: ready.
+    assert context_verdict(grid).state == "ready"
+    deployed = deploy_contexts(grid, DeploySettings())
+    points = [verdict_in(point.result) for point in deployed.contexts]
+    assert all(found is not None and found.state == "provisional" for found in points)
+    verdict = context_verdict(deployed)
+    assert verdict.state == "provisional"
+    # Each length's own reason, saying which length, and none the grid states itself.
+    assert [(r.rule, r.message.split(":")[0]) for r in verdict.reasons] == [
+        ("unmeasured-switch", "at 512 tokens"),
+        ("unmeasured-switch", "at 8192 tokens"),
+    ]
+    # The app shows the same verdict (it deploys the grid the same way).
+    shown = analyse_sweep(sweep, Settings(), Options(), axis, None, DeploySettings())
+    assert shown.verdict == verdict
+
+
+def test_a_point_refused_outright_adds_nothing_and_grid_rules_are_not_said_twice(
+    tmp_path: Path,
+) -> None:
+    # The coin toss of test_an_unresolved_context_cell_is_a_reason_with_its_p: batch 64 at 8192
+    # tokens unresolved. The 8192-token point's own verdict says "unresolved-anchor" for it; the
+    # grid says "unresolved-cell" once, and no point reason repeats it.
+    cells = dict(AGREEING)
+    cells[(64, 0, 8192)] = [2000.0, 2100.0, 1900.0]
+    cells[(64, 3, 8192)] = [2010.0, 2110.0, 1910.0]
+    sweep = load_experiment(write_context_grid(tmp_path / "coin", cells))
+    axis, _ = find_context_axis(sweep, ContextSettings())
+    assert axis is not None
+    deployed = deploy_contexts(
+        analyse_contexts(sweep, axis, Settings(), Options()), DeploySettings()
+    )
+    own = verdict_in(deployed.contexts[1].result)
+    assert own is not None and "unresolved-anchor" in _rules(own)
+    rules = _rules(context_verdict(deployed))
+    assert "unresolved-cell" in rules and "unresolved-anchor" not in rules

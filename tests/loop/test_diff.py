@@ -4,6 +4,7 @@ material."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from lib.cli.main import main
 from lib.loop.diff import DiffReport, DiffSettings, Side, compare, read_side
 from lib.present.text import diff_lines
 from lib.schedule import Schedule
-from lib.settings import Settings
+from lib.settings import Options, Settings
 
 SONNET = str(SAMPLE_SWEEPS / "sonnet-like")
 RANDOM = str(SAMPLE_SWEEPS / "random-control")
@@ -363,3 +364,58 @@ def test_a_grid_that_cannot_be_read_is_refused_not_ignored(tmp_path: Path) -> No
     found, problems = read_side(path, DiffSettings())
     assert found is None
     assert problems and all(str(path) in p.files for p in problems)
+
+
+def _with_mad(tmp_path: Path, name: str, scale: float, mad: float) -> Path:
+    """The result JSON of :func:`sweep` at ``scale``, every candidate's relative MAD set to
+    ``mad`` (as a user might edit it; JSON writes infinity and NaN as Python reads them)."""
+    result = tmp_path / f"{name}.json"
+    assert main([str(sweep(tmp_path / name, scale)), "--output-json", str(result)]) == 0
+    data = json.loads(result.read_text())
+    for decision in data["batch_decisions"]:
+        for candidate in decision["candidates"]:
+            candidate["objective_relative_mad"] = mad
+    result.write_text(json.dumps(data))
+    return result
+
+
+@pytest.mark.parametrize(
+    ("mad", "interval", "material"),
+    [
+        # No spread: the interval is the point (+10 %), beyond 5 %: material.
+        (0.0, (10.0, 10.0), True),
+        # A spread of 1e200 (its square overflows a float): an unbounded interval, in the noise.
+        (1e200, (-100.0, math.inf), False),
+        # Not a spread at all: no interval, and the change is judged by the threshold alone.
+        (math.inf, (None, None), True),
+        (math.nan, (None, None), True),
+        (-0.01, (None, None), True),
+    ],
+)
+def test_the_interval_at_the_boundaries_of_the_spread(
+    tmp_path: Path, mad: float, interval: tuple[float | None, float | None], material: bool
+) -> None:
+    """B 10 % faster everywhere: the interval of the change and its verdict per spread."""
+    a, b = _with_mad(tmp_path, "a", 1.0, mad), _with_mad(tmp_path, "b", 1.1, mad)
+    row = report(a, b).rows.to_dicts()[0]
+    assert row["objective_change_percent"] == pytest.approx(10.0)
+    assert (row["change_low_percent"], row["change_high_percent"]) == pytest.approx(interval)
+    assert row["material"] is material
+    assert any("no interval" in reason for reason in row["reasons"]) is (interval[0] is None)
+    json.loads(report(a, b).to_json_text())  # infinity becomes null, never an error
+
+
+@pytest.mark.parametrize(
+    ("confidence", "bounded", "material"), [(0.5, True, True), (1.0, False, False)]
+)
+def test_a_confidence_of_1_is_an_unbounded_interval(
+    tmp_path: Path, confidence: float, bounded: bool, material: bool
+) -> None:
+    """+3 % in +-0.5 % noise: at confidence 0.5 a narrow interval excluding 0; at 1 (which
+    every command accepts) the interval is unbounded, so no change is beyond the noise."""
+    a, b = sweep(tmp_path / "a"), sweep(tmp_path / "b", scale=1.03)
+    settings = DiffSettings(max_objective_change=0.02, options=Options(confidence=confidence))
+    row = report(a, b, settings).rows.to_dicts()[0]
+    assert (row["change_high_percent"] < 5) is bounded
+    assert row["change_low_percent"] > 0 if bounded else row["change_low_percent"] == -100.0
+    assert row["material"] is material

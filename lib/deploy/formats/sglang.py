@@ -25,6 +25,7 @@ from lib.deploy.decisions import Decisions
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
+from lib.keys import LARGEST_WHOLE_NUMBER, whole_number_text
 from lib.problems import Problem, Severity
 from lib.schedule import Schedule
 
@@ -35,6 +36,7 @@ __all__ = [
     "graph_batch_sizes",
     "padding_shifts",
     "read",
+    "slot_key_problem",
 ]
 
 #: The speculative methods SGLang's adaptive mode runs, by vLLM's method name.
@@ -92,15 +94,45 @@ def padding_shifts(schedule: Schedule, sizes: list[int]) -> list[tuple[int, int,
     return found
 
 
+def slot_key_problem(key: str, value: Any) -> str | None:
+    """Why a key holding a slot (an object with ``candidate_steps``) is no batch size: SGLang's
+    slot keys are batch-size lower bounds, whole numbers in ASCII digits
+    (:func:`~lib.keys.whole_number_text`), from 1. Any other key is a default of every slot,
+    as SGLang reads it; None: nothing wrong.
+
+    >>> slot_key_problem("²", {_STEPS: [3]})[:42]
+    "SGLang slot key '²' is not a batch size (e"
+    >>> slot_key_problem("64", {_STEPS: [3]}), slot_key_problem("ema_alpha", 0.2)
+    (None, None)
+    """
+    number = whole_number_text(key)
+    is_slot = isinstance(value, dict) and _STEPS in value
+    if not is_slot or (number is not None and number >= 1):
+        return None
+    return (
+        f"SGLang slot key {key!r} is not a batch size (expected a whole number from 1 to"
+        f" {LARGEST_WHOLE_NUMBER} in ASCII digits)"
+    )
+
+
 def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
     """An adaptive config whose slots each hold one candidate step; None: not SGLang's. The
     last range ends at its lower bound: the file has no upper bound, and past it vLLM, like
-    SGLang, keeps the last K."""
+    SGLang, keeps the last K. A slot under a key that is no batch size is refused
+    (:func:`slot_key_problem`)."""
     if not isinstance(data, dict):
         return None
-    slots = {key: value for key, value in data.items() if isinstance(key, str) and key.isdigit()}
+    slots = {
+        number: value
+        for number, value in ((whole_number_text(key), value) for key, value in data.items())
+        if number is not None
+    }
     if not slots or not all(isinstance(value, dict) for value in slots.values()):
         return None
+    for key, value in data.items():
+        problem = slot_key_problem(key, value)
+        if problem is not None:
+            return None, problem
     picks: dict[int, int] = {}
     for key, slot in slots.items():
         steps = slot.get(_STEPS)
@@ -112,10 +144,10 @@ def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
             and steps[0] >= 0
         ):
             return None, (
-                f"SGLang slot {key!r}: {_STEPS} {steps!r} is not one step (a fixed K per batch"
-                " range is what tune-spec-k reads back)"
+                f"SGLang slot {str(key)!r}: {_STEPS} {steps!r} is not one step (a fixed K per"
+                " batch range is what tune-spec-k reads back)"
             )
-        picks[int(key)] = steps[0]
+        picks[key] = steps[0]
     anchors = sorted(picks)
     schedule, violations = Schedule.parse(
         [
@@ -176,7 +208,7 @@ def build(
             )
         ]
     candidates = {k for _, _, k in schedule.ranges}
-    steps = settings.global_k or largest
+    steps = settings.global_k if settings.global_k is not None else largest
     if steps not in candidates:
         return None, [
             Problem(

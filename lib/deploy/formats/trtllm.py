@@ -248,4 +248,6 @@ FORMAT = EngineFormat(
     flags=frozenset({"cap_draft_len"}),
     read=read,
     reads=f"a {TRTLLM_SCHEDULE}",
+    # max_draft_len 0 is TensorRT-LLM's for methods other than Eagle and Eagle3 (first_k_rule).
+    least_global_k=0,
 )

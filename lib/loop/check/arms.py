@@ -18,13 +18,13 @@ the run's context point's decode-time context (:func:`arm_of`).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lib.deploy.decisions import SCHEDULE_KEY
 from lib.deploy.deployed import ContextSchedule, context_schedule_key, context_schedule_of
 from lib.files import read_json
-from lib.keys import MISSING, lookup, parse_json_string
+from lib.keys import MISSING, lookup, parse_json_string, stated_k
 from lib.schedule import Schedule
 from lib.sweeps import Sweep
 
@@ -33,10 +33,12 @@ __all__ = [
     "NO_SPECULATION",
     "UnderTest",
     "arm_of",
+    "clamped_lookup",
     "configs_by_row",
     "dynamic_candidates",
     "normalized",
     "schedule_text",
+    "served_global_k",
 ]
 
 DYNAMIC = "dynamic"
@@ -75,6 +77,31 @@ def schedule_text(schedule: UnderTest) -> str:
     return json.dumps(schedule.to_json())
 
 
+def served_global_k(config: Any) -> int | None:
+    """The ``num_speculative_tokens`` a server was started with, to which vLLM clamps every K
+    of its schedule (silently: ``../shared/docs/engines.md``, section 4): a JSON integer as
+    written (:func:`lib.keys.stated_k`), else None (none stated, or not a number vLLM takes).
+
+    >>> served_global_k({"num_speculative_tokens": 3}), served_global_k({}), served_global_k(None)
+    (3, None, None)
+    """
+    if not isinstance(config, dict):
+        return None
+    return stated_k(config.get("num_speculative_tokens"))
+
+
+def clamped_lookup(k_at: Callable[[int], int], global_k: int | None) -> Callable[[int], int]:
+    """The K vLLM runs per batch size: the schedule's (``k_at``) clamped to the server's
+    ``global_k`` (:func:`served_global_k`); the schedule's own where no global K is known.
+
+    >>> clamped_lookup(lambda b: 7 if b < 64 else 0, 3)(1), clamped_lookup(lambda b: 7, None)(1)
+    (3, 7)
+    """
+    if global_k is None:
+        return k_at
+    return lambda batch_size: min(k_at(batch_size), global_k)
+
+
 def arm_of(
     config: Any, anchor: int | None, context: int | None, dynamic: UnderTest | None
 ) -> tuple[str, str, int | None]:
@@ -84,18 +111,18 @@ def arm_of(
         return NO_SPECULATION, "plain", 0
     if not isinstance(config, dict):
         return "unreadable", "unknown", None
-    global_k = config.get("num_speculative_tokens")
+    global_k = served_global_k(config)
     if context_schedule_key(config) is not None:
         return _context_arm_of(config, anchor, context, dynamic)
     schedule = normalized(parse_json_string(config.get(SCHEDULE_KEY)))
     if schedule is not None:
-        k = schedule.k_at(anchor or 1, global_k if isinstance(global_k, int) else None)
+        k = schedule.k_at(anchor or 1, global_k)
         if schedule == dynamic:
             return DYNAMIC, "dynamic", k
         if len(schedule) == 1:
             return f"K={k} (1-range)", "one-range", k
         return "other schedule " + schedule.json_text(), "other", k
-    if isinstance(global_k, int) and not isinstance(global_k, bool):
+    if global_k is not None:
         return f"static K={global_k}", "static", global_k
     return "unreadable", "unknown", None
 
@@ -111,8 +138,8 @@ def _context_arm_of(
     if served is None:
         return "unreadable", "unknown", None
     k = None if context is None else served.k_at(anchor or 1, context)
-    global_k = config.get("num_speculative_tokens")
-    if k is not None and isinstance(global_k, int) and not isinstance(global_k, bool):
+    global_k = served_global_k(config)
+    if k is not None and global_k is not None:
         k = min(k, global_k)
     if served == dynamic:
         return DYNAMIC, "dynamic", k

@@ -14,9 +14,9 @@ from typing import Any
 
 import polars as pl
 
-from lib.confidence import ServerNoise
+from lib.confidence import ServerNoise, combined_servers
 from lib.context_axis import ContextAxis, ContextPoint
-from lib.loop.check.arms import UnderTest
+from lib.loop.check.arms import UnderTest, clamped_lookup
 from lib.loop.check.judge import CheckSettings, frames_json, judge
 from lib.problems import Problem
 from lib.schedule import Schedule
@@ -106,25 +106,33 @@ def judge_contexts(
     placed: Sequence[tuple[ContextPoint, pl.DataFrame]],
     settings: CheckSettings,
     schedule: UnderTest,
+    global_k: int | None = None,
 ) -> tuple[tuple[ContextCheck, ...], list[Problem], ServerNoise | None]:
     """The arms judged at each context point (:func:`lib.context_axis.find_context_axis`, or a
     sweep's one prompt length), on that point's runs alone, never their runs pooled: a batch
     schedule under test (one K per batch size, as today's vLLM runs it whatever the prompt),
     or a context schedule at the K it runs at the point's decode-time context, against the
-    alternatives at every prompt length. Each point's problems say which point they are at."""
+    alternatives at every prompt length. Each point's problems say which point they are at.
+    ``global_k``: the dynamic server's ``num_speculative_tokens``, to which vLLM clamps the
+    schedule's K (:func:`lib.loop.check.arms.clamped_lookup`)."""
     contexts = []
     problems: list[Problem] = []
-    servers: ServerNoise | None = None
+    servers: list[tuple[int, ServerNoise]] = []
     for point, at in placed:
         context = None if isinstance(schedule, Schedule) else point.context_tokens
-        arm_frame, verdicts, found, servers = judge(
-            sweep, at, settings, _k_at_point(schedule, point.context_tokens)
+        arm_frame, verdicts, found, noise = judge(
+            sweep,
+            at,
+            settings,
+            clamped_lookup(_k_at_point(schedule, point.context_tokens), global_k),
         )
         contexts.append(ContextCheck(point.prompt_tokens, arm_frame, verdicts, context))
         where = f"at {point.prompt_tokens} prompt tokens: "
         problems += [dataclasses.replace(p, message=where + p.message) for p in found]
-    # Every point's runs come from the same servers: the last point's statement is theirs.
-    return tuple(contexts), problems, servers
+        servers.append((point.prompt_tokens, noise))
+    # Replicas may cover some prompt lengths only: each point's anchors are its own.
+    combined = combined_servers(servers, servers[0][1].assumed_cv) if servers else None
+    return tuple(contexts), problems, combined
 
 
 def _k_at_point(schedule: UnderTest, context: int) -> Callable[[int], int]:

@@ -30,10 +30,12 @@ from lib.loop.check.arms import (
     DYNAMIC,
     UnderTest,
     arm_of,
+    clamped_lookup,
     configs_by_row,
     dynamic_candidates,
     normalized,
     schedule_text,
+    served_global_k,
 )
 from lib.loop.check.context import (
     ContextCheck,
@@ -237,10 +239,12 @@ def check_deployment(
         )
         return _report(settings, dynamic, problems)
     assert dynamic is not None  # a dynamic arm serves it
-    block, summary, capture = _capture_check(sweep, dynamic, points, deploy)
+    global_k, clamp = _served_clamp(dynamic, configs, [arm for arm, _, _ in arms])
+    problems += clamp
+    block, summary, capture = _capture_check(sweep, dynamic, points, deploy, global_k)
     if points:
         placed = placed_points(axis, points, runs)
-        judged, found, servers = judge_contexts(sweep, placed, settings, dynamic)
+        judged, found, servers = judge_contexts(sweep, placed, settings, dynamic, global_k)
         return dataclasses.replace(
             _report(
                 settings, dynamic, [*problems, *(axis.problems if axis else ()), *found, *capture]
@@ -253,7 +257,9 @@ def check_deployment(
             one_prompt_length=one_length,
         )
     assert isinstance(dynamic, Schedule)  # a context schedule has a point
-    arm_frame, verdicts, found, servers = judge(sweep, runs, settings, dynamic.k_at)
+    arm_frame, verdicts, found, servers = judge(
+        sweep, runs, settings, clamped_lookup(dynamic.k_at, global_k)
+    )
     return dataclasses.replace(
         _report(settings, dynamic, problems + found + capture),
         arms=arm_frame,
@@ -278,24 +284,106 @@ def _report(
     )
 
 
+def _served_clamp(
+    schedule: UnderTest, configs: Sequence[Any], arms: Sequence[str]
+) -> tuple[int | None, list[Problem]]:
+    """The ``num_speculative_tokens`` the dynamic arm's servers were started with (the largest
+    where they differ: no server ran a larger K), and a warning where it is below a K of the
+    schedule under test: vLLM clamps every K of the schedule to it, silently
+    (``../shared/docs/engines.md``, section 4), so the check judges, and holds to the capture
+    rule, the clamped K, and says so. None (no clamp) where no dynamic server states one; a
+    warning too where its servers state different ones."""
+    stated = sorted(
+        {
+            k
+            for config, arm in zip(configs, arms, strict=True)
+            if arm == DYNAMIC and (k := served_global_k(config)) is not None
+        }
+    )
+    if not stated:
+        return None, []
+    global_k = stated[-1]
+    problems = []
+    if len(stated) > 1:
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "mixed-global-k",
+                "the dynamic arm's servers were started with different num_speculative_tokens:"
+                f" judged at the largest, {global_k}",
+                field="speculative_config.num_speculative_tokens",
+                value=", ".join(str(k) for k in stated),
+                expected="one global K for every server of the schedule under test",
+            )
+        )
+    above = _clamped_part(schedule, global_k)
+    if above:
+        problems.append(
+            Problem(
+                Severity.WARNING,
+                "clamped-schedule",
+                f"the dynamic server ran with num_speculative_tokens={global_k}, below the"
+                f" schedule's {above}: vLLM clamps every K to it (silently), so it ran"
+                f" K={global_k} there, and the check judges that K (and holds it to the"
+                " capture rule)",
+                field="speculative_config.num_speculative_tokens",
+                value=str(global_k),
+                expected=">= the schedule's largest K to run it as written (tune-spec-k plan"
+                " --validate sets it)",
+            )
+        )
+    return global_k, problems
+
+
+def _clamped_part(schedule: UnderTest, global_k: int) -> str:
+    """What of ``schedule`` a global K clamps, in words: a batch schedule's ranges above it
+    (``K=7 at batch sizes 1-63``), a context schedule's K above it; empty when none is.
+
+    >>> _clamped_part(Schedule(((1, 63, 7), (64, 256, 3))), 3)
+    'K=7 at batch sizes 1-63'
+    >>> _clamped_part(Schedule(((1, 63, 7), (64, 256, 3))), 7)
+    ''
+    """
+    if isinstance(schedule, Schedule):
+        return ", ".join(
+            f"K={k} at batch sizes {lo}-{hi}" if lo != hi else f"K={k} at batch size {lo}"
+            for lo, hi, k in sorted(schedule.ranges)
+            if k > global_k
+        )
+    above = sorted(k for k in schedule.ks if k > global_k)
+    return f"K={', '.join(str(k) for k in above)} (context schedule)" if above else ""
+
+
 def _capture_check(
-    sweep: Sweep, schedule: UnderTest, points: Sequence[ContextPoint], deploy: DeploySettings
+    sweep: Sweep,
+    schedule: UnderTest,
+    points: Sequence[ContextPoint],
+    deploy: DeploySettings,
+    served_k: int | None = None,
 ) -> tuple[dict[str, Any] | None, str | None, list[Problem]]:
     """The capture rule on the deployed schedule (never repaired here: it is what ran), with
     the dynamic arm's anchors measured past the ceiling. A context schedule is held to the
     largest K it runs at each batch size over every context (``batch_bound``), and its cells
-    past the ceiling are its (anchor, K at each context point)."""
+    past the ceiling are its (anchor, K at each context point). ``served_k``: the dynamic
+    server's ``num_speculative_tokens`` (:func:`_served_clamp`): every K is clamped to it, and
+    an assumed C is vLLM's default for it; without it, the schedule's largest K."""
     bound = schedule if isinstance(schedule, Schedule) else schedule.batch_bound()
     facts, problems = sweep_engine_facts(sweep)
-    global_k = max(bound.largest_k, 1)
+    global_k = served_k if served_k is not None else max(bound.largest_k, 1)
     ceiling = ceiling_for(Decisions(bound, None, "check", "", engine=facts), deploy, global_k)
     # Checked as it ran: never repaired, whether C is known or not.
     check = check_ceiling(bound, ceiling, {}, global_k=global_k, repair=False)
     anchors = tuple(sorted(set(sweep.runs["anchor"].drop_nulls().to_list())))
     cells = (
-        [(a, schedule.k_at(a)) for a in anchors]
+        [(a, min(schedule.k_at(a), global_k)) for a in anchors]
         if isinstance(schedule, Schedule)
-        else sorted({(a, schedule.k_at(a, p.context_tokens)) for a in anchors for p in points})
+        else sorted(
+            {
+                (a, min(schedule.k_at(a, p.context_tokens), global_k))
+                for a in anchors
+                for p in points
+            }
+        )
     )
     past = cells_past_ceiling(cells, ceiling.size)
     deployment = Deployment(check, tuple(past), anchors)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lib.flags import flag, flag_name
-from lib.keys import parse_json_string
+from lib.keys import parse_json_string, whole_number_text
 from lib.loop.plan.inputs import whole_or_none
 from lib.problems import Problem, Severity
 from lib.settings import (
@@ -582,13 +582,16 @@ def default_anchors(max_batch_size: int) -> tuple[int, ...]:
 
 
 def _max_model_len(serve_args: str) -> int | None:
-    """The ``--max-model-len`` in extra serve arguments, if any (None when absent or unreadable).
+    """The ``--max-model-len`` in extra serve arguments, if any (None when absent or unreadable:
+    :func:`~lib.keys.whole_number_text` reads ASCII digits only).
 
     >>> _max_model_len("--seed 0 --max-model-len 4096"), _max_model_len("--max-model-len=8k")
     (4096, None)
+    >>> _max_model_len("--max-model-len ²"), _max_model_len("--max-model-len 99999999999")
+    (None, None)
     """
     value = _argument_value(serve_args, "--max-model-len")
-    return int(value) if value is not None and value.isdigit() else None
+    return whole_number_text(value)
 
 
 def _argument_value(arguments: str, name: str) -> str | None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from lib.confidence import MIN_RUNS_NEEDED
@@ -27,7 +29,7 @@ from lib.loop.plan.tuning import TUNER_READS_REPLICAS, replica_notes, warmup_not
 from lib.problems import Problem, Severity
 from lib.settings import DEFAULT_REPLICA_VAR
 
-__all__ = ["first_replica_after", "follow_up_plan"]
+__all__ = ["first_replica_after", "follow_up_plan", "follow_up_results_dir"]
 
 
 def first_replica_after(first_sweep: SweepDesign) -> int:
@@ -42,6 +44,52 @@ def first_replica_after(first_sweep: SweepDesign) -> int:
         return 0
     values = first_sweep.replica_values
     return values[-1] + 1 if values else 0
+
+
+def follow_up_results_dir(
+    needs: FollowUpNeeds, given: str | None, sources: Sequence[str]
+) -> tuple[str | None, list[Problem]]:
+    """Where the follow-up's results go (``-o`` of its sweeps): ``given`` (``--results-dir``)
+    as it is (the user's choice; the sweep may run on another machine), else the first
+    sweep's experiment folder (:attr:`FollowUpNeeds.experiment_dir`), so that tuning that
+    folder again pools both sweeps' runs. Refused, naming ``--results-dir`` and
+    ``--experiment-name``, where that folder is unknown (a result written outside its
+    experiment, e.g. beside read-only data) or cannot be written: beside the result the runs
+    would never merge. ``sources``: the ``--follow-up`` files, named in the problem."""
+    if given is not None:
+        return given, []
+    folder = needs.experiment_dir
+    if folder is None:
+        return None, [
+            Problem(
+                Severity.ERROR,
+                "unknown-first-experiment",
+                "the first sweep's experiment folder is not known: no folder at or above the"
+                " result JSON holds its input_summary_files (a result written outside its"
+                " experiment with --output-json), so the follow-up's results would not merge"
+                " with the first sweep's",
+                files=tuple(sources),
+                field="--results-dir",
+                expected="--results-dir FIRST_EXPERIMENT_FOLDER (the folder that was tuned;"
+                " --experiment-name names the follow-up's folders inside it)",
+            )
+        ]
+    if not (Path(folder).is_dir() and os.access(folder, os.W_OK | os.X_OK)):
+        return None, [
+            Problem(
+                Severity.ERROR,
+                "unwritable-first-experiment",
+                f"the first sweep's experiment folder {folder} cannot be written, and the"
+                " follow-up's results must go inside it to merge with its runs",
+                files=tuple(sources),
+                field="--results-dir",
+                value=folder,
+                expected="a writable copy of the experiment as --results-dir COPY (and"
+                " --experiment-name NAME for the follow-up's folders inside it), then tune"
+                " the copy",
+            )
+        ]
+    return folder, []
 
 
 def _mismatch(message: str) -> Problem:
@@ -73,7 +121,8 @@ def follow_up_plan(
             )
         )
     asked_ks = {k for _, k in needs.more_runs} | {k for _, _, k in needs.context_runs}
-    unknown = sorted(asked_ks - set(design.ks) - set(needs.ks))
+    # The capped K of a capture boundary are new on purpose (FollowUpNeeds.new_ks).
+    unknown = sorted(asked_ks - set(design.ks) - set(needs.ks) - set(needs.new_ks))
     if unknown and needs.ks:
         problems.append(
             _mismatch(f"the plan asks for K={unknown}, which the first sweep did not measure")
@@ -87,6 +136,9 @@ def follow_up_plan(
         )
     if problems:
         return None, problems
+    if needs.new_ks:
+        # The follow-up's design measures them: a later follow-up of its sweep_plan.json knows.
+        design = dataclasses.replace(design, ks=tuple(sorted({*design.ks, *needs.new_ks})))
     if needs.of_grid:
         return _context_follow_up_plan(design, needs, results_dir, experiment_name)
     if not needs.more_runs:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,15 +19,16 @@ from lib.loop.plan.inputs import other_prompt_field, refusal, whole_or_none
 from lib.problems import Problem
 from lib.settings import RANDOM_PROMPT_LENGTH
 
-__all__ = ["FollowUpNeeds", "follow_up_needs"]
+__all__ = ["FollowUpNeeds", "capture_boundary_cells", "first_experiment", "follow_up_needs"]
 
 
 @dataclass(frozen=True)
 class FollowUpNeeds:
     """Runs still needed per (anchor, K), the runs each of those cells has so far (its first
     new seed, :func:`lib.loop.plan.follow_up.follow_up_plan`), where they came from, and notes.
-    ``result_file`` is the tuning result read, if any: the follow-up's results belong beside
-    it."""
+    ``result_file`` is the tuning result read, if any; ``experiment_dir`` the first sweep's
+    experiment folder where the inputs tell it (:func:`first_experiment`): the follow-up's
+    results belong inside it."""
 
     more_runs: dict[tuple[int, int], int]
     runs_so_far: dict[tuple[int, int], int]
@@ -48,6 +49,11 @@ class FollowUpNeeds:
     #: New server starts per (anchor, K) where the measurement plan asks for more than the one
     #: a follow-up sweep starts (server offsets dominate: lib.measurement_plan).
     new_servers: dict[tuple[int, int], int] = dataclasses.field(default_factory=dict)
+    #: The K the follow-up measures that the first sweep did not: the capped K of the capture
+    #: boundaries (:func:`capture_boundary_cells`).
+    new_ks: tuple[int, ...] = ()
+    #: The first sweep's experiment folder (:func:`first_experiment`), None where unknown.
+    experiment_dir: str | None = None
 
 
 def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, list[Problem]]:
@@ -60,6 +66,8 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
     new anchor). None and the problems of a file that is neither, or is damaged."""
     plan_data: dict[str, Any] | None = None
     result: ResultFile | None = None
+    experiment: Path | None = None
+    plan_experiment: Path | None = None
     for path in files:
         data, problems = read_json(path)
         if problems:
@@ -69,10 +77,12 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
             if problems:
                 return None, problems
             plan_data = data
+            plan_experiment = first_experiment(path, None)
         elif is_result(data):
             result, problems = result_file_of(data, str(path))
             if result is None:
                 return None, problems
+            experiment = first_experiment(path, data.get("input_summary_files"))
         else:
             return None, [
                 refusal(
@@ -85,8 +95,12 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
     if result is not None and result.has_grid and not result.context_cells:
         # Planned without it, the follow-up would re-measure the batch-only answer instead.
         return None, list(result.grid_problems)
+    where = str(experiment or plan_experiment) if (experiment or plan_experiment) else None
     if result is not None and result.context_cells:
-        return _context_follow_up_needs(result, plan_data)
+        found, problems = _context_follow_up_needs(result, plan_data)
+        if found is None:
+            return None, problems
+        return dataclasses.replace(found, experiment_dir=where), []
     if plan_data is not None and "context_field" in plan_data:
         return None, [
             refusal(
@@ -140,15 +154,27 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
             ]
         more, starts = _reruns_from_confidence(result)
         notes.append(
-            "new anchors are only in the measurement plan: pass the file of `tune-spec-k DIR"
-            " --plan-json PATH` too to measure them"
+            "the measurement plan's new anchors (between anchors that disagree, around a"
+            " cliff) are only in it: pass the file of `tune-spec-k DIR --plan-json PATH` too"
+            " to measure them"
         )
-    if result is not None:
+    new_ks: list[int] = []
+    if result is not None and result.anchors_to_measure:
         # The capture boundaries the schedule crosses (lib.deploy.tuning.Deployment).
-        for batch, boundary_ks in result.anchors_to_measure:
-            new_anchors.append(batch)
-            for k in boundary_ks:
-                more[(batch, k)] = max(more.get((batch, k), 0), MIN_RUNS_NEEDED)
+        measured = {anchor.batch_size for anchor in result.anchors} | set(new_anchors)
+        boundary = capture_boundary_cells(measured, ks, result.anchors_to_measure)
+        for cell, runs in boundary.items():
+            more[cell] = max(more.get(cell, 0), runs)
+        new_anchors += [batch for batch, _ in result.anchors_to_measure]
+        new_ks = sorted({k for _, k in boundary} - ks)
+        notes.append(
+            "the capture boundaries (the result's deployment.anchors_to_measure) are new"
+            f" anchors {sorted({b for b, _ in result.anchors_to_measure})}"
+            + (f" and new K {new_ks} (the capped K)" if new_ks else "")
+            + ": each new anchor is measured at every K and each new K at every anchor,"
+            f" {MIN_RUNS_NEEDED} runs each, since the tuner needs the same K at every anchor"
+            " of the merged sweeps"
+        )
     needs = FollowUpNeeds(
         more,
         {cell: counted.get(cell, 0) for cell in more},
@@ -158,8 +184,77 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
         tuple(notes),
         result.source if result is not None else None,
         new_servers=starts,
+        new_ks=tuple(new_ks),
+        experiment_dir=where,
     )
     return needs, []
+
+
+def first_experiment(path: str | Path, input_files: Any) -> Path | None:
+    """The first sweep's experiment folder, where a follow-up's results must go to merge with
+    its runs (the tuner reads ``summary.json`` at any depth below the folder it is given).
+
+    - of a result JSON (``input_files``: its ``input_summary_files``, relative to the folder
+      tuned): the nearest folder at or above the result's own that holds every one of them
+      (a result written inside its experiment, the default, is found at once; one written
+      elsewhere with ``--output-json``, e.g. beside read-only data, is not found);
+    - of a measurement plan (``input_files`` None: it names no file): its own folder, where
+      that holds a combo folder's ``summary.json`` (``FOLDER/*/summary.json``, the layout
+      ``vllm bench sweep serve`` writes; one level only, so a plan in a large folder costs
+      one listing);
+    - None otherwise: no input files, or not a list of relative paths, or none found.
+
+    >>> first_experiment("/nonexistent/r.json", ["SERVE--k0-BENCH--c1/summary.json"]) is None
+    True
+    >>> first_experiment("/nonexistent/r.json", "not a list") is None
+    True
+    """
+    folder = Path(path).absolute().parent
+    if input_files is None:
+        return folder if next(folder.glob("*/summary.json"), None) is not None else None
+    if not isinstance(input_files, list) or not input_files:
+        return None
+    if not all(
+        isinstance(name, str) and name and not Path(name).is_absolute() for name in input_files
+    ):
+        return None
+    for candidate in (folder, *folder.parents):
+        if all((candidate / name).is_file() for name in input_files):
+            return candidate
+    return None
+
+
+def capture_boundary_cells(
+    anchors: Collection[int],
+    ks: Collection[int],
+    boundaries: Sequence[tuple[int, Sequence[int]]],
+) -> dict[tuple[int, int], int]:
+    """The cells a follow-up measures for the capture boundaries a result names (its
+    ``deployment.anchors_to_measure``: a batch size and the K that decide it there, the tuned K
+    and the capped K), :data:`MIN_RUNS_NEEDED` runs each. The first sweep measured every K of
+    ``ks`` at every one of ``anchors``; its results and the follow-up's are tuned together, and
+    the tuner needs the same K at every anchor (``unequal-k-sets``). So the merged grid is
+    (``anchors`` and the boundaries) x (``ks`` and the boundaries' K), and the cells are those
+    of it the first sweep lacks: each boundary anchor at every K, each K new to the sweep (a
+    capped K it never ran) at every anchor. A boundary at a measured anchor adds only its new
+    K; a boundary whose K were all measured, at a measured anchor, adds nothing; no boundary,
+    no cell.
+
+    >>> sorted(capture_boundary_cells([1, 64], [0, 7], [(33, [6, 7])]))
+    [(1, 6), (33, 0), (33, 6), (33, 7), (64, 6)]
+    >>> capture_boundary_cells([1, 64], [0, 7], [(64, [0, 7])])
+    {}
+    >>> capture_boundary_cells([1, 64], [0, 7], [(64, [5, 7])])
+    {(1, 5): 3, (64, 5): 3}
+    """
+    every_anchor = set(anchors) | {batch for batch, _ in boundaries}
+    every_k = set(ks) | {k for _, boundary_ks in boundaries for k in boundary_ks}
+    return {
+        (anchor, k): MIN_RUNS_NEEDED
+        for anchor in sorted(every_anchor)
+        for k in sorted(every_k)
+        if anchor not in anchors or k not in ks
+    }
 
 
 def _context_follow_up_needs(
@@ -228,6 +323,19 @@ def _context_follow_up_needs(
         for anchor_size in anchors:
             for k in ks:
                 more[(anchor_size, prompt, k)] = MIN_RUNS_NEEDED
+    # The capture boundaries, as for a batch sweep (capture_boundary_cells), at every prompt
+    # length: the grid needs the same K at every cell.
+    boundary = capture_boundary_cells(anchors, ks, result.anchors_to_measure)
+    for prompt in sorted(measured | set(new_lengths)):
+        for (anchor_size, k), runs in boundary.items():
+            key = (anchor_size, prompt, k)
+            more[key] = max(more.get(key, 0), runs)
+    new_ks = sorted({k for _, k in boundary} - set(ks))
+    if boundary:
+        notes.append(
+            "the capture boundaries (the result's deployment.anchors_to_measure) are measured"
+            " at every prompt length: each new anchor at every K, each new K at every anchor"
+        )
     needs = FollowUpNeeds(
         {},
         {},
@@ -240,6 +348,7 @@ def _context_follow_up_needs(
         context_runs_so_far={cell: counted.get(cell, 0) for cell in more},
         new_prompt_lengths=tuple(new_lengths),
         of_grid=True,
+        new_ks=tuple(new_ks),
     )
     return needs, []
 

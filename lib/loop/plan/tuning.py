@@ -39,7 +39,7 @@ RANDOM_TOKENS_NOTE = (
     " custom, hf with a file of your traffic)"
 )
 
-#: How the tuner reads a tuning sweep's replicas (lib.schedule.server_gate, lib.servers).
+#: How the tuner reads a tuning sweep's replicas (lib.gates.server_gate, lib.servers).
 TUNER_READS_REPLICAS = "tune-spec-k reads a K's replicas as one cell with several servers"
 
 

@@ -244,8 +244,8 @@ def _context_dynamic(
 
 def _exported(data: Any, source: str) -> tuple[str, tuple[int, ...]] | list[Problem]:
     """The format of an export of a context format and every K its config runs: a context
-    schedule (:func:`lib.loop.check.context_schedule_file`), or ``vllm-context``'s batch
-    schedule; else why not (the file, the field and what was expected)."""
+    schedule (:func:`lib.loop.check.schedule_file.context_schedule_file`), or
+    ``vllm-context``'s batch schedule; else why not (the file, the field and what was expected)."""
     schedule, problems = context_schedule_file(data, source)
     if schedule is not None:
         return schedule.format, tuple(sorted(schedule.ks))

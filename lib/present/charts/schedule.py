@@ -29,7 +29,8 @@ from lib.schedule import Schedule, TuningResult
 from lib.switch_points import SwitchPoints
 
 #: The two schedules of the schedule chart: vLLM's steps at the anchors, and the one that
-#: switches at the interpolated crossovers (lib.switch), in legend order, with colour and dash.
+#: switches at the interpolated crossovers (lib.switch_points), in legend order, with colour and
+#: dash.
 SCHEDULE_LINES: dict[str, tuple[str, list[int]]] = {
     "step": ("#4c78a8", [1, 0]),
     "interpolated": ("#e45756", [6, 3]),

@@ -66,6 +66,20 @@ def test_its_file_reads_back_as_the_schedule() -> None:
     assert refused is not None and refused[0] is None and "not one step" in refused[1]
 
 
+@pytest.mark.parametrize("key", ["6\u00b2", "\u0666\u0664", "0", "-64", " 64", "+64", "64.0"])
+def test_a_slot_under_a_key_that_is_no_batch_size_is_refused(key: str) -> None:
+    """Issue 38, kind 16: "6²" passed ``str.isdigit()`` and crashed ``int()``; "٦٤" was read as
+    64. A slot's key is a batch size in ASCII digits from 1 (lib.keys.whole_number_text);
+    other slots are refused by name, never skipped."""
+    slots = {"1": {"candidate_steps": [3]}, key: {"candidate_steps": [0]}}
+    found = read({"strategy": "ema", **slots}, "s.json")
+    assert found is not None and found[0] is None
+    assert found[1].startswith(f"SGLang slot key {key!r} is not a batch size"), found[1]
+    # A key that holds no slot is a default of every slot, as SGLang reads it.
+    found = read({"ema_alpha": 0.2, "1": {"candidate_steps": [3]}}, "s.json")
+    assert found is not None and found[0] is not None
+
+
 @pytest.mark.parametrize(
     ("config", "rule"),
     [

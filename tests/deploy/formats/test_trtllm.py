@@ -154,3 +154,17 @@ def test_its_files_read_back_as_the_schedule() -> None:
     assert found[0].schedule == ISSUE and found[0].global_k == 3
     assert read({"strategy": "ema", "1": {"candidate_steps": [3]}}, "s.json") is None
     assert read({"1": {"candidate_steps": [3]}}, "s.json") is None
+
+
+@pytest.mark.parametrize(
+    "key", ["6\u00b2", "\u0666\u0664", "\uff16\uff14", " 64", "+64", "64.0", "0"]
+)
+def test_a_schedule_key_that_is_no_batch_size_is_refused(key: str) -> None:
+    """Issue 38, kind 16: "6²" passed ``str.isdigit()`` and crashed ``int()``; Arabic-Indic and
+    fullwidth digits were read as 64. A key is a batch size in ASCII digits from 1
+    (lib.keys.whole_number_text)."""
+    found = read({"max_draft_len": 7, "draft_len_schedule": {"1": 7, key: 0}}, "t.json")
+    assert found is not None and found[0] is None
+    assert f"key {key!r} is not a batch size" in found[1], found[1]
+    found = read({"max_draft_len": 7, "draft_len_schedule": {"1": 7, "64": 0}}, "t.json")
+    assert found is not None and found[0] is not None

@@ -139,3 +139,19 @@ def test_at_the_default_server_cv_a_tie_between_two_servers_is_inconclusive(
     assert report.assumption.startswith(
         "no server replicas: P(eps-good) assumes servers vary by at most 1.0% (--server-cv"
     )
+
+
+def test_the_smaller_batch_notes_are_of_the_clamped_schedule(tmp_path: Path) -> None:
+    """[[1, 63, 7], [64, 256, 3]] served under num_speculative_tokens=3 runs K=3 at every
+    batch size: no K differs below an anchor, so no ramp-up note (unclamped, batch 1 read "K=3
+    at 1 requests but K in [7] below it")."""
+    dynamic = {
+        "method": "eagle3",
+        "model": "drafter",
+        "num_speculative_tokens": 3,
+        "num_speculative_tokens_per_batch_size": [[1, 63, 7], [64, 256, 3]],
+    }
+    report = check(write_validation(tmp_path / "v", GOOD, dynamic=dynamic))
+    rows = {row["anchor"]: row for row in report.verdicts.to_dicts()}
+    assert rows[1]["dynamic_k"] == rows[64]["dynamic_k"] == 3
+    assert not any("below it" in r for row in rows.values() for r in row["reasons"])

@@ -80,6 +80,29 @@ def test_a_bad_design_names_its_flag(changes: dict[str, Any], field: str, expect
     assert expected in str(problems[0].expected)
 
 
+@pytest.mark.parametrize(
+    ("serve_args", "given"),
+    [
+        ("--max-model-len 8192", 8192),
+        ("--max-model-len=0008192", 8192),
+        ("--max-model-len \u00b2", None),
+        ("--max-model-len \u0668\u0661\u0669\u0662", None),
+        ("--max-model-len 8k", None),
+        ("--max-model-len 99999999999", None),
+    ],
+)
+def test_max_model_len_in_serve_args_is_read_in_ascii_digits(
+    serve_args: str, given: int | None
+) -> None:
+    """Issue 38, kind 16: ``plan --serve-args '--max-model-len ²'`` was a traceback (isdigit
+    yes, int no), "٨١٩٢" was read as 8192. Only ASCII digits are a length read here; anything
+    else is left to vLLM (the plan then sets the length the prompts need before it)."""
+    values: dict[str, Any] = {"model": "m", "method": "ngram", "ks": (0, 1), "anchors": (1, 8)}
+    design = SweepDesign(**values, context_lengths=(512,), serve_args=serve_args)
+    assert design.max_model_len_given == given
+    assert design.invalid() == []
+
+
 def test_engine_settings_at_their_limits_are_planned() -> None:
     """The other side of the rules above: max_num_seqs equal to the deployment maximum and a
     capture ceiling of 1 are fine, and without the flags --max-num-seqs in --serve-args is

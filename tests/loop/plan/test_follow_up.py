@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pytest
 from plan_inputs import (
     CONTEXT_DESIGN,
     LONG_CONTEXT,
@@ -32,7 +33,7 @@ from vllm_sweep import (
 
 from lib.confidence import MIN_RUNS_NEEDED
 from lib.deploy.result_file import result_text
-from lib.loop.plan.follow_up import first_replica_after, follow_up_plan
+from lib.loop.plan.follow_up import first_replica_after, follow_up_plan, follow_up_results_dir
 from lib.loop.plan.follow_up_needs import FollowUpNeeds, follow_up_needs
 from lib.loop.plan.sweep_plan import SweepPlan
 from lib.loop.plan.write import write_plan
@@ -296,3 +297,124 @@ def test_a_follow_up_of_a_replicated_design_starts_new_servers(tmp_path: Path) -
     servers = servers_per_cell(load_experiment(experiment))
     for anchor, k in needs.more_runs:
         assert servers[(anchor, k)] == (3 if anchor in needs.new_anchors else 6), (anchor, k)
+
+
+# --------------------------------------------------------------------------- capture boundaries
+
+
+def _run_k3_best(serve: dict[str, Any], bench: dict[str, Any], _: int) -> dict[str, Any]:
+    """Every K 5 % above the one below it, at every anchor (K=3 wins everywhere), seeds 1 %
+    apart."""
+    center = 100.0 * bench["max_concurrency"] * (1 + 0.05 * planned_k(serve))
+    return {"output_throughput": center * (1 + 0.01 * (bench["seed"] % 3 - 1))}
+
+
+def test_the_capture_boundaries_are_planned_run_and_tuned_with_the_first_sweep(
+    tmp_path: Path,
+) -> None:
+    """K=3 wins at 1 and 16 under C=32 (every record holds it): [[1, 16, 3]] is capped to K=2
+    from 9 (9 x 4 = 36 > 32) and K=1 from 11 (11 x 3 = 33 > 32), so the result asks to measure
+    9 at K=[2, 3] and 11 at K=[1, 3]; K=1 and K=2 were never measured (the design's K are 0
+    and 3). The follow-up plans them rather than refusing them: 9 and 11 at every K, K=1 and
+    K=2 at every anchor; run into the first experiment and tuned again, the merged sweep has
+    the same K at every anchor and tunes."""
+    from lib.cli.main import main
+
+    design = llama_design(
+        ks=(0, 3), anchors=(1, 16), max_num_seqs=16, max_cudagraph_capture_size=32
+    )
+    assert write_plan(planned(design), tmp_path / "plan")[1] == []
+    (experiment,) = run_planned_sweeps(tmp_path / "plan", tmp_path, _run_k3_best)
+    result_json = experiment / "result.json"
+    assert main([str(experiment), "--output-json", str(result_json)]) == 0
+    boundaries = json.loads(result_json.read_text())["deployment"]["anchors_to_measure"]
+    assert [(row["batch_size"], row["ks"]) for row in boundaries] == [(9, [2, 3]), (11, [1, 3])]
+    needs, problems = follow_up_needs([result_json])
+    assert needs is not None, problems
+    assert needs.new_ks == (1, 2)
+    follow_up, problems = follow_up_plan(design, needs, str(experiment), "followup")
+    assert follow_up is not None, problems
+    assert follow_up.design.ks == (0, 1, 2, 3)
+    assert set(needs.more_runs) == {
+        (anchor, k) for anchor in (1, 9, 11, 16) for k in (0, 1, 2, 3)
+    } - {(anchor, k) for anchor in (1, 16) for k in (0, 3)}
+    assert write_plan(follow_up, tmp_path / "followup")[1] == []
+    run_planned_sweeps(tmp_path / "followup", tmp_path, _run_k3_best)
+    merged = tmp_path / "merged.json"
+    assert main([str(experiment), "--output-json", str(merged)]) == 0
+    cells = {
+        (candidate["batch_size"], candidate["k"])
+        for decision in json.loads(merged.read_text())["batch_decisions"]
+        for candidate in decision["candidates"]
+    }
+    assert cells == {(anchor, k) for anchor in (1, 9, 11, 16) for k in (0, 1, 2, 3)}
+
+
+def test_a_k_new_to_the_sweep_is_refused_unless_a_capture_boundary_asks_for_it(
+    tmp_path: Path,
+) -> None:
+    """The boundary's capped K is new on purpose; a plan row asking for another new K (K=2,
+    never measured, no boundary) is still a mismatch."""
+    path, result, _ = noisy_result(tmp_path)
+    data = json.loads(result_text(result))
+    data["deployment"] = {
+        "anchors_to_measure": [{"batch_size": 8, "ks": [1, 3], "reason": "boundary"}]
+    }
+    path.write_text(json.dumps(data))
+    design = llama_design(**NOISY_DESIGN)
+    needs, problems = follow_up_needs([path])
+    assert needs is not None and needs.new_ks == (1,), problems
+    plan, problems = follow_up_plan(design, needs, "r", "followup")
+    assert plan is not None, problems
+    stray = dataclasses.replace(needs, more_runs={**needs.more_runs, (16, 2): 3})
+    plan, problems = follow_up_plan(design, stray, "r", "followup")
+    assert plan is None and "K=[2], which the first sweep did not measure" in problems[0].message
+
+
+def test_the_follow_up_s_results_go_into_the_first_experiment_or_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--results-dir as given; else the first experiment's folder; refused, naming
+    --results-dir, where that is unknown, not a folder, or not writable."""
+    from lib.loop.plan import follow_up as module
+
+    path, _, _ = noisy_result(tmp_path)
+    needs, _ = follow_up_needs([path])
+    assert needs is not None and needs.experiment_dir is None
+    assert follow_up_results_dir(needs, "given", [str(path)]) == ("given", [])
+    found, problems = follow_up_results_dir(needs, None, [str(path)])
+    assert found is None and problems[0].rule == "unknown-first-experiment"
+    assert problems[0].field == "--results-dir" and problems[0].files == (str(path),)
+    experiment = tmp_path / "tuning"
+    known = dataclasses.replace(needs, experiment_dir=str(experiment))
+    assert follow_up_results_dir(known, None, [str(path)]) == (str(experiment), [])
+    for unwritable in (dataclasses.replace(needs, experiment_dir=str(path)), known):
+        if unwritable is known:
+            monkeypatch.setattr(module.os, "access", lambda *_: False)
+        found, problems = follow_up_results_dir(unwritable, None, [str(path)])
+        assert found is None and problems[0].rule == "unwritable-first-experiment"
+        assert "--experiment-name" in (problems[0].expected or "")
+
+
+def test_a_context_result_s_capture_boundaries_are_planned_at_every_prompt_length(
+    tmp_path: Path,
+) -> None:
+    """A boundary at batch 16 with K=[2, 3] in a context result (K 0/1/3/5 at 1/8/64/256):
+    16 at every K and the new K=2 at every anchor, at every prompt length of the grid."""
+
+    def boundary(data: dict[str, Any]) -> None:
+        data["deployment"] = {
+            "anchors_to_measure": [{"batch_size": 16, "ks": [2, 3], "reason": "boundary"}]
+        }
+
+    path = context_result(tmp_path, boundary)
+    needs, problems = follow_up_needs([path])
+    assert needs is not None and needs.new_ks == (2,), problems
+    planned = _benched(_context_plan(path))
+    prompts = {prompt for _, prompt, _ in planned}
+    assert {512, 2048, 8192, 32768} <= prompts
+    for prompt in prompts:
+        for anchor in (1, 8, 16, 64, 256):
+            for k in (0, 1, 2, 3, 5):
+                if anchor == 16 or k == 2:
+                    assert planned[(anchor, prompt, k)] == [0, 1, 2], (anchor, prompt, k)

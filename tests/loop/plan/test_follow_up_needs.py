@@ -10,7 +10,7 @@ from typing import Any
 from plan_inputs import context_result, noisy_result
 
 from lib.deploy.result_file import result_text
-from lib.loop.plan.follow_up_needs import follow_up_needs
+from lib.loop.plan.follow_up_needs import first_experiment, follow_up_needs
 
 
 def test_follow_up_from_the_result_alone_reruns_contenders(tmp_path: Path) -> None:
@@ -58,3 +58,37 @@ def test_a_damaged_grid_is_refused_not_planned_as_batch_only(tmp_path: Path) -> 
     needs, problems = follow_up_needs([context_result(tmp_path, damage)])
     assert needs is None
     assert problems and problems[0].field is not None and "context_grid[0]" in problems[0].field
+
+
+def test_the_first_experiment_is_found_from_the_result_s_input_files(tmp_path: Path) -> None:
+    """The nearest folder at or above the result's that holds every input summary file: the
+    experiment itself for a result inside it or in a folder below it; none for a result
+    written elsewhere (then the follow-up's results cannot be placed)."""
+    path, result, _ = noisy_result(tmp_path)
+    experiment = tmp_path / "tuning"
+    text = result_text(result)
+    inside, below = experiment / "r.json", experiment / "results" / "deep" / "r.json"
+    below.parent.mkdir(parents=True)
+    for where in (inside, below):
+        where.write_text(text)
+        needs, problems = follow_up_needs([where])
+        assert needs is not None, problems
+        assert needs.experiment_dir == str(experiment)
+    needs, _ = follow_up_needs([path])  # tmp_path/result.json, beside the experiment
+    assert needs is not None and needs.experiment_dir is None
+    inputs = json.loads(text)["input_summary_files"]
+    assert first_experiment(inside, inputs) == experiment
+    # One input missing from the experiment: not it (nor any folder above).
+    assert first_experiment(inside, [*inputs, "SERVE--gone/summary.json"]) is None
+    for damaged in ([], "SERVE/summary.json", [3], ["/abs/summary.json"], None):
+        if damaged is not None:
+            assert first_experiment(inside, damaged) is None
+
+
+def test_a_measurement_plan_alone_names_its_folder_where_that_holds_combos(
+    tmp_path: Path,
+) -> None:
+    experiment = tmp_path / "tuning"
+    noisy_result(tmp_path)
+    assert first_experiment(experiment / "plan.json", None) == experiment
+    assert first_experiment(tmp_path / "plan.json", None) is None
