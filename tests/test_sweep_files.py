@@ -407,3 +407,15 @@ def test_run_files_are_timed_only_where_their_folder_changed_after_the_summary(
     assert "stale-summary" not in by_rule(load_experiment(sweep).problems)
     _after_summary(_combo(sweep), 1, _combo(sweep) / "summary.json")
     assert "stale-summary" in by_rule(load_experiment(sweep).problems)
+
+
+def test_a_run_file_numbered_past_the_limit_beside_a_summary_is_named(tmp_path: Path) -> None:
+    """Its number is no run of the summary (none is past 2^31 - 1), so it is checked."""
+    sweep = _stale_sweep(tmp_path)
+    _rewrite_run(_combo(sweep), 0, 10**9, output_throughput=12.0).rename(
+        _combo(sweep) / f"run={'9' * 240}.json"
+    )
+    found = by_rule(load_experiment(sweep).problems)
+    # Its record says run 0, which it holds differently from the summary.
+    assert "9999.json differs from its run in summary.json" in found["stale-summary"][0].message
+    assert "invalid-file-name" in found
