@@ -513,15 +513,12 @@ def _stale_reasons(
 ) -> tuple[tuple[str, ...], list[int]]:
     """:func:`stale_summary` of the summary.json at ``files[index]`` (its folder's entries
     follow it), and the run numbers of the summary that no run=N.json of the folder has, in
-    order (not used where the summary is stale)."""
+    order (not used where the summary is current)."""
     folder = files[index][0]
-    runs: list[tuple[str, str, str]] = []
-    for position in range(index + 1, len(files)):
-        other, name, kind, run = files[position]
-        if other is not folder:
-            break
-        if kind in _BACKUPS:
-            runs.append((name, kind, run))
+    end = index + 1
+    while end < len(files) and files[end][0] is folder:
+        end += 1
+    runs = [(name, kind, run) for _, name, kind, run in files[index + 1 : end] if kind in _BACKUPS]
     if not runs:
         return (), []
     numbers = summary_run_numbers(summary)
@@ -541,18 +538,17 @@ def _suspect_runs(
 ) -> list[tuple[str, str]]:
     """The run files that may hold a run their summary.json lacks (:func:`stale_summary`):
     of ``runs`` ((file name, kind, run number of the name) of a folder's run=N.json files),
-    those modified after the summary (kind ``newer``) and those whose number no run of the
-    summary has (``numbers``): (file name, run number of the name) each.
+    those modified after the summary (kind ``newer``) and those whose number, as the name
+    writes it, is no run of the summary (``numbers``): (file name, run number of the name)
+    each. Compared as texts (cheaper than reading each name's number): a name with leading
+    zeros (run=007.json) is checked, and found in the summary if it holds that run.
 
     >>> _suspect_runs([("run=0.json", "backup", "0"), ("run=1.json", "newer", "1"),
-    ...                ("run=2.json", "backup", "2")], {0, 1})
-    [('run=1.json', '1'), ('run=2.json', '2')]
+    ...                ("run=2.json", "backup", "2"), ("run=01.json", "backup", "01")], {0, 1})
+    [('run=1.json', '1'), ('run=2.json', '2'), ('run=01.json', '01')]
     """
-    return [
-        (name, run)
-        for name, kind, run in runs
-        if kind == "newer" or whole_number_text(run) not in numbers
-    ]
+    texts = {str(number) for number in numbers}
+    return [(name, run) for name, kind, run in runs if kind == "newer" or run not in texts]
 
 
 def _read_part(
