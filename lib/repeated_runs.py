@@ -16,7 +16,7 @@ from lib.bulky_lists import may_hold_bulky_lists, without_lists
 from lib.problems import ProblemLog, Severity
 from lib.records import fingerprint
 
-__all__ = ["RUN_KEY_FIELDS", "RecordFile", "RepeatedRuns", "run_key"]
+__all__ = ["RUN_KEY_FIELDS", "RecordFile", "RepeatedRuns", "run_content", "run_key"]
 
 
 #: Measurements that differ from run to run: their values give :func:`run_key`, the cheap
@@ -51,6 +51,22 @@ def run_key(record: dict[str, Any], finite: bool) -> int:
             for value in values
         )
     return hash(values)
+
+
+def run_content(record: dict[str, Any], protected: Callable[[str], bool]) -> bytes:
+    """What tells two runs apart: the record's JSON text (:func:`lib.records.fingerprint`)
+    without the per-request lists a large file's reading replaces (all but the top-level
+    fields ``protected`` names), so that a record reads the same from any file
+    (:mod:`lib.bulky_lists`): a summary.json's record and its run=N.json alike.
+
+    >>> run_content({"a": 1}, bool) == run_content({"a": 1}, bool) != run_content({"a": 2}, bool)
+    True
+    """
+    content = fingerprint(record)
+    if content is None or may_hold_bulky_lists(content):
+        record = without_lists(record, protected)
+        content = fingerprint(record) or json.dumps(record, default=str).encode()
+    return content
 
 
 @dataclass(frozen=True)
@@ -134,14 +150,8 @@ class RepeatedRuns:
         return True
 
     def _content(self, record: dict[str, Any]) -> bytes:
-        """What tells two runs apart: the record's JSON text (:func:`lib.records.fingerprint`)
-        without the per-request lists a large file's reading replaces, so that a record reads
-        the same from any file (:mod:`lib.bulky_lists`)."""
-        content = fingerprint(record)
-        if content is None or may_hold_bulky_lists(content):
-            record = without_lists(record, self.protected)
-            content = fingerprint(record) or json.dumps(record, default=str).encode()
-        return content
+        """The record's :func:`run_content`."""
+        return run_content(record, self.protected)
 
     def _resolve(self, file: RecordFile, records: list[Any] | None) -> None:
         """Work out the content of every run of ``file`` that is still first with its key

@@ -22,7 +22,14 @@ from lib.keys import (
 )
 from lib.problems import show_value
 from lib.records import fingerprint
-from lib.settings import DEFAULT_K_VAR, GLOBAL_K_VAR, Fields
+from lib.settings import (
+    DEFAULT_K_VAR,
+    ENGINE_FIELDS,
+    ENGINE_SETTING_EXPECTED,
+    GLOBAL_K_VAR,
+    Fields,
+    beyond_every_count,
+)
 
 __all__ = [
     "COMPILATION_PREFIXES",
@@ -38,6 +45,10 @@ SPECULATIVE_PREFIXES = ("speculative_config.", "speculative-config.")
 
 #: The record fields a serve combo's ``compilation_config`` may be under.
 _COMPILATION_NAMES = ("compilation_config", "compilation-config")
+#: The record fields that set an engine count (:data:`lib.settings.ENGINE_FIELDS`).
+_ENGINE_NAMES = tuple(name for names in ENGINE_FIELDS.values() for name in names)
+#: The fields of a ``compilation_config`` that state the capture ceiling.
+_CAPTURE_KEYS = ("max_cudagraph_capture_size", "cudagraph_capture_sizes")
 #: How the literal dotted fields of a compilation_config start (vLLM's
 #: ``--compilation-config.max_cudagraph_capture_size 256`` as a serve param).
 COMPILATION_PREFIXES = tuple(f"{name}." for name in _COMPILATION_NAMES)
@@ -124,7 +135,11 @@ class ParamsReader:
                 for key in (batch_size_var, "speculative_config", k_var, GLOBAL_K_VAR)
                 for name in top_level_names(key)
             )
-        ) + tuple(name for name in _COMPILATION_NAMES if name not in top_level_names(k_var))
+        ) + tuple(
+            name
+            for name in (*_COMPILATION_NAMES, *_ENGINE_NAMES)
+            if name not in top_level_names(k_var)
+        )
         self._config_names = frozenset(top_level_names("speculative_config"))
         self._previous_fingerprint: bytes | None = None
         self._previous_params = Params(None, None, False, None, ())
@@ -164,7 +179,8 @@ class ParamsReader:
         anchor = self._anchor(record, found)
         k, speculation = self._k(record, anchor, found)
         global_k = self._global_k(record, found) if speculation else None
-        self._compilation(record)
+        self._compilation(record, found)
+        _engine_settings(record, found)
         params = Params(anchor, k, speculation, global_k, tuple(found))
         self._previous_fingerprint = text
         self._previous_params = params
@@ -278,9 +294,35 @@ class ParamsReader:
             return None
         return global_k
 
-    def _compilation(self, record: dict[str, Any]) -> None:
+    def _compilation(self, record: dict[str, Any], found: list[Finding]) -> None:
         """Keep the record's :func:`compilation_config`, once per distinct value: the sweep's
-        statement of the CUDA-graph capture settings."""
+        statement of the CUDA-graph capture settings. A capture setting in it beyond every
+        count is a problem (:func:`_engine_settings`)."""
         config = compilation_config(record)
         if config is not None:
             _add_distinct(self.compilation_configs, config)
+            for key in _CAPTURE_KEYS:
+                value = parse_json_string(lookup(config, key))
+                sizes = value if isinstance(value, list) else [value]
+                if any(beyond_every_count(size) for size in sizes):
+                    found.append(_beyond_every_count(f"compilation_config.{key}", value))
+
+
+def _engine_settings(record: dict[str, Any], found: list[Finding]) -> None:
+    """A problem for each engine count the record's serve params set beyond every count
+    (:func:`lib.settings.beyond_every_count`): ``max_num_seqs`` of 1e300 is no server's."""
+    for name in _ENGINE_NAMES:
+        value = record.get(name)
+        if beyond_every_count(value):
+            found.append(_beyond_every_count(name, value))
+
+
+def _beyond_every_count(name: str, value: Any) -> Finding:
+    return (
+        "invalid-engine-setting",
+        "the server setting is beyond every count (no vLLM server runs with it), so the"
+        " capture rule cannot use it",
+        name,
+        show_value(value),
+        ENGINE_SETTING_EXPECTED,
+    )

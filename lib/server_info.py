@@ -27,10 +27,11 @@ Rules (each problem a warning: the sweep tunes without these files; what they la
   leading outside the folder is not read.
 - A file that cannot be read, is not JSON, is not an object, holds the text form
   (``config_format=text``) or no config at all gives a problem and no settings.
-- A field of the wrong type (a count that is not a whole number >= 1, a capture size that is not
-  a whole number >= 0, a method that is not a string, an object that is not an object) gives a
-  problem naming the file, the field, the value and what was expected; the file's other
-  fields are still read and that one is None.
+- A field of the wrong type (a count that is not a whole number >= 1, a capture size that is
+  not a whole number >= 0, either one above 2^31 - 1, the limit of every count; a method that
+  is not a string, an object that is not an object) gives a problem naming the file, the
+  field, the value and what was expected; the file's other fields are still read and that
+  one is None.
 - A missing or ``null`` field is None without a problem: a server without speculation has
   ``speculative_config: null`` (its K and method are None), and older servers may lack a key.
 
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from lib.files import read_json
-from lib.keys import MISSING
+from lib.keys import LARGEST_WHOLE_NUMBER, MISSING
 from lib.problems import Problem, Severity, show_value
 
 __all__ = ["SERVER_INFO_FILE_GLOB", "SavedServers", "ServerSettings", "read_server_settings"]
@@ -55,8 +56,8 @@ __all__ = ["SERVER_INFO_FILE_GLOB", "SavedServers", "ServerSettings", "read_serv
 SERVER_INFO_FILE_GLOB = "server_info.json"
 
 _RULE = "invalid-server-info"
-_COUNT = "a whole number >= 1, or null"
-_SIZE = "a whole number >= 0, or null"
+_COUNT = f"a whole number from 1 to {LARGEST_WHOLE_NUMBER}, or null"
+_SIZE = f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}, or null"
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ class _Reader:
         value = section.get(key)
         if value is None:
             return None
-        if _is_whole(value) and value >= least:
+        if _is_whole(value) and least <= value <= LARGEST_WHOLE_NUMBER:
             return int(value)
         self.bad(f"vllm_config.{path}.{key}", value, _COUNT if least == 1 else _SIZE)
         return None
@@ -202,13 +203,15 @@ class _Reader:
         speculative = self.section(config, "speculative_config")
         sizes = compilation.get("cudagraph_capture_sizes")
         capture_sizes: tuple[int, ...] | None = None
-        if isinstance(sizes, list) and all(_is_whole(s) and s >= 0 for s in sizes):
+        if isinstance(sizes, list) and all(
+            _is_whole(s) and 0 <= s <= LARGEST_WHOLE_NUMBER for s in sizes
+        ):
             capture_sizes = tuple(int(s) for s in sizes)
         elif sizes is not None:
             self.bad(
                 "vllm_config.compilation_config.cudagraph_capture_sizes",
                 sizes,
-                "a list of whole numbers >= 0, or null",
+                f"a list of whole numbers from 0 to {LARGEST_WHOLE_NUMBER}, or null",
             )
         method = speculative.get("method")
         if method is not None and not isinstance(method, str):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from lib.flags import flag, flag_name
+from lib.keys import LARGEST_WHOLE_NUMBER
 
 __all__ = [
     "CLIFF_ACCEPTANCE_FIELD",
@@ -33,6 +34,7 @@ __all__ = [
     "DERIVED_COLUMNS",
     "EFFECTIVE_BATCH_FIELDS",
     "ENGINE_FIELDS",
+    "ENGINE_SETTING_EXPECTED",
     "GLOBAL_K_VAR",
     "HEALTH_FIELDS",
     "MEASURED_OUTPUT",
@@ -49,6 +51,7 @@ __all__ = [
     "Options",
     "Policy",
     "Settings",
+    "beyond_every_count",
     "context_var_reason",
     "prompt_length_expected",
     "prompt_length_reason",
@@ -330,6 +333,33 @@ ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: What an engine setting (a count or a capture size) must be, as the problems say it.
+ENGINE_SETTING_EXPECTED = f"a whole number up to {LARGEST_WHOLE_NUMBER}"
+
+
+def beyond_every_count(value: Any) -> bool:
+    """Whether ``value`` is a number no count can be: larger in size than
+    :data:`~lib.keys.LARGEST_WHOLE_NUMBER` (the one limit of every count: batch sizes, K, run
+    numbers, prompt lengths), NaN or an infinity. An engine setting such as that (C,
+    max_num_seqs, max_num_batched_tokens: a flag, a record's serve params, a saved server
+    config) is refused where it enters, never taken: vLLM starts with no such value, and a
+    result holding one is unreadable. What is no number (a text, a bool, null) is left to
+    each reader's own rules, as is a number in range (a fraction, 0).
+
+    >>> beyond_every_count(2**31 - 1), beyond_every_count(2**31), beyond_every_count(-(2**31))
+    (False, True, True)
+    >>> beyond_every_count(1e300), beyond_every_count(float("nan")), beyond_every_count(16.5)
+    (True, True, False)
+    >>> beyond_every_count(True), beyond_every_count("1e300"), beyond_every_count(None)
+    (False, False, False)
+    """
+    if type(value) is int:
+        return abs(value) > LARGEST_WHOLE_NUMBER
+    if type(value) is float:
+        return not math.isfinite(value) or abs(value) > LARGEST_WHOLE_NUMBER
+    return False
+
+
 @dataclass(frozen=True)
 class DeploySettings:
     """The serving engine's settings a schedule must respect (:mod:`lib.deploy.constraints`):
@@ -367,12 +397,18 @@ class DeploySettings:
 
         >>> DeploySettings(max_num_seqs=0).invalid()
         ['--max-num-seqs 0: expected >= 1']
+        >>> DeploySettings(max_cudagraph_capture_size=2**31).invalid()
+        ['--max-cudagraph-capture-size 2147483648: expected a whole number up to 2147483647']
         """
         reasons = []
         for name in ("max_cudagraph_capture_size", "max_num_seqs"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 reasons.append(f"{flag_name(DeploySettings, name)} {value}: expected >= 1")
+            elif beyond_every_count(value):
+                reasons.append(
+                    f"{flag_name(DeploySettings, name)} {value}: expected {ENGINE_SETTING_EXPECTED}"
+                )
         return reasons
 
 

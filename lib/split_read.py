@@ -52,7 +52,7 @@ def _file_bytes(entry: tuple[Path, str, str, str], run_file_bytes: list[int]) ->
     (``run_file_bytes`` keeps it), so that a sweep of thousands of them costs one stat, not
     one each. 0 for what is not read or cannot be."""
     folder, name, kind, _ = entry
-    if kind in ("backup", "warmup", "failure"):
+    if kind in ("backup", "newer", "warmup", "failure"):
         return 0
     if kind == "run" and run_file_bytes:
         return run_file_bytes[0]

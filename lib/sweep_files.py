@@ -3,8 +3,9 @@
 Layout read (see ``docs/formats.md``)::
 
     EXPERIMENT/[any/depth/]SERVE--<serve>-BENCH--<bench>/
-        summary.json            JSON list of run records: the data, where present
-        run=N.json              one record each: the data where a combo has no summary.json
+        summary.json            JSON list of run records: the data, where present and current
+        run=N.json              one record each: the data where a combo has no summary.json,
+                                or where it is damaged or stale (:func:`stale_summary`)
         run=N.failure.json      a failed run: counted, so a sweep with failures never looks healthy
         warmup.json             a warm-up run: never a sample
 
@@ -28,9 +29,9 @@ from typing import Any
 
 from lib.bulky_lists import SCAN_FROM_BYTES, shrink_bulky_lists
 from lib.files import parse_json, read_file
-from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, whole_number_text
+from lib.keys import LARGEST_WHOLE_NUMBER, MISSING, whole_number, whole_number_text
 from lib.problems import Problem, ProblemLog, Severity, printable, show_value
-from lib.repeated_runs import RecordFile
+from lib.repeated_runs import RecordFile, run_content
 from lib.rows import Rows, place_failures
 from lib.server_info import SERVER_INFO_FILE_GLOB
 from lib.settings import DERIVED_COLUMNS
@@ -53,6 +54,8 @@ _RUN_FILE = re.compile(r"^run=([0-9]+)\.json$")
 _FAILURE_FILE = re.compile(r"^run=([0-9]+)\.failure\.json$")
 
 Progress = Callable[[Sequence[Path]], Iterable[Path]]
+#: The kinds of :func:`_data_files` read only where their folder's summary.json is not.
+_BACKUPS = ("backup", "newer")
 
 
 def _read_json(
@@ -100,9 +103,11 @@ def _data_files(
     """(folder, file name, kind, run number) of every file that holds runs, in a stable order.
 
     kind is ``summary``; ``run`` for run=N.json where the folder has no summary.json;
-    ``backup`` for run=N.json beside a summary.json (read only if that summary is unreadable,
-    so a damaged summary loses no data); ``failure``; or ``warmup``. Within a folder the
-    summary comes first, so the loader knows whether the backups are needed. Folder and name
+    ``backup`` for run=N.json beside a summary.json (read only if that summary is unreadable
+    or stale, so a damaged summary loses no data), ``newer`` for one modified after that
+    summary.json (:func:`_modified_after`: a sweep stopped between the two writes may have left
+    the summary stale, :func:`stale_summary`); ``failure``; or ``warmup``. Within a folder
+    the summary comes first, so the loader knows whether the backups are needed. Folder and name
     stay apart: most entries are backups never read, not worth a Path each. Folders are
     visited depth first, each one's subfolders in name order.
 
@@ -138,28 +143,30 @@ def _data_files(
         reason = f"cannot list the folder: {error.strerror or error}"
         log.add("unreadable-folder", reason, shown(folder))
 
-    def first_visit(folder: Path) -> bool:
+    def first_visit(folder: Path) -> int | None:
+        """The folder's modification time, or None where it is not to be read."""
         try:
             status = folder.stat()
         except OSError as error:
             unlistable(folder, error)
-            return False
+            return None
         identity = (status.st_dev, status.st_ino)
         earlier = visited.get(identity)
         if earlier is None:
             visited[identity] = shown(folder)
-            return True
+            return status.st_mtime_ns
         log.add(
             "folder-seen-twice",
             f"the same folder as {earlier} (a symbolic link); its runs are read once, there",
             shown(folder),
             severity=Severity.WARNING,
         )
-        return False
+        return None
 
-    pending = [root] if first_visit(root) else []
+    root_time = first_visit(root)
+    pending = [] if root_time is None else [(root, root_time)]
     while pending:
-        here = pending.pop()
+        here, changed = pending.pop()
         try:
             with os.scandir(here) as listing:
                 entries = sorted(listing, key=lambda entry: entry.name)
@@ -182,6 +189,7 @@ def _data_files(
         has_summary = SUMMARY_FILE in names
         if has_summary:
             found.append((here, SUMMARY_FILE, "summary", ""))
+        first = len(found)
         for name in names:
             run = _RUN_FILE.match(name)
             failure = _FAILURE_FILE.match(name)
@@ -191,10 +199,132 @@ def _data_files(
                 found.append((here, name, "failure", failure.group(1)))
             elif name == WARMUP_FILE:
                 found.append((here, name, "warmup", ""))
+        backups = [at for at in range(first, len(found)) if found[at][2] == "backup"]
+        if backups:
+            newer = _modified_after(here, changed, [found[at][1] for at in backups])
+            for at in backups:
+                if found[at][1] in newer:
+                    found[at] = (here, found[at][1], "newer", found[at][3])
         # Checked in name order, so of two ways to one folder the first in that order reads it.
-        new_folders = [folder for folder in subfolders if first_visit(folder)]
+        new_folders = [
+            (folder, time) for folder in subfolders if (time := first_visit(folder)) is not None
+        ]
         pending.extend(reversed(new_folders))
     return found
+
+
+def _modified_after(folder: Path, changed: int, names: Sequence[str]) -> set[str]:
+    """The files of ``folder`` among ``names`` modified strictly after its summary.json (the
+    records are compared only for such a file, :func:`stale_summary`).
+
+    A sweep's run file arrives as a new entry of its folder (vLLM writes a run's file once,
+    and skips a run whose file is there), and a new, removed or renamed entry changes the
+    folder's time: where that time (``changed``) is not after the summary's, no file is
+    stat'ed and none is newer, so a current sweep costs one stat a folder. Else each file is
+    stat'ed (in the open folder where the system allows it: a stat of a bare name costs less
+    than one of a path's). vLLM writes a combo's summary.json right after its last run file,
+    in the same clock tick at times, so an equal time is not after. A file that cannot be
+    stat'ed is not (its reading reports it, if it is read); where the summary cannot be, none
+    is. Not seen: a run file rewritten in place, by hand, in a folder otherwise untouched."""
+    try:
+        written = os.stat(folder / SUMMARY_FILE).st_mtime_ns
+    except OSError:
+        return set()
+    if changed <= written:
+        return set()
+    opened = None
+    if os.stat in os.supports_dir_fd:
+        try:
+            opened = os.open(folder, os.O_RDONLY)
+        except OSError:
+            return set()
+    try:
+        after: set[str] = set()
+        for name in names:
+            try:
+                if opened is None:
+                    modified = os.stat(folder / name).st_mtime_ns
+                else:
+                    modified = os.stat(name, dir_fd=opened).st_mtime_ns
+            except OSError:
+                continue
+            if modified > written:
+                after.add(name)
+        return after
+    finally:
+        if opened is not None:
+            os.close(opened)
+
+
+def stale_summary(
+    summary: Sequence[Any],
+    suspects: Sequence[tuple[str, int | None, Any]],
+    content: Callable[[dict[str, Any]], bytes],
+) -> tuple[str, ...]:
+    """Why a combo's summary.json is stale, one reason per run file; empty if it is current.
+
+    vLLM writes each run's run=N.json as the run ends and the combo's summary.json (the list
+    of its runs' records) after the last: a sweep run again into the folder and stopped
+    before that write leaves an older, valid summary beside newer run files. The rule: the
+    summary is stale when a run file of its folder holds a run the summary lacks, one no
+    entry of the summary matches: in :func:`lib.repeated_runs.run_content` (``content``) for
+    a record, in value for what is no record (a summary may hold a crashed run's text).
+
+    Only ``suspects`` are checked, (file name, run number, its content or
+    :data:`~lib.keys.MISSING` if it cannot be read): the run files that may hold such a run,
+    those modified after the summary or numbered as none of its entries is
+    (:func:`_suspect_runs`); a current summary costs a stat per run file, no parsing. The
+    reason says whether the summary has an entry of that number (``differs from``) or none
+    (``is not in``); a suspect that cannot be read is a reason too (its reading reports why).
+    A suspect the summary holds (a copy that changed the files' times) is none: such a
+    summary is current, and nothing is said.
+
+    >>> record = {"run_number": 0, "output_throughput": 1.0}
+    >>> stale_summary([record], [("run=0.json", 0, dict(record))], repr)
+    ()
+    >>> stale_summary([record], [("run=0.json", 0, {"run_number": 0})], repr)
+    ('run=0.json differs from its run in summary.json',)
+    >>> stale_summary([record, "crashed"], [("run=1.json", 1, "crashed")], repr)
+    ()
+    >>> stale_summary([record], [("run=1.json", 1, MISSING), ("run=2.json", 2, record)], repr)
+    ('run=1.json cannot be read',)
+    >>> stale_summary([], [("run=3.json", 3, record)], repr)
+    ('run=3.json is not in summary.json',)
+    """
+
+    def held(entry: Any) -> bytes:
+        return content(entry) if isinstance(entry, dict) else repr(entry).encode()
+
+    summary_holds = {held(entry) for entry in summary}
+    numbers = summary_run_numbers(summary)
+    reasons: list[str] = []
+    for name, number, data in suspects:
+        if data is MISSING:
+            reasons.append(f"{name} cannot be read")
+        elif held(data) not in summary_holds:
+            how = "differs from its run in" if number in numbers else "is not in"
+            reasons.append(f"{name} {how} {SUMMARY_FILE}")
+    return tuple(reasons)
+
+
+def summary_run_numbers(summary: Sequence[Any]) -> set[int]:
+    """The run numbers of a summary.json's entries: each record's ``run_number``, else its
+    place in the list (what :class:`lib.rows.Rows` numbers it), and the place of what is no
+    record (a crashed run's text: its run file holds the same).
+
+    >>> sorted(summary_run_numbers([{"run_number": 4}, {}, "x", {"run_number": "?"}]))
+    [1, 2, 3, 4]
+    """
+    # Most summaries number every record: then the distinct values are all there is to check.
+    values = {record.get("run_number") if isinstance(record, dict) else None for record in summary}
+    given = {whole_number(value) for value in values}
+    if None not in given:
+        return {number for number in given if number is not None}
+    numbers: set[int] = set()
+    for position, record in enumerate(summary):
+        number = whole_number(record.get("run_number")) if isinstance(record, dict) else None
+        numbers.add(position if number is None else number)
+    return numbers
 
 
 def holds_runs(name: str) -> bool:
@@ -337,9 +467,9 @@ def _read(
     if progress is None and processes > 1:
         part = read_split(read, split(files, processes, split_from_bytes))
     if part is None:
-        # The progress wrapper sees the files read unless a summary is damaged (not the
+        # The progress wrapper sees the files read unless a summary is damaged or stale (not the
         # backups), and advances as each is read.
-        to_read = [folder / name for folder, name, kind, _ in files if kind != "backup"]
+        to_read = [folder / name for folder, name, kind, _ in files if kind not in _BACKUPS]
         ticks = iter(progress(to_read)) if progress else None
         part = read(files, ticks=ticks)
         if ticks is not None:
@@ -398,6 +528,52 @@ def _files_to_read(
     return files
 
 
+def _stale_reasons(
+    summary: list[Any],
+    files: Sequence[tuple[Path, str, str, str]],
+    index: int,
+    protected: Callable[[str], bool],
+) -> tuple[tuple[str, ...], list[int]]:
+    """:func:`stale_summary` of the summary.json at ``files[index]`` (its folder's entries
+    follow it), and the run numbers of the summary that no run=N.json of the folder has, in
+    order (not used where the summary is current)."""
+    folder = files[index][0]
+    end = index + 1
+    while end < len(files) and files[end][0] is folder:
+        end += 1
+    runs = [(name, kind, run) for _, name, kind, run in files[index + 1 : end] if kind in _BACKUPS]
+    if not runs:
+        return (), []
+    numbers = summary_run_numbers(summary)
+    suspects: list[tuple[str, int | None, Any]] = []
+    for name, run in _suspect_runs(runs, numbers):
+        data, _ = _read_json(folder / name, name, ProblemLog(), 1, protected)
+        number = whole_number(data.get("run_number")) if isinstance(data, dict) else None
+        suspects.append((name, whole_number_text(run) if number is None else number, data))
+    if not suspects:
+        return (), []
+    reasons = stale_summary(summary, suspects, functools.partial(run_content, protected=protected))
+    return reasons, sorted(numbers - {whole_number_text(run) for _, _, run in runs})
+
+
+def _suspect_runs(
+    runs: Sequence[tuple[str, str, str]], numbers: Collection[int]
+) -> list[tuple[str, str]]:
+    """The run files that may hold a run their summary.json lacks (:func:`stale_summary`):
+    of ``runs`` ((file name, kind, run number of the name) of a folder's run=N.json files),
+    those modified after the summary (kind ``newer``) and those whose number, as the name
+    writes it, is no run of the summary (``numbers``): (file name, run number of the name)
+    each. Compared as texts (cheaper than reading each name's number): a name with leading
+    zeros (run=007.json) is checked, and found in the summary if it holds that run.
+
+    >>> _suspect_runs([("run=0.json", "backup", "0"), ("run=1.json", "newer", "1"),
+    ...                ("run=2.json", "backup", "2"), ("run=01.json", "backup", "01")], {0, 1})
+    [('run=1.json', '1'), ('run=2.json', '2'), ('run=01.json', '01')]
+    """
+    texts = {str(number) for number in numbers}
+    return [(name, run) for name, kind, run in runs if kind == "newer" or run not in texts]
+
+
 def _read_part(
     files: Sequence[tuple[Path, str, str, str]],
     *,
@@ -414,10 +590,12 @@ def _read_part(
     # The ids of the folders whose summary.json was read: _data_files gives all the entries of
     # a folder the same Path object, and hashing a Path costs more than the rest of a skip.
     summaries_read: set[int] = set()
-    for folder, name, kind, run in files:
-        if kind == "backup" and id(folder) in summaries_read:
+    # The ids of the folders whose summary.json is stale: their run files are the data.
+    stale: set[int] = set()
+    for index, (folder, name, kind, run) in enumerate(files):
+        if kind in _BACKUPS and id(folder) in summaries_read:
             continue
-        if ticks is not None and kind != "backup":
+        if ticks is not None and kind not in _BACKUPS:
             next(ticks, None)
         file_path = folder / name
         relative = printable(file_path.relative_to(root).as_posix())
@@ -430,14 +608,15 @@ def _read_part(
                 severity=Severity.NOTE,
             )
             continue
-        if kind == "backup":
+        if kind in _BACKUPS:
+            if id(folder) not in stale:
+                log.add(
+                    "summary-replaced-by-runs",
+                    "summary.json could not be used, so the run=N.json files beside it were read",
+                    relative,
+                    severity=Severity.WARNING,
+                )
             kind = "run"
-            log.add(
-                "summary-replaced-by-runs",
-                "summary.json could not be used, so the run=N.json files beside it were read",
-                relative,
-                severity=Severity.WARNING,
-            )
         input_files.append(relative)
         number = whole_number_text(run) if run else None
         if run and number is None:
@@ -452,6 +631,23 @@ def _read_part(
         depth = 2 if kind == "summary" else 1 if kind == "run" else None
         data, parsed_by_orjson = _read_json(file_path, relative, log, depth, read.protected)
         if kind == "summary" and isinstance(data, list):
+            reasons, unfiled = _stale_reasons(data, files, index, read.protected)
+            if reasons:
+                stale.add(id(folder))
+                dropped = (
+                    f"; its runs {', '.join(map(str, unfiled))} have no run file and are not used"
+                    if unfiled
+                    else ""
+                )
+                log.add(
+                    "stale-summary",
+                    f"summary.json lacks runs that run files beside it hold"
+                    f" ({'; '.join(reasons)}): a sweep stopped before rewriting it? The"
+                    f" folder's run=N.json files are read instead{dropped}",
+                    combo or ".",
+                    severity=Severity.WARNING,
+                )
+                continue
             summaries_read.add(id(folder))
         if kind == "failure":
             failures.append((read.add_failure(data, relative, combo, number or 0), combo))

@@ -352,6 +352,36 @@ CASES = [
         ),
     ),
     Case(
+        "stale-summary",
+        # Issue 38: a valid summary.json that lacks a run its folder's run file holds (a sweep
+        # stopped between the two writes) was the data alone: the failed run 3 went unseen.
+        (
+            Expected(
+                "failed-requests",
+                f"{combo(4, 3)}/run=3.json",
+                "failed",
+                "failed=4",
+                anchor=4,
+                k=3,
+            ),
+        ),
+    ),
+    Case(
+        "huge-engine-settings",
+        # Issue 38: engine settings had no limit; every count has 2^31 - 1.
+        (
+            Expected(
+                "invalid-engine-setting",
+                f"{combo(4, 3)}/summary.json",
+                "max_cudagraph_capture_size",
+                "1e+300",
+            ),
+            Expected(
+                "invalid-engine-setting", f"{combo(4, 0)}/summary.json", "max_num_seqs", str(2**31)
+            ),
+        ),
+    ),
+    Case(
         "copied-combo-folder",
         (
             Expected(
@@ -578,3 +608,16 @@ def test_real_process_with_an_unreadable_file(copy_case: CopyCase) -> None:
         experiment,
     )
     assert not (experiment / RESULT_FILE).exists()
+
+
+def test_a_stale_summary_is_named_with_its_run_files(
+    copy_case: CopyCase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run files read instead of a stale summary.json are said to be, with the folder."""
+    experiment = copy_case("stale-summary")
+    assert main([str(experiment)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("warning [stale-summary]")]
+    assert lines, err
+    assert "(run=3.json is not in summary.json)" in lines[0]
+    assert lines[0].endswith(f"read instead in {combo(4, 3)}")

@@ -159,3 +159,20 @@ def test_a_flags_whole_number_is_ascii_digits_after_an_optional_minus(
 def test_a_flags_whole_number_refuses_anything_else(text: str, expected: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=expected):
         whole_number_argument(text)
+
+
+@pytest.mark.parametrize("name", ["--max-cudagraph-capture-size", "--max-num-seqs"])
+def test_engine_setting_flags_take_every_count_and_nothing_beyond(name: str) -> None:
+    """Issue 38: the engine settings have the one limit of every count, 2^31 - 1."""
+    from lib.keys import LARGEST_WHOLE_NUMBER
+    from lib.settings import DeploySettings
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser, DeploySettings)
+    parsed = from_arguments(DeploySettings, parser.parse_args([name, str(LARGEST_WHOLE_NUMBER)]))
+    assert LARGEST_WHOLE_NUMBER in (parsed.max_cudagraph_capture_size, parsed.max_num_seqs)
+    assert parsed.invalid() == []
+    for beyond in (str(LARGEST_WHOLE_NUMBER + 1), "1" + "0" * 300):
+        with pytest.raises(SystemExit) as stopped:
+            parser.parse_args([name, beyond])
+        assert stopped.value.code == 2

@@ -105,6 +105,12 @@ def sweeps(draw: st.DrawFn) -> dict[str, bytes]:
                 files[f"{folder}/run={run}.json"] = json.dumps(record).encode()
             if draw(st.booleans()):
                 files[f"{folder}/summary.json"] = json.dumps(records, indent=4).encode()
+                if draw(st.integers(0, 9)) == 0:
+                    # Issue 38: run again with one more run, stopped before the summary was
+                    # rewritten: a run file the (valid) summary lacks, written after it.
+                    extra = {**records[0], "run_number": len(records)}
+                    extra["output_throughput"] = base * draw(st.floats(0.9, 1.1))
+                    files[f"{folder}/run={len(records)}.json"] = json.dumps(extra).encode()
             if draw(st.integers(0, 9)) == 0:
                 failure = {"error": "RuntimeError: Server process died"}
                 files[f"{folder}/run={runs}.failure.json"] = json.dumps(failure).encode()

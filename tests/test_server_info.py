@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from paths import REPO, SAMPLE_SWEEPS
 
+from lib.keys import LARGEST_WHOLE_NUMBER
 from lib.problems import Severity
 from lib.server_info import SERVER_INFO_FILE_GLOB, ServerSettings, read_server_settings
 
@@ -42,6 +43,10 @@ RESPONSE: dict[str, Any] = {
     "vllm_env": {"VLLM_SERVER_DEV_MODE": True},
     "system_env": {"torch_version": "2.13.0+cpu"},
 }
+
+#: What a count and a capture size must be (issue 38: the limit of every count, 2^31 - 1).
+COUNT = f"a whole number from 1 to {LARGEST_WHOLE_NUMBER}, or null"
+SIZE = f"a whole number from 0 to {LARGEST_WHOLE_NUMBER}, or null"
 
 EXPECTED = ServerSettings(
     max_cudagraph_capture_size=32,
@@ -120,37 +125,37 @@ def test_no_saved_config_is_no_settings_and_no_problem(tmp_path: Path) -> None:
             ("compilation_config", "max_cudagraph_capture_size"),
             "512",
             "vllm_config.compilation_config.max_cudagraph_capture_size",
-            "a whole number >= 0, or null",
+            SIZE,
         ),
         (
             ("compilation_config", "max_cudagraph_capture_size"),
             -1,
             "vllm_config.compilation_config.max_cudagraph_capture_size",
-            "a whole number >= 0, or null",
+            SIZE,
         ),
         (
             ("compilation_config", "cudagraph_capture_sizes"),
             [1, "2"],
             "vllm_config.compilation_config.cudagraph_capture_sizes",
-            "a list of whole numbers >= 0, or null",
+            f"a list of whole numbers from 0 to {LARGEST_WHOLE_NUMBER}, or null",
         ),
         (
             ("scheduler_config", "max_num_seqs"),
             True,
             "vllm_config.scheduler_config.max_num_seqs",
-            "a whole number >= 1, or null",
+            COUNT,
         ),
         (
             ("scheduler_config", "max_num_batched_tokens"),
             0,
             "vllm_config.scheduler_config.max_num_batched_tokens",
-            "a whole number >= 1, or null",
+            COUNT,
         ),
         (
             ("speculative_config", "num_speculative_tokens"),
             2.5,
             "vllm_config.speculative_config.num_speculative_tokens",
-            "a whole number >= 0, or null",
+            SIZE,
         ),
         (
             ("speculative_config", "method"),
@@ -183,6 +188,41 @@ def test_a_field_of_the_wrong_type_is_named_and_the_rest_read(
         assert settings.max_cudagraph_capture_size == EXPECTED.max_cudagraph_capture_size
     if path[0] != "speculative_config":
         assert settings.method == EXPECTED.method
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (("compilation_config", "max_cudagraph_capture_size"), SIZE),
+        (("scheduler_config", "max_num_seqs"), COUNT),
+        (("scheduler_config", "max_num_batched_tokens"), COUNT),
+        (("speculative_config", "num_speculative_tokens"), SIZE),
+    ],
+)
+@pytest.mark.parametrize("value", [2**31, 10**300, 1e300], ids=["2^31", "10^300", "1e300"])
+def test_a_setting_beyond_every_count_is_unknown_never_taken(
+    tmp_path: Path, path: tuple[str, ...], expected: str, value: float
+) -> None:
+    """Issue 38: a huge C or max_num_seqs was taken and printed as a 301-digit range, then
+    dropped by the result reader. One limit for every count: 2^31 - 1 is taken, above is not."""
+    save(tmp_path, changed(path, value))
+    (settings,), (problem,) = read_server_settings(tmp_path)
+    assert (problem.rule, problem.field) == (
+        "invalid-server-info",
+        ".".join(("vllm_config", *path)),
+    )
+    assert problem.expected == expected
+    assert getattr(settings, path[-1]) is None
+    save(tmp_path, changed(path, LARGEST_WHOLE_NUMBER))
+    (settings,), problems = read_server_settings(tmp_path)
+    assert problems == [] and getattr(settings, path[-1]) == LARGEST_WHOLE_NUMBER
+
+
+def test_capture_sizes_beyond_every_count_are_unknown(tmp_path: Path) -> None:
+    save(tmp_path, changed(("compilation_config", "cudagraph_capture_sizes"), [1, 2**31]))
+    (settings,), (problem,) = read_server_settings(tmp_path)
+    assert problem.field == "vllm_config.compilation_config.cudagraph_capture_sizes"
+    assert settings.cudagraph_capture_sizes is None
 
 
 def test_whole_floats_are_whole_numbers(tmp_path: Path) -> None:

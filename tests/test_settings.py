@@ -11,6 +11,7 @@ from lib.settings import (
     DEFAULT_REPLICA_VAR,
     DEFAULT_SERVER_CV,
     DERIVED_COLUMNS,
+    DeploySettings,
     Fields,
     Options,
     Settings,
@@ -75,3 +76,13 @@ def test_no_derived_column_is_a_measurement(name: str) -> None:
         renamed = f"'record.{name}'"
         assert (renamed in found) == (name != "run_number")
     assert Settings(objective=f"record.{name}").invalid() == []
+
+
+@pytest.mark.parametrize("name", ["max_cudagraph_capture_size", "max_num_seqs"])
+def test_deploy_settings_beyond_every_count_are_invalid(name: str) -> None:
+    """Issue 38: settings built in code (the app, the loop) have the flags' limit, 2^31 - 1."""
+    assert DeploySettings(**{name: 2**31 - 1}).invalid() == []  # type: ignore[arg-type]
+    for beyond in (2**31, 10**300):
+        (reason,) = DeploySettings(**{name: beyond}).invalid()  # type: ignore[arg-type]
+        assert reason.endswith(f"{beyond}: expected a whole number up to 2147483647")
+        assert reason.startswith("--max-")

@@ -115,6 +115,28 @@ def test_a_run_copied_into_another_piece_is_read_by_one_reader(tmp_path: Path) -
     assert repeated and all("zz-copy" in problem.files[0] for problem in repeated)
 
 
+@pytest.mark.parametrize("metrics", [None, CLI_METRICS], ids=["every-metric", "cli-metrics"])
+def test_stale_summaries_split_read_as_one_reader_reads_them(
+    tmp_path: Path, metrics: tuple[str, ...] | None
+) -> None:
+    """Issue 38: a summary.json older than run files it lacks is read from its run files,
+    in whichever piece its folder falls, with the same warning."""
+    experiment = tmp_path / "sweep"
+    cells = {(anchor, k): [100.0 + anchor + k, 101.0, 99.0] for anchor in (1, 4) for k in (0, 3)}
+    write_grid(experiment, cells)
+    for folder in sorted(path for path in experiment.iterdir() if path.is_dir())[1::2]:
+        record = json.loads((folder / "run=2.json").read_text(encoding="utf-8"))
+        record.update(run_number=3, output_throughput=7.0)
+        (folder / "run=3.json").write_text(json.dumps(record), encoding="utf-8")
+    alone = read_sweep(experiment, metrics)
+    # One warning naming both folders: the same words for each (lib.problems merges them).
+    (stale,) = alone.problems
+    assert stale.rule == "stale-summary" and len(stale.files) == 2
+    for processes in (2, 3, 4):
+        split = read_sweep(experiment, metrics, processes=processes, split_from_bytes=0)
+        assert fields_shown(split) == fields_shown(alone), processes
+
+
 FORKED = """
 import hashlib, json, os, sys
 from lib.sweep_files import read_sweep_files

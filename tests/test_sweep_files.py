@@ -5,6 +5,7 @@ the folder loses nothing without a word."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import pickle
 import shutil
@@ -17,8 +18,9 @@ from typing import Any
 import polars as pl
 import pytest
 from paths import REPO, SAMPLE_SWEEPS
-from sweep_builder import HEALTHY, by_rule, healthy_copy, write_grid
+from sweep_builder import HEALTHY, by_rule, combo_name, healthy_copy, write_grid
 
+from lib import sweep_files
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
 from lib.problems import Severity
@@ -241,3 +243,179 @@ def test_a_folder_name_that_is_not_utf8_is_shown_escaped(
 )
 def test_a_run_number_in_a_file_name_is_ascii_digits(name: str, holds: bool) -> None:
     assert holds_runs(name) is holds
+
+
+# --- issue 38, kind 8: a summary.json older than run files it lacks is stale ---------------
+
+
+def _stale_sweep(tmp_path: Path) -> Path:
+    """A 1-anchor x 2-K sweep of 3 runs a cell (run files, then the summary, as vLLM writes)."""
+    return write_grid(tmp_path / "sweep", {(1, 0): [100.0, 101.0, 99.0], (1, 3): [150.0] * 3})
+
+
+def _combo(sweep: Path) -> Path:
+    return sweep / combo_name(1, 3)
+
+
+def _after_summary(path: Path, after_ns: int, summary: Path | None = None) -> None:
+    """Set ``path``'s times ``after_ns`` after its folder's summary.json's (or ``summary``'s):
+    the clock ticks coarsely, so files written one after the other may share a time."""
+    written = (summary or path.parent / "summary.json").stat().st_mtime_ns
+    os.utime(path, ns=(written + after_ns, written + after_ns))
+
+
+def _rewrite_run(folder: Path, number: int, after_summary_ns: int | None, **fields: Any) -> Path:
+    """run=``number``.json of ``folder`` written anew with ``fields`` changed (a new run with
+    that number if there is none), as a sweep writes a run's file: a new entry of the folder,
+    which changes the folder's time (set 1 s after the summary's). The file's time is set
+    ``after_summary_ns`` after the summary's (None: left)."""
+    path = folder / f"run={number}.json"
+    source = path if path.exists() else folder / "run=0.json"
+    record = json.loads(source.read_text(encoding="utf-8"))
+    record.update(run_number=number, **fields)
+    path.unlink(missing_ok=True)
+    path.write_text(json.dumps(record), encoding="utf-8")
+    if after_summary_ns is not None:
+        _after_summary(path, after_summary_ns)
+    _after_summary(folder, 10**9, folder / "summary.json")
+    return path
+
+
+def _throughputs(sweep: Path, k: int) -> list[float]:
+    runs = load_experiment(sweep).runs.filter(pl.col("k") == k).sort("run_number")
+    return runs["output_throughput"].to_list()
+
+
+@pytest.mark.parametrize(
+    ("number", "fields", "reason"),
+    [
+        (2, {"output_throughput": 10.0}, "run=2.json differs from its run in summary.json"),
+        (3, {"output_throughput": 11.0}, "run=3.json is not in summary.json"),
+    ],
+    ids=["a-run-measured-again", "a-run-added"],
+)
+def test_run_files_newer_than_a_summary_that_lacks_their_runs_are_the_data(
+    tmp_path: Path, number: int, fields: dict[str, Any], reason: str
+) -> None:
+    sweep = _stale_sweep(tmp_path)
+    _rewrite_run(_combo(sweep), number, 1_000_000_000, **fields)
+    read = load_experiment(sweep)
+    (stale,) = by_rule(read.problems)["stale-summary"]
+    assert stale.severity is Severity.WARNING
+    assert stale.files == (combo_name(1, 3),)
+    assert reason in stale.message and "run=N.json files are read instead" in stale.message
+    expected = {2: [150.0, 150.0, 10.0], 3: [150.0, 150.0, 150.0, 11.0]}[number]
+    assert _throughputs(sweep, 3) == expected
+    # The other combo's summary is current: still its data.
+    assert f"{combo_name(1, 0)}/summary.json" in read.input_files
+    assert f"{combo_name(1, 3)}/run={number}.json" in read.input_files
+    # One warning for the folder, not one per run file (a damaged summary's).
+    assert "summary-replaced-by-runs" not in by_rule(read.problems)
+
+
+@pytest.mark.parametrize(
+    ("after_ns", "stale"), [(-1, False), (0, False), (1, True)], ids=["older", "same", "newer"]
+)
+def test_a_run_file_is_newer_than_its_summary_only_strictly(
+    tmp_path: Path, after_ns: int, stale: bool
+) -> None:
+    """vLLM writes the summary right after the last run file, in the same clock tick at times:
+    only a run file modified strictly after it is checked against it."""
+    sweep = _stale_sweep(tmp_path)
+    _rewrite_run(_combo(sweep), 1, after_ns, output_throughput=10.0)
+    assert ("stale-summary" in by_rule(load_experiment(sweep).problems)) is stale
+    assert _throughputs(sweep, 3) == ([150.0, 10.0, 150.0] if stale else [150.0] * 3)
+
+
+def test_a_newer_run_file_the_summary_holds_is_no_reason(tmp_path: Path) -> None:
+    """A copy that did not keep the files' times (``cp -r``) leaves run files newer than the
+    summary that holds them: the summary is current and nothing is said."""
+    sweep = _stale_sweep(tmp_path)
+    for path in _combo(sweep).glob("run=*.json"):
+        _after_summary(path, 10**9)
+    _after_summary(_combo(sweep), 10**9, _combo(sweep) / "summary.json")
+    read = load_experiment(sweep)
+    assert read.problems == ()
+    assert f"{combo_name(1, 3)}/summary.json" in read.input_files
+    assert not any("run=" in name for name in read.input_files)
+
+
+def test_a_run_file_numbered_as_no_run_of_the_summary_is_checked_whatever_its_time(
+    tmp_path: Path,
+) -> None:
+    """A run the summary lacks by number is found without its time (a copy may have made it
+    older than the summary)."""
+    sweep = _stale_sweep(tmp_path)
+    _rewrite_run(_combo(sweep), 3, -(10**9), output_throughput=11.0)
+    (stale,) = by_rule(load_experiment(sweep).problems)["stale-summary"]
+    assert "run=3.json is not in summary.json" in stale.message
+    assert _throughputs(sweep, 3) == [150.0, 150.0, 150.0, 11.0]
+
+
+def test_a_newer_run_file_that_is_no_record_makes_the_summary_stale(tmp_path: Path) -> None:
+    """A run file cut off mid-write by the kill: the summary is stale, and the reading of the
+    run files reports the damaged one."""
+    sweep = _stale_sweep(tmp_path)
+    path = _rewrite_run(_combo(sweep), 3, None)
+    path.write_text(path.read_text(encoding="utf-8")[:40], encoding="utf-8")
+    _after_summary(path, 10**9)
+    found = by_rule(load_experiment(sweep).problems)
+    assert "run=3.json cannot be read" in found["stale-summary"][0].message
+    assert found["invalid-json"][0].files == (f"{combo_name(1, 3)}/run=3.json",)
+
+
+def test_a_stale_summary_names_its_runs_no_run_file_holds(tmp_path: Path) -> None:
+    """A run file removed to measure the run again, the sweep stopped before: the summary's
+    old run is not used, and the warning says so."""
+    sweep = _stale_sweep(tmp_path)
+    (_combo(sweep) / "run=0.json").unlink()
+    _rewrite_run(_combo(sweep), 2, 10**9, output_throughput=10.0)
+    (stale,) = by_rule(load_experiment(sweep).problems)["stale-summary"]
+    assert "its runs 0 have no run file and are not used" in stale.message
+    assert _throughputs(sweep, 3) == [150.0, 10.0]
+
+
+def test_a_current_summary_reads_no_run_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hot path: beside a current summary a run file costs a stat, never a parse."""
+    sweep = _stale_sweep(tmp_path)
+    opened: list[str] = []
+    real = sweep_files._read_json
+
+    def spy(path: Path, *args: Any, **kwargs: Any) -> Any:
+        opened.append(path.name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(sweep_files, "_read_json", spy)
+    load_experiment(sweep)
+    assert opened == ["summary.json", "summary.json"]
+
+
+def test_run_files_are_timed_only_where_their_folder_changed_after_the_summary(
+    tmp_path: Path,
+) -> None:
+    """A sweep's run file arrives as a new entry of its folder, which changes the folder's
+    time: a folder untouched since its summary costs one stat, and a run file edited in place
+    there (by hand: vLLM writes a run's file once) is not seen."""
+    sweep = _stale_sweep(tmp_path)
+    path = _combo(sweep) / "run=1.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**record, "output_throughput": 10.0}), encoding="utf-8")
+    _after_summary(path, 10**9)
+    _after_summary(_combo(sweep), 0, _combo(sweep) / "summary.json")
+    assert "stale-summary" not in by_rule(load_experiment(sweep).problems)
+    _after_summary(_combo(sweep), 1, _combo(sweep) / "summary.json")
+    assert "stale-summary" in by_rule(load_experiment(sweep).problems)
+
+
+def test_a_run_file_numbered_past_the_limit_beside_a_summary_is_named(tmp_path: Path) -> None:
+    """Its number is no run of the summary (none is past 2^31 - 1), so it is checked."""
+    sweep = _stale_sweep(tmp_path)
+    _rewrite_run(_combo(sweep), 0, 10**9, output_throughput=12.0).rename(
+        _combo(sweep) / f"run={'9' * 240}.json"
+    )
+    found = by_rule(load_experiment(sweep).problems)
+    # Its record says run 0, which it holds differently from the summary.
+    assert "9999.json differs from its run in summary.json" in found["stale-summary"][0].message
+    assert "invalid-file-name" in found

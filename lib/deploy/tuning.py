@@ -100,8 +100,9 @@ def _recorded_values(sweep: Sweep) -> dict[str, dict[int, str]]:
             if name not in sweep.runs.columns:
                 continue
             for value in sweep.runs[name].drop_nulls().unique().sort().to_list():
-                if float(value).is_integer() and value >= 1:
-                    stated[setting].setdefault(int(value), f"the records' {name}")
+                number = whole_number(value)
+                if number is not None and number >= 1:
+                    stated[setting].setdefault(number, f"the records' {name}")
     for config in sweep.compilation_configs:
         size = _capture_size(config)
         if size is not None:
@@ -163,11 +164,9 @@ def anchors_above_max_num_seqs(sweep: Sweep, saved: list[ServerSettings]) -> lis
     chosen_below: list[tuple[dict[str, Any], tuple[int, str]]] = []
     for key in placed.select(keys).unique(maintain_order=True).to_dicts():
         found = [
-            (int(value), f"the records' {name}")
+            (number, f"the records' {name}")
             for name in columns
-            if isinstance(value := key[name], int | float)
-            and float(value).is_integer()
-            and value >= 1
+            if (number := whole_number(key[name])) is not None and number >= 1
         ]
         if by_folder:
             found += [

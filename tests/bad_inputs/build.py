@@ -333,6 +333,27 @@ def copied_combo_folder() -> dict[str, bytes]:
     return files
 
 
+def stale_summary() -> dict[str, bytes]:
+    """A sweep run again into its folders with one more run (`--num-runs 4`), stopped before
+    it rewrote the last combo's summary.json: the valid old summary lacks run 3, whose file
+    beside it failed requests (issue 38: it was read from the summary alone, exit 0)."""
+    files = render(healthy())
+    extra = record(4, 3, 3, THROUGHPUT[(4, 3)][0])
+    extra.update(failed=4, completed=NUM_PROMPTS - 4)
+    files[f"{combo(4, 3)}/run=3.json"] = dump(extra)
+    return files
+
+
+def huge_engine_settings() -> dict[str, bytes]:
+    """Serve params beyond every count (issue 38: taken, printed as a 301-digit range, then
+    dropped by the result reader): a capture ceiling of 1e300, a max_num_seqs of 2^31."""
+    combos = healthy()
+    for run in range(3):
+        set_field(combos, combo(4, 3), run, "max_cudagraph_capture_size", 1e300)
+        set_field(combos, combo(4, 0), run, "max_num_seqs", 2**31)
+    return render(combos)
+
+
 def context_sweep() -> Combos:
     """The healthy sweep measured at two prompt lengths (``random_input_len`` 512 and 8192,
     the same throughputs: a context axis whose points agree)."""
@@ -389,6 +410,8 @@ CASES: dict[str, Callable[[], dict[str, bytes]]] = {
     "bad-health-fields": bad_health_fields,
     "pooled-servers": pooled_servers,
     "copied-combo-folder": copied_combo_folder,
+    "stale-summary": stale_summary,
+    "huge-engine-settings": huge_engine_settings,
     "replicas-of-two-configurations": replicas_of_two_configurations,
 }
 

@@ -258,3 +258,26 @@ def test_without_a_ceiling_the_points_keep_their_schedules(tmp_path: Path) -> No
     # C assumed (512): 64 x (1 + 3) = 256 <= 512, so nothing is capped, byte for byte.
     for before, after in zip(grid.contexts, deployed.contexts, strict=True):
         assert after.result.schedule == before.result.schedule
+
+
+def test_a_ceiling_beyond_every_count_is_never_taken(tmp_path: Path) -> None:
+    """Issue 38: the loader refuses such a sweep (invalid-engine-setting); the facts never
+    take the value either (the app asks for them on what it loaded): C is not 2^31."""
+    for size in (2**31, 10**300):
+        root = write_grid(
+            tmp_path / f"s{len(str(size))}",
+            CELLS,
+            compilation_config={"max_cudagraph_capture_size": size},
+            max_num_seqs=2**31,
+        )
+        facts, _ = sweep_engine_facts(load_experiment(root))
+        assert (facts.max_cudagraph_capture_size, facts.max_num_seqs) == (None, None)
+    root = write_grid(
+        tmp_path / "limit",
+        CELLS,
+        compilation_config={"cudagraph_capture_sizes": [1, 2**31 - 1]},
+        max_num_seqs=2**31 - 1,
+    )
+    facts, _ = sweep_engine_facts(load_experiment(root))
+    assert facts.max_cudagraph_capture_size is not None and facts.max_num_seqs is not None
+    assert facts.max_cudagraph_capture_size.value == facts.max_num_seqs.value == 2**31 - 1

@@ -18,7 +18,13 @@ from lib.flags import flag, flag_name
 from lib.keys import parse_json_string, whole_number_text
 from lib.loop.plan.inputs import whole_or_none
 from lib.problems import Problem, Severity
-from lib.settings import DEFAULT_REPLICA_VAR, PROMPT_TOKENS_RANGE, prompt_length_reason
+from lib.settings import (
+    DEFAULT_REPLICA_VAR,
+    ENGINE_SETTING_EXPECTED,
+    PROMPT_TOKENS_RANGE,
+    beyond_every_count,
+    prompt_length_reason,
+)
 
 __all__ = [
     "DATASET_LENGTH_FLAGS",
@@ -363,6 +369,10 @@ class SweepDesign:
                 bad(name, value, ">= 1")
         if self.num_runs < 1:
             bad("num_runs", self.num_runs, ">= 1")
+        for name in ENGINE_PARAMS:
+            # A stored design (--design) is no flag: the limit of every count is checked here.
+            if beyond_every_count(getattr(self, name)):
+                bad(name, getattr(self, name), ENGINE_SETTING_EXPECTED)
         if self.max_num_seqs is not None and (
             self.max_num_seqs < 1 or (self.anchors and self.max_num_seqs < self.deploy_max)
         ):

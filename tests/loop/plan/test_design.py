@@ -54,6 +54,13 @@ def test_default_anchors_are_powers_of_two_up_to_the_maximum() -> None:
         ),
         ({"max_num_seqs": 4}, "--max-num-seqs", ">= the deployment maximum, 8"),
         ({"max_cudagraph_capture_size": 0}, "--max-cudagraph-capture-size", ">= 1"),
+        # Issue 38: a stored design (--design) is no flag; the limit of every count holds.
+        ({"max_num_seqs": 2**31}, "--max-num-seqs", "a whole number up to 2147483647"),
+        (
+            {"max_cudagraph_capture_size": 10**300},
+            "--max-cudagraph-capture-size",
+            "a whole number up to 2147483647",
+        ),
         (
             {"max_cudagraph_capture_size": 64, "serve_args": "--max_cudagraph_capture_size=32"},
             "--serve-args",
@@ -103,6 +110,7 @@ def test_engine_settings_at_their_limits_are_planned() -> None:
     values: dict[str, Any] = {"model": "m", "method": "ngram", "ks": (0, 1), "anchors": (1, 8)}
     for changes in (
         {"max_num_seqs": 8, "max_cudagraph_capture_size": 1},
+        {"max_num_seqs": 2**31 - 1, "max_cudagraph_capture_size": 2**31 - 1},
         {"serve_args": "--max-cudagraph-capture-size 32"},
     ):
         assert SweepDesign(**{**values, **changes}).invalid() == []
