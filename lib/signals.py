@@ -7,10 +7,10 @@ Rules, each one function:
   force (the CLI's whole run), each raises :class:`Stopped` in the main thread, wherever it
   is, so every ``finally`` on the way out runs: children are killed and reaped
   (:func:`lib.prefetch.stop_children`), temporaries removed. The command then exits
-  :func:`exit_status` (128 + the signal's number, the shell's convention: 130 for SIGINT, 143
-  for SIGTERM), with one line on stderr and no traceback. A signal ignored when the command
-  started (``nohup``, a background job's SIGINT) stays ignored; a second one while stopping
-  is ignored too (the cleanup finishes).
+  :func:`exit_status` (130, whichever stop signal: the project's contract for a stopped
+  command), with one line on stderr naming the signal and no traceback. A signal ignored when
+  the command started (``nohup``, a background job's SIGINT) stays ignored; a second one while
+  stopping is ignored too (the cleanup finishes).
 - A section that must not be cut (writing files: each old or new, never mixed) runs inside
   :func:`deferred`: a stop signal met there waits until it ends. The deferral is by a flag the
   handler reads, not by blocking the signal: a process-directed signal may be delivered to any
@@ -34,6 +34,7 @@ from types import FrameType
 from typing import Any
 
 __all__ = [
+    "EXIT_STOPPED",
     "STOP_SIGNALS",
     "Stopped",
     "deferred",
@@ -69,14 +70,20 @@ class _State:
     stopping = False
 
 
-def exit_status(number: int) -> int:
-    """The exit status of a command stopped by signal ``number``: 128 + its number, as a shell
-    reports a process it killed (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
+#: The exit status of a command a stop signal ended, whichever: 130 (128 + SIGINT), as the
+#: developers' guide has it for SIGINT and SIGTERM alike, so that a caller tells "stopped" from
+#: "bad input" (2) by one number; the line on stderr names the signal.
+EXIT_STOPPED = 130
 
-    >>> exit_status(signal.SIGINT), exit_status(signal.SIGTERM)
-    (130, 143)
+
+def exit_status(number: int) -> int:
+    """The exit status of a command stopped by signal ``number``: :data:`EXIT_STOPPED` for
+    every stop signal (SIGINT, SIGTERM, SIGHUP), not 128 + its number.
+
+    >>> exit_status(signal.SIGINT), exit_status(signal.SIGTERM), exit_status(signal.SIGHUP)
+    (130, 130, 130)
     """
-    return 128 + int(number)
+    return EXIT_STOPPED
 
 
 def _handle(number: int, frame: FrameType | None) -> None:

@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; a closed stdout (``tune-spec-k DIR | head -1``) ends quietly, one that
     fails (``> /dev/full``) ends with a line on stderr and :data:`EXIT_BAD_INPUT`; a stop
     signal (SIGINT, SIGTERM, SIGHUP) ends at once, with a line on stderr, no child left and no
-    file half-written, and 128 + its number (:mod:`lib.signals`)."""
+    file half-written, and 130 (:data:`lib.signals.EXIT_STOPPED`)."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     with signals.raised():
         try:
@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _stopped(stop: BaseException) -> int:
     """A command stopped by a signal (:mod:`lib.signals`): every child killed and reaped, one
-    line on stderr, no traceback; 128 + the signal's number (130 for SIGINT)."""
+    line on stderr, no traceback; 130 whichever the signal (:data:`lib.signals.EXIT_STOPPED`)."""
     from lib.prefetch import stop_children
 
     stop_children()
