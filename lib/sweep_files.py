@@ -314,10 +314,14 @@ def summary_run_numbers(summary: Sequence[Any]) -> set[int]:
 
     >>> sorted(summary_run_numbers([{"run_number": 4}, {}, "x", {"run_number": "?"}]))
     [1, 2, 3, 4]
+    >>> sorted(summary_run_numbers([{"run_number": [1]}, {"run_number": 0}]))  # not hashable
+    [0]
     """
     # Most summaries number every record: then the distinct values are all there is to check.
-    values = {record.get("run_number") if isinstance(record, dict) else None for record in summary}
-    given = {whole_number(value) for value in values}
+    given = {
+        whole_number(record.get("run_number")) if isinstance(record, dict) else None
+        for record in summary
+    }
     if None not in given:
         return {number for number in given if number is not None}
     numbers: set[int] = set()

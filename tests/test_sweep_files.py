@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 import pytest
 from paths import REPO, SAMPLE_SWEEPS
-from sweep_builder import HEALTHY, by_rule, combo_name, healthy_copy, write_grid
+from sweep_builder import HEALTHY, by_rule, combo_name, healthy_copy, read_sweep, write_grid
 
 from lib import sweep_files
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
@@ -419,3 +419,21 @@ def test_a_run_file_numbered_past_the_limit_beside_a_summary_is_named(tmp_path: 
     # Its record says run 0, which it holds differently from the summary.
     assert "9999.json differs from its run in summary.json" in found["stale-summary"][0].message
     assert "invalid-file-name" in found
+
+
+def test_a_summary_whose_run_numbers_are_not_numbers_is_checked_without_a_crash(
+    tmp_path: Path,
+) -> None:
+    """A summary.json whose records hold a run_number that is a list (unhashable: the stale
+    check collected the raw values in a set and raised TypeError, found by the split-read
+    property) beside a run file it lacks: checked, the run file read, no traceback."""
+    sweep = _stale_sweep(tmp_path)
+    folder = _combo(sweep)
+    summary = folder / "summary.json"
+    records = json.loads(summary.read_text(encoding="utf-8"))
+    for record in records:
+        record["run_number"] = [1]
+    summary.write_text(json.dumps(records), encoding="utf-8")
+    _rewrite_run(folder, 5, 10**9)
+    files = read_sweep(sweep)
+    assert "stale-summary" in {problem.rule for problem in files.problems}
