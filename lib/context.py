@@ -31,7 +31,7 @@ from lib.context_grid import (
 from lib.context_grid import ContextPoint as GridPoint
 from lib.objectives import direction_problems
 from lib.problems import Problem, Severity
-from lib.schedule import candidate_json, finite_or_none
+from lib.schedule import candidate_json, finite_or_none, interpolated_schedule
 from lib.settings import (
     Options,
     Settings,
@@ -115,8 +115,13 @@ class ContextAnalysis:
         rules the file's reader applies, :func:`lib.context_grid.unexportable_grid_problems`)."""
         cells: dict[tuple[int, int], GridCell] = {}
         points = tuple(
-            GridPoint(point.prompt_tokens, point.context_tokens, point.output_tokens)
-            for point in self.axis.points
+            GridPoint(
+                point.prompt_tokens,
+                point.context_tokens,
+                point.output_tokens,
+                interpolated_schedule(analysis.result),
+            )
+            for point, analysis in zip(self.axis.points, self.contexts, strict=True)
         )
         for point, analysis in zip(points, self.contexts, strict=True):
             cells.update(_grid_cells(point, analysis, self.confidence))

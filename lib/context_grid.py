@@ -22,9 +22,11 @@ from typing import Any
 from lib.files import read_json
 from lib.keys import MISSING, whole_number
 from lib.problems import Problem, Severity, show_value
+from lib.schedule import Schedule
 from lib.settings import Direction, prompt_length_expected, prompt_length_reason
 
 __all__ = [
+    "INTERPOLATED_KEY",
     "ContextGrid",
     "ContextPoint",
     "GridCell",
@@ -38,6 +40,9 @@ __all__ = [
 
 
 _DIRECTIONS: tuple[Direction, ...] = ("maximize", "minimize")
+#: A context point's schedule switching at its interpolated crossovers
+#: (``--interpolated-schedule``).
+INTERPOLATED_KEY = "interpolated_schedule"
 
 # --------------------------------------------------------------------------- the grid
 
@@ -45,19 +50,25 @@ _DIRECTIONS: tuple[Direction, ...] = ("maximize", "minimize")
 @dataclass(frozen=True)
 class ContextPoint:
     """One measured context point: the prompt length (what ``--context-mix`` names), the
-    decode-time context (prompt + output / 2: what bucket boundaries fall between) and the
-    output length (None when the tuner did not know it)."""
+    decode-time context (prompt + output / 2: what bucket boundaries fall between), the
+    output length (None when the tuner did not know it) and, tuned with
+    ``--interpolated-schedule``, the point's schedule switching at its interpolated crossovers
+    (None: it switches at the anchors)."""
 
     prompt_tokens: int
     context_tokens: int
     output_tokens: int | None
+    interpolated: Schedule | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "context_tokens": self.context_tokens,
             "output_tokens": self.output_tokens,
         }
+        if self.interpolated is not None:
+            found[INTERPOLATED_KEY] = self.interpolated.to_json()
+        return found
 
 
 @dataclass(frozen=True)
@@ -391,7 +402,8 @@ def not_deployable_refusal(refused: bool, reason: str | None, source: str) -> li
 
 def _points(reader: _Reader, axis: Mapping[str, Any]) -> tuple[ContextPoint, ...]:
     """The axis's context points, checked: whole token counts, strictly increasing prompt and
-    context lengths (bucket boundaries need distinct, ordered contexts)."""
+    context lengths (bucket boundaries need distinct, ordered contexts), and an interpolated
+    schedule where one is written (vLLM's rules, :meth:`lib.schedule.Schedule.parse`)."""
     points = []
     for path, raw in reader.objects(axis, "points", "context_axis"):
         prompt = reader.prompt(raw, path)
@@ -399,8 +411,18 @@ def _points(reader: _Reader, axis: Mapping[str, Any]) -> tuple[ContextPoint, ...
         output = None
         if "output_tokens" in raw:
             output = reader.whole(raw, "output_tokens", path, 0, nullable=True)
+        interpolated = None
+        if raw.get(INTERPOLATED_KEY) is not None:
+            interpolated, violations = Schedule.parse(raw[INTERPOLATED_KEY])
+            for violation in violations:
+                reader.bad(
+                    f"{path}.{INTERPOLATED_KEY}",
+                    raw[INTERPOLATED_KEY],
+                    "a schedule vLLM accepts",
+                    f"the interpolated schedule breaks vLLM's rule: {violation}",
+                )
         if prompt is not None and context is not None:
-            points.append(ContextPoint(prompt, context, output))
+            points.append(ContextPoint(prompt, context, output, interpolated))
     for before, after in itertools.pairwise(points):
         if after.prompt_tokens <= before.prompt_tokens or (
             after.context_tokens <= before.context_tokens

@@ -42,6 +42,7 @@ __all__ = [
     "candidate_json",
     "decided_schedule",
     "finite_or_none",
+    "interpolated_schedule",
     "merge_picks",
     "schedule_problems",
     "seed_decision",
@@ -473,3 +474,17 @@ def finite_or_none(value: float | None) -> float | None:
     """``value`` where it is a finite float, else None: how the result JSON writes a statistic
     that is not finite (JSON has no NaN or infinity)."""
     return value if value is not None and math.isfinite(value) else None
+
+
+def interpolated_schedule(result: TuningResult) -> Schedule | None:
+    """The schedule switching at the interpolated crossovers where ``result`` emits it
+    (``--interpolated-schedule``: its ``switch_points`` addition says ``"interpolated"``), None
+    where it switches at the anchors. The uncapped one: like the grid's picks, it is what the
+    context formats export and check, not what a capture ceiling made of it. (The addition is
+    :class:`lib.switch_points.EmittedSwitchPoints`, read by its fields: that module builds on
+    this one.)"""
+    emitted = result.additions.get("switch_points")
+    if getattr(emitted, "emitted", "step") != "interpolated":
+        return None
+    schedule = getattr(getattr(emitted, "points", None), "schedule", None)
+    return schedule if isinstance(schedule, Schedule) else None

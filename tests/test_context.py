@@ -211,8 +211,9 @@ def test_the_default_mix_exports_the_shortest_context_s_own_picks(tmp_path: Path
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 63, 3], [64, 64, 0]]
 
 
+@pytest.mark.parametrize("interpolated", [False, True])
 @pytest.mark.parametrize("sample", ["long-context", "real-cpu-context"])
-def test_the_typed_grid_is_the_grid_its_json_reads_back_as(sample: str) -> None:
+def test_the_typed_grid_is_the_grid_its_json_reads_back_as(sample: str, interpolated: bool) -> None:
     from paths import SAMPLE_SWEEPS
 
     from lib.context_grid import context_grid_of
@@ -220,10 +221,15 @@ def test_the_typed_grid_is_the_grid_its_json_reads_back_as(sample: str) -> None:
     sweep = load_experiment(SAMPLE_SWEEPS / sample)
     axis, _ = find_context_axis(sweep, ContextSettings())
     assert axis is not None
-    analysis = analyse_contexts(sweep, axis, Settings(), Options())
+    analysis = analyse_contexts(
+        sweep, axis, Settings(), Options(interpolated_schedule=interpolated)
+    )
     typed, problems = analysis.typed_grid
     read, read_problems = context_grid_of(_document(analysis), "the result")
     assert (typed, problems) == (read, read_problems)
+    if typed is not None:
+        # Each point holds its interpolated schedule exactly when the tuning emits it.
+        assert all((point.interpolated is not None) == interpolated for point in typed.points)
     # long-context exports; real-cpu-context's noisy cells leave some undecided: refused.
     assert (typed is not None) == (sample == "long-context")
 

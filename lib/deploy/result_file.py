@@ -31,12 +31,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lib.cliffs import CLIFF_RULE
-from lib.context_grid import ContextGrid, context_grid_of
+from lib.context_grid import INTERPOLATED_KEY, ContextGrid, context_grid_of
 from lib.deploy.engine import EngineFacts, Fact, VllmCap
 from lib.files import read_json
 from lib.keys import MISSING, stated_k, whole_number, whole_number_text
 from lib.problems import Problem, Severity
-from lib.schedule import NO_SCHEDULE, JsonValue, Schedule, candidate_json, finite_or_none
+from lib.schedule import (
+    NO_SCHEDULE,
+    JsonValue,
+    Schedule,
+    candidate_json,
+    finite_or_none,
+    interpolated_schedule,
+)
 from lib.settings import Direction
 
 if TYPE_CHECKING:
@@ -182,7 +189,10 @@ def _context_document(
     data["context_axis"] = {
         "field": analysis.axis.field,
         "tolerance": analysis.axis.tolerance,
-        "points": [point.to_json() for point in analysis.axis.points],
+        "points": [
+            _point_json(point.to_json(), interpolated_schedule(context.result))
+            for point, context in zip(analysis.axis.points, analysis.contexts, strict=True)
+        ],
         "deployable": analysis.deployable,
         "not_deployable_reason": analysis.not_deployable_reason,
     }
@@ -192,6 +202,15 @@ def _context_document(
     data["context_measurement_plan"] = analysis.context_points_to_measure()
     data["verdict"] = verdict.to_json()
     return data
+
+
+def _point_json(point: dict[str, Any], interpolated: Schedule | None) -> dict[str, Any]:
+    """A context point as the file holds it: with its interpolated schedule where the point's
+    analysis emits one (:func:`lib.schedule.interpolated_schedule`), read back into
+    :attr:`lib.context_grid.ContextPoint.interpolated`."""
+    if interpolated is None:
+        return point
+    return {**point, INTERPOLATED_KEY: interpolated.to_json()}
 
 
 # --------------------------------------------------------------------------- the reader

@@ -112,6 +112,29 @@ def vllm_context_violations(
     return violations
 
 
+def mix_schedule(grid: ContextGrid, mix: ContextMix, step: Schedule) -> tuple[Schedule, str | None]:
+    """The batch schedule for ``mix`` and what to say of it. Tuned with
+    ``--interpolated-schedule`` (each point then holds its schedule switching at the
+    interpolated crossovers, :attr:`lib.context_grid.ContextPoint.interpolated`), a mix of one
+    context point runs that point's interpolated schedule: the one the batch-only answer of
+    that length runs, so one run never prints two vLLM configs for the same traffic. A mix of
+    several points has no interpolated curve of its own: ``step`` (switching at the anchors),
+    and a note saying so. Without interpolated points: ``step`` and nothing to say."""
+    if not any(point.interpolated is not None for point in grid.points):
+        return step, None
+    weighed = [point for point in grid.points if mix.weight(point.prompt_tokens) > 0]
+    if len(weighed) == 1 and weighed[0].interpolated is not None:
+        return weighed[0].interpolated, (
+            f"the schedule switches at the interpolated crossovers of the"
+            f" {weighed[0].prompt_tokens}-token point (--interpolated-schedule), as that"
+            " length's batch-only schedule does"
+        )
+    return step, (
+        "--interpolated-schedule interpolates a mix of one prompt length only: this mix's"
+        " schedule switches at the anchors"
+    )
+
+
 def vllm_context_export(
     grid: ContextGrid, mix: ContextMix, global_k: int
 ) -> tuple[ContextExport | None, list[Problem]]:
@@ -134,10 +157,14 @@ def vllm_context_export(
                 value=", ".join(lacking),
             )
         ]
-    schedule = Schedule.from_picks(grid.anchors, [k or 0 for k in picks], grid.max_batch_size)
+    step = Schedule.from_picks(grid.anchors, [k or 0 for k in picks], grid.max_batch_size)
+    schedule, interpolation = mix_schedule(grid, mix, step)
     per_context = {
-        str(point.prompt_tokens): Schedule.from_picks(
-            grid.anchors, [row[index].selected_k for row in grid.rows], grid.max_batch_size
+        str(point.prompt_tokens): (
+            point.interpolated
+            or Schedule.from_picks(
+                grid.anchors, [row[index].selected_k for row in grid.rows], grid.max_batch_size
+            )
         ).to_json()
         for index, point in enumerate(grid.points)
     }
@@ -153,6 +180,7 @@ def vllm_context_export(
         "the config runs one batch schedule at every context length (vLLM has no context"
         " axis): it is the mix's best; per_context holds each measured context's own schedule"
         " (no loss at that context)",
+        *([interpolation] if interpolation is not None else []),
     ]
     return finished_export(
         grid,

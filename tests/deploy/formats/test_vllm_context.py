@@ -4,6 +4,11 @@ the format's entry in the registry.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+from pathlib import Path
+
 import pytest
 from grid_builder import (
     PUBLISHED,
@@ -11,7 +16,10 @@ from grid_builder import (
     mix_of,
     result_json,
 )
+from paths import SAMPLE_SWEEPS
 
+from lib.cli.main import main
+from lib.context_grid import context_grid_of
 from lib.deploy.formats.vllm_context import (
     FORMAT,
     mix_choice,
@@ -121,3 +129,66 @@ def test_it_is_registered_as_a_context_format() -> None:
 
 def test_it_is_checked_by_the_capture_rule() -> None:
     assert FORMAT.reads_ceiling
+
+
+# --------------------------------------------------------------------------- interpolated
+
+
+def _tune(tmp_path: Path, *flags: str) -> tuple[list[str], Path]:
+    """`tune-spec-k long-context FLAGS`: its stdout lines and the result file."""
+    result = tmp_path / "result.json"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        status = main([str(SAMPLE_SWEEPS / "long-context"), "--output-json", str(result), *flags])
+    assert status == 0
+    return out.getvalue().splitlines(), result
+
+
+def _vllm_context_schedule(lines: list[str]) -> list[list[int]]:
+    (line,) = [line for line in lines if line.startswith("vllm-context: --speculative-config")]
+    return json.loads(line.split("'")[1])["num_speculative_tokens_per_batch_size"]
+
+
+def _exported(result: Path, *flags: str) -> tuple[list[list[int]], list[str]]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["export", str(result), "--format", "vllm-context", *flags]) == 0
+    lines = out.getvalue().splitlines()
+    return json.loads(lines[0])["num_speculative_tokens_per_batch_size"], lines
+
+
+def test_an_interpolated_tuning_prints_one_vllm_config_for_one_length(tmp_path: Path) -> None:
+    """Issue 38, kind 1: with --interpolated-schedule the batch-only answer switched at the
+    interpolated crossovers and vllm-context (the default mix: the shortest length alone) at
+    the anchors, so one run printed two vLLM configs. Now both are the interpolated one, in the
+    run's lines and in `export` of its file alike."""
+    lines, result = _tune(tmp_path, "--interpolated-schedule")
+    answer = json.loads(lines[0])
+    assert _vllm_context_schedule(lines) == answer
+    exported, export_lines = _exported(result)
+    assert exported == answer
+    assert any("interpolated crossovers of the 512-token point" in line for line in export_lines)
+    # Tuned at the anchors (the default), both are the step schedule, and it differs.
+    step_lines, step_result = _tune(tmp_path / "step")
+    assert _vllm_context_schedule(step_lines) == json.loads(step_lines[0]) != answer
+    assert _exported(step_result)[0] == json.loads(step_lines[0])
+
+
+def test_a_mix_of_several_lengths_switches_at_the_anchors_and_says_so(tmp_path: Path) -> None:
+    _, result = _tune(tmp_path, "--interpolated-schedule")
+    _, step_result = _tune(tmp_path / "step")
+    mix = ["--context-mix", "512:0.5,32768:0.5"]
+    exported, lines = _exported(result, *mix)
+    assert exported == _exported(step_result, *mix)[0]
+    assert any("interpolates a mix of one prompt length only" in line for line in lines)
+
+
+def test_a_damaged_interpolated_schedule_is_refused_naming_the_field() -> None:
+    data = result_json(PUBLISHED)
+    data["context_axis"]["points"][0]["interpolated_schedule"] = [[2, 256, 3]]
+    grid, problems = context_grid_of(data, "result.json")
+    assert grid is None
+    (problem,) = problems
+    assert problem.field == "context_axis.points[0].interpolated_schedule"
+    assert problem.files == ("result.json",)
+    assert problem.message.endswith("the first range starts at 2, not 1")
