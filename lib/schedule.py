@@ -41,6 +41,7 @@ __all__ = [
     "TuningResult",
     "candidate_json",
     "decided_schedule",
+    "emitted_schedule",
     "finite_or_none",
     "interpolated_schedule",
     "merge_picks",
@@ -476,15 +477,22 @@ def finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def emitted_schedule(result: TuningResult) -> str:
+    """Which schedule ``result`` deploys: ``"interpolated"`` (``--interpolated-schedule``) or
+    ``"step"``, as its ``switch_points`` addition says (step without one). The addition is
+    :class:`lib.switch_points.EmittedSwitchPoints`, read by its fields: that module builds on
+    this one."""
+    emitted = result.additions.get("switch_points")
+    return str(getattr(emitted, "emitted", "step"))
+
+
 def interpolated_schedule(result: TuningResult) -> Schedule | None:
     """The schedule switching at the interpolated crossovers where ``result`` emits it
-    (``--interpolated-schedule``: its ``switch_points`` addition says ``"interpolated"``), None
-    where it switches at the anchors. The uncapped one: like the grid's picks, it is what the
-    context formats export and check, not what a capture ceiling made of it. (The addition is
-    :class:`lib.switch_points.EmittedSwitchPoints`, read by its fields: that module builds on
-    this one.)"""
-    emitted = result.additions.get("switch_points")
-    if getattr(emitted, "emitted", "step") != "interpolated":
+    (:func:`emitted_schedule`), None where it switches at the anchors. The uncapped one: like
+    the grid's picks, it is what the context formats export and check, not what a capture
+    ceiling made of it."""
+    if emitted_schedule(result) != "interpolated":
         return None
-    schedule = getattr(getattr(emitted, "points", None), "schedule", None)
+    points = getattr(result.additions.get("switch_points"), "points", None)
+    schedule = getattr(points, "schedule", None)
     return schedule if isinstance(schedule, Schedule) else None

@@ -52,6 +52,7 @@ __all__ = [
     "deployed_stretches",
     "graphless_ranges",
     "method_warnings",
+    "past_max_num_seqs",
     "reachable_batch_sizes",
     "resolve_ceiling",
     "tokens_per_step",
@@ -291,6 +292,18 @@ def capped_schedule(
             ks.append(value)
             b = end + 1
     return Schedule(tuple(merge_picks(anchors, ks, upto)))
+
+
+def past_max_num_seqs(batch_size: int, max_num_seqs: int | None) -> bool:
+    """The rule: a server started with ``max_num_seqs`` N never schedules more than N requests
+    at once, so a batch size above N (strict: N itself runs) is never run: runs at such an
+    anchor described a smaller batch (the rest waited in the queue), and nothing there needs
+    measuring. ``max_num_seqs`` None (not known) reaches every batch size.
+
+    >>> past_max_num_seqs(65, 64), past_max_num_seqs(64, 64), past_max_num_seqs(10**6, None)
+    (True, False, False)
+    """
+    return max_num_seqs is not None and batch_size > max_num_seqs
 
 
 def reachable_batch_sizes(ceiling: CaptureCeiling, schedule: Schedule) -> int:

@@ -26,6 +26,7 @@ from lib.deploy.constraints import (
     cells_past_ceiling,
     check_ceiling,
     method_warnings,
+    past_max_num_seqs,
     tokens_per_step,
 )
 from lib.deploy.decisions import Decisions, decisions_of
@@ -49,7 +50,6 @@ __all__ = [
     "deploy_analysis",
     "deploy_contexts",
     "deployed_decisions",
-    "is_above_max_num_seqs",
     "sweep_engine_facts",
 ]
 
@@ -110,40 +110,29 @@ def _recorded_values(sweep: Sweep) -> dict[str, dict[int, str]]:
     return stated
 
 
-def is_above_max_num_seqs(anchor: int, max_num_seqs: int) -> bool:
-    """The rule: a server started with ``max_num_seqs`` N schedules at most N requests at
-    once, so runs at an anchor (``max_concurrency``) above N (strict: N itself ran) never ran
-    the anchor's batch; the rest of the requests waited in the queue.
-
-    >>> is_above_max_num_seqs(8, 4), is_above_max_num_seqs(4, 4)
-    (True, False)
-    """
-    return anchor > max_num_seqs
-
-
 def _folder(source: str) -> str:
     """The folder of a file named relative to the experiment (``""`` for its root)."""
     return source.rsplit("/", 1)[0] if "/" in source else ""
 
 
-def _folders_above(source: str) -> list[str]:
-    """Every folder holding the file ``source`` (relative, ``/``-separated), the root ``""``
-    included.
+def _folder_and_above(folder: str) -> list[str]:
+    """``folder`` (relative, ``/``-separated; ``""`` the experiment's root) and every folder
+    above it, the root included.
 
-    >>> _folders_above("a/b/run=0.json")
-    ['', 'a', 'a/b']
+    >>> _folder_and_above("a/b"), _folder_and_above("")
+    (['', 'a', 'a/b'], [''])
     """
-    parts = source.split("/")[:-1]
+    parts = folder.split("/") if folder else []
     return ["/".join(parts[:depth]) for depth in range(len(parts) + 1)]
 
 
 def anchors_above_max_num_seqs(sweep: Sweep, saved: list[ServerSettings]) -> list[Problem]:
     """A warning ``max-num-seqs-below-anchor`` per anchor some of whose runs ran on a server
-    whose ``max_num_seqs`` was below it (:func:`is_above_max_num_seqs`): the run's own record
-    (:data:`~lib.settings.ENGINE_FIELDS`), else a saved server config in the run's combo folder
-    or a folder above it (one at the experiment's root: every run). Each names the smallest
-    such ``max_num_seqs`` and where it was stated, every file of a run below the anchor, and
-    what was expected."""
+    whose ``max_num_seqs`` was below it (:func:`~lib.deploy.constraints.past_max_num_seqs`): the
+    run's own record (:data:`~lib.settings.ENGINE_FIELDS`), else a saved server config in the run's
+    combo folder or a folder above it (one at the experiment's root: every run). Each names the
+    smallest such ``max_num_seqs`` and where it was stated, every file of a run below the anchor,
+    and what was expected."""
     runs = sweep.runs
     if "anchor" not in runs.columns or "source" not in runs.columns:
         return []
@@ -170,16 +159,14 @@ def anchors_above_max_num_seqs(sweep: Sweep, saved: list[ServerSettings]) -> lis
         ]
         if by_folder:
             found += [
-                s
-                for folder in _folders_above(f"{key['_folder']}/x" if key["_folder"] else "x")
-                for s in by_folder.get(folder, [])
+                s for folder in _folder_and_above(key["_folder"]) for s in by_folder.get(folder, [])
             ]
         if not found:
             continue
         # The records' own value wins; among saved configs, the largest (the safest reading).
         records = [f for f in found if f[1].startswith("the records'")]
         chosen = max(records or found)
-        if is_above_max_num_seqs(key["anchor"], chosen[0]):
+        if past_max_num_seqs(key["anchor"], chosen[0]):
             chosen_below.append((key, chosen))
     # Per anchor below its servers: the smallest max_num_seqs met, where it was first stated,
     # and every file of a run below the anchor (read only for those).

@@ -32,13 +32,15 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from lib.deploy.constraints import CaptureCeiling, CeilingCheck
+import polars as pl
+
+from lib.deploy.constraints import CaptureCeiling, CeilingCheck, past_max_num_seqs
 from lib.deploy.registry import grid_exports
 from lib.flags import flag_name
 from lib.measurement_plan import rerun_text
 from lib.numbers import percent_text, probability_text
 from lib.problems import Problem, Severity
-from lib.schedule import Schedule
+from lib.schedule import Schedule, emitted_schedule
 from lib.settings import Fields, Settings
 
 if TYPE_CHECKING:
@@ -64,7 +66,6 @@ __all__ = [
     "deployed_engine_reason",
     "draft_settings_reasons",
     "error_reasons",
-    "is_unreachable",
     "no_speculation_reason",
     "point_reasons",
     "runs_on_deployed_engine",
@@ -219,14 +220,15 @@ def anchor_reasons(
     runs where the anchor has some); a resolved anchor whose reported pick (the seed's rule
     may differ from the confident rule) is not among the K whose P(eps-good) reaches the
     confidence is one too. The fix is the measurement plan's reruns at that anchor, if any.
-    An anchor past a known ``max_num_seqs`` is never run by the server (:func:`is_unreachable`):
-    no reason, and no measurement asked there."""
+    An anchor past a known ``max_num_seqs`` is never run by the server
+    (:func:`~lib.deploy.constraints.past_max_num_seqs`): no reason, and no measurement asked
+    there."""
     picks = dict(zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True))
     cells = {(row["anchor"], row["k"]): row for row in report.cells.to_dicts()}
     reasons = []
     for row in report.anchors.to_dicts():
         anchor, rule_k = row["anchor"], row["selected_k"]
-        if is_unreachable(anchor, max_num_seqs):
+        if past_max_num_seqs(anchor, max_num_seqs):
             continue
         picked = picks.get(anchor)
         if row["status"] == "resolved" and (picked is None or picked in row["qualifying_k"]):
@@ -278,17 +280,6 @@ def _rerun_fix(plan: MeasurementPlan | None, anchor: int) -> str:
     return ", ".join(wanted) + " (tune-spec-k plan --follow-up RESULT writes the sweep)"
 
 
-def is_unreachable(batch_size: int, max_num_seqs: int | None) -> bool:
-    """The rule: a server started with ``max_num_seqs`` N never schedules more than N requests
-    at once, so a batch size above N (strict: N itself runs) is never run and nothing there
-    needs measuring. ``max_num_seqs`` None (not known) reaches every batch size.
-
-    >>> is_unreachable(65, 64), is_unreachable(64, 64), is_unreachable(10**6, None)
-    (True, False, False)
-    """
-    return max_num_seqs is not None and batch_size > max_num_seqs
-
-
 def switch_reasons(
     switch_points: SwitchPoints,
     emitted: str,
@@ -304,10 +295,10 @@ def switch_reasons(
     loses that much where the model is wrong. The fix: measure an anchor in the stretch (the
     measurement plan's, where it proposes one).
 
-    With a known ``max_num_seqs`` N (:func:`is_unreachable`), a stretch the server never runs
-    is no reason: the step schedule's loss starts at the switch point (none when it is past
-    N), the interpolated schedule's at the lower anchor (none when that is N or more); the
-    stretch named ends at N, and an anchor proposed past N is never asked for."""
+    With a known ``max_num_seqs`` N (:func:`~lib.deploy.constraints.past_max_num_seqs`), a stretch
+    the server never runs is no reason: the step schedule's loss starts at the switch point (none
+    when it is past N), the interpolated schedule's at the lower anchor (none when that is N or
+    more); the stretch named ends at N, and an anchor proposed past N is never asked for."""
     reasons = []
     for row in switch_points.switches.to_dicts():
         loss = row["max_gain_percent"]
@@ -321,7 +312,7 @@ def switch_reasons(
         )
         at = row["switch_at"]
         first_at_risk = at if emitted == "step" else lower + 1
-        if is_unreachable(first_at_risk, max_num_seqs):
+        if past_max_num_seqs(first_at_risk, max_num_seqs):
             continue
         last_run = upper - 1 if max_num_seqs is None else min(upper - 1, max_num_seqs)
         if emitted == "step":
@@ -342,7 +333,7 @@ def switch_reasons(
             else [
                 b
                 for b in plan.new_anchors["batch_size"].to_list()
-                if lower < b < upper and not is_unreachable(b, max_num_seqs)
+                if lower < b < upper and not past_max_num_seqs(b, max_num_seqs)
             ]
         )
         where = (
@@ -535,8 +526,6 @@ def deployed_engine_reason(
 
 def cell_engines(result: TuningResult) -> dict[tuple[int, int], frozenset[ServerEngine]]:
     """Each cell's servers (:data:`ServerEngine`) over the runs its gates kept."""
-    import polars as pl
-
     runs = result.sweep.runs
     if not {"speculation", "global_k", "source", "position"} <= set(runs.columns):
         return {}
@@ -624,7 +613,11 @@ def verdict_of(analysis: Analysis, capture: CeilingCheck | None) -> Verdict:
         reasons += anchor_reasons(result, report, analysis.plan, seqs)
         if analysis.switch_points is not None:
             reasons += switch_reasons(
-                analysis.switch_points, _emitted(result), report.tolerance, analysis.plan, seqs
+                analysis.switch_points,
+                emitted_schedule(result),
+                report.tolerance,
+                analysis.plan,
+                seqs,
             )
     picks = dict(zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True))
     if capture is not None:
@@ -650,12 +643,6 @@ def verdict_in(result: TuningResult) -> Verdict | None:
     """The verdict :func:`lib.deploy.tuning.deploy_analysis` gave ``result`` (None before)."""
     found = result.additions.get("verdict")
     return found if isinstance(found, Verdict) else None
-
-
-def _emitted(result: TuningResult) -> str:
-    """Which schedule the result deploys (``switch_points.emitted``), step by default."""
-    emitted = result.additions.get("switch_points")
-    return str(getattr(emitted, "emitted", "step"))
 
 
 def context_loss_reasons(analysis: ContextAnalysis, tolerance: float) -> list[Reason]:
