@@ -48,6 +48,7 @@ __all__ = [
     "add_flags",
     "flag",
     "flag_name",
+    "flag_of",
     "from_arguments",
     "given",
     "int_list",
@@ -189,9 +190,15 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def flag_of(cls: type, name: str) -> Flag:
+    """How field ``name`` of ``cls`` appears on the command line (its flag's name and help),
+    for a front end that adds that flag by hand (``plan --design``, which also reads a file)."""
+    return _spec(next(field for field in dataclasses.fields(cls) if field.name == name))
+
+
 def flag_name(cls: type, name: str) -> str:
     """The flag of field ``name`` of ``cls``: what error messages call the setting."""
-    return _spec(next(field for field in dataclasses.fields(cls) if field.name == name)).name
+    return flag_of(cls, name).name
 
 
 #: How a flag of each type is read, where not by the type itself.

@@ -21,9 +21,9 @@ from lib.cli.common import (
     say,
 )
 from lib.files import read_json
-from lib.flags import add_flags, flag_name, given, int_list
+from lib.flags import add_flags, flag_name, flag_of, given, int_list
 from lib.keys import MISSING
-from lib.loop.plan.design import SweepDesign, design_from
+from lib.loop.plan.design import LAYOUTS, SweepDesign, design_from
 from lib.loop.plan.follow_up import first_replica_after, follow_up_plan, follow_up_results_dir
 from lib.loop.plan.follow_up_needs import follow_up_needs
 from lib.loop.plan.sweep_plan import SweepPlan
@@ -77,12 +77,15 @@ class PlanArgs:
             default="sweep-plan",
             help="where to write the plan (default: sweep-plan)",
         )
+        layout = flag_of(SweepDesign, "layout")
         parser.add_argument(
-            "--design",
+            layout.name,
+            action=_DesignAction,
             dest="design_file",
-            metavar="SWEEP_PLAN_JSON",
-            help="read the design (every flag below) from an earlier plan's sweep_plan.json;"
-            " flags given here override it",
+            metavar="{" + ",".join(LAYOUTS) + "}|SWEEP_PLAN_JSON",
+            help=f"{'|'.join(LAYOUTS)}: {layout.help} (default: full); SWEEP_PLAN_JSON: read the"
+            " design (every flag below) from an earlier plan's sweep_plan.json, flags given"
+            " here overriding it; give it twice for both (a file named full or lean: ./full)",
         )
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument(
@@ -111,7 +114,11 @@ class PlanArgs:
             help="with --validate: the static K servers (default: every K > 0 of"
             f" {flag_name(SweepDesign, 'ks')} and of the schedule)",
         )
-        add_flags(parser.add_argument_group("design"), SweepDesign)
+        add_flags(
+            parser.add_argument_group("design"),
+            SweepDesign,
+            only=[f.name for f in dataclasses.fields(SweepDesign) if f.name != "layout"],
+        )
         parser.add_argument(
             "--results-dir",
             help="`-o` of the sweep (default: results; a follow-up defaults to the first"
@@ -136,6 +143,24 @@ class PlanArgs:
             results_dir=arguments.results_dir,
             experiment_name=arguments.experiment_name,
         )
+
+
+class _DesignAction(argparse.Action):
+    """``--design``: a layout (``full``, ``lean``: the design field ``layout``) or an earlier
+    plan's ``sweep_plan.json``; at most one of each, so both may be given."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        name = "layout" if values in LAYOUTS else "design_file"
+        if getattr(namespace, name, None) is not None:
+            what = "layout (" + ", ".join(LAYOUTS) + ")" if name == "layout" else "design file"
+            parser.error(f"{option_string}: one {what} at most, got a second: {values!r}")
+        setattr(namespace, name, values)
 
 
 def main(args: PlanArgs) -> int:

@@ -320,11 +320,20 @@ def sweep_plan_lines(plan: SweepPlan, plan_dir: str) -> list[str]:
     for step in plan.steps:
         lines.append(
             f"  {step.name}: {_step_servers(plan, step)} x {_bench_cells(step)} x"
-            f" {step.runs_per_cell} run(s) ({_step_seeds(step)}) ->"
+            f" {_step_runs(step)} run(s) ({_step_seeds(step)}) ->"
             f" {printable(f'{step.results_dir}/{step.experiment_name}')}: {step.purpose}"
         )
     lines += [f"  note: {note}" for note in plan.notes]
     return lines + plan.commands(plan_dir)
+
+
+def _step_runs(step: SweepStep) -> str:
+    """A sweep's runs per cell: one number, or the range where its anchors differ (a lean
+    design's probe repeats some anchors only)."""
+    counts = {len(seeds) for seeds in step.seeds().values()}
+    if len(counts) > 1:
+        return f"{min(counts)}-{max(counts)}"
+    return str(step.runs_per_cell)
 
 
 def _step_servers(plan: SweepPlan, step: SweepStep) -> str:

@@ -12,7 +12,7 @@ import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from lib.flags import flag, flag_name
 from lib.keys import parse_json_string, whole_number_text
@@ -28,8 +28,10 @@ from lib.settings import (
 
 __all__ = [
     "DATASET_LENGTH_FLAGS",
+    "LAYOUTS",
     "MIN_PROMPTS",
     "PROMPTS_PER_SLOT",
+    "Layout",
     "SweepDesign",
     "default_anchors",
     "design_flag",
@@ -52,6 +54,12 @@ RANDOM_OUTPUT_LEN_DEFAULT = 128
 #: The design's engine settings that go into every serve combo when given (named after vLLM's
 #: settings and ``vllm serve`` flags): the ones the capture-ceiling rule needs.
 ENGINE_PARAMS = ("max_num_seqs", "max_cudagraph_capture_size")
+
+#: How a tuning plan lays out its runs (``--design``): ``full``, the seed's grid of
+#: ``--num-runs`` runs per cell; ``lean``, one run per cell plus a noise probe
+#: (:mod:`lib.loop.plan.lean`).
+Layout = Literal["full", "lean"]
+LAYOUTS: tuple[Layout, ...] = ("full", "lean")
 
 #: Prompts per bench combo when not given: enough waves at every concurrency to reach a steady
 #: state (8 per slot), and never so few that one slow request dominates (32).
@@ -192,6 +200,17 @@ class SweepDesign:
             "--first-replica",
             "the --seed of each K's first replica (a follow-up of a replicated design starts"
             " after the last one that design used, so its servers are read as new ones)",
+        ),
+    )
+    layout: Layout = field(
+        default="full",
+        metadata=flag(
+            "--design",
+            "full: every (anchor, K) --num-runs times (the seed's design); lean: every (anchor,"
+            " K) once, plus a noise probe: K=0 and the largest K --num-runs times at the"
+            " smallest, the middle and the largest anchor (on --server-replicas servers each),"
+            " so that the tuner can estimate the noise; the plan prints its runs beside the"
+            " full grid's",
         ),
     )
     warmup_num_prompts: int = field(
@@ -469,6 +488,22 @@ class SweepDesign:
                 shlex.split(text)
             except ValueError as error:
                 bad(name, repr(text), f"arguments a shell can split ({error})")
+        if self.layout not in LAYOUTS:
+            bad("layout", self.layout, " or ".join(LAYOUTS))
+        elif self.layout == "lean" and self.num_runs < 2:
+            bad(
+                "num_runs",
+                self.num_runs,
+                f">= 2 with {design_flag('layout')} lean: the noise probe's runs of a cell on"
+                " each server (one run per server estimates no noise)",
+            )
+        elif self.layout == "lean" and self.context_lengths:
+            bad(
+                "layout",
+                self.layout,
+                f"full with {design_flag('context_lengths')}: a lean design's noise probe is"
+                " laid out over batch sizes only",
+            )
         reserved = {"num_speculative_tokens", "num_speculative_tokens_per_batch_size", "method"}
         clash = sorted(reserved & set(self.speculative_options))
         if clash:
@@ -514,7 +549,7 @@ class SweepDesign:
         for name in ENGINE_PARAMS:
             if stored[name] is None:
                 del stored[name]
-        for name, unset in (("server_replicas", 1), ("first_replica", 0)):
+        for name, unset in (("server_replicas", 1), ("first_replica", 0), ("layout", "full")):
             if stored[name] == unset:
                 del stored[name]
         return stored

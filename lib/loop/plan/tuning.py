@@ -9,10 +9,12 @@ follow-up and validation plans reuse."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from lib.loop.plan.combos import SERVE_ORDER_SEED, bench_params, tuning_serve_params
 from lib.loop.plan.design import SweepDesign
+from lib.loop.plan.lean import decode_steps, lean_steps, probe_anchors, probe_ks
 from lib.loop.plan.sweep_plan import SweepPlan, SweepStep
 from lib.problems import Problem
 from lib.settings import DEFAULT_REPLICA_VAR, RANDOM_PROMPT_LENGTH
@@ -20,6 +22,7 @@ from lib.settings import DEFAULT_REPLICA_VAR, RANDOM_PROMPT_LENGTH
 __all__ = [
     "RANDOM_TOKENS_NOTE",
     "TUNER_READS_REPLICAS",
+    "lean_cost_note",
     "replica_notes",
     "seeds_text",
     "tuning_plan",
@@ -93,28 +96,16 @@ def replica_notes(
 def tuning_plan(
     design: SweepDesign, results_dir: str, experiment_name: str
 ) -> tuple[SweepPlan | None, list[Problem]]:
-    """The seed's K x anchor matrix in one sweep (None and the problems of a bad design)."""
+    """The seed's K x anchor matrix in one sweep, or with ``--design lean`` the lean design's
+    sweeps (:func:`lib.loop.plan.lean.lean_steps`); None and the problems of a bad design."""
     problems = design.invalid()
     if problems:
         return None, problems
-    step = SweepStep(
-        name="tuning",
-        serve_params=tuning_serve_params(design, design.ks),
-        bench_params=bench_params(design, design.anchors, design.num_runs),
-        runs_per_cell=design.num_runs,
-        results_dir=results_dir,
-        experiment_name=experiment_name,
-        purpose=f"every K in {sorted(design.ks)} at every anchor in {sorted(design.anchors)}"
-        + (
-            f" and every prompt length in {sorted(design.context_lengths)}"
-            if design.context_lengths
-            else ""
-        ),
-    )
+    if design.layout == "lean":
+        return _lean_plan(design, results_dir, experiment_name), []
+    step = _full_step(design, results_dir, experiment_name)
     notes = [
-        f"every server starts with num_speculative_tokens={design.startup_k} and runs K through"
-        f" the one-range schedule [[1, {design.deploy_max}, K]] (the seed's design: one engine"
-        " configuration for every candidate, K=0 included)",
+        _engine_note(design),
         f"each ({'anchor, prompt length' if design.context_lengths else 'anchor'}, K) runs"
         f" {design.num_runs} time(s), with"
         f" {seeds_text(range(design.num_runs))}: a bench combo per seed, each run once (the"
@@ -138,3 +129,109 @@ def tuning_plan(
             " the axis itself and tunes K per (batch size, prompt length)"
         )
     return SweepPlan("tuning", design, (step,), tuple(notes)), []
+
+
+def _full_step(design: SweepDesign, results_dir: str, experiment_name: str) -> SweepStep:
+    """The seed's design: every K at every anchor (and prompt length), ``num_runs`` times."""
+    return SweepStep(
+        name="tuning",
+        serve_params=tuning_serve_params(design, design.ks),
+        bench_params=bench_params(design, design.anchors, design.num_runs),
+        runs_per_cell=design.num_runs,
+        results_dir=results_dir,
+        experiment_name=experiment_name,
+        purpose=f"every K in {sorted(design.ks)} at every anchor in {sorted(design.anchors)}"
+        + (
+            f" and every prompt length in {sorted(design.context_lengths)}"
+            if design.context_lengths
+            else ""
+        ),
+    )
+
+
+def _engine_note(design: SweepDesign) -> str:
+    return (
+        f"every server starts with num_speculative_tokens={design.startup_k} and runs K through"
+        f" the one-range schedule [[1, {design.deploy_max}, K]] (the seed's design: one engine"
+        " configuration for every candidate, K=0 included)"
+    )
+
+
+def _lean_plan(design: SweepDesign, results_dir: str, experiment_name: str) -> SweepPlan:
+    """The lean design's plan: its sweeps inside one experiment folder, and notes saying what
+    it measures, why the probe is where it is, and what it costs beside the full grid."""
+    experiment = f"{results_dir}/{experiment_name}"
+    steps = lean_steps(design, experiment)
+    full = _full_step(dataclasses.replace(design, layout="full"), results_dir, experiment_name)
+    ks, anchors = probe_ks(design.ks), probe_anchors(design.anchors)
+    replicas = design.server_replicas
+    notes = [
+        lean_cost_note(design, steps, full),
+        _engine_note(design),
+        f"each (anchor, K) runs once, with seed 0, except the noise probe: K={list(ks)} at"
+        f" batch sizes {list(anchors)} run {design.num_runs} times"
+        f" ({seeds_text(range(design.num_runs))})"
+        + (
+            f" on each of {replicas} servers (the K's grid server and {replicas - 1} new start(s))"
+            if replicas > 1
+            else " on the K's one server"
+        )
+        + ": the replicated cells give the tuner its noise estimate",
+        "the probe K are the two ends of the K range, K=0 and the largest: before any"
+        " measurement no K is known to lead, and the two ends bracket the noise of the K"
+        " between them (K=0 drafts nothing; the more a K drafts, the more its runs vary with"
+        " the prompts' acceptance) and are the K that usually lead at the smallest and the"
+        " largest batch size; the probe anchors are the smallest, the middle (nearest the"
+        " geometric midpoint) and the largest, since the noise changes with the batch size",
+        f"every K's grid runs on one server start: K sharing their bench combos share a sweep"
+        f" ({', '.join(step.name for step in steps)}), each an experiment inside {experiment}",
+        *_lean_replica_notes(design, steps),
+        *warmup_notes(design),
+        f"tune with: tune-spec-k {experiment} (every sweep of the plan at once), then follow"
+        " up: tune-spec-k plan --follow-up plans second runs only where the result needs them",
+    ]
+    if design.dataset == "random":
+        notes.append(RANDOM_TOKENS_NOTE)
+    return SweepPlan("tuning", design, steps, tuple(notes))
+
+
+def _lean_replica_notes(design: SweepDesign, steps: Sequence[SweepStep]) -> list[str]:
+    """What the probe's replicas are (none without ``--server-replicas``)."""
+    if design.server_replicas < 2:
+        return []
+    values = range(design.first_replica + 1, design.first_replica + design.server_replicas)
+    return [
+        f"the probe's new server starts are replicas, serve combos <combo>-{DEFAULT_REPLICA_VAR}"
+        f"=<r> started with vLLM serve's --{DEFAULT_REPLICA_VAR} r for serve"
+        f" {seeds_text(values)} (the sampler's seed, which a temperature-0 benchmark does not"
+        f" see), in blocks each holding every probe K once in an order drawn by"
+        f" random.Random({SERVE_ORDER_SEED}): they measure how much servers of one"
+        f" configuration differ, which runs on one server cannot; {TUNER_READS_REPLICAS}",
+    ]
+
+
+def lean_cost_note(design: SweepDesign, steps: Sequence[SweepStep], full: SweepStep) -> str:
+    """The lean plan's benchmark runs, server starts and estimated GPU time beside those of
+    the full grid of the same flags (:func:`lib.loop.plan.lean.decode_steps`)."""
+    runs, full_runs = sum(step.runs for step in steps), full.runs
+    starts = sum(len(step.serve_params) for step in steps)
+    work = decode_steps(steps, design.output_tokens)
+    full_work = decode_steps([full], design.output_tokens)
+    return (
+        f"lean design: {runs} benchmark runs on {starts} server start(s); the full grid"
+        f" (--design full, the same flags) runs {full_runs} on {len(full.serve_params)}:"
+        f" {_share(runs, full_runs)} of its runs and about {_share(work, full_work)} of its"
+        f" GPU time (estimated as decode steps without speculation, ceil(prompts /"
+        f" concurrency) x {design.output_tokens} output tokens a run: {work} against"
+        f" {full_work}), plus its server starts (each loads the model and captures the CUDA"
+        " graphs)"
+    )
+
+
+def _share(part: int, whole: int) -> str:
+    """``part`` as a whole percentage of ``whole``.
+
+    >>> _share(57, 135)
+    '42 %'
+    """
+    return f"{round(100 * part / whole)} %"
