@@ -373,6 +373,42 @@ def test_design_file_round_trips(tmp_path: Path) -> None:
         assert (again / name).read_text() == (first / name).read_text()
 
 
+def test_design_lean_or_full_beside_a_design_file(tmp_path: Path) -> None:
+    """``--design`` takes a layout, a sweep_plan.json or one of each; ``full`` is the default
+    (the same files as no flag), and a lean plan's design file plans it lean again."""
+    first = plan_files(tmp_path, *LLAMA_FLAGS)
+    full = tmp_path / "full"
+    assert main(["plan", "--design", "full", *LLAMA_FLAGS, "-o", str(full)]) == 0
+    for name in ("serve_params.json", "bench_params.json", "sweep_plan.json"):
+        assert (full / name).read_text() == (first / name).read_text()
+    lean = tmp_path / "lean"
+    design = str(first / "sweep_plan.json")
+    assert main(["plan", "--design", design, "--design", "lean", "-o", str(lean)]) == 0
+    assert json.loads((lean / "sweep_plan.json").read_text())["design"]["layout"] == "lean"
+    assert sorted(p.name for p in lean.iterdir() if p.is_dir()) == ["grid", "probe"]
+    again = tmp_path / "again"
+    assert main(["plan", "--design", str(lean / "sweep_plan.json"), "-o", str(again)]) == 0
+    for name in ("probe/bench_params.json", "grid/serve_params.json"):
+        assert (again / name).read_text() == (lean / name).read_text()
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["lean", "full"], "--design: one layout (full, lean) at most, got a second: 'full'"),
+        (["a.json", "b.json"], "--design: one design file at most, got a second: 'b.json'"),
+    ],
+)
+def test_design_given_twice_alike_exits_2(
+    capsys: pytest.CaptureFixture[str], values: list[str], message: str
+) -> None:
+    flags = [word for value in values for word in ("--design", value)]
+    with pytest.raises(SystemExit) as stop:
+        main(["plan", *flags])
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -399,6 +435,14 @@ def test_design_file_round_trips(tmp_path: Path) -> None:
             "field '--serve-args'; value '--seed 1'; expected no --seed in it",
         ),
         (["--spec-option", "num_speculative_tokens=3"], "the plan sets them itself"),
+        (
+            ["--design", "lean", "--num-runs", "1"],
+            "field '--num-runs'; value 1; expected >= 2 with --design lean",
+        ),
+        (
+            ["--design", "lean", "--context-lengths", "512,4096"],
+            "field '--design'; value lean; expected full with --context-lengths",
+        ),
         (["--static-ks", "1"], "only with --validate"),
         (
             ["--validate-export", "rfc.json"],
