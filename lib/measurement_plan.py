@@ -41,6 +41,7 @@ from lib.confidence import (
 from lib.numbers import percent_text
 from lib.posterior import cell_mean_sd
 from lib.schedule import TuningResult
+from lib.second_runs import SecondRuns, second_runs
 
 __all__ = [
     "NEW_ANCHOR_SCHEMA",
@@ -144,6 +145,7 @@ def _reruns(report: ConfidenceReport) -> pl.DataFrame:
         anchor = anchor_row["anchor"]
         noise_known = anchor_row["pooled_log_sd"] is not None
         ks = sorted(set(anchor_row["contenders"]) | {k for (a, k) in flagged if a == anchor})
+        lean = _second_runs(anchor_row, p_of, report)
         for k in ks:
             cell = p_of[(anchor, k)]
             runs, servers = cell["num_runs"], cell["num_servers"]
@@ -151,7 +153,10 @@ def _reruns(report: ConfidenceReport) -> pl.DataFrame:
             target = runs
             limited = False
             starts = 1
-            if k in anchor_row["contenders"]:
+            if lean is not None and k in lean.more_runs:
+                target = runs + lean.more_runs[k]
+                reasons.append(lean.reasons[k])
+            elif k in anchor_row["contenders"]:
                 needed = cell["runs_needed"] or MIN_RUNS_NEEDED
                 starts = max((cell["servers_needed"] or servers + 1) - servers, 1)
                 cap = max(MAX_RUNS_NEEDED, runs) if starts == 1 else needed
@@ -197,6 +202,31 @@ def _reruns(report: ConfidenceReport) -> pl.DataFrame:
                 }
             )
     return pl.DataFrame(rows, schema=RERUN_SCHEMA)
+
+
+def _second_runs(
+    anchor_row: Mapping[str, Any],
+    p_of: Mapping[tuple[int, int], Mapping[str, Any]],
+    report: ConfidenceReport,
+) -> SecondRuns | None:
+    """The lean rule (:mod:`lib.second_runs`) at an unresolved anchor, from its cells' runs,
+    P(eps-good) (without the flagged runs where the anchor has any: what its status rests on)
+    and geometric means."""
+    anchor = anchor_row["anchor"]
+    cells = [cell for (a, _), cell in p_of.items() if a == anchor]
+    return second_runs(
+        runs={cell["k"]: cell["num_runs"] for cell in cells},
+        p_eps_good={
+            cell["k"]: cell["p_eps_good_without_flagged"]
+            if cell["p_eps_good_without_flagged"] is not None
+            else cell["p_eps_good"]
+            for cell in cells
+        },
+        centres={cell["k"]: cell["geometric_mean"] for cell in cells},
+        contenders=anchor_row["contenders"],
+        confidence=report.settings.confidence,
+        tolerance=report.tolerance,
+    )
 
 
 def new_servers_text(row: Mapping[str, Any]) -> str:

@@ -106,14 +106,71 @@ def test_target_runs_follow_the_formula_when_below_the_cap(tmp_path: Path) -> No
     assert not plan.reruns["noise_limited"].any()
 
 
-def test_single_runs_ask_for_replicates_of_the_best_and_its_challenger(tmp_path: Path) -> None:
+def test_single_runs_ask_for_a_second_run_of_the_best_and_its_challenger(tmp_path: Path) -> None:
+    # No replicated cell: P unknown, the contenders are the best single run (K=2, 160) and the
+    # challenger (K=1, 150), 160 / 150 - 1 = 6.7 % apart, beyond the 1 % tolerance: one more
+    # run each (lib.second_runs), not the 3 runs of the rule for replicated cells.
     cells = {(1, 0): [100.0], (1, 1): [150.0], (1, 2): [160.0], (1, 3): [120.0]}
     plan = _plan(write_grid(tmp_path, cells), min_runs=1)
     assert plan.reruns.select("k", "runs", "target_runs", "more_runs").rows() == [
-        (1, 1, 3, 2),
-        (2, 1, 3, 2),
+        (1, 1, 2, 1),
+        (2, 1, 2, 1),
     ]
-    assert "no replicate runs yet" in plan.reruns["reason"][0]
+    assert "lean: a second run (P(eps-good) unknown" in plan.reruns["reason"][0]
+
+
+def test_single_runs_within_the_tolerance_get_no_second_run(tmp_path: Path) -> None:
+    # The other side: best K=2 (151) and challenger K=1 (150) are 0.67 % apart, within the 1 %
+    # tolerance (151 / 150 < 1 / 0.99): a tie by what was measured, no run asked for.
+    cells = {(1, 0): [100.0], (1, 1): [150.0], (1, 2): [151.0], (1, 3): [120.0]}
+    plan = _plan(write_grid(tmp_path, cells), min_runs=1)
+    assert plan.reruns.select("k", "more_runs").rows() == [(1, 0), (2, 0)]
+    assert "within the 1% tie tolerance of each other (0.7% apart)" in plan.reruns["reason"][0]
+
+
+#: A lean anchor with a noise probe: K=0 run 3 times (5 % apart, so the anchor's noise is
+#: known and every K gets a P), the other K once.
+PROBED = {(1, 0): [100.0, 105.0, 95.0]}
+
+
+def _probed_plan(tmp_path: Path, single: dict[int, list[float]]) -> tuple[Any, MeasurementPlan]:
+    cells = {**PROBED, **{(1, k): runs for k, runs in single.items()}}
+    result = tune(load_experiment(write_grid(tmp_path, cells)), Settings(min_runs=1))
+    report = assess(result, INDEPENDENT)
+    return report, measurement_plan(apply_policy(result, report, "seed"), report)
+
+
+def test_with_p_known_a_second_run_for_open_contenders_far_apart(tmp_path: Path) -> None:
+    # K=3 at 150 and K=7 at 156 (4 % apart) against a 5 % noise: neither is sure, both open.
+    report, plan = _probed_plan(tmp_path, {3: [150.0], 7: [156.0]})
+    p = dict(zip(report.cells["k"], report.cells["p_eps_good"], strict=True))
+    assert 0.05 <= p[3] < 0.9 and 0.05 <= p[7] < 0.9, p
+    assert p[0] < 0.05  # 100 against 156: not a contender
+    assert plan.reruns.select("k", "runs", "target_runs", "more_runs").rows() == [
+        (3, 1, 2, 1),
+        (7, 1, 2, 1),
+    ]
+    assert plan.reruns["reason"][0].startswith(f"lean: a second run (P(eps-good)={p[3]:.2f}")
+
+
+def test_with_p_known_open_contenders_within_the_tolerance_get_none(tmp_path: Path) -> None:
+    # K=3 at 150 and K=7 at 150.9: 0.6 % apart, within the 1 % tolerance, both open.
+    report, plan = _probed_plan(tmp_path, {3: [150.0], 7: [150.9]})
+    p = dict(zip(report.cells["k"], report.cells["p_eps_good"], strict=True))
+    assert 0.05 <= p[3] < 0.9 and 0.05 <= p[7] < 0.9, p
+    assert plan.reruns.select("k", "more_runs").rows() == [(3, 0), (7, 0)]
+
+
+def test_a_probed_contender_keeps_the_rule_for_replicated_cells(tmp_path: Path) -> None:
+    # K=7 probed (3 runs around 150) is the one contender; K=3, once at 152, is a lone single
+    # run the calibration doubts (P below 0.05): K=7 gets the runs its noise calls for (at
+    # least one more than its 3), by the rule for replicated cells, and K=3 nothing.
+    report, plan = _probed_plan(tmp_path, {7: [150.0, 157.0, 143.0], 3: [152.0]})
+    p = dict(zip(report.cells["k"], report.cells["p_eps_good"], strict=True))
+    assert p[3] < 0.05 <= p[7] < 0.9, p
+    (row,) = plan.reruns.to_dicts()
+    assert (row["k"], row["runs"]) == (7, 3) and row["target_runs"] >= 4
+    assert row["reason"].startswith("contender, P(eps-good)=")
 
 
 def test_json_and_text_present_the_same_plan(tmp_path: Path) -> None:

@@ -296,6 +296,10 @@ class ResultFile:
     #: Where ``schedule`` is the tuned schedule capped to vLLM's capture ceiling, the tuned one
     #: and the ceiling (:func:`_vllm_cap`); None where nothing was capped.
     vllm_cap: VllmCap | None = None
+    #: The confidence the analysis decided at and its tie tolerance (``decision_policy``;
+    #: the tolerance else ``selection.relative_tolerance``); None where the file has neither.
+    confidence_level: float | None = None
+    tie_tolerance: float | None = None
 
     @property
     def has_grid(self) -> bool:
@@ -420,6 +424,12 @@ def _result_file(data: Any, source: str) -> ResultFile:
                 for row in _list(data.get("context_measurement_plan"))
             )
             if p is not None and p >= 1
+        ),
+        confidence_level=_number(_mapping(data.get("decision_policy")).get("confidence")),
+        tie_tolerance=_number(
+            _mapping(data.get("decision_policy")).get(
+                "tie_tolerance", selection.get("relative_tolerance")
+            )
         ),
     )
 

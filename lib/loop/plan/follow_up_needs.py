@@ -7,17 +7,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lib.confidence import MAX_RUNS_NEEDED, MIN_RUNS_NEEDED
-from lib.deploy.result_file import ResultFile, is_result, result_file_of
+from lib.deploy.result_file import (
+    AnchorConfidence,
+    ResultAnchor,
+    ResultFile,
+    is_result,
+    result_file_of,
+)
 from lib.files import read_json
 from lib.loop.plan.inputs import other_prompt_field, refusal, whole_or_none
 from lib.problems import Problem
-from lib.settings import RANDOM_PROMPT_LENGTH
+from lib.second_runs import SecondRuns, second_runs
+from lib.settings import DEFAULT_CONFIDENCE, RANDOM_PROMPT_LENGTH, Settings
 
 __all__ = ["FollowUpNeeds", "capture_boundary_cells", "first_experiment", "follow_up_needs"]
 
@@ -429,9 +437,14 @@ def _reruns_from_confidence(
         confidence = anchor.confidence
         if confidence is None or confidence.status != "unresolved":
             continue
+        lean = _second_runs(result, anchor, confidence)
         for k in confidence.contenders:
             candidate = anchor.candidate(k)
             runs = candidate.num_runs if candidate is not None else 0
+            if lean is not None and k in lean.more_runs:
+                if lean.more_runs[k]:
+                    more[(anchor.batch_size, k)] = lean.more_runs[k]
+                continue
             wanted = confidence.servers_needed.get(k)
             servers = confidence.num_servers.get(k, 1)
             if wanted is not None and wanted > servers + 1:
@@ -444,3 +457,24 @@ def _reruns_from_confidence(
             if target > runs:
                 more[(anchor.batch_size, k)] = target - runs
     return more, starts
+
+
+def _second_runs(
+    result: ResultFile, anchor: ResultAnchor, confidence: AnchorConfidence
+) -> SecondRuns | None:
+    """The lean rule (:mod:`lib.second_runs`) at an unresolved anchor of a result JSON, from
+    its candidates' runs and medians (a single run's value, as the measurement plan's
+    geometric mean), its P(eps-good) per K, and the confidence and tie tolerance it was tuned
+    with (the defaults where the file has none)."""
+    return second_runs(
+        runs={c.k: c.num_runs for c in anchor.candidates},
+        p_eps_good=dict(confidence.p_eps_good),
+        centres={c.k: c.median if c.median is not None else math.nan for c in anchor.candidates},
+        contenders=confidence.contenders,
+        confidence=result.confidence_level
+        if result.confidence_level is not None
+        else DEFAULT_CONFIDENCE,
+        tolerance=result.tie_tolerance
+        if result.tie_tolerance is not None
+        else Settings().relative_tolerance,
+    )
