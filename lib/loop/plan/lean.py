@@ -22,8 +22,9 @@ K leads but not how sure that is: the tuner needs replicated cells to estimate t
   replicas are asked for.
 
 Each K's grid runs on one server start: the probe K's grid and probe runs share a sweep
-(``probe``), the other K have one of their own (``grid``), the probe's new starts a third
-(``probe-replicas``). A sweep starts a server per serve combo and runs every bench combo on
+(``probe``, writing the tuning's experiment folder), the other K have one of their own
+(``grid``), the probe's new starts a third (``probe-replicas``), each an experiment inside the
+first's. A sweep starts a server per serve combo and runs every bench combo on
 it, so K with different bench combos cannot share one.
 """
 
@@ -46,8 +47,8 @@ __all__ = [
     "probe_ks",
 ]
 
-#: The names of the lean design's sweeps (each a plan subfolder and an experiment folder
-#: inside the tuning's results folder).
+#: The names of the lean design's sweeps (each a plan subfolder; the second and third also
+#: experiment folders inside the first's).
 PROBE_STEP = "probe"
 GRID_STEP = "grid"
 PROBE_REPLICAS_STEP = "probe-replicas"
@@ -83,9 +84,14 @@ def probe_anchors(anchors: Sequence[int]) -> tuple[int, ...]:
     return (low, middle, high)
 
 
-def lean_steps(design: SweepDesign, results_dir: str) -> tuple[SweepStep, ...]:
-    """The lean design's sweeps, their results in ``results_dir`` (the tuning's experiment
-    folder: each sweep an experiment inside it, so tuning the folder reads them all):
+def lean_steps(
+    design: SweepDesign, results_dir: str, experiment_name: str
+) -> tuple[SweepStep, ...]:
+    """The lean design's sweeps. The first writes the tuning's experiment folder
+    (``results_dir/experiment_name``), as the full design's one sweep does; the others are
+    experiments inside it (``-o results_dir/experiment_name -e grid``), as a follow-up's are,
+    so tuning that folder reads them all, and the app, seeing combo folders in it, lists it as
+    one experiment:
 
     - ``probe``: the probe K on their first server, every anchor once (seed 0) and the probe
       anchors ``num_runs`` times (seeds 0 .. num_runs - 1);
@@ -99,6 +105,7 @@ def lean_steps(design: SweepDesign, results_dir: str) -> tuple[SweepStep, ...]:
     as a design without replicas names them."""
     first = dataclasses.replace(design, server_replicas=1)
     probed_ks, probed_anchors = probe_ks(design.ks), probe_anchors(design.anchors)
+    inside = f"{results_dir}/{experiment_name}"
     probe_bench: dict[str, Any] = {}
     for anchor in sorted(design.anchors):
         runs = design.num_runs if anchor in probed_anchors else 1
@@ -111,6 +118,7 @@ def lean_steps(design: SweepDesign, results_dir: str) -> tuple[SweepStep, ...]:
             probe_bench,
             design.num_runs,
             results_dir,
+            experiment_name,
             f"K={list(probed_ks)} at every anchor once, and {design.num_runs} times at {where}"
             " (the noise probe)",
         )
@@ -123,7 +131,8 @@ def lean_steps(design: SweepDesign, results_dir: str) -> tuple[SweepStep, ...]:
                 tuning_serve_params(first, others),
                 bench_params(design, design.anchors, 1),
                 1,
-                results_dir,
+                inside,
+                GRID_STEP,
                 f"K={others} at every anchor once",
             )
         )
@@ -139,7 +148,8 @@ def lean_steps(design: SweepDesign, results_dir: str) -> tuple[SweepStep, ...]:
                 tuning_serve_params(replicas, probed_ks),
                 bench_params(design, probed_anchors, design.num_runs),
                 design.num_runs,
-                results_dir,
+                inside,
+                PROBE_REPLICAS_STEP,
                 f"K={list(probed_ks)} at {where}, {design.num_runs} times on each of"
                 f" {design.server_replicas - 1} new server start(s) (the noise probe's"
                 " replicas)",
@@ -154,6 +164,7 @@ def _step(
     bench: dict[str, Any],
     runs: int,
     results_dir: str,
+    experiment_name: str,
     purpose: str,
 ) -> SweepStep:
     return SweepStep(
@@ -162,7 +173,7 @@ def _step(
         bench_params=dict(bench),
         runs_per_cell=runs,
         results_dir=results_dir,
-        experiment_name=name,
+        experiment_name=experiment_name,
         purpose=purpose,
     )
 

@@ -161,7 +161,7 @@ def _lean_plan(design: SweepDesign, results_dir: str, experiment_name: str) -> S
     """The lean design's plan: its sweeps inside one experiment folder, and notes saying what
     it measures, why the probe is where it is, and what it costs beside the full grid."""
     experiment = f"{results_dir}/{experiment_name}"
-    steps = lean_steps(design, experiment)
+    steps = lean_steps(design, results_dir, experiment_name)
     full = _full_step(dataclasses.replace(design, layout="full"), results_dir, experiment_name)
     ks, anchors = probe_ks(design.ks), probe_anchors(design.anchors)
     replicas = design.server_replicas
@@ -183,8 +183,9 @@ def _lean_plan(design: SweepDesign, results_dir: str, experiment_name: str) -> S
         " the prompts' acceptance) and are the K that usually lead at the smallest and the"
         " largest batch size; the probe anchors are the smallest, the middle (nearest the"
         " geometric midpoint) and the largest, since the noise changes with the batch size",
-        f"every K's grid runs on one server start: K sharing their bench combos share a sweep"
-        f" ({', '.join(step.name for step in steps)}), each an experiment inside {experiment}",
+        "every K's grid runs on one server start: K sharing their bench combos share a sweep"
+        f" ({', '.join(step.name for step in steps)}); the first writes {experiment}, the"
+        " others experiments inside it",
         *_lean_replica_notes(design, steps),
         *warmup_notes(design),
         f"tune with: tune-spec-k {experiment} (every sweep of the plan at once), then follow"
