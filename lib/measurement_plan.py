@@ -6,10 +6,13 @@ neighbouring picks disagree (``docs/confidence.md``, "The measurement plan").
   gap ``delta`` at relative noise ``s``), at least one more run and at most 10 in all. A
   contender already at 10 runs is **noise-limited**: it and its rivals are a tie, and the
   smaller K is the sensible choice. A flagged run at an unresolved anchor is re-measured too.
+  A contender measured once (a lean sweep) gets one more run, and only where it matters
+  (:mod:`lib.second_runs`).
 - **New anchors.** Where two neighbouring anchors pick different K and one of the two picks is
   worse than the other by more than the tie tolerance at either anchor, where to switch matters:
   the plan suggests a new anchor at the geometric midpoint ``sqrt(lower * upper)`` (rounded),
-  measured for every K of the sweep (the seed requires the same K set at every anchor).
+  measured for every K of the sweep (the seed requires the same K set at every anchor), as
+  often as the sweep measured its cells (:func:`new_anchor_runs`).
   Where either pick falls off a cliff between the two anchors (:mod:`lib.cliffs`) the
   midpoint is proposed whatever the disagreement: nothing between them is interpolable, and
   the midpoint narrows down where the cliff starts.
@@ -48,6 +51,7 @@ __all__ = [
     "RERUN_SCHEMA",
     "MeasurementPlan",
     "measurement_plan",
+    "new_anchor_runs",
     "new_servers_text",
     "rerun_text",
 ]
@@ -283,6 +287,21 @@ def _shares(runs: int, servers: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(servers) if base or i < extra]
 
 
+def new_anchor_runs(typical: float | None) -> int:
+    """Runs per K at a new anchor, from the median runs of the sweep's cells: as many
+    (rounded), at least :data:`MIN_RUNS_NEEDED`, enough for a noise estimate, except in a lean
+    sweep (its median cell has one run: ``tune-spec-k plan --design lean``), whose new anchor
+    is measured once per K as its anchors were (its second runs, where they matter, come from
+    the next follow-up, :mod:`lib.second_runs`).
+
+    >>> new_anchor_runs(1.0), new_anchor_runs(2.0), new_anchor_runs(5.0), new_anchor_runs(None)
+    (1, 3, 5, 3)
+    """
+    if typical is not None and round(typical) == 1:
+        return 1
+    return max(MIN_RUNS_NEEDED, round(typical) if typical is not None else 0)
+
+
 def _new_anchors(
     result: TuningResult, report: ConfidenceReport, cliffs: Sequence[Cliff]
 ) -> pl.DataFrame:
@@ -297,7 +316,7 @@ def _new_anchors(
     ]
     every_k = sorted(set(result.cells["k"].to_list()))
     typical = result.cells["num_runs"].median()
-    runs_per_k = max(MIN_RUNS_NEEDED, round(typical) if isinstance(typical, float) else 0)
+    runs_per_k = new_anchor_runs(typical if isinstance(typical, float) else None)
     tolerance = -math.log1p(-report.tolerance)
     rows = []
     for (lower, lower_k), (upper, upper_k) in itertools.pairwise(picks):

@@ -162,6 +162,9 @@ class Experiment:
     # prompt exactly that long); empty: one prompt length, `input_len`.
     input_lens: tuple[int, ...] = ()
     summary_csv: bool = False  # write the sweep's top-level summary.csv
+    # Laid out as `tune-spec-k plan --design lean` writes it (see LEAN_* below and
+    # generate_lean); the other experiments are the seed's design, every cell NUM_RUNS times.
+    lean: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,18 @@ GEMMA4_MTP_ACCEPTANCE = ContextAcceptance(
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 LLAMA_8B_EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+# The lean sample: what `tune-spec-k plan --design lean --ks 0,1,3,5,7 --max-batch-size 256`
+# writes (lib/loop/plan/lean.py). Every (anchor, K) once, with bench seed 0; the noise probe,
+# K=0 and the largest K at the smallest, middle and largest anchor, LEAN_PROBE_RUNS times
+# (seeds 0-2) on the K's one server. The probe K share a sweep whose results are the
+# experiment folder itself; the other K a sweep of their own, an experiment inside it.
+LEAN_ANCHORS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+LEAN_KS: tuple[int, ...] = (0, 1, 3, 5, 7)
+LEAN_PROBE_KS: tuple[int, ...] = (0, 7)
+LEAN_PROBE_ANCHORS: tuple[int, ...] = (1, 16, 256)
+LEAN_PROBE_RUNS = 3
+LEAN_GRID_EXPERIMENT = "grid"
 
 EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
@@ -319,6 +334,25 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         num_prompts={1: 16, 8: 64, 64: 256, 256: 1024},
         input_lens=(512, 2048, 8192, 32768),
         summary_csv=True,
+    ),
+    Experiment(
+        name="lean",
+        seed=6006,
+        start="20250919-090000",
+        model_id=LLAMA_8B,
+        spec_method="eagle3",
+        draft_model=LLAMA_8B_EAGLE3,
+        input_len=550,
+        input_len_varies=True,
+        alpha=0.554,
+        steps=LLAMA_8B_H100,
+        throughput_cv=0.015,
+        acceptance_cv=0.01,
+        k_values=LEAN_KS,
+        concurrencies=LEAN_ANCHORS,
+        # The plan's default: max(32, 8 x concurrency).
+        num_prompts={c: max(32, 8 * c) for c in LEAN_ANCHORS},
+        lean=True,
     ),
 )
 
@@ -408,12 +442,19 @@ def tpot_slo_ms(exp: Experiment) -> float | None:
     return None
 
 
-def total_input_tokens(exp: Experiment, concurrency: int, input_len: int) -> int:
+def total_input_tokens(
+    exp: Experiment, concurrency: int, input_len: int, bench_seed: int | None = None
+) -> int:
     n = exp.num_prompts[concurrency]
     if not exp.input_len_varies:
         return n * input_len
     # The same prompts in every run and for every K (fixed dataset seed): a fixed offset per combo.
-    offset_rng = random.Random(exp.seed * 1000 + concurrency)
+    # A seeded bench combo samples its own prompts: an offset per (combo, seed), the same for
+    # every K.
+    key = exp.seed * 1000 + concurrency
+    if bench_seed is not None:
+        key = key * 10 + bench_seed
+    offset_rng = random.Random(key)
     return n * input_len + offset_rng.randint(-n // 4, n // 4)
 
 
@@ -474,7 +515,7 @@ def make_record(
 ) -> dict[str, Any]:
     concurrency = combo.concurrency
     n = exp.num_prompts[concurrency]
-    in_tokens = total_input_tokens(exp, concurrency, combo.input_len)
+    in_tokens = total_input_tokens(exp, concurrency, combo.input_len, combo.params.get("seed"))
     out_tokens = n * OUTPUT_LEN
 
     # Draw every random number up front, in a fixed order.
@@ -610,7 +651,55 @@ def write_summary_csv(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
             writer.writerow([str(index), *cells])
 
 
+def lean_bench_combos(exp: Experiment, runs_at: Mapping[int, int]) -> list[BenchCombo]:
+    """A lean sweep's bench combos as the plan names them, ``c<C>-seed<S>``: each anchor with
+    seeds 0 .. runs_at[anchor] - 1 (anchor order, then seed order)."""
+    combos = []
+    for c in exp.concurrencies:
+        for seed in range(runs_at[c]):
+            params = {"max_concurrency": c, "num_prompts": exp.num_prompts[c], "seed": seed}
+            combos.append(BenchCombo(f"c{c}-seed{seed}", c, exp.input_len, params))
+    return combos
+
+
+def generate_lean(exp: Experiment, out_dir: Path) -> None:
+    """The lean sample: the probe K's sweep into the experiment folder, the other K's into
+    ``grid/`` inside it, each with the params files the plan's run.sh copies there, every
+    seeded bench combo run once (``--num-runs 1``: run=0.json)."""
+    root = out_dir / exp.name
+    probe_runs = {c: LEAN_PROBE_RUNS if c in LEAN_PROBE_ANCHORS else 1 for c in exp.concurrencies}
+    sweeps = [
+        (root, LEAN_PROBE_KS, lean_bench_combos(exp, probe_runs)),
+        (
+            root / LEAN_GRID_EXPERIMENT,
+            tuple(k for k in exp.k_values if k not in LEAN_PROBE_KS),
+            lean_bench_combos(exp, dict.fromkeys(exp.concurrencies, 1)),
+        ),
+    ]
+    rng = random.Random(exp.seed)
+    clock = datetime.strptime(exp.start, "%Y%m%d-%H%M%S")
+    for folder, ks, combos in sweeps:
+        folder.mkdir(parents=True, exist_ok=True)
+        dump(
+            folder / "serve_params.json",
+            {serve_name(k): {"speculative_config": speculative_config(exp, k)} for k in ks},
+        )
+        dump(folder / "bench_params.json", {combo.name: dict(combo.params) for combo in combos})
+        for k in ks:
+            clock += timedelta(seconds=SERVER_START_S)
+            for combo in combos:
+                combo_folder = folder / f"SERVE--{serve_name(k)}-BENCH--{combo.name}"
+                combo_folder.mkdir(exist_ok=True)
+                record = make_record(exp, rng, k, combo, 0, clock)
+                clock += timedelta(seconds=math.ceil(record["duration"]) + GAP_BETWEEN_RUNS_S)
+                dump(combo_folder / "run=0.json", record)
+                dump(combo_folder / "summary.json", [record])
+
+
 def generate(exp: Experiment, out_dir: Path) -> None:
+    if exp.lean:
+        generate_lean(exp, out_dir)
+        return
     root = out_dir / exp.name
     root.mkdir(parents=True, exist_ok=True)
     dump(root / "serve_params.json", serve_params(exp))
