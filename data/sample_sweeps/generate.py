@@ -23,7 +23,7 @@ import json
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -335,19 +335,17 @@ EXPERIMENTS: tuple[Experiment, ...] = (
         input_lens=(512, 2048, 8192, 32768),
         summary_csv=True,
     ),
-    Experiment(
+)
+
+# The lean sample: sonnet-like's model (its step times, acceptance and prompts) over the lean
+# plan's 9 anchors x 5 K, with its own seed, timeline and a little more run noise.
+EXPERIMENTS += (
+    replace(
+        next(exp for exp in EXPERIMENTS if exp.name == "sonnet-like"),
         name="lean",
         seed=6006,
         start="20250919-090000",
-        model_id=LLAMA_8B,
-        spec_method="eagle3",
-        draft_model=LLAMA_8B_EAGLE3,
-        input_len=550,
-        input_len_varies=True,
-        alpha=0.554,
-        steps=LLAMA_8B_H100,
         throughput_cv=0.015,
-        acceptance_cv=0.01,
         k_values=LEAN_KS,
         concurrencies=LEAN_ANCHORS,
         # The plan's default: max(32, 8 x concurrency).
