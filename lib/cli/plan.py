@@ -83,7 +83,7 @@ class PlanArgs:
             action=_DesignAction,
             dest="design_file",
             metavar="{" + ",".join(LAYOUTS) + "}|SWEEP_PLAN_JSON",
-            help=f"{'|'.join(LAYOUTS)}: {layout.help} (default: full); SWEEP_PLAN_JSON: read the"
+            help=f"{layout.help} (default: full); SWEEP_PLAN_JSON: read the"
             " design (every flag below) from an earlier plan's sweep_plan.json, flags given"
             " here overriding it; give it twice for both (a file named full or lean: ./full)",
         )

@@ -827,3 +827,26 @@ def test_a_plan_folder_holding_other_files_is_refused_before_anything_is_printed
     (folder / "notes.md").unlink()
     assert main(["plan", "-o", str(folder), *LLAMA_FLAGS]) == 0
     assert main(["plan", "-o", str(folder), *LLAMA_FLAGS, "--ks", "0,3"]) == 0
+
+
+def test_a_lean_plan_prints_its_sweeps_and_its_cost_beside_the_full_grid_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # LLAMA_FLAGS: K 0, 1, 3, 7 at anchors 1, 64, 128, 256, 3 runs; the probe: K=0 and K=7 at
+    # 1, 64 (sqrt(1 x 256) = 16: 64 is nearer on the log scale than 128) and 256.
+    plan_files(tmp_path, *LLAMA_FLAGS, "--design", "lean")
+    out = capsys.readouterr().out.splitlines()
+    # 16 cells once + 2 K x 3 anchors x 2 more = 28 runs; the full grid 16 x 3 = 48.
+    assert out[0] == "tuning plan: 2 sweep(s), 4 server start(s), 28 benchmark runs"
+    assert out[1].startswith(
+        "  probe: servers [k0, k7] x concurrency [1, 64, 128, 256] x 1-3 run(s) (seeds 0-2 at"
+        " concurrency 1, 64, 256; seed 0 at concurrency 128) -> results/tuning:"
+    )
+    assert out[2].startswith(
+        "  grid: servers [k1, k3] x concurrency [1, 64, 128, 256] x 1 run(s) (seed 0) ->"
+        " results/tuning/grid:"
+    )
+    assert out[3].startswith(
+        "  note: lean design: 28 benchmark runs on 4 server start(s); the full grid (--design"
+        " full, the same flags) runs 48 on 4: 58 % of its runs"
+    )
