@@ -65,6 +65,11 @@ def test_the_reader_gives_back_what_the_writer_wrote(tmp_path: Path) -> None:
     # The ceiling was given as a flag: the file says so, and the reader keeps it as known.
     fact = read.engine.max_cudagraph_capture_size
     assert fact is not None and fact.value == 512
+    # The confidence and tie tolerance it was decided at (the defaults here).
+    assert (read.confidence_level, read.tie_tolerance) == (
+        report.settings.confidence,
+        result.settings.relative_tolerance,
+    )
 
 
 def test_a_seed_result_has_no_confidence_no_ceiling_and_no_grid(tmp_path: Path) -> None:
@@ -89,6 +94,11 @@ def test_a_seed_result_has_no_confidence_no_ceiling_and_no_grid(tmp_path: Path) 
     assert read.engine.max_cudagraph_capture_size is None
     assert read.medians() == {1: {3: 150.0}}  # a null median is no evidence, not 0
     assert read.candidate_ks == (0, 3)
+    # The seed's file has no decision_policy: its selection's tolerance, no confidence.
+    assert (read.confidence_level, read.tie_tolerance) == (None, None)
+    with_tolerance = {**seed, "selection": {"relative_tolerance": 0.02}}
+    read, _ = result_file_of(with_tolerance, "seed.json")
+    assert read is not None and read.tie_tolerance == 0.02
 
 
 def _with(**changes: Any) -> dict[str, Any]:
