@@ -136,3 +136,14 @@ def test_a_stored_layout_neither_full_nor_lean_is_refused_naming_the_flag() -> N
     assert problems == [] and design is not None
     bad = dataclasses.replace(design, model="m", method="ngram", anchors=(1, 8)).invalid()
     assert [(p.field, p.value, p.expected) for p in bad] == [("--design", "medium", "full or lean")]
+
+
+def test_with_two_k_and_three_anchors_every_cell_is_probed() -> None:
+    # The probe K are every K and the probe anchors every anchor: one sweep, the full grid.
+    plan = planned(llama_design(ks=(0, 7), anchors=(1, 64, 256), layout="lean"))
+    assert [step.name for step in plan.steps] == ["probe"]
+    assert set(plan.steps[0].seeds().values()) == {(0, 1, 2)}
+    assert plan.notes[0].startswith(
+        "lean design: 18 benchmark runs on 2 server start(s); the full grid (--design full, the"
+        " same flags) runs 18 on 2: 100 % of its runs and about 100 % of its GPU time"
+    )
