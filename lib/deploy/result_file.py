@@ -296,6 +296,9 @@ class ResultFile:
     #: Where ``schedule`` is the tuned schedule capped to vLLM's capture ceiling, the tuned one
     #: and the ceiling (:func:`_vllm_cap`); None where nothing was capped.
     vllm_cap: VllmCap | None = None
+    #: The verdict's state (``verdict.state``: ready, provisional, cannot-tune); None in files
+    #: without one (the seed's, older ones) or with another value.
+    verdict_state: str | None = None
 
     @property
     def has_grid(self) -> bool:
@@ -413,6 +416,7 @@ def _result_file(data: Any, source: str) -> ResultFile:
         not_interpolable=_cliff_stretches(data, source),
         context_cells=context_cells,
         context_field=_context_field(data),
+        verdict_state=_verdict_state(data),
         context_points_to_measure=tuple(
             p
             for p in (
@@ -422,6 +426,12 @@ def _result_file(data: Any, source: str) -> ResultFile:
             if p is not None and p >= 1
         ),
     )
+
+
+def _verdict_state(data: Mapping[str, Any]) -> str | None:
+    """``verdict.state`` where it is one of the verdict's states, else None."""
+    state = _mapping(data.get("verdict")).get("state")
+    return state if state in ("ready", "provisional", "cannot-tune") else None
 
 
 def _context_field(data: Mapping[str, Any]) -> str | None:
