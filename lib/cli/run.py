@@ -361,7 +361,7 @@ class _Loop:
             self.put(dataclasses.replace(record, status="failed", cost=cost, failure=failure))
             raise _Failed(
                 EXIT_FINDING,
-                [Problem(Severity.ERROR, "sweep-failed", failure, files=(log.as_posix(),))],
+                [Problem(Severity.ERROR, "sweep-failed", failure)],
             )
         record = dataclasses.replace(record, status="measured", cost=cost, failure=None)
         self.put(record)
