@@ -76,7 +76,13 @@ __all__ = ["RunArgs", "main", "round_zero"]
 
 _COMMAND = f"{PROGRAM} run"
 #: The tuning's flags ``run`` takes (the rest keep their defaults).
-TUNING_FLAGS = ("objective_var", "objective_direction", "min_runs", "relative_tolerance")
+TUNING_FLAGS = (
+    "objective_var",
+    "objective_direction",
+    "min_runs",
+    "relative_tolerance",
+    "max_objective_relative_mad",
+)
 OPTION_FLAGS = ("confidence", "server_cv", "seed")
 PLAN_JSON = "measurement_plan.json"
 PLANS = "plans"
