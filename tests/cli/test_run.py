@@ -221,3 +221,22 @@ def test_rounds_json_reads_back_through_its_reader(
     assert log is not None and not problems
     assert [r.verdict for r in log.rounds] == ["provisional", "ready"]
     assert log.rounds[1].unresolved == () and log.rounds[0].unresolved == (1, 2, 4)
+
+
+def test_a_damaged_rounds_json_is_refused_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    assert _run("--max-rounds", "1") == 0
+    path = tmp_path / "R" / "E" / "rounds.json"
+    data = json.loads(path.read_text())
+    data["rounds"][0]["runs"] = "nine"
+    path.write_text(json.dumps(data))
+    before = sum(measured(tmp_path).values())
+    capsys.readouterr()
+    assert _run("--max-rounds", "2") == 2
+    err = capsys.readouterr().err
+    assert "invalid-rounds" in err and "rounds[0].runs" in err and '"nine"' in err
+    assert "R/E/rounds.json" in err and "Traceback" not in err
+    assert sum(measured(tmp_path).values()) == before
