@@ -6,17 +6,20 @@ round."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 
 from lib.loop.run.rounds import RoundRecord, RunLog
 from lib.loop.run.stopping import hours_text
+from lib.numbers import probability_text
 
 __all__ = [
     "ROUNDS_TABLE_SCHEMA",
     "round_measured_lines",
     "round_plan_lines",
     "round_tuned_lines",
+    "rounds_pivot",
     "rounds_table",
     "summary_lines",
 ]
@@ -111,8 +114,10 @@ def summary_lines(log: RunLog, config_line: str | None, full_grid_runs: int | No
     if log.full_grid_seconds:
         share = 100 * spent / log.full_grid_seconds
         text += (
-            f"; the seed's full grid ({full_grid_runs} runs) is estimated at"
-            f" {hours_text(log.full_grid_seconds)}: {share:.0f} % of it"
+            "; the seed's full grid"
+            + ("" if full_grid_runs is None else f" ({full_grid_runs} runs)")
+            + " is estimated at"
+            + f" {hours_text(log.full_grid_seconds)}: {share:.0f} % of it"
         )
     lines.append(text)
     return lines
@@ -134,3 +139,31 @@ def rounds_table(log: RunLog) -> pl.DataFrame:
         for anchor in sorted(set(record.picks) | set(record.p_eps_good))
     ]
     return pl.DataFrame(rows, schema=ROUNDS_TABLE_SCHEMA, orient="row")
+
+
+def rounds_pivot(log: RunLog) -> pl.DataFrame:
+    """The app's view of :func:`rounds_table`: a row per anchor, a column per tuned round
+    (``round N (verdict)``), each cell the pick and its P(eps-good) (``K=3, P 0.93``; empty
+    where the round did not tune the anchor)."""
+    tuned = [record for record in log.rounds if record.verdict is not None]
+    anchors = sorted({a for record in tuned for a in record.picks})
+    columns: dict[str, list[Any]] = {"batch_size": anchors}
+    for record in tuned:
+        columns[f"round {record.number} ({record.verdict})"] = [
+            _cell(record.picks[a], record.p_eps_good.get(a)) if a in record.picks else ""
+            for a in anchors
+        ]
+    return pl.DataFrame(
+        columns, schema={name: pl.Int64 if name == "batch_size" else pl.String for name in columns}
+    )
+
+
+def _cell(k: int | None, p: float | None) -> str:
+    """An anchor's pick and its P(eps-good) in one round.
+
+    >>> _cell(3, 0.934), _cell(0, None), _cell(None, None)
+    ('K=3, P 0.93', 'K=0, P unknown', 'undecided')
+    """
+    if k is None:
+        return "undecided"
+    return f"K={k}, P {probability_text(p)}"
