@@ -62,7 +62,7 @@ from lib.loop.run.accounting import (
 from lib.loop.run.rounds import ROUNDS_FILE, RoundRecord, RunLog, rounds_of, rounds_text
 from lib.loop.run.settings import LoopSettings
 from lib.loop.run.stopping import Stop, hours_text, over_budget, stop_after_round, stop_before_round
-from lib.loop.run.sweep import SweepOutcome, run_sweep
+from lib.loop.run.sweep import SweepOutcome, run_sweep, set_aside_broken
 from lib.present.rounds import (
     round_measured_lines,
     round_plan_lines,
@@ -343,6 +343,13 @@ class _Loop:
             # vLLM's --resume needs every sweep's folder; one not started yet runs whole.
             for folder in folders:
                 folder.mkdir(parents=True, exist_ok=True)
+            for old, new in set_aside_broken(folders):
+                say(
+                    [
+                        f"round {record.number}: {old.as_posix()} is not whole (a run cut short):"
+                        f" kept as {new.name}, measured again"
+                    ]
+                )
             record = dataclasses.replace(record, resumes=record.resumes + 1, status="planned")
             self.put(record)
             basis = self.basis()

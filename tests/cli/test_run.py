@@ -240,3 +240,29 @@ def test_a_damaged_rounds_json_is_refused_naming_the_field(
     assert "invalid-rounds" in err and "rounds[0].runs" in err and '"nine"' in err
     assert "R/E/rounds.json" in err and "Traceback" not in err
     assert sum(measured(tmp_path).values()) == before
+
+
+def test_a_run_file_cut_short_is_measured_again_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truth = use_standin(monkeypatch, tmp_path, CLEAR_TRUTH, crash_at_run=5)
+    monkeypatch.chdir(tmp_path)
+    assert _run("--max-rounds", "1") == 1
+    # A run killed while its file was written: the real sweep's --resume would read it back
+    # and fail; the loop keeps it aside and the run is measured again.
+    # The crash came at the fifth run: K=0's three combos and K=1's first are done.
+    broken = tmp_path / "R" / "E" / "round-0" / "SERVE--k1-BENCH--c1-seed0" / "run=0.json"
+    (broken.parent / "summary.json").unlink()
+    broken.write_text('{"date": "2026')
+    write_model(truth, CLEAR_TRUTH)
+    capsys.readouterr()
+    assert _run("--max-rounds", "1") == 0
+    assert "is not whole" in capsys.readouterr().out
+    assert broken.with_name("run=0.json.broken").read_text() == '{"date": "2026'
+    assert json.loads(broken.read_text())["duration"] > 0
+    counts = measured(tmp_path)
+    combo = broken.parent.name
+    assert (
+        counts[(str(Path("R") / "E" / "round-0"), combo, "0")] == 2
+    )  # measured twice: cut short once
+    assert sum(counts.values()) == _run_files(tmp_path) + 1 == 10

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["SweepOutcome", "count_runs", "run_sweep"]
+__all__ = ["SweepOutcome", "count_runs", "run_sweep", "set_aside_broken"]
 
+#: A measured run's file (not a failure's).
+_RUN_NAME = re.compile(r"^run=[0-9]+\.json$")
 #: Seconds between two looks at the sweep's files (and at whether it ended).
 _POLL_SECONDS = 0.2
 #: Seconds each signal of :func:`_stop_group` gets before the next.
@@ -55,6 +58,36 @@ def count_runs(sweep_dirs: Sequence[Path]) -> int:
         for path in folder.glob("*/run=*.json")
         if not path.name.endswith(".failure.json")
     )
+
+
+def set_aside_broken(sweep_dirs: Sequence[Path]) -> list[tuple[Path, Path]]:
+    """Before a sweep is resumed: each ``run=N.json`` or ``warmup.json`` of a combo without
+    its ``summary.json`` that is not a JSON object (a run killed while its benchmark wrote
+    it), renamed to ``NAME.broken`` (or
+    ``NAME.broken-2``, ...), so that vLLM's ``--resume``, which skips a run whose file exists
+    and reads it back, measures it again instead of failing on it; the bytes are kept.
+    Returns (old, new) of each file set aside."""
+    from lib.files import read_json
+    from lib.keys import MISSING
+
+    moved = []
+    for folder in sweep_dirs:
+        for path in sorted(folder.glob("*/*.json")):
+            if not (path.name == "warmup.json" or _RUN_NAME.match(path.name)):
+                continue
+            if (path.parent / "summary.json").exists():
+                continue  # the sweep does not read it again: its summary holds the runs
+            data, _ = read_json(path)
+            if data is not MISSING and isinstance(data, dict):
+                continue
+            target = path.with_name(path.name + ".broken")
+            number = 2
+            while target.exists():
+                target = path.with_name(f"{path.name}.broken-{number}")
+                number += 1
+            path.rename(target)
+            moved.append((path, target))
+    return moved
 
 
 def run_sweep(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lib.loop.run import sweep
-from lib.loop.run.sweep import count_runs, run_sweep
+from lib.loop.run.sweep import count_runs, run_sweep, set_aside_broken
 
 
 def test_the_log_keeps_every_attempt_and_the_status_comes_back(
@@ -66,3 +66,31 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+def test_a_run_file_cut_short_is_kept_aside_not_read_back(tmp_path: Path) -> None:
+    combo = tmp_path / "round-0" / "SERVE--k0-BENCH--c1-seed0"
+    combo.mkdir(parents=True)
+    (combo / "run=0.json").write_text('{"duration": 1.0}')
+    (combo / "run=1.json").write_text('{"durat')
+    (combo / "run=2.json").write_text("[]")
+    (combo / "run=1.json.broken").write_text("an earlier one")
+    (combo / "run=3.failure.json").write_text("{")  # a failure's file: not a run, left
+    done = tmp_path / "round-0" / "SERVE--k0-BENCH--c2-seed0"
+    done.mkdir()
+    (done / "run=0.json").write_text("{")  # its summary holds the run: the sweep skips it
+    (done / "summary.json").write_text("[]")
+    moved = set_aside_broken([tmp_path / "round-0"])
+    assert [(old.name, new.name) for old, new in moved] == [
+        ("run=1.json", "run=1.json.broken-2"),
+        ("run=2.json", "run=2.json.broken"),
+    ]
+    assert (combo / "run=1.json.broken-2").read_text() == '{"durat'
+    assert (combo / "run=1.json.broken").read_text() == "an earlier one"
+    assert sorted(
+        p.name for p in combo.iterdir() if p.name.startswith("run=") and p.name.endswith(".json")
+    ) == [
+        "run=0.json",
+        "run=3.failure.json",
+    ]
+    assert (done / "run=0.json").exists()
