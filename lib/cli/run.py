@@ -77,8 +77,8 @@ __all__ = ["RunArgs", "main", "round_zero"]
 _COMMAND = f"{PROGRAM} run"
 #: The tuning's flags ``run`` takes (the rest keep their defaults).
 TUNING_FLAGS = (
-    "objective_var",
-    "objective_direction",
+    "objective",
+    "direction",
     "min_runs",
     "relative_tolerance",
     "max_objective_relative_mad",
@@ -592,6 +592,18 @@ def main(args: RunArgs) -> int:
         return EXIT_BAD_INPUT
     design, problems = design_from(None, args.design)
     problems = problems + (design.invalid() if design is not None else [])
+    if design is not None and design.context_lengths:
+        problems.append(
+            Problem(
+                Severity.ERROR,
+                "invalid-flag",
+                f"{_COMMAND} tunes batch sizes only, for now: plan, run and follow up a context"
+                ' sweep by hand (docs/context.md, "The loop on context sweeps")',
+                field="--context-lengths",
+                value=",".join(map(str, design.context_lengths)),
+                expected="no --context-lengths",
+            )
+        )
     if problems:
         print_problems(problems, lambda count: f"{_COMMAND}: nothing run: {count} problem(s)")
         return EXIT_BAD_INPUT

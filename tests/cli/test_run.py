@@ -266,3 +266,31 @@ def test_a_run_file_cut_short_is_measured_again_and_kept(
         counts[(str(Path("R") / "E" / "round-0"), combo, "0")] == 2
     )  # measured twice: cut short once
     assert sum(counts.values()) == _run_files(tmp_path) + 1 == 10
+
+
+def test_the_tuning_flags_reach_every_rounds_tuning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    flags = ("--objective-var", "median_tpot_ms", "--objective-direction", "minimize")
+    assert _run("--max-rounds", "1", *flags) == 0
+    result = json.loads((tmp_path / "R" / "E" / "speculative_k_schedule.json").read_text())
+    assert result["selection"]["objective_metric"] == "median_tpot_ms"
+    assert result["selection"]["objective_direction"] == "minimize"
+    # The stand-in's TPOT is batch / throughput: the fastest K (3) has the smallest.
+    assert result["num_speculative_tokens_per_batch_size"] == [[1, 4, 3]]
+    assert _log(tmp_path)["arguments"]["tuning"] == {  # type: ignore[index]
+        "objective": "median_tpot_ms",
+        "direction": "minimize",
+    }
+
+
+def test_a_context_design_is_refused_naming_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    assert _run("--context-lengths", "64,512") == 2
+    assert "--context-lengths" in capsys.readouterr().err
+    assert not (tmp_path / "R").exists()
