@@ -94,3 +94,28 @@ def test_a_run_file_cut_short_is_kept_aside_not_read_back(tmp_path: Path) -> Non
         "run=3.failure.json",
     ]
     assert (done / "run=0.json").exists()
+
+
+def test_the_progress_bar_counts_the_run_files_the_sweep_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shown: list[int] = []
+
+    class Bar:
+        def update(self, n: int) -> None:
+            shown.append(n)
+
+        def close(self) -> None:
+            shown.append(-1)
+
+    monkeypatch.setattr(sweep, "_progress_bar", lambda total, description: Bar())
+    script = tmp_path / "run.sh"
+    # Three runs a moment apart, and a failure's file, which is no run.
+    script.write_text(
+        "for n in 0 1 2; do mkdir -p out/c$n; echo {} > out/c$n/run=0.json; sleep 0.5; done;"
+        " echo {} > out/c0/run=1.failure.json\n"
+    )
+    run_sweep(script, False, tmp_path / "log", [tmp_path / "out"], 3, "round 0")
+    assert sum(n for n in shown if n > 0) == 3 and shown[-1] == -1
+    assert len([n for n in shown if n > 0]) >= 2  # it moved while the sweep ran
