@@ -43,7 +43,7 @@ from lib.cli.common import (
 )
 from lib.cli.plan import PlanArgs, plan_of, write_planned
 from lib.files import read_json, write_files
-from lib.flags import add_flags, from_arguments, given
+from lib.flags import add_flags, from_arguments, given, to_arguments
 from lib.keys import MISSING
 from lib.loop.plan.design import SweepDesign, design_from
 from lib.loop.plan.sweep_plan import SweepPlan
@@ -388,8 +388,7 @@ class _Loop:
         from lib.deploy.result_file import read_result_file
         from lib.settings import ContextSettings, DeploySettings, Fields
 
-        tuning = dict(self.args.tuning)
-        tuning.setdefault("min_runs", 1)
+        tuning = {"min_runs": 1, **self.args.tuning}
         status = tune_cli.main(
             tune_cli.TuneArgs(
                 experiment_dir=self.args.experiment.as_posix(),
@@ -492,8 +491,20 @@ class _Loop:
         )
         self.save()
         config = _config_line(self.args.experiment / RESULT_FILE)
-        say([*summary_lines(self.log, config, full_runs), f"Wrote {self.path.as_posix()}"])
+        lines = summary_lines(self.log, config, full_runs)
+        lines.append(f"the same tuning of every round's runs: {self.tune_command()}")
+        say([*lines, f"Wrote {self.path.as_posix()}"])
         return status
+
+    def tune_command(self) -> str:
+        """``tune-spec-k EXPERIMENT`` with the tuning flags each round was tuned with."""
+        import shlex
+
+        tuning = {"min_runs": 1, **self.args.tuning}
+        words = [PROGRAM, self.args.experiment.as_posix()]
+        words += to_arguments(Settings(**tuning), only=TUNING_FLAGS)
+        words += to_arguments(Options(**self.args.options), only=OPTION_FLAGS)
+        return shlex.join(words)
 
 
 def _config_line(path: Path) -> str | None:

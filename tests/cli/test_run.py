@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -61,9 +62,12 @@ def test_the_loop_ends_ready_with_a_schedule_that_tuning_the_folder_agrees_with(
     counts = measured(tmp_path)
     assert set(counts.values()) == {1} and sum(counts.values()) == _run_files(tmp_path) == 21
     assert "--speculative-config" in out and "run stopped:" in out
-    # The experiment reads like any other: tuning it again gives the last round's schedule.
-    capsys.readouterr()
-    assert main([str(experiment), "--min-runs", "1"]) == 0
+    # The experiment reads like any other: tuning it again as the summary says gives the
+    # last round's schedule.
+    [line] = [line for line in out.splitlines() if line.startswith("the same tuning of")]
+    words = shlex.split(line.partition(": ")[2])
+    assert words[:2] == ["tune-spec-k", "R/E"] and "--min-runs=1" in words
+    assert main(words[1:]) == 0
     result = json.loads((experiment / "speculative_k_schedule.json").read_text())
     assert result["num_speculative_tokens_per_batch_size"] == rounds[-1]["schedule"] == [[1, 4, 3]]
     assert result["verdict"]["state"] == "ready"
