@@ -300,3 +300,24 @@ def test_a_context_design_is_refused_naming_the_flag(
     assert _run("--context-lengths", "64,512") == 2
     assert "--context-lengths" in capsys.readouterr().err
     assert not (tmp_path / "R").exists()
+
+
+def test_a_follow_up_round_that_crashed_resumes_at_that_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The stand-in counts runs per sweep: round 0's sweep has 9, so only round 1's (12 runs)
+    # reaches the tenth and crashes.
+    truth = use_standin(monkeypatch, tmp_path, CLEAR_TRUTH, crash_at_run=10)
+    monkeypatch.chdir(tmp_path)
+    assert _run() == 1
+    assert "round-1" in capsys.readouterr().err
+    rounds = _log(tmp_path)["rounds"]
+    assert [r["status"] for r in rounds] == ["tuned", "failed"]  # type: ignore[union-attr]
+    assert sum(measured(tmp_path).values()) == 9 + 9
+    write_model(truth, CLEAR_TRUTH)
+    assert _run() == 0
+    rounds = _log(tmp_path)["rounds"]
+    assert [r["status"] for r in rounds] == ["tuned", "tuned"]  # type: ignore[union-attr]
+    assert [r["resumes"] for r in rounds] == [0, 1]  # type: ignore[union-attr]
+    counts = measured(tmp_path)
+    assert set(counts.values()) == {1} and sum(counts.values()) == _run_files(tmp_path) == 21
