@@ -173,12 +173,19 @@ def sections_accordion(
     cli_arguments: list[str],
     rule_comparison,
     trtllm_file: bytes | None,
+    rounds=None,
 ) -> mo.Html:
     """The sections below the answer, each built when it is opened (a function), and again
-    only while it is open."""
+    only while it is open; ``rounds`` (an experiment of `tune-spec-k run`) adds its rounds."""
     problem_count = sum(len(group.problems) for group in problem_groups)
+    extra = (
+        {}
+        if rounds is None
+        else {"Rounds (tune-spec-k run)": functools.partial(rounds_section, rounds)}
+    )
     return mo.accordion(
         {
+            **extra,
             f"Problems ({problem_count})": functools.partial(
                 problems_section, problem_groups, fix_buttons
             ),
@@ -475,6 +482,20 @@ def confidence_section(analysis) -> mo.Html:
             )
             if flagged.height
             else mo.md("None."),
+        ]
+    )
+
+
+def rounds_section(rounds) -> mo.Html:
+    """The rounds of a `tune-spec-k run` experiment (lib.app.support.experiment_rounds): why
+    it stopped and a line per round, then P(eps-good) of each anchor's pick by round."""
+    if rounds.error is not None:
+        return mo.callout(mo.Html(text.text_block_html(rounds.error.splitlines())), kind="warn")
+    return mo.vstack(
+        [
+            mo.Html(text.text_block_html(list(rounds.lines))),
+            mo.md("**Each anchor's pick and its P(eps-good), by round**"),
+            mo.ui.table(rounds.table, selection=None),
         ]
     )
 

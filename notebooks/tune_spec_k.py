@@ -264,6 +264,7 @@ def _(
             cli_arguments,
             rule_comparison,
             engine_files,
+            app_support.experiment_rounds(experiment_picker.value),
         )
     )
     # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`;

@@ -59,6 +59,7 @@ __all__ = [
     "AppArguments",
     "HealthCounts",
     "QueryStart",
+    "RoundsView",
     "RuleComparison",
     "acceptance_field",
     "acceptance_options",
@@ -72,6 +73,7 @@ __all__ = [
     "default_direction",
     "diff_settings",
     "direction_text",
+    "experiment_rounds",
     "find_experiments",
     "first_experiment",
     "folder_below_root",
@@ -633,3 +635,37 @@ def compare_with(
         if report is not None:
             return report, None
     return None, "\n".join(problem.describe() for problem in problems)
+
+
+@dataclass(frozen=True)
+class RoundsView:
+    """The rounds of a ``tune-spec-k run`` experiment, as the app shows them: P(eps-good) of
+    each anchor's pick by round (:func:`lib.present.rounds.rounds_pivot`), a line per round and
+    the stop (:func:`lib.present.rounds.summary_lines`' first lines); or why ``rounds.json``
+    could not be read."""
+
+    table: pl.DataFrame | None
+    lines: tuple[str, ...]
+    error: str | None = None
+
+
+def experiment_rounds(folder: str | os.PathLike[str]) -> RoundsView | None:
+    """The rounds of the experiment in ``folder``, None where it has no ``rounds.json`` (it was
+    not made by ``tune-spec-k run``)."""
+    from lib.files import read_json
+    from lib.keys import MISSING
+    from lib.loop.run.rounds import ROUNDS_FILE, rounds_of
+    from lib.present.rounds import rounds_pivot, summary_lines
+
+    path = Path(folder) / ROUNDS_FILE
+    if not path.is_file():
+        return None
+    data, problems = read_json(path)
+    log = None
+    if data is not MISSING:
+        log, problems = rounds_of(data, str(path))
+    if log is None:
+        return RoundsView(None, (), "\n".join(problem.describe() for problem in problems))
+    lines = summary_lines(log, None, None)
+    shown = lines if log.stop_rule is not None else ["the run has not ended yet", *lines[1:]]
+    return RoundsView(rounds_pivot(log), tuple(shown))

@@ -61,6 +61,12 @@ SUBCOMMANDS = (
         "PlanArgs",
     ),
     Subcommand(
+        "run",
+        "the loop, closed: plan, sweep, tune and follow up, round after round, within a budget",
+        "lib.cli.run",
+        "RunArgs",
+    ),
+    Subcommand(
         "check",
         "judge a deployed schedule against static K and no speculation (exit 1 on a loss)",
         "lib.cli.check",

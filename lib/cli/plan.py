@@ -33,7 +33,7 @@ from lib.loop.plan.write import plan_files, plan_folder_reason, write_plan
 from lib.present.text import sweep_plan_lines
 from lib.problems import Problem, Severity
 
-__all__ = ["PlanArgs", "main"]
+__all__ = ["PlanArgs", "main", "plan_of", "write_planned"]
 
 _COMMAND = f"{PROGRAM} plan"
 
@@ -165,10 +165,16 @@ class _DesignAction(argparse.Action):
 
 def main(args: PlanArgs) -> int:
     """Plan, write every file of the plan, print the summary, the commands and the files."""
-    plan, problems = _plan(args)
+    plan, problems = plan_of(args)
     if plan is None:
         print_problems(problems, lambda count: f"{_COMMAND}: nothing written: {count} problem(s)")
         return EXIT_BAD_INPUT
+    return write_planned(args, plan)
+
+
+def write_planned(args: PlanArgs, plan: SweepPlan) -> int:
+    """Check the plan's outputs, print its summary and commands, write its folder
+    (``args.output_dir``) and list the files; :data:`EXIT_BAD_INPUT` where it cannot."""
     root = Path(args.output_dir)
     outputs = [Output("--output-dir", root / name) for name in plan_files(plan, args.output_dir)]
     inputs = [args.design_file, args.validate, args.validate_export, *(args.follow_up or ())]
@@ -194,7 +200,7 @@ def main(args: PlanArgs) -> int:
     return EXIT_OK
 
 
-def _plan(args: PlanArgs) -> tuple[SweepPlan | None, list[Problem]]:
+def plan_of(args: PlanArgs) -> tuple[SweepPlan | None, list[Problem]]:
     """The plan the flags ask for (tuning, follow-up or validation), or None and why not."""
     stored = None
     if args.design_file:

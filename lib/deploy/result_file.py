@@ -300,6 +300,9 @@ class ResultFile:
     #: the tolerance else ``selection.relative_tolerance``); None where the file has neither.
     confidence_level: float | None = None
     tie_tolerance: float | None = None
+    #: The verdict's state (``verdict.state``: ready, provisional, cannot-tune); None in files
+    #: without one (the seed's, older ones) or with another value.
+    verdict_state: str | None = None
 
     @property
     def has_grid(self) -> bool:
@@ -417,6 +420,7 @@ def _result_file(data: Any, source: str) -> ResultFile:
         not_interpolable=_cliff_stretches(data, source),
         context_cells=context_cells,
         context_field=_context_field(data),
+        verdict_state=_verdict_state(data),
         context_points_to_measure=tuple(
             p
             for p in (
@@ -432,6 +436,12 @@ def _result_file(data: Any, source: str) -> ResultFile:
             )
         ),
     )
+
+
+def _verdict_state(data: Mapping[str, Any]) -> str | None:
+    """``verdict.state`` where it is one of the verdict's states, else None."""
+    state = _mapping(data.get("verdict")).get("state")
+    return state if state in ("ready", "provisional", "cannot-tune") else None
 
 
 def _context_field(data: Mapping[str, Any]) -> str | None:

@@ -337,3 +337,34 @@ def test_capture_lines_are_the_capture_rules_warnings(tmp_path: Path) -> None:
     # [[1, 255, 3], [256, 256, 0]]: 129..255 at K=3 are past the assumed 512.
     (line,) = capture_lines(deployed.result)
     assert line.startswith("batch sizes 129-255 run K=3")
+
+
+def test_the_rounds_of_a_run_experiment_are_read_for_the_app(tmp_path: Path) -> None:
+    from lib.loop.run.rounds import RoundCost, RoundRecord, RunLog, rounds_text
+
+    assert app_support.experiment_rounds(tmp_path) is None  # not an experiment of `run`
+    record = RoundRecord(
+        number=0,
+        plan_dir="plans/round-0",
+        purpose="x",
+        planned_runs=4,
+        planned_starts=2,
+        estimated_seconds=10.0,
+        status="tuned",
+        cost=RoundCost(4, 40.0, 2, 20.0, 1, "b"),
+        verdict="provisional",
+        unresolved=(4,),
+        picks={1: 3, 4: 0},
+        p_eps_good={1: 0.95, 4: None},
+    )
+    log = RunLog({}, (record,), stop_rule="max-rounds", stop_text="1 round(s) done")
+    (tmp_path / "rounds.json").write_text(rounds_text(log))
+    view = app_support.experiment_rounds(tmp_path)
+    assert view is not None and view.error is None and view.table is not None
+    assert view.table.rows() == [(1, "K=3, P 0.95"), (4, "K=0, P unknown")]
+    assert view.table.columns == ["batch_size", "round 0 (provisional)"]
+    assert view.lines[0] == "run stopped: 1 round(s) done (max-rounds)"
+    (tmp_path / "rounds.json").write_text('{"version": 7}')
+    view = app_support.experiment_rounds(tmp_path)
+    assert view is not None and view.table is None
+    assert view.error is not None and "invalid-rounds" in view.error and "version" in view.error

@@ -924,3 +924,28 @@ def test_the_answer_says_what_the_verdict_assumes_as_the_cli_does(
         assert "The verdict assumes:" in answer and html.escape(assumption) in answer
         assert main([str(sample), "--output-json", str(tmp_path / "r.json"), *flags]) == 0
         assert f"  assumes: {assumption}" in capsys.readouterr().out.splitlines()
+
+
+def test_an_experiment_of_tune_spec_k_run_shows_its_rounds(
+    notebook: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from standin import CLEAR_FLAGS, CLEAR_TRUTH, use_standin
+
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    flags = ["--results-dir", "R", "-e", "E", "--max-rounds", "1"]
+    assert main(["run", *CLEAR_FLAGS, *flags]) == EXIT_OK
+    experiment = tmp_path / "R" / "E"
+    picker = mo.ui.dropdown({"E": experiment}, value="E")
+    controls = {"min_runs_slider": mo.ui.slider(1, 10, 1, value=1)}
+    defs = run_notebook(
+        notebook, monkeypatch, "--sweeps", str(tmp_path / "R"), experiment_picker=picker, **controls
+    )
+    # The app tunes every round's runs together, as `tune-spec-k R/E --min-runs 1` does.
+    _assert_same_result(defs["result"], _analysed(experiment, Settings(min_runs=1)))
+    view = app_support.experiment_rounds(experiment)
+    assert view is not None and view.table is not None
+    shown = mo.as_html(load_sections().rounds_section(view)).text
+    # Round 0 measured each cell once: every pick provisional, K=3 (the truth's best).
+    assert "round 0 (provisional)" in shown and "K=3, P unknown" in shown
+    assert "run stopped: 1 round(s) done, the --max-rounds limit (max-rounds)" in shown

@@ -1,0 +1,323 @@
+"""lib/cli/run.py: `tune-spec-k run` against the stand-in vllm (bench/standin_vllm): the loop
+ends with a schedule, rounds.json and a verdict that `tune-spec-k DIR` agrees with; a crashed
+sweep names its command and log and resumes without measuring a run twice; a stop signal
+leaves no process and resumes the same way; the budget, the round limit and other arguments
+are refused or obeyed on both sides."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from paths import REPO
+from signal_runs import _session
+from standin import CLEAR_FLAGS, CLEAR_TRUTH, measured, use_standin, write_model
+
+from lib.cli.main import main
+from lib.files import read_json
+from lib.loop.run.rounds import rounds_of
+
+
+def _run(*flags: str) -> int:
+    return main(["run", *CLEAR_FLAGS, "--results-dir", "R", "-e", "E", *flags])
+
+
+def _log(folder: Path) -> dict[str, object]:
+    data = json.loads((folder / "R" / "E" / "rounds.json").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _run_files(folder: Path) -> int:
+    return sum(1 for path in (folder / "R" / "E").rglob("run=*.json"))
+
+
+def test_the_loop_ends_ready_with_a_schedule_that_tuning_the_folder_agrees_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    assert _run("--budget-gpu-hours", "1") == 0
+    out = capsys.readouterr().out
+    experiment = tmp_path / "R" / "E"
+    assert (experiment / "speculative_k_schedule.json").is_file()
+    log = _log(tmp_path)
+    rounds = log["rounds"]
+    assert isinstance(rounds, list)
+    # Round 0: 3 K x 3 anchors once; round 1: the two contenders (K=1, K=3) twice more at
+    # each anchor (the measurement plan's "2 more runs" of a cell of one run): 12 runs.
+    assert [r["runs"] for r in rounds] == [9, 12]
+    assert [r["verdict"] for r in rounds] == ["provisional", "ready"]
+    assert log["stop"] == {"rule": "ready", "text": "the verdict is ready: every pick resolved"}
+    assert "--num-runs 1" in rounds[0]["purpose"]
+    # Every run the stand-in measured once, and each is a file of the experiment.
+    counts = measured(tmp_path)
+    assert set(counts.values()) == {1} and sum(counts.values()) == _run_files(tmp_path) == 21
+    assert "--speculative-config" in out and "run stopped:" in out
+    # The experiment reads like any other: tuning it again as the summary says gives the
+    # last round's schedule.
+    [line] = [line for line in out.splitlines() if line.startswith("the same tuning of")]
+    words = shlex.split(line.partition(": ")[2])
+    assert words[:2] == ["tune-spec-k", "R/E"] and "--min-runs=1" in words
+    assert main(words[1:]) == 0
+    result = json.loads((experiment / "speculative_k_schedule.json").read_text())
+    assert result["num_speculative_tokens_per_batch_size"] == rounds[-1]["schedule"] == [[1, 4, 3]]
+    assert result["verdict"]["state"] == "ready"
+
+
+def test_gpu_time_is_the_runs_durations_plus_the_server_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stand-in's clock: each server start 60 s, then the runs, 5 s after each run (the
+    # gap before a new server includes the last run's 5 s); so a measured start is 65 s, and
+    # the first of a round (nothing before it) counts at the median measured, 65 s too.
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH, start_seconds=60.0, overhead_seconds=5.0)
+    monkeypatch.chdir(tmp_path)
+    assert _run("--max-rounds", "1") == 0
+    record = _log(tmp_path)["rounds"][0]  # type: ignore[index]
+    durations = [
+        json.loads(path.read_text())["duration"]
+        for path in (tmp_path / "R" / "E").rglob("run=*.json")
+    ]
+    assert record["run_seconds"] == pytest.approx(sum(durations), abs=1e-3)
+    assert record["server_starts"] == 3 and record["measured_server_starts"] == 2
+    # Timestamps have whole seconds: each measured gap is 65 s give or take one.
+    assert record["server_start_seconds"] == pytest.approx(3 * 65, abs=4)
+    assert record["gpu_seconds"] == pytest.approx(
+        record["run_seconds"] + record["server_start_seconds"], abs=1e-3
+    )
+
+
+def test_a_crashed_sweep_names_its_command_and_log_and_resumes_without_measuring_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truth = use_standin(monkeypatch, tmp_path, CLEAR_TRUTH, crash_at_run=5)
+    monkeypatch.chdir(tmp_path)
+    assert _run() == 1
+    err = capsys.readouterr().err
+    assert "vllm bench sweep serve" in err and "logs/round-0.log" in err
+    log_file = tmp_path / "R" / "E" / "logs" / "round-0.log"
+    assert "the server died" in log_file.read_text()
+    assert _log(tmp_path)["rounds"][0]["status"] == "failed"  # type: ignore[index]
+    assert sum(measured(tmp_path).values()) == 4  # the fifth crashed before it was written
+    write_model(truth, CLEAR_TRUTH)
+    assert _run() == 0
+    counts = measured(tmp_path)
+    assert set(counts.values()) == {1}, [cell for cell, n in counts.items() if n > 1]
+    assert sum(counts.values()) == _run_files(tmp_path) == 21
+    first = _log(tmp_path)["rounds"][0]  # type: ignore[index]
+    assert first["resumes"] == 1 and first["status"] == "tuned" and first["failure"] is None
+    # The log of the crash is kept; the resumed sweep's output follows it.
+    assert "the server died" in log_file.read_text() and "--resume" in log_file.read_text()
+
+
+def test_a_stop_signal_leaves_no_process_and_the_run_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH, sleep_seconds=0.15)
+    command = [sys.executable, "-m", "lib.cli", "run", *CLEAR_FLAGS]
+    command += ["--results-dir", str(tmp_path / "R"), "-e", "E"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        for _ in range(300):
+            if _run_files(tmp_path) >= 3 or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 130, err.decode()
+        assert "Traceback" not in err.decode()
+        assert _session(process.pid) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    stopped_at = sum(measured(tmp_path).values())
+    assert 3 <= stopped_at < 9
+    write_model(tmp_path / "standin-truth.json", CLEAR_TRUTH)
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    counts = measured(tmp_path)
+    assert set(counts.values()) == {1} and sum(counts.values()) == _run_files(tmp_path)
+
+
+def test_the_round_limit_stops_and_a_larger_one_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    assert _run("--max-rounds", "1") == 0
+    log = _log(tmp_path)
+    assert log["stop"]["rule"] == "max-rounds" and len(log["rounds"]) == 1  # type: ignore[index,arg-type]
+    assert _run("--max-rounds", "2") == 0
+    log = _log(tmp_path)
+    assert log["stop"]["rule"] == "ready" and len(log["rounds"]) == 2  # type: ignore[index,arg-type]
+    assert set(measured(tmp_path).values()) == {1}
+
+
+def test_the_budget_stops_before_a_round_it_cannot_afford(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    # Round 0 on its own: 9 runs at --run-seconds 1 and 3 starts at 60 s = 189 s < 200 s;
+    # its real cost (about 370 s) leaves no room for round 1 within 400 s.
+    hours = str(400 / 3600)
+    estimates = ("--run-seconds", "1", "--server-start-seconds", "60")
+    assert _run("--budget-gpu-hours", hours, *estimates) == 0
+    log = _log(tmp_path)
+    assert log["stop"]["rule"] == "budget" and len(log["rounds"]) == 1  # type: ignore[index,arg-type]
+    assert "exceeds the budget" in capsys.readouterr().out
+
+
+def test_a_budget_below_round_zero_is_refused_naming_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    # 9 runs x 1 s + 3 starts x 60 s = 189 s: 188 s is below it, 189 s is not.
+    flags = ("--run-seconds", "1", "--server-start-seconds", "60", "--max-rounds", "1")
+    assert _run("--budget-gpu-hours", str(188 / 3600), *flags) == 2
+    err = capsys.readouterr().err
+    assert "--budget-gpu-hours" in err and "round 0 alone" in err
+    assert measured(tmp_path) == {}
+    assert _run("--budget-gpu-hours", str(189 / 3600 + 1e-9), *flags) == 0
+
+
+def test_other_arguments_and_a_foreign_folder_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    assert _run("--max-rounds", "1") == 0
+    capsys.readouterr()
+    assert main(["run", *CLEAR_FLAGS[:-1], "1,2", "--results-dir", "R", "-e", "E"]) == 2
+    err = capsys.readouterr().err
+    assert "other-arguments" in err and "design.anchors" in err
+    (tmp_path / "R" / "F").mkdir()
+    (tmp_path / "R" / "F" / "x.json").write_text("{}")
+    assert main(["run", *CLEAR_FLAGS, "--results-dir", "R", "-e", "F"]) == 2
+    assert "not-a-run" in capsys.readouterr().err
+
+
+def test_rounds_json_reads_back_through_its_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    assert _run() == 0
+    path = tmp_path / "R" / "E" / "rounds.json"
+    data, _ = read_json(path)
+    log, problems = rounds_of(data, str(path))
+    assert log is not None and not problems
+    assert [r.verdict for r in log.rounds] == ["provisional", "ready"]
+    assert log.rounds[1].unresolved == () and log.rounds[0].unresolved == (1, 2, 4)
+
+
+def test_a_damaged_rounds_json_is_refused_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    assert _run("--max-rounds", "1") == 0
+    path = tmp_path / "R" / "E" / "rounds.json"
+    data = json.loads(path.read_text())
+    data["rounds"][0]["runs"] = "nine"
+    path.write_text(json.dumps(data))
+    before = sum(measured(tmp_path).values())
+    capsys.readouterr()
+    assert _run("--max-rounds", "2") == 2
+    err = capsys.readouterr().err
+    assert "invalid-rounds" in err and "rounds[0].runs" in err and '"nine"' in err
+    assert "R/E/rounds.json" in err and "Traceback" not in err
+    assert sum(measured(tmp_path).values()) == before
+
+
+def test_a_run_file_cut_short_is_measured_again_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truth = use_standin(monkeypatch, tmp_path, CLEAR_TRUTH, crash_at_run=5)
+    monkeypatch.chdir(tmp_path)
+    assert _run("--max-rounds", "1") == 1
+    # A run killed while its file was written: the real sweep's --resume would read it back
+    # and fail; the loop keeps it aside and the run is measured again.
+    # The crash came at the fifth run: K=0's three combos and K=1's first are done.
+    broken = tmp_path / "R" / "E" / "round-0" / "SERVE--k1-BENCH--c1-seed0" / "run=0.json"
+    (broken.parent / "summary.json").unlink()
+    broken.write_text('{"date": "2026')
+    write_model(truth, CLEAR_TRUTH)
+    capsys.readouterr()
+    assert _run("--max-rounds", "1") == 0
+    assert "is not whole" in capsys.readouterr().out
+    assert broken.with_name("run=0.json.broken").read_text() == '{"date": "2026'
+    assert json.loads(broken.read_text())["duration"] > 0
+    counts = measured(tmp_path)
+    combo = broken.parent.name
+    assert (
+        counts[(str(Path("R") / "E" / "round-0"), combo, "0")] == 2
+    )  # measured twice: cut short once
+    assert sum(counts.values()) == _run_files(tmp_path) + 1 == 10
+
+
+def test_the_tuning_flags_reach_every_rounds_tuning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    flags = ("--objective-var", "median_tpot_ms", "--objective-direction", "minimize")
+    assert _run("--max-rounds", "1", *flags) == 0
+    result = json.loads((tmp_path / "R" / "E" / "speculative_k_schedule.json").read_text())
+    assert result["selection"]["objective_metric"] == "median_tpot_ms"
+    assert result["selection"]["objective_direction"] == "minimize"
+    # The stand-in's TPOT is batch / throughput: the fastest K (3) has the smallest.
+    assert result["num_speculative_tokens_per_batch_size"] == [[1, 4, 3]]
+    assert _log(tmp_path)["arguments"]["tuning"] == {  # type: ignore[index]
+        "objective": "median_tpot_ms",
+        "direction": "minimize",
+    }
+
+
+def test_a_context_design_is_refused_naming_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    assert _run("--context-lengths", "64,512") == 2
+    assert "--context-lengths" in capsys.readouterr().err
+    assert not (tmp_path / "R").exists()
+
+
+def test_a_follow_up_round_that_crashed_resumes_at_that_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The stand-in counts runs per sweep: round 0's sweep has 9, so only round 1's (12 runs)
+    # reaches the tenth and crashes.
+    truth = use_standin(monkeypatch, tmp_path, CLEAR_TRUTH, crash_at_run=10)
+    monkeypatch.chdir(tmp_path)
+    assert _run() == 1
+    assert "round-1" in capsys.readouterr().err
+    rounds = _log(tmp_path)["rounds"]
+    assert [r["status"] for r in rounds] == ["tuned", "failed"]  # type: ignore[union-attr]
+    assert sum(measured(tmp_path).values()) == 9 + 9
+    write_model(truth, CLEAR_TRUTH)
+    assert _run() == 0
+    rounds = _log(tmp_path)["rounds"]
+    assert [r["status"] for r in rounds] == ["tuned", "tuned"]  # type: ignore[union-attr]
+    assert [r["resumes"] for r in rounds] == [0, 1]  # type: ignore[union-attr]
+    counts = measured(tmp_path)
+    assert set(counts.values()) == {1} and sum(counts.values()) == _run_files(tmp_path) == 21
