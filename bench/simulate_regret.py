@@ -3,7 +3,7 @@ sweeps with a known truth (issue 11).
 
     uv run python bench/simulate_regret.py [--trials 400] [--draws 4000] [--workers 2]
         [--reliability-png docs/confidence-reliability.png] [--server-cv 0]
-        [--families independent servers] [--server-trials 200]
+        [--families independent servers lean] [--server-trials 200] [--lean-trials 200]
 
 Each trial draws a throughput model (below), measures it like ``vllm bench sweep serve`` would
 (every (anchor, K) cell RUNS times, multiplicative noise of the given CV under one of three tail
@@ -254,6 +254,12 @@ def measure(
                     rows["anchor"].append(anchor)
                     rows["k"].append(k)
                     rows["value"].append(float(value))
+    return sweep_of(rows, k_values)
+
+
+def sweep_of(rows: dict[str, list[Any]], k_values: tuple[int, ...]) -> Sweep:
+    """The in-memory sweep of simulated runs (``rows``: ``source, position, combo,
+    run_number, anchor, k, value`` per run), as the loader's run frame."""
     count = len(rows["value"])
     frame = pl.DataFrame(
         {
@@ -928,8 +934,15 @@ def server_offset_families(arguments: argparse.Namespace, pool: Any) -> list[str
     return missed_family_targets(table)
 
 
+def lean_families(arguments: argparse.Namespace, pool: Any) -> list[str]:
+    """The lean families (issue 40, bench/simulate_lean.py), printed; their missed targets."""
+    from simulate_lean import lean_part
+
+    return lean_part(arguments, pool)
+
+
 #: The parts of the simulation ``--families`` chooses from.
-PARTS = {"independent": independent_runs, "servers": server_offset_families}
+PARTS = {"independent": independent_runs, "servers": server_offset_families, "lean": lean_families}
 
 
 def main() -> int:
@@ -950,7 +963,17 @@ def main() -> int:
         nargs="+",
         choices=tuple(PARTS),
         default=["independent"],
-        help="which parts to simulate: independent runs (the default), server offsets",
+        help="which parts to simulate: independent runs (the default), server offsets, lean"
+        " sweeps (one run per cell: bench/simulate_lean.py)",
+    )
+    parser.add_argument(
+        "--lean-trials", type=int, default=200, help="trials per lean family (--families lean)"
+    )
+    parser.add_argument(
+        "--lean-seed",
+        type=int,
+        default=40_2026,
+        help="seed of the lean families' sweeps (the published table's; tune on another)",
     )
     parser.add_argument(
         "--draws", type=int, default=4000, help="posterior draws per anchor (the CLI uses 10000)"
