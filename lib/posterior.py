@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from lib.calibration import calibrated, leader_peak, noise_ratio
+from lib.calibration import calibrated, leader_peak, lean_lapse, noise_ratio
 from lib.noise_model import NoiseSource
 
 __all__ = [
@@ -429,7 +429,12 @@ def anchor_verdict(
     )
     # Rounded like the JSON (to 1e-4, the Monte-Carlo resolution): the status compares the
     # number shown, and the last bit of a platform's exp cannot change it.
-    p[feasible] = np.round(calibrated(model[feasible], ratio, peak), 4)
+    shown = calibrated(model[feasible], ratio, peak)
+    if noise.run_source is not None and ratio > 0.0:
+        # One run per cell (borrowed or assumed noise): the leading K keeps a lapse back.
+        leader = int(np.argmax(model[feasible]))
+        shown[leader] *= 1.0 - lean_lapse(ratio)
+    p[feasible] = np.round(shown, 4)
     qualifying = cells.ks[p >= settings.confidence].tolist()
     if qualifying:
         return Verdict(p, model, noise, ratio, peak, qualifying[0], qualifying)

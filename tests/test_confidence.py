@@ -36,6 +36,7 @@ from confidence_helpers import (
 from paths import REPO
 from sweep_builder import WORKED_EXAMPLE, write_grid, write_replicated_grid
 
+from lib.calibration import LEAN_LAPSE
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
 from lib.confidence import (
@@ -707,3 +708,28 @@ def test_run_cv_bounds(cv: float, valid: bool) -> None:
     assert (reasons == []) is valid
     if not valid:
         assert reasons[0].startswith(f"--run-cv {cv}: expected")
+
+
+def test_a_single_run_leader_keeps_the_lean_lapse_back_however_far_ahead(tmp_path: Path) -> None:
+    # K=3 three times K=2's throughput: the model is sure (P 1.0). At 8 % per run the noise
+    # ratio is sqrt(2 x log(1 + 0.08^2)) / -log(0.99) = 0.1130 / 0.01005 = 11.24, past the
+    # lapse's ramp, so the calibrated P is at most 1 - LEAN_LAPSE; the same runs measured
+    # three times are not single-run cells and keep the map's P.
+    cells = {(1, 0): [100.0], (1, 1): [130.0], (1, 2): [150.0], (1, 3): [450.0]}
+    write_grid(tmp_path / "lean", cells)
+    loud = dataclasses.replace(INDEPENDENT, run_cv=0.08)
+    _, report = report_of(tmp_path / "lean", loud, min_runs=1)
+    assert model_p(report, 1)[3] == 1.0
+    assert anchor_row(report, 1)["noise_ratio"] == pytest.approx(11.24, abs=0.01)
+    lapsed = p_of(report, 1)[3]
+    assert lapsed is not None and lapsed <= 1.0 - LEAN_LAPSE
+    write_grid(
+        tmp_path / "full",
+        {
+            cell: [v * 0.97, v, v * 1.03]
+            for cell, v in ((cell, values[0]) for cell, values in cells.items())
+        },
+    )
+    _, measured = report_of(tmp_path / "full")
+    full = p_of(measured, 1)[3]
+    assert full is not None and full > 1.0 - LEAN_LAPSE
