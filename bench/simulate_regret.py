@@ -972,7 +972,7 @@ def main() -> int:
     parser.add_argument(
         "--lean-seed",
         type=int,
-        default=40_2026,
+        default=42_2026,
         help="seed of the lean families' sweeps (the published table's; tune on another)",
     )
     parser.add_argument(
