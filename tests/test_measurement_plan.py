@@ -107,8 +107,10 @@ def test_target_runs_follow_the_formula_when_below_the_cap(tmp_path: Path) -> No
 
 
 def test_single_runs_ask_for_replicates_of_the_best_and_its_challenger(tmp_path: Path) -> None:
+    # --run-cv 0: no noise assumed where nothing was replicated, so none is known here.
     cells = {(1, 0): [100.0], (1, 1): [150.0], (1, 2): [160.0], (1, 3): [120.0]}
-    plan = _plan(write_grid(tmp_path, cells), min_runs=1)
+    assuming_nothing = ConfidenceSettings(server_cv=0.0, run_cv=0.0)
+    plan = _plan(write_grid(tmp_path, cells), confidence=assuming_nothing, min_runs=1)
     assert plan.reruns.select("k", "runs", "target_runs", "more_runs").rows() == [
         (1, 1, 3, 2),
         (2, 1, 3, 2),
