@@ -50,11 +50,11 @@ from simulate_regret import (
     Model,
     clear_winner,
     draw_model,
+    missed_cells,
     resolution_counts,
-    shown_over_bound,
+    resolved_and_wrong_cells,
     sweep_of,
     wilson,
-    within_bound,
     wrong_among_resolved,
 )
 
@@ -251,17 +251,7 @@ def lean_markdown(table: pl.DataFrame) -> str:
     ]
     for row in table.to_dicts():
         assumed = "measured" if row["run_cv"] is None else f"{100 * row['run_cv']:g}%"
-        resolved = " / ".join(
-            f"{100 * row[f'resolved_share_{level}']:.0f}%" for level in CONFIDENCE_LEVELS
-        )
-        cells = []
-        for level in CONFIDENCE_LEVELS:
-            mark = "" if within_bound(row[f"wrong_{level}"], level) else "*"
-            mark += "!" if shown_over_bound(row[f"wrong_low_{level}"], level) else ""
-            cells.append(
-                f"{100 * row[f'wrong_{level}']:.1f}%{mark} [{100 * row[f'wrong_low_{level}']:.1f},"
-                f" {100 * row[f'wrong_high_{level}']:.1f}] of {row[f'resolved_{level}']}"
-            )
+        resolved, cells = resolved_and_wrong_cells(row)
         design = "1 run + probes" if row["probes"] else "1 run"
         lines.append(
             f"| {row['k_count']} | {row['noise']} | {100 * row['offset_sd']:g}% | {design}"
@@ -322,12 +312,7 @@ def missed_lean_targets(table: pl.DataFrame) -> list[str]:
             f"lean, {row['k_count']} K, run noise {row['noise']}, offsets"
             f" {row['offset_sd']:g}, {assumed}"
         )
-        for level in CONFIDENCE_LEVELS:
-            if shown_over_bound(row[f"wrong_low_{level}"], level):
-                missed.append(
-                    f"{where}: wrong among resolved at {level:g} above {1 - level:.0%}"
-                    " (its whole 95 % interval)"
-                )
+        missed += missed_cells(row, where)
     return missed
 
 

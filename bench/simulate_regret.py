@@ -788,6 +788,24 @@ def shown_over_bound(wrong_low: float, level: float) -> bool:
     return wrong_low > bound(level)
 
 
+def resolved_and_wrong_cells(row: dict[str, Any]) -> tuple[str, list[str]]:
+    """A summarised row's resolved shares (``80% / 60% / 40%``) and one markdown cell per
+    confidence level: the wrong share (``*`` over the bound, ``!`` its whole interval over
+    it), its Wilson interval and the resolved count."""
+    resolved = " / ".join(
+        f"{100 * row[f'resolved_share_{level}']:.0f}%" for level in CONFIDENCE_LEVELS
+    )
+    cells = []
+    for level in CONFIDENCE_LEVELS:
+        mark = "" if within_bound(row[f"wrong_{level}"], level) else "*"
+        mark += "!" if shown_over_bound(row[f"wrong_low_{level}"], level) else ""
+        cells.append(
+            f"{100 * row[f'wrong_{level}']:.1f}%{mark} [{100 * row[f'wrong_low_{level}']:.1f},"
+            f" {100 * row[f'wrong_high_{level}']:.1f}] of {row[f'resolved_{level}']}"
+        )
+    return resolved, cells
+
+
 def family_markdown(table: pl.DataFrame) -> str:
     """The server-offset table of docs/confidence.md: ``*`` a share above its bound, ``!``
     an interval wholly above it (a miss where the assumption holds)."""
@@ -802,17 +820,7 @@ def family_markdown(table: pl.DataFrame) -> str:
     ]
     for row in table.to_dicts():
         assumed = "measured" if row["server_cv"] is None else f"{100 * row['server_cv']:g}%"
-        resolved = " / ".join(
-            f"{100 * row[f'resolved_share_{level}']:.0f}%" for level in CONFIDENCE_LEVELS
-        )
-        cells = []
-        for level in CONFIDENCE_LEVELS:
-            mark = "" if within_bound(row[f"wrong_{level}"], level) else "*"
-            mark += "!" if shown_over_bound(row[f"wrong_low_{level}"], level) else ""
-            cells.append(
-                f"{100 * row[f'wrong_{level}']:.1f}%{mark} [{100 * row[f'wrong_low_{level}']:.1f},"
-                f" {100 * row[f'wrong_high_{level}']:.1f}] of {row[f'resolved_{level}']}"
-            )
+        resolved, cells = resolved_and_wrong_cells(row)
         lines.append(
             f"| {row['structure']} | {100 * row['offset_sd']:g}% | {row['k_count']}"
             f" | {100 * row['noise_cv']:g}% | {row['replicas']} x {row['runs_per_server']}"
@@ -856,13 +864,19 @@ def missed_family_targets(table: pl.DataFrame) -> list[str]:
             f" {row['noise_cv']:g}, {row['replicas']} x {row['runs_per_server']} runs,"
             f" server_cv {assumed}"
         )
-        for level in CONFIDENCE_LEVELS:
-            if shown_over_bound(row[f"wrong_low_{level}"], level):
-                missed.append(
-                    f"{where}: wrong among resolved at {level:g} above {1 - level:.0%}"
-                    " (its whole 95 % interval)"
-                )
+        missed += missed_cells(row, where)
     return missed
+
+
+def missed_cells(row: dict[str, Any], where: str) -> list[str]:
+    """One line per confidence level whose cell of ``row`` is shown over its bound
+    (:func:`shown_over_bound`), each starting with ``where``."""
+    return [
+        f"{where}: wrong among resolved at {level:g} above {1 - level:.0%}"
+        " (its whole 95 % interval)"
+        for level in CONFIDENCE_LEVELS
+        if shown_over_bound(row[f"wrong_low_{level}"], level)
+    ]
 
 
 def independent_runs(arguments: argparse.Namespace, pool: Any) -> list[str]:

@@ -21,6 +21,7 @@ import polars as pl
 import pytest
 from confidence_helpers import (
     INDEPENDENT,
+    LEAN,
     NOISY_SAMPLE,
     REPLICATED,
     WORKED_BATCH_1,
@@ -589,20 +590,6 @@ def test_a_grid_measured_everywhere_or_nowhere_has_no_elsewhere() -> None:
 
 
 # --------------------------------------------------------------------------- lean sweeps
-#: A single-run sweep: at batch 1 K=3 leads K=2 by 20 % (and K is monotone: no peak to doubt),
-#: at batch 64 K=1, K=2 and K=3 are within 1 %.
-LEAN = {
-    (1, 0): [100.0],
-    (1, 1): [130.0],
-    (1, 2): [150.0],
-    (1, 3): [180.0],
-    (64, 0): [1000.0],
-    (64, 1): [1500.0],
-    (64, 2): [1510.0],
-    (64, 3): [1495.0],
-}
-
-
 def test_a_single_run_sweep_assumes_run_cv_resolves_a_clear_lead_and_not_a_close_call(
     tmp_path: Path,
 ) -> None:
@@ -713,8 +700,9 @@ def test_run_cv_bounds(cv: float, valid: bool) -> None:
 def test_a_single_run_leader_keeps_the_lean_lapse_back_however_far_ahead(tmp_path: Path) -> None:
     # K=3 three times K=2's throughput: the model is sure (P 1.0). At 8 % per run the noise
     # ratio is sqrt(2 x log(1 + 0.08^2)) / -log(0.99) = 0.1130 / 0.01005 = 11.24, past the
-    # lapse's ramp, so the calibrated P is at most 1 - LEAN_LAPSE; the same runs measured
-    # three times are not single-run cells and keep the map's P.
+    # lapse's ramp, so the calibrated P is at most 1 - LEAN_LAPSE (the map alone gives
+    # expit(0.4909 + 0.9466 x logit(1 - 1e-4)) = 0.9999 at the last knot); the same lead
+    # measured three times (0.1 % apart) is no single-run cell and keeps the map's P.
     cells = {(1, 0): [100.0], (1, 1): [130.0], (1, 2): [150.0], (1, 3): [450.0]}
     write_grid(tmp_path / "lean", cells)
     loud = dataclasses.replace(INDEPENDENT, run_cv=0.08)
@@ -726,7 +714,7 @@ def test_a_single_run_leader_keeps_the_lean_lapse_back_however_far_ahead(tmp_pat
     write_grid(
         tmp_path / "full",
         {
-            cell: [v * 0.97, v, v * 1.03]
+            cell: [v * 0.999, v, v * 1.001]
             for cell, v in ((cell, values[0]) for cell, values in cells.items())
         },
     )

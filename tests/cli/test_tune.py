@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confidence_helpers import LEAN
 from paths import BAD_INPUTS, REPO
 from seed_outputs import SEED_CANDIDATE_KEYS, SEED_DECISION_KEYS, SEED_KEYS, SEED_SELECTION_KEYS
 from signal_runs import EXPECTED_STATUS, stop_at, temporaries
@@ -659,23 +660,10 @@ def test_a_signal_stops_tuning_at_once_leaving_no_process_and_whole_files(
             assert f"stopped by {signal.Signals(number).name}" in stopped.stderr
 
 
-#: A single-run sweep (issue 40): at batch 1 K=3 leads by 20 %, at 64 three K within 1 %.
-LEAN_RUNS = {
-    (1, 0): [100.0],
-    (1, 1): [130.0],
-    (1, 2): [150.0],
-    (1, 3): [180.0],
-    (64, 0): [1000.0],
-    (64, 1): [1500.0],
-    (64, 2): [1510.0],
-    (64, 3): [1495.0],
-}
-
-
 def test_a_single_run_sweep_states_its_assumed_run_noise_on_every_line_and_the_verdict(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sweep = write_grid(tmp_path / "lean", LEAN_RUNS)
+    sweep = write_grid(tmp_path / "lean", LEAN)
     code, _, _ = _main(capsys, sweep)
     assert code == EXIT_BAD_INPUT  # the seed's --min-runs 3 still refuses one run per cell
     code, out, _ = _main(capsys, sweep, "--min-runs", "1", "--run-cv", "0.03")
