@@ -101,6 +101,7 @@ __all__ = [
     "RUN_SCHEMA",
     "ConfidenceReport",
     "ConfidenceSettings",
+    "RunNoise",
     "ServerNoise",
     "ServerPoint",
     "assess",

@@ -46,6 +46,7 @@ from lib.confidence import (
     MAX_RUNS_NEEDED,
     RUN_SCHEMA,
     ConfidenceSettings,
+    RunNoise,
     ServerNoise,
     assess,
     combined_servers,
@@ -721,3 +722,28 @@ def test_a_single_run_leader_keeps_the_lean_lapse_back_however_far_ahead(tmp_pat
     _, measured = report_of(tmp_path / "full")
     full = p_of(measured, 1)[3]
     assert full is not None and full > 1.0 - LEAN_LAPSE
+
+
+def test_a_grid_of_lean_points_states_their_run_noise_once_over_the_batch_sizes() -> None:
+    # Two prompt lengths: one borrowed at 8 from 1 and 64, the other assumed everywhere.
+    borrowed = RunNoise(0.02, (1, 64), (8,), (), (1, 64), 4, 8)
+    assumed = RunNoise(0.02, (), (), (1, 8, 64))
+    parts = [
+        (512, ServerNoise(0.01, (), (1, 8, 64), runs=borrowed)),
+        (8192, ServerNoise(0.01, (), (1, 8, 64), runs=assumed)),
+        (32768, ServerNoise(0.01, (), (1, 8, 64))),  # measured at every anchor: no lean part
+    ]
+    runs = combined_servers(parts, 0.01).runs
+    assert runs is not None
+    assert (runs.borrowed_at, runs.assumed_at, runs.borrowed_from) == ((8,), (1, 8, 64), (1, 64))
+    assert (runs.borrowed_cells, runs.borrowed_df) == (4, 8)
+    statement = combined_servers(parts, 0.01).statement()
+    assert statement is not None
+    assert (
+        "single-run batch sizes 8: run noise borrowed from batch sizes 1, 64 (4 cells" in statement
+    )
+    assert statement.endswith(
+        "assumes runs vary by 2.0% (--run-cv; measure it with the noise"
+        " probe of `tune-spec-k plan --design lean`)"
+    )
+    assert combined_servers(parts[2:], 0.01).runs is None
