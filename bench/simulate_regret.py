@@ -3,7 +3,7 @@ sweeps with a known truth (issue 11).
 
     uv run python bench/simulate_regret.py [--trials 400] [--draws 4000] [--workers 2]
         [--reliability-png docs/confidence-reliability.png] [--server-cv 0]
-        [--families independent servers] [--server-trials 200]
+        [--families independent servers lean] [--server-trials 200] [--lean-trials 200]
 
 Each trial draws a throughput model (below), measures it like ``vllm bench sweep serve`` would
 (every (anchor, K) cell RUNS times, multiplicative noise of the given CV under one of three tail
@@ -254,6 +254,12 @@ def measure(
                     rows["anchor"].append(anchor)
                     rows["k"].append(k)
                     rows["value"].append(float(value))
+    return sweep_of(rows, k_values)
+
+
+def sweep_of(rows: dict[str, list[Any]], k_values: tuple[int, ...]) -> Sweep:
+    """The in-memory sweep of simulated runs (``rows``: ``source, position, combo,
+    run_number, anchor, k, value`` per run), as the loader's run frame."""
     count = len(rows["value"])
     frame = pl.DataFrame(
         {
@@ -782,6 +788,24 @@ def shown_over_bound(wrong_low: float, level: float) -> bool:
     return wrong_low > bound(level)
 
 
+def resolved_and_wrong_cells(row: dict[str, Any]) -> tuple[str, list[str]]:
+    """A summarised row's resolved shares (``80% / 60% / 40%``) and one markdown cell per
+    confidence level: the wrong share (``*`` over the bound, ``!`` its whole interval over
+    it), its Wilson interval and the resolved count."""
+    resolved = " / ".join(
+        f"{100 * row[f'resolved_share_{level}']:.0f}%" for level in CONFIDENCE_LEVELS
+    )
+    cells = []
+    for level in CONFIDENCE_LEVELS:
+        mark = "" if within_bound(row[f"wrong_{level}"], level) else "*"
+        mark += "!" if shown_over_bound(row[f"wrong_low_{level}"], level) else ""
+        cells.append(
+            f"{100 * row[f'wrong_{level}']:.1f}%{mark} [{100 * row[f'wrong_low_{level}']:.1f},"
+            f" {100 * row[f'wrong_high_{level}']:.1f}] of {row[f'resolved_{level}']}"
+        )
+    return resolved, cells
+
+
 def family_markdown(table: pl.DataFrame) -> str:
     """The server-offset table of docs/confidence.md: ``*`` a share above its bound, ``!``
     an interval wholly above it (a miss where the assumption holds)."""
@@ -796,17 +820,7 @@ def family_markdown(table: pl.DataFrame) -> str:
     ]
     for row in table.to_dicts():
         assumed = "measured" if row["server_cv"] is None else f"{100 * row['server_cv']:g}%"
-        resolved = " / ".join(
-            f"{100 * row[f'resolved_share_{level}']:.0f}%" for level in CONFIDENCE_LEVELS
-        )
-        cells = []
-        for level in CONFIDENCE_LEVELS:
-            mark = "" if within_bound(row[f"wrong_{level}"], level) else "*"
-            mark += "!" if shown_over_bound(row[f"wrong_low_{level}"], level) else ""
-            cells.append(
-                f"{100 * row[f'wrong_{level}']:.1f}%{mark} [{100 * row[f'wrong_low_{level}']:.1f},"
-                f" {100 * row[f'wrong_high_{level}']:.1f}] of {row[f'resolved_{level}']}"
-            )
+        resolved, cells = resolved_and_wrong_cells(row)
         lines.append(
             f"| {row['structure']} | {100 * row['offset_sd']:g}% | {row['k_count']}"
             f" | {100 * row['noise_cv']:g}% | {row['replicas']} x {row['runs_per_server']}"
@@ -850,13 +864,19 @@ def missed_family_targets(table: pl.DataFrame) -> list[str]:
             f" {row['noise_cv']:g}, {row['replicas']} x {row['runs_per_server']} runs,"
             f" server_cv {assumed}"
         )
-        for level in CONFIDENCE_LEVELS:
-            if shown_over_bound(row[f"wrong_low_{level}"], level):
-                missed.append(
-                    f"{where}: wrong among resolved at {level:g} above {1 - level:.0%}"
-                    " (its whole 95 % interval)"
-                )
+        missed += missed_cells(row, where)
     return missed
+
+
+def missed_cells(row: dict[str, Any], where: str) -> list[str]:
+    """One line per confidence level whose cell of ``row`` is shown over its bound
+    (:func:`shown_over_bound`), each starting with ``where``."""
+    return [
+        f"{where}: wrong among resolved at {level:g} above {1 - level:.0%}"
+        " (its whole 95 % interval)"
+        for level in CONFIDENCE_LEVELS
+        if shown_over_bound(row[f"wrong_low_{level}"], level)
+    ]
 
 
 def independent_runs(arguments: argparse.Namespace, pool: Any) -> list[str]:
@@ -928,8 +948,15 @@ def server_offset_families(arguments: argparse.Namespace, pool: Any) -> list[str
     return missed_family_targets(table)
 
 
+def lean_families(arguments: argparse.Namespace, pool: Any) -> list[str]:
+    """The lean families (issue 40, bench/simulate_lean.py), printed; their missed targets."""
+    from simulate_lean import lean_part
+
+    return lean_part(arguments, pool)
+
+
 #: The parts of the simulation ``--families`` chooses from.
-PARTS = {"independent": independent_runs, "servers": server_offset_families}
+PARTS = {"independent": independent_runs, "servers": server_offset_families, "lean": lean_families}
 
 
 def main() -> int:
@@ -950,7 +977,17 @@ def main() -> int:
         nargs="+",
         choices=tuple(PARTS),
         default=["independent"],
-        help="which parts to simulate: independent runs (the default), server offsets",
+        help="which parts to simulate: independent runs (the default), server offsets, lean"
+        " sweeps (one run per cell: bench/simulate_lean.py)",
+    )
+    parser.add_argument(
+        "--lean-trials", type=int, default=200, help="trials per lean family (--families lean)"
+    )
+    parser.add_argument(
+        "--lean-seed",
+        type=int,
+        default=42_2026,
+        help="seed of the lean families' sweeps (the published table's; tune on another)",
     )
     parser.add_argument(
         "--draws", type=int, default=4000, help="posterior draws per anchor (the CLI uses 10000)"

@@ -20,12 +20,15 @@ __all__ = [
     "CALIBRATION_CLIP",
     "CALIBRATION_KNOTS",
     "LEADER_CALIBRATION",
+    "LEAN_LAPSE",
+    "LEAN_LAPSE_RAMP",
     "OTHER_CALIBRATION",
     "PEAK_CAP",
     "calibrated",
     "calibration_inputs",
     "knot_weights",
     "leader_peak",
+    "lean_lapse",
     "noise_ratio",
 ]
 
@@ -65,6 +68,34 @@ OTHER_CALIBRATION: tuple[tuple[float, float], ...] = (
     (0.1833, 0.6582),
     (0.2120, 0.6888),
 )
+
+
+#: An anchor whose cells have one run each (its noise borrowed or assumed: docs/confidence.md,
+#: "Lean sweeps") keeps its leading K's calibrated P at most ``1 - lean_lapse(ratio)``: with one
+#: run per K the leader's lead is all noise luck the flat prior cannot see, and at high noise
+#: among eight close K the map alone let 2 of 5 picks resolved at 0.95 be wrong (seed 40_2026).
+#: The lapse ramps linearly in log noise ratio between the two ends of :data:`LEAN_LAPSE_RAMP`,
+#: from 0 to :data:`LEAN_LAPSE`: at full lapse a single-run anchor cannot reach 0.95. 0.03 and
+#: 0.05 both hold every row of bench/simulate_lean.py at seed 41_2026, but 0.03 still let one
+#: wrong pick resolve at 0.95 at 40_2026 (a model P of 1.0); checked at 42_2026, the published
+#: table's (docs/confidence.md, "Lean sweeps").
+LEAN_LAPSE = 0.05
+LEAN_LAPSE_RAMP = (1.0, 1.75)
+
+
+def lean_lapse(ratio: float) -> float:
+    """The share a single-run anchor's leading K keeps back (:data:`LEAN_LAPSE`), from its
+    :func:`noise_ratio`: 0 up to ``exp(1.0)`` (2.7 standard errors of a difference per
+    tolerance), :data:`LEAN_LAPSE` from ``exp(1.75)`` (5.8) on, linear in between.
+
+    >>> lean_lapse(2.0), lean_lapse(math.exp(1.375)), lean_lapse(10.0)
+    (0.0, 0.025, 0.05)
+    """
+    if ratio <= 0.0 or not math.isfinite(ratio):
+        return 0.0 if ratio <= 0.0 else LEAN_LAPSE
+    low, high = LEAN_LAPSE_RAMP
+    share = min(max((math.log(ratio) - low) / (high - low), 0.0), 1.0)
+    return round(LEAN_LAPSE * share, 12)
 
 
 def noise_ratio(

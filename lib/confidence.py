@@ -31,11 +31,15 @@ Edge cases, each stated in the anchor's ``reasons``/``notes``:
 - A zero objective (zero goodput: no request met the SLO) has no logarithm. A K with a zero run
   is **infeasible**: worse than any K that always delivered, so its P(eps-good) is 0, unless
   every K at the anchor is infeasible (then they tie, every P is 1 and the smallest K wins).
-- No replicate runs at an anchor (one run per cell): the noise cannot be estimated, so
-  P(eps-good) is unknown (null), the anchor is **unresolved**, and the provisional K is the
-  best single run (the smallest K within the tolerance of it), as the seed does with
-  ``--min-runs 1``. The contenders are then that K, any K tied with it and the strongest
-  challenger (the next best run): rerunning those gives the noise estimate where it matters.
+- No replicate runs at an anchor (one run per cell, a lean sweep): the run noise is borrowed
+  from the sweep's anchors that have replicate runs through a noise model over batch size
+  (:mod:`lib.noise_model`), or, where no cell of the sweep has two runs, assumed
+  (``--run-cv``); every anchor line of a lean sweep says which (``noise_source``). With
+  ``--run-cv 0`` and nothing to borrow, the noise cannot be estimated, so P(eps-good) is
+  unknown (null), the anchor is **unresolved**, and the provisional K is the best single run
+  (the smallest K within the tolerance of it), as the seed does with ``--min-runs 1``. The
+  contenders are then that K, any K tied with it and the strongest challenger (the next best
+  run): rerunning those gives the noise estimate where it matters.
 - Identical runs: sigma is 0, every draw equals the means, and P is exactly 0 or 1 (nothing to
   calibrate). With any noise a calibrated P is never exactly 0 or 1.
 - Flagged runs: the anchor is decided without them (they look like glitches), and is unresolved
@@ -59,6 +63,7 @@ from numpy.typing import NDArray
 
 from lib.cells import acceptance_gate, min_runs_gate
 from lib.flags import flag_name
+from lib.noise_model import LEAN_DESIGN, MeasuredNoise, NoiseSource, fit_run_noise
 from lib.numbers import percent_text
 from lib.posterior import (
     AnchorCells,
@@ -69,10 +74,18 @@ from lib.posterior import (
     anchor_verdict,
     cell_mean_sd,
     leading_k,
+    run_noise_of,
 )
 from lib.schedule import TuningResult
 from lib.servers import serve_combo_expression
-from lib.settings import DEFAULT_CONFIDENCE, DEFAULT_SEED, DEFAULT_SERVER_CV, Options, Policy
+from lib.settings import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RUN_CV,
+    DEFAULT_SEED,
+    DEFAULT_SERVER_CV,
+    Options,
+    Policy,
+)
 from lib.sweeps import Sweep
 
 __all__ = [
@@ -88,6 +101,7 @@ __all__ = [
     "RUN_SCHEMA",
     "ConfidenceReport",
     "ConfidenceSettings",
+    "RunNoise",
     "ServerNoise",
     "ServerPoint",
     "assess",
@@ -178,6 +192,10 @@ ANCHOR_SCHEMA = pl.Schema(
         "noise_ratio_without_flagged": pl.Float64(),  # null unless the anchor has flagged runs
         "leader_peak": pl.Float64(),  # lib.calibration.leader_peak; null: noise unknown
         "leader_peak_without_flagged": pl.Float64(),  # null unless the anchor has flagged runs
+        # where the run noise came from (lib.noise_model): "measured" here, "borrowed" from
+        # the anchors in noise_from, "assumed" (--run-cv); null where the noise is unknown
+        "noise_source": pl.Utf8(),
+        "noise_from": pl.List(pl.Int64),  # the anchors a borrowed noise was fitted to
         "flagged_runs": pl.Int64(),
         "depends_on_flagged": pl.Boolean(),  # the pick changes when the flagged runs are left out
         "reasons": pl.List(pl.Utf8),  # why the anchor is unresolved (empty when resolved)
@@ -201,16 +219,18 @@ class ConfidenceSettings:
     draws: int = DEFAULT_DRAWS
     ordered_k: bool = True
     server_cv: float = DEFAULT_SERVER_CV
+    run_cv: float = DEFAULT_RUN_CV
 
     @classmethod
     def of(cls, options: Options, *, ordered_k: bool = True) -> ConfidenceSettings:
         """The settings the command-line options (``--confidence``, ``--seed``,
-        ``--server-cv``) ask for."""
+        ``--server-cv``, ``--run-cv``) ask for."""
         return cls(
             confidence=options.confidence,
             seed=options.seed,
             ordered_k=ordered_k,
             server_cv=options.server_cv,
+            run_cv=options.run_cv,
         )
 
     def invalid(self) -> list[str]:
@@ -229,7 +249,19 @@ class ConfidenceSettings:
                 f"{flag_name(Options, 'server_cv')} {self.server_cv}: expected a relative"
                 " standard deviation in [0, 1), e.g. 0.01 for servers 1 % apart"
             )
+        if not (math.isfinite(self.run_cv) and 0 <= self.run_cv < 1):
+            reasons.append(
+                f"{flag_name(Options, 'run_cv')} {self.run_cv}: expected a relative standard"
+                " deviation in [0, 1), e.g. 0.02 for runs 2 % apart (0: assume nothing)"
+            )
         return reasons
+
+    def assumed_run_noise(self) -> NoiseSource | None:
+        """The run noise ``--run-cv`` assumes where nothing was replicated (known, as a
+        log-normal's log sd); None with ``--run-cv 0``: assume nothing."""
+        if self.run_cv <= 0:
+            return None
+        return NoiseSource("assumed", math.sqrt(math.log1p(self.run_cv**2)), 0)
 
     @property
     def server_log_variance(self) -> float:
@@ -246,6 +278,59 @@ class ServerPoint:
     prompt_tokens: int
     measured_at: tuple[int, ...] = ()
     assumed_at: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """Where the report's run noise came from, over the whole sweep, when some anchor has no
+    cell with two runs (a lean sweep, docs/confidence.md, "Lean sweeps"): the anchors that
+    measured it, those that borrowed it from them (through :mod:`lib.noise_model`) and those
+    that assumed ``--run-cv`` (``assumed_cv``). A context grid's (:func:`combined_servers`)
+    lists the batch sizes of every prompt length together."""
+
+    assumed_cv: float
+    measured_at: tuple[int, ...] = ()
+    borrowed_at: tuple[int, ...] = ()
+    assumed_at: tuple[int, ...] = ()
+    #: The measured anchors a borrowed noise was fitted to, their cells with two or more runs
+    #: and degrees of freedom.
+    borrowed_from: tuple[int, ...] = ()
+    borrowed_cells: int = 0
+    borrowed_df: int = 0
+
+    def statement(self) -> str | None:
+        """What the single-run anchors' P(eps-good) rest on, in one sentence (None where
+        every anchor measured its noise)."""
+        parts = []
+        if self.borrowed_at:
+            parts.append(
+                f"single-run batch sizes {_sizes(self.borrowed_at)}: run noise borrowed from"
+                f" batch sizes {_sizes(self.borrowed_from)} ({self.borrowed_cells} cells,"
+                f" {self.borrowed_df} degrees of freedom) through a noise model over batch size"
+            )
+        if self.assumed_at:
+            parts.append(
+                f"no replicate runs: P(eps-good) assumes runs vary by"
+                f" {percent_text(self.assumed_cv * 100)} ({flag_name(Options, 'run_cv')};"
+                f" measure it with {LEAN_DESIGN})"
+            )
+        return "; ".join(parts) or None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "assumed_run_cv": self.assumed_cv,
+            "measured_at": list(self.measured_at),
+            "borrowed_at": list(self.borrowed_at),
+            "borrowed_from": list(self.borrowed_from),
+            "borrowed_cells": self.borrowed_cells,
+            "borrowed_df": self.borrowed_df,
+            "assumed_at": list(self.assumed_at),
+            "statement": self.statement(),
+        }
+
+
+def _sizes(anchors: Sequence[int]) -> str:
+    return ", ".join(str(anchor) for anchor in anchors)
 
 
 @dataclass(frozen=True)
@@ -266,6 +351,8 @@ class ServerNoise:
     measured_sd: float | None = None
     measured_df: int = 0
     points: tuple[ServerPoint, ...] = ()
+    #: Lean sweeps only: where the run noise came from (None where every anchor measured it).
+    runs: RunNoise | None = None
 
     @property
     def measured_cv(self) -> float | None:
@@ -273,8 +360,15 @@ class ServerNoise:
         return None if self.measured_sd is None else relative_sd(self.measured_sd)
 
     def statement(self) -> str | None:
-        """The assumption every "resolved" and the verdict rest on, in one sentence (None
-        where no anchor's noise is known: then no P is stated at all)."""
+        """The assumptions every "resolved" and the verdict rest on: the servers'
+        (:meth:`server_statement`), then in a lean sweep the run noise's
+        (:meth:`RunNoise.statement`); None where no anchor's noise is known."""
+        parts = [self.server_statement(), None if self.runs is None else self.runs.statement()]
+        return "; ".join(part for part in parts if part) or None
+
+    def server_statement(self) -> str | None:
+        """The assumption about server starts, in one sentence (None where no anchor's noise
+        is known: then no P is stated at all)."""
         flag = flag_name(Options, "server_cv")
         assumed = (
             f"assumes servers vary by at most {percent_text(self.assumed_cv * 100)} ({flag};"
@@ -318,7 +412,7 @@ class ServerNoise:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "assumed_server_cv": self.assumed_cv,
             "measured_server_cv": _rounded(self.measured_cv, 6),
             "measured_df": self.measured_df,
@@ -326,6 +420,9 @@ class ServerNoise:
             "assumed_at": list(self.assumed_at),
             "statement": self.statement(),
         }
+        if self.runs is not None:
+            found["run_noise"] = self.runs.to_json()
+        return found
 
 
 def combined_servers(parts: Sequence[tuple[int, ServerNoise]], assumed_cv: float) -> ServerNoise:
@@ -334,6 +431,24 @@ def combined_servers(parts: Sequence[tuple[int, ServerNoise]], assumed_cv: float
     measured sd pooled by degrees of freedom (``sqrt(sum(df * sd^2) / sum(df))``)."""
     df = sum(part.measured_df for _, part in parts)
     squares = sum(part.measured_df * (part.measured_sd or 0.0) ** 2 for _, part in parts)
+    lean = [part.runs for _, part in parts if part.runs is not None]
+
+    def union(name: str) -> tuple[int, ...]:
+        return tuple(sorted({a for runs in lean for a in getattr(runs, name)}))
+
+    runs = (
+        RunNoise(
+            lean[0].assumed_cv,
+            union("measured_at"),
+            union("borrowed_at"),
+            union("assumed_at"),
+            union("borrowed_from"),
+            sum(runs.borrowed_cells for runs in lean),
+            sum(runs.borrowed_df for runs in lean),
+        )
+        if lean
+        else None
+    )
     return ServerNoise(
         assumed_cv=assumed_cv,
         measured_at=tuple(sorted({a for _, part in parts for a in part.measured_at})),
@@ -343,10 +458,13 @@ def combined_servers(parts: Sequence[tuple[int, ServerNoise]], assumed_cv: float
         points=tuple(
             ServerPoint(prompt, part.measured_at, part.assumed_at) for prompt, part in parts
         ),
+        runs=runs,
     )
 
 
-def _server_noise_of(noises: Mapping[int, Noise], settings: ConfidenceSettings) -> ServerNoise:
+def _server_noise_of(
+    noises: Mapping[int, Noise], settings: ConfidenceSettings, runs: RunNoise | None
+) -> ServerNoise:
     measured = {anchor: n for anchor, n in noises.items() if n.measured}
     df = sum(n.server_df for n in measured.values())
     excess = sum(n.server_df * (n.server_excess or 0.0) for n in measured.values())
@@ -356,6 +474,7 @@ def _server_noise_of(noises: Mapping[int, Noise], settings: ConfidenceSettings) 
         assumed_at=tuple(sorted(a for a, n in noises.items() if not n.measured)),
         measured_sd=math.sqrt(max(excess / df, 0.0)) if df else None,
         measured_df=df,
+        runs=runs,
     )
 
 
@@ -424,6 +543,16 @@ class ConfidenceReport:
                 block["p_eps_good_without_flagged"] = {
                     str(c["k"]): c["p_eps_good_without_flagged"] for c in cells
                 }
+            if self.servers.runs is not None:  # a lean sweep: where each anchor's noise is from
+                block["run_noise"] = {
+                    "source": row["noise_source"],
+                    "run_cv": _rounded(
+                        None if row["pooled_log_sd"] is None else relative_sd(row["pooled_log_sd"]),
+                        6,
+                    ),
+                    "df": row["pooled_df"],
+                    "borrowed_from": list(row["noise_from"]),
+                }
             blocks[row["anchor"]] = block
         return blocks
 
@@ -436,6 +565,7 @@ class ConfidenceReport:
             "monte_carlo_seed": self.settings.seed,
             "monte_carlo_draws": self.settings.draws,
             "server_cv": self.settings.server_cv,
+            **({} if self.servers.runs is None else {"run_cv": self.settings.run_cv}),
             "servers": self.servers.to_json(),
             "outlier_factor": OUTLIER_FACTOR,
             "contender_probability": CONTENDER_PROBABILITY,
@@ -647,15 +777,21 @@ def _assess(
     cell_columns: dict[str, list[Any]] = {name: [] for name in CONFIDENCE_CELL_SCHEMA}
     anchor_columns: dict[str, list[Any]] = {name: [] for name in ANCHOR_SCHEMA}
     noises: dict[int, Noise] = {}
+    fallbacks, fitted = _fallback_noise(scored, settings)
+    lean = any(source is not None for source in fallbacks.values())
+    run_flag = flag_name(Options, "run_cv")
     for anchor, cells in scored.cells.items():
-        verdict = anchor_verdict(cells, margin, settings)
+        fallback = fallbacks.get(anchor)
+        verdict = anchor_verdict(cells, margin, settings, fallback)
         ks: list[int] = cells.ks.tolist()
         flags = [flags_at.get((anchor, k), 0) for k in ks]
         reasons: list[str] = []
         notes: list[str] = []
         without: Verdict | None = None
         if sum(flags) and anchor in clean:
-            without = anchor_verdict(aligned_cells(clean[anchor], cells), margin, settings)
+            without = anchor_verdict(
+                aligned_cells(clean[anchor], cells), margin, settings, fallback
+            )
         # Flagged runs look like glitches (a run 20 % low): the anchor is decided without them,
         # unless the leading K changes when they are left out (then it is unresolved).
         decision = verdict if without is None else without
@@ -696,7 +832,11 @@ def _assess(
             cells, contenders, verdict.noise, margin
         )
         noise = verdict.noise
+        source = _noise_source(noise)
         if noise is not None:
+            stated = source is not None and (noise.run_source is not None or noise.run_df > 0)
+            if lean and stated and source is not None:
+                notes.append(source.statement(run_flag))
             notes.append(server_note(noise, settings))
             noises[anchor] = noise
         unknown = [None] * len(ks)
@@ -740,6 +880,8 @@ def _assess(
             ("noise_ratio_without_flagged", None if without is None else without.ratio),
             ("leader_peak", verdict.peak),
             ("leader_peak_without_flagged", None if without is None else without.peak),
+            ("noise_source", None if source is None else source.source),
+            ("noise_from", [] if source is None else list(source.from_anchors)),
             ("flagged_runs", sum(flags)),
             ("depends_on_flagged", depends),
             ("reasons", reasons),
@@ -760,7 +902,75 @@ def _assess(
             .alias("geometric_mean")
         ),
         anchors=pl.DataFrame(anchor_columns, schema=ANCHOR_SCHEMA),
-        servers=_server_noise_of(noises, settings),
+        servers=_server_noise_of(
+            noises, settings, _run_noise_summary(fallbacks, fitted, settings) if lean else None
+        ),
+    )
+
+
+def _fallback_noise(
+    scored: _Scored, settings: ConfidenceSettings
+) -> tuple[dict[int, NoiseSource | None], tuple[MeasuredNoise, ...]]:
+    """Per anchor without a cell of two runs (and without replicas): the run noise borrowed
+    from the anchors that measured it (:func:`lib.noise_model.fit_run_noise`; their noise
+    without their flagged runs, which would inflate it), else the one ``--run-cv`` assumes,
+    else None. Anchors that measure their own noise get None. Also the measured anchors the
+    model was fitted to."""
+    measured: list[MeasuredNoise] = []
+    unmeasured: list[int] = []
+    for anchor, cells in scored.cells.items():
+        own = scored.clean.get(anchor, cells)
+        run_sd, run_df = run_noise_of(own)
+        if run_df > 0 and run_sd is not None:
+            replicated = int(np.count_nonzero((own.counts >= 2) & ~own.infeasible))
+            measured.append(MeasuredNoise(anchor, run_sd, run_df, replicated))
+        elif not (cells.servers > 1).any():
+            unmeasured.append(anchor)
+    fitted = tuple(m for m in measured if m.log_sd > 0)
+    fallbacks: dict[int, NoiseSource | None] = {}
+    for anchor in unmeasured:
+        if fitted:
+            fallbacks[anchor] = fit_run_noise(fitted, anchor)
+        elif measured:  # every measured anchor's runs were identical: no noise to borrow
+            fallbacks[anchor] = NoiseSource(
+                "borrowed",
+                0.0,
+                0,
+                tuple(m.anchor for m in measured),
+                sum(m.cells for m in measured),
+                sum(m.df for m in measured),
+            )
+            fitted = tuple(measured)
+        else:
+            fallbacks[anchor] = settings.assumed_run_noise()
+    return fallbacks, fitted
+
+
+def _noise_source(noise: Noise | None) -> NoiseSource | None:
+    """Where an anchor's run noise came from: borrowed or assumed (``run_source``), else
+    measured here; None where the noise is unknown."""
+    if noise is None:
+        return None
+    if noise.run_source is not None:
+        return noise.run_source
+    return NoiseSource("measured", noise.run_sd or 0.0, noise.run_df)
+
+
+def _run_noise_summary(
+    fallbacks: Mapping[int, NoiseSource | None],
+    fitted: Sequence[MeasuredNoise],
+    settings: ConfidenceSettings,
+) -> RunNoise:
+    """The sweep's :class:`RunNoise`: which anchors measured, borrowed or assumed."""
+    kinds = {anchor: None if f is None else f.source for anchor, f in fallbacks.items()}
+    return RunNoise(
+        assumed_cv=settings.run_cv,
+        measured_at=tuple(sorted(m.anchor for m in fitted)),
+        borrowed_at=tuple(sorted(a for a, kind in kinds.items() if kind == "borrowed")),
+        assumed_at=tuple(sorted(a for a, kind in kinds.items() if kind == "assumed")),
+        borrowed_from=tuple(sorted(m.anchor for m in fitted)),
+        borrowed_cells=sum(m.cells for m in fitted),
+        borrowed_df=sum(m.df for m in fitted),
     )
 
 

@@ -22,7 +22,8 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from lib.calibration import calibrated, leader_peak, noise_ratio
+from lib.calibration import calibrated, leader_peak, lean_lapse, noise_ratio
+from lib.noise_model import NoiseSource
 
 __all__ = [
     "AnchorCells",
@@ -35,6 +36,7 @@ __all__ = [
     "cell_mean_sd",
     "cell_mean_variances",
     "leading_k",
+    "run_noise_of",
 ]
 
 _NORMAL_STREAM = 1
@@ -158,6 +160,15 @@ class Noise:
     measured: bool
     #: Measured only: the server variance before clipping at 0 (what the sweep pools).
     server_excess: float | None = None
+    #: Where no cell has two runs (lean sweeps): the run noise borrowed from other anchors or
+    #: assumed (``--run-cv``), which the posterior draws from; None where measured here.
+    run_source: NoiseSource | None = None
+
+
+def run_noise_of(cells: AnchorCells) -> tuple[float | None, int]:
+    """The anchor's pooled run noise over its feasible cells and its degrees of freedom (None
+    and 0 where no server has two runs): what the sweep's noise model is fitted to."""
+    return _run_noise(cells, ~cells.infeasible)
 
 
 def _run_noise(cells: AnchorCells, feasible: NDArray[np.bool_]) -> tuple[float | None, int]:
@@ -190,11 +201,20 @@ def _replica_noise(cells: AnchorCells, feasible: NDArray[np.bool_]) -> Noise:
 
 
 def _assumed_noise(
-    cells: AnchorCells, feasible: NDArray[np.bool_], settings: ModelSettings
+    cells: AnchorCells,
+    feasible: NDArray[np.bool_],
+    settings: ModelSettings,
+    fallback: NoiseSource | None,
 ) -> Noise:
-    """Without replicas: the run noise, and the assumed ``--server-cv`` for the offsets."""
+    """Without replicas: the run noise, and the assumed ``--server-cv`` for the offsets. Where
+    no cell has two runs, the run noise is ``fallback``'s (borrowed or assumed; None: unknown),
+    stated at its centre."""
     run_sd, run_df = _run_noise(cells, feasible)
-    return Noise(run_sd, run_df, math.sqrt(settings.server_log_variance), 0, False)
+    server_sd = math.sqrt(settings.server_log_variance)
+    if run_df == 0 and fallback is not None:
+        centre = fallback.log_sd if fallback.centre is None else fallback.centre
+        return Noise(centre, fallback.df, server_sd, 0, False, run_source=fallback)
+    return Noise(run_sd, run_df, server_sd, 0, False)
 
 
 def cell_mean_sd(run_sd: float, server_sd: float, runs_per_server: Sequence[int]) -> float:
@@ -249,6 +269,8 @@ class _Unit:
     log_sd: float  # sd of one observation; 0.0 where df is 0 (then unused)
     server_variance: float  # known variance added to every cell mean (0 with replicas)
     measured: bool
+    #: ``log_sd`` is known (assumed, ``--run-cv``): normal draws instead of Student-t.
+    known: bool = False
 
 
 def _replicated(cells: AnchorCells, feasible: NDArray[np.bool_]) -> bool:
@@ -263,6 +285,17 @@ def _unit(
     means = cells.means[feasible]
     if not noise.measured:
         counts = cells.counts[feasible]
+        source = noise.run_source
+        if source is not None:  # no cell with two runs: borrowed or assumed
+            return _Unit(
+                counts.astype(np.float64),
+                means,
+                source.df,
+                source.log_sd,
+                settings.server_log_variance,
+                False,
+                known=source.df == 0,
+            )
         df = int(counts.sum() - len(counts))
         log_sd = math.sqrt(float(cells.squares[feasible].sum()) / df) if df else 0.0
         return _Unit(
@@ -320,6 +353,16 @@ def _posterior_noise(seed: int, draws: int, df: int, columns: int) -> NDArray[np
 
 
 @functools.lru_cache(maxsize=64)
+def _known_noise(seed: int, draws: int, columns: int) -> NDArray[np.float32]:
+    """:func:`_posterior_noise` where the noise is known (assumed): the same standard normal
+    draws, without the chi-square of an estimated sd."""
+    z = np.random.default_rng([seed, _NORMAL_STREAM, columns]).standard_normal((columns, draws))
+    noise = z.astype(np.float32)
+    noise.setflags(write=False)
+    return noise
+
+
+@functools.lru_cache(maxsize=64)
 def _server_noise(seed: int, draws: int, columns: int) -> NDArray[np.float32]:
     """Standard normal draws of each K's server offset, in units of the server sd (its own
     stream: the run noise of :func:`_posterior_noise` is the same with and without it)."""
@@ -329,13 +372,21 @@ def _server_noise(seed: int, draws: int, columns: int) -> NDArray[np.float32]:
     return offsets
 
 
-def anchor_verdict(cells: AnchorCells, margin: float, settings: ModelSettings) -> Verdict:
+def anchor_verdict(
+    cells: AnchorCells,
+    margin: float,
+    settings: ModelSettings,
+    fallback: NoiseSource | None = None,
+) -> Verdict:
     """P(eps-good) per K and the confident rule's pick. ``margin = log(1 - eps) <= 0``.
 
     The posterior of each K's centre is ``mean_K + sd / sqrt(n_K) * t_df`` (:class:`_Unit`:
     with replicas, the measured run noise and server offsets together, never less than the
     run noise alone; without, the runs), plus ``server_sd * z_K`` for the assumed server
-    offset where there are no replicas."""
+    offset where there are no replicas. Where no cell has two runs and there are no replicas,
+    the run noise is ``fallback`` (:mod:`lib.noise_model`: borrowed, a scaled-inverse-chi-square
+    of its degrees of freedom; assumed, known: ``mean_K + sd / sqrt(n_K) * z``); without one
+    the noise is unknown and so is P."""
     feasible = ~cells.infeasible
     count = len(cells.ks)
     if not feasible.any() or feasible.sum() == 1:
@@ -346,10 +397,10 @@ def anchor_verdict(cells: AnchorCells, margin: float, settings: ModelSettings) -
     if _replicated(cells, feasible):
         noise = _replica_noise(cells, feasible)
     else:
-        noise = _assumed_noise(cells, feasible, settings)
+        noise = _assumed_noise(cells, feasible, settings, fallback)
     unit = _unit(cells, feasible, noise, settings)
     counts, means = unit.counts, unit.means
-    if unit.df == 0:
+    if unit.df == 0 and not unit.known:
         best = means.max()
         tied = [k for k, m in zip(cells.ks[feasible], means, strict=True) if m >= best + margin]
         return Verdict(None, None, None, None, None, int(min(tied)), [])
@@ -358,7 +409,11 @@ def anchor_verdict(cells: AnchorCells, margin: float, settings: ModelSettings) -
     mu: NDArray[Any] = centred
     if log_sd > 0.0:
         spread = (log_sd / np.sqrt(counts)).astype(np.float32)[:, np.newaxis]
-        mu = _posterior_noise(settings.seed, settings.draws, unit.df, len(counts)) * spread + mu
+        if unit.known:
+            draws = _known_noise(settings.seed, settings.draws, len(counts))
+        else:
+            draws = _posterior_noise(settings.seed, settings.draws, unit.df, len(counts))
+        mu = draws * spread + mu
     if server_variance > 0.0:
         offsets = _server_noise(settings.seed, settings.draws, len(counts))
         mu = offsets * np.float32(math.sqrt(server_variance)) + mu
@@ -374,7 +429,12 @@ def anchor_verdict(cells: AnchorCells, margin: float, settings: ModelSettings) -
     )
     # Rounded like the JSON (to 1e-4, the Monte-Carlo resolution): the status compares the
     # number shown, and the last bit of a platform's exp cannot change it.
-    p[feasible] = np.round(calibrated(model[feasible], ratio, peak), 4)
+    shown = calibrated(model[feasible], ratio, peak)
+    if noise.run_source is not None and ratio > 0.0:
+        # One run per cell (borrowed or assumed noise): the leading K keeps a lapse back.
+        leader = int(np.argmax(model[feasible]))
+        shown[leader] *= 1.0 - lean_lapse(ratio)
+    p[feasible] = np.round(shown, 4)
     qualifying = cells.ks[p >= settings.confidence].tolist()
     if qualifying:
         return Verdict(p, model, noise, ratio, peak, qualifying[0], qualifying)

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_K_VAR",
     "DEFAULT_REPLICA_VAR",
+    "DEFAULT_RUN_CV",
     "DEFAULT_SEED",
     "DEFAULT_SERVER_CV",
     "DERIVED_COLUMNS",
@@ -75,6 +76,11 @@ DEFAULT_REPLICA_VAR = "seed"
 #: of a server start's offset) where the sweep has no replicas to measure it: docs/confidence.md,
 #: "Servers".
 DEFAULT_SERVER_CV = 0.01
+#: The run-to-run noise (relative sd of one run) assumed where a sweep has no replicate runs at
+#: all to measure or borrow it from: docs/confidence.md, "Lean sweeps". 2 %: above every anchor
+#: of the real repeated GPU sweep (0.6-1.7 %, qwen3-32b-fp8-eagle3-tp2, 10 df each) and of the
+#: synthetic samples' GPU models (0.7-1.7 %); CPU builds under load are far noisier (8.5-37 %).
+DEFAULT_RUN_CV = 0.02
 #: The seed's output file, written into the experiment folder unless told otherwise.
 RESULT_FILE = "speculative_k_schedule.json"
 #: The health fields of a record the policy reads (:func:`lib.gates.health_gate`).
@@ -317,6 +323,19 @@ class Options:
             "without server replicas, how much servers of one configuration are assumed to"
             " differ (relative sd of a server start's offset; 0.01 = 1 %); P(eps-good) and"
             " every 'resolved' include it. With replicas it is measured instead",
+            in_seed=False,
+            echo="changed",
+        ),
+    )
+    run_cv: float = field(
+        default=DEFAULT_RUN_CV,
+        metadata=flag(
+            "--run-cv",
+            "where no cell of the sweep has two runs, how much runs of one cell are assumed"
+            " to differ (relative sd of one run; 0.02 = 2 %); P(eps-good) and every"
+            " 'resolved' there rest on it. Measured where cells have replicate runs, and"
+            " borrowed from them over batch size by single-run anchors; 0: assume nothing"
+            " (P unknown without replicate runs)",
             in_seed=False,
             echo="changed",
         ),

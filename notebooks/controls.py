@@ -197,6 +197,9 @@ def policy_controls() -> tuple[Any, ...]:
     server_cv_slider = setting_slider(
         "server_cv", app_support.slider_steps(0.05, 0.0025, start=0.0), Options().server_cv
     )
+    run_cv_slider = setting_slider(
+        "run_cv", app_support.slider_steps(0.1, 0.0025, start=0.0), Options().run_cv
+    )
     context_controls = mo.ui.dictionary(
         {
             "context_var": mo.ui.text(value="auto", label=labelled("context_var")),
@@ -215,6 +218,7 @@ def policy_controls() -> tuple[Any, ...]:
         (policy_picker, "policy"),
         (confidence_slider, "confidence"),
         (server_cv_slider, "server_cv"),
+        (run_cv_slider, "run_cv"),
         (interpolated_checkbox, "interpolated_schedule"),
         "Context length",
         (context_controls["context_var"], "context_var"),
@@ -228,6 +232,7 @@ def policy_controls() -> tuple[Any, ...]:
         interpolated_checkbox,
         penalty_slider,
         policy_picker,
+        run_cv_slider,
         server_cv_slider,
         tolerance_slider,
         part,

@@ -137,6 +137,7 @@ def _(
     penalty_slider,
     policy_picker,
     root,
+    run_cv_slider,
     server_cv_slider,
     set_fixable,
     set_k_var,
@@ -164,6 +165,7 @@ def _(
         confidence=confidence_slider.value,
         interpolated_schedule=interpolated_checkbox.value,
         server_cv=server_cv_slider.value,
+        run_cv=run_cv_slider.value,
     )
     cli_arguments = app_support.cli_arguments(
         experiment_picker.value, fields, settings, options, deploy_settings
@@ -356,6 +358,7 @@ def _(experiments):
         interpolated_checkbox,
         penalty_slider,
         policy_picker,
+        run_cv_slider,
         server_cv_slider,
         tolerance_slider,
         _part,
@@ -369,6 +372,7 @@ def _(experiments):
         interpolated_checkbox,
         penalty_slider,
         policy_picker,
+        run_cv_slider,
         server_cv_slider,
         tolerance_slider,
     )

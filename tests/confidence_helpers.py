@@ -35,6 +35,19 @@ def tuned(root: Path, **settings: Any) -> TuningResult:
     return tune(load_experiment(root), Settings(**settings))
 
 
+#: A single-run sweep (issue 40, docs/confidence.md "Lean sweeps"): at batch 1 K=3 leads K=2
+#: by 20 % (and K is monotone: no peak to doubt), at batch 64 K=1, K=2 and K=3 are within 1 %.
+LEAN = {
+    (1, 0): [100.0],
+    (1, 1): [130.0],
+    (1, 2): [150.0],
+    (1, 3): [180.0],
+    (64, 0): [1000.0],
+    (64, 1): [1500.0],
+    (64, 2): [1510.0],
+    (64, 3): [1495.0],
+}
+
 #: The model of decision-statistics.md: runs independent (no server offsets assumed); the
 #: tests of the server model give their own --server-cv.
 INDEPENDENT = ConfidenceSettings(server_cv=0.0)

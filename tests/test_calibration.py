@@ -16,10 +16,13 @@ from sweep_builder import write_grid
 from lib.calibration import (
     CALIBRATION_KNOTS,
     LEADER_CALIBRATION,
+    LEAN_LAPSE,
+    LEAN_LAPSE_RAMP,
     PEAK_CAP,
     calibrated,
     knot_weights,
     leader_peak,
+    lean_lapse,
     noise_ratio,
 )
 from lib.confidence import ConfidenceSettings, assess
@@ -155,3 +158,13 @@ def test_unordered_k_have_no_peak_so_their_labels_cannot_change_a_result(tmp_pat
 def test_calibration_keeps_exact_probabilities_without_noise() -> None:
     exact = np.array([0.0, 1.0, 1.0])
     assert calibrated(exact, 0.0, 0.0).tolist() == [0.0, 1.0, 1.0]
+
+
+def test_the_lean_lapse_ramps_from_zero_to_its_cap_between_the_knots() -> None:
+    low, high = LEAN_LAPSE_RAMP
+    assert lean_lapse(math.exp(low)) == 0.0  # the ramp's start: none yet
+    assert 0.0 < lean_lapse(math.exp(low + 0.01)) < LEAN_LAPSE
+    # Half-way in log ratio: half the lapse.
+    assert lean_lapse(math.exp((low + high) / 2)) == pytest.approx(LEAN_LAPSE / 2)
+    assert lean_lapse(math.exp(high)) == lean_lapse(1e6) == LEAN_LAPSE
+    assert lean_lapse(0.0) == 0.0  # no noise: nothing to doubt

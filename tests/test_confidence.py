@@ -8,6 +8,7 @@ Expected probabilities come from outside the code under test: the worked example
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -20,6 +21,7 @@ import polars as pl
 import pytest
 from confidence_helpers import (
     INDEPENDENT,
+    LEAN,
     NOISY_SAMPLE,
     REPLICATED,
     WORKED_BATCH_1,
@@ -33,8 +35,9 @@ from confidence_helpers import (
     worked,
 )
 from paths import REPO
-from sweep_builder import write_grid, write_replicated_grid
+from sweep_builder import WORKED_EXAMPLE, write_grid, write_replicated_grid
 
+from lib.calibration import LEAN_LAPSE
 from lib.cli.common import EXIT_BAD_INPUT, EXIT_OK
 from lib.cli.main import main
 from lib.confidence import (
@@ -43,9 +46,11 @@ from lib.confidence import (
     MAX_RUNS_NEEDED,
     RUN_SCHEMA,
     ConfidenceSettings,
+    RunNoise,
     ServerNoise,
     assess,
     combined_servers,
+    relative_sd,
     servers_dominate,
 )
 from lib.deploy.result_file import result_document
@@ -54,6 +59,9 @@ from lib.policy import apply_policy
 from lib.schedule import tune
 from lib.settings import RESULT_FILE, Settings
 from lib.sweeps import load_experiment
+
+#: The independent-runs model that assumes no run noise either (--run-cv 0).
+ASSUMING_NOTHING = dataclasses.replace(INDEPENDENT, run_cv=0.0)
 
 # --------------------------------------------------------------------------- the worked example
 
@@ -147,9 +155,12 @@ def test_an_anchor_does_not_depend_on_the_other_anchors(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- edge cases
 
 
-def test_one_run_per_cell_is_unresolved_with_unknown_probability(tmp_path: Path) -> None:
+def test_one_run_per_cell_with_run_cv_0_is_unresolved_with_unknown_probability(
+    tmp_path: Path,
+) -> None:
+    # --run-cv 0 assumes nothing: the behaviour before lean sweeps ("Lean sweeps" below).
     write_grid(tmp_path, {(1, 0): [100.0], (1, 1): [150.0], (1, 2): [151.0], (1, 3): [120.0]})
-    result, report = report_of(tmp_path, min_runs=1)
+    result, report = report_of(tmp_path, ASSUMING_NOTHING, min_runs=1)
     row = anchor_row(report, 1)
     assert row["status"] == "unresolved" and row["provisional"]
     assert row["pooled_df"] == 0 and row["pooled_log_sd"] is None
@@ -467,7 +478,9 @@ def test_real_three_run_sweep_is_resolved_but_its_close_call_and_both_rules_agre
     assert picked["p_eps_good"].min() >= 0.9  # type: ignore[operator]
 
 
-def test_real_single_run_sweeps_are_unresolved_with_the_seed_answer(real_data: Path) -> None:
+def test_real_single_run_sweeps_with_run_cv_0_are_unresolved_with_the_seed_answer(
+    real_data: Path,
+) -> None:
     folders = sorted(p for p in (real_data / "qwen3-32b-h100-single-run").iterdir() if p.is_dir())
     assert folders
     for folder in folders:
@@ -475,7 +488,7 @@ def test_real_single_run_sweeps_are_unresolved_with_the_seed_answer(real_data: P
             load_experiment(folder, k_var=STATIC_K),
             Settings(allow_mixed_global_k=True, min_runs=1),
         )
-        report = assess(result, INDEPENDENT)
+        report = assess(result, ASSUMING_NOTHING)
         assert set(report.anchors["status"]) == {"unresolved"}, folder.name
         assert report.cells["p_eps_good"].null_count() == report.cells.height
         assert apply_policy(result, report, "confident").schedule == result.schedule, folder.name
@@ -575,3 +588,162 @@ def test_a_grid_measured_everywhere_or_nowhere_has_no_elsewhere() -> None:
     statement = nowhere.statement()
     assert statement is not None and statement.startswith("no server replicas: P(eps-good)")
     assert combined_servers([], 0.01).statement() is None
+
+
+# --------------------------------------------------------------------------- lean sweeps
+def test_a_single_run_sweep_assumes_run_cv_resolves_a_clear_lead_and_not_a_close_call(
+    tmp_path: Path,
+) -> None:
+    write_grid(tmp_path, LEAN)
+    result, report = report_of(tmp_path, min_runs=1)
+    clear, close = anchor_row(report, 1), anchor_row(report, 64)
+    # Known 2 % noise per run: K=3 over K=2 is log(180/150) = 0.182, 6.4 standard errors of a
+    # difference of two runs (sqrt(2) x 0.02); at 64 the leader is 0.3 standard errors ahead.
+    assert clear["status"] == "resolved" and clear["selected_k"] == 3
+    assert close["status"] == "unresolved" and close["contenders"] == [1, 2, 3]
+    for row in (clear, close):
+        assert row["noise_source"] == "assumed" and row["pooled_df"] == 0
+        assert row["pooled_log_sd"] == pytest.approx(math.sqrt(math.log1p(0.02**2)))
+        assert (
+            "no replicate runs: assumes runs vary by 2.0% (--run-cv; measure it with the noise"
+            " probe of `tune-spec-k plan --design lean`)" in row["notes"]
+        )
+    statement = report.servers.statement()
+    assert statement is not None and statement.endswith(
+        "no replicate runs: P(eps-good) assumes runs vary by 2.0% (--run-cv; measure it with"
+        " the noise probe of `tune-spec-k plan --design lean`)"
+    )
+    document = result_document(apply_policy(result, report, "seed"))
+    block = document["batch_decisions"][0]["confidence"]
+    assert block["run_noise"] == {"source": "assumed", "run_cv": 0.02, "df": 0, "borrowed_from": []}
+    assert document["decision_policy"]["run_cv"] == 0.02
+    assert document["decision_policy"]["servers"]["run_noise"]["assumed_at"] == [1, 64]
+
+
+def test_a_larger_run_cv_never_makes_the_model_surer(tmp_path: Path) -> None:
+    write_grid(tmp_path, LEAN)
+    quiet = report_of(tmp_path, min_runs=1)[1]
+    loud = report_of(tmp_path, dataclasses.replace(INDEPENDENT, run_cv=0.08), min_runs=1)[1]
+    for anchor in (1, 64):
+        leader = anchor_row(quiet, anchor)["selected_k"]
+        assert model_p(loud, anchor)[leader] <= model_p(quiet, anchor)[leader]  # type: ignore[operator]
+    # At 8 % per run the 20 % lead is 1.6 standard errors (5.7 % at 2 %): the model's P that
+    # K=3 is within 1 % of the best, about Phi((0.182 + 0.01) / 0.113) = 0.955, from 1.0.
+    assert model_p(loud, 1)[3] == pytest.approx(0.955, abs=0.01)
+    assert model_p(quiet, 1)[3] == 1.0
+
+
+def test_single_run_anchors_borrow_the_noise_of_the_probed_anchors(tmp_path: Path) -> None:
+    # Probes: K=2 and K=3 three times at batch 1 (runs about 1 % apart) and 256 (about 4 %);
+    # batch 16 has one run per K.
+    cells = {
+        (1, 0): [100.0],
+        (1, 1): [130.0],
+        (1, 2): [150.0, 151.5, 148.5],
+        (1, 3): [180.0, 181.8, 178.2],
+        (16, 0): [1000.0],
+        (16, 1): [1300.0],
+        (16, 2): [1500.0],
+        (16, 3): [1800.0],
+        (256, 0): [5000.0],
+        (256, 1): [4500.0],
+        (256, 2): [4000.0, 4160.0, 3840.0],
+        (256, 3): [3500.0, 3640.0, 3360.0],
+    }
+    write_grid(tmp_path, cells)
+    _, report = report_of(tmp_path, min_runs=1)
+    low, middle, high = (anchor_row(report, a) for a in (1, 16, 256))
+    assert low["noise_source"] == high["noise_source"] == "measured"
+    assert low["pooled_df"] == high["pooled_df"] == 4  # 2 cells x (3 - 1) runs
+    assert middle["noise_source"] == "borrowed" and middle["noise_from"] == [1, 256]
+    # log 16 is the mean of log 1 and log 256 and the two anchors weigh alike, so the fitted
+    # log variance there is the mean of theirs, each corrected for the bias of a log sample
+    # variance with 4 df, E log(s^2 / sigma^2) = psi(2) - log 2 (the slope drops out).
+    bias = 0.42278433509846713 - math.log(2.0)  # digamma(2) - log(2)
+    centre = math.sqrt(low["pooled_log_sd"] * high["pooled_log_sd"]) * math.exp(-bias / 2)
+    assert middle["pooled_log_sd"] == pytest.approx(centre, rel=1e-9)
+    shown = f"{100 * relative_sd(centre):.1f}%"
+    assert f"noise {shown} borrowed from batch 1 and 256 (4 cells, 8 df)" in middle["notes"]
+    measured_here = [note for note in low["notes"] if note.endswith("measured here (4 df)")]
+    assert len(measured_here) == 1 and measured_here[0].startswith("noise ")
+    assert middle["status"] == "resolved" and middle["selected_k"] == 3
+    statement = report.servers.statement()
+    assert statement is not None and (
+        "single-run batch sizes 16: run noise borrowed from batch sizes 1, 256 (4 cells, 8"
+        " degrees of freedom)" in statement
+    )
+    assert "--run-cv" not in statement  # nothing assumed
+
+
+def test_a_replicated_sweep_states_no_run_noise_source(tmp_path: Path) -> None:
+    # The seed's design (every cell 3 runs): the output stays as it was, no lean keys or notes.
+    write_grid(tmp_path, WORKED_EXAMPLE)
+    result, report = report_of(tmp_path)
+    assert report.servers.runs is None
+    assert set(report.anchors["noise_source"]) == {"measured"}
+    assert not any("measured here" in note for notes in report.anchors["notes"] for note in notes)
+    document = result_document(apply_policy(result, report, "seed"))
+    assert "run_cv" not in document["decision_policy"]
+    assert all("run_noise" not in d["confidence"] for d in document["batch_decisions"])
+
+
+@pytest.mark.parametrize(
+    ("cv", "valid"),
+    [(0.0, True), (0.999, True), (1.0, False), (-0.001, False), (math.inf, False)],
+)
+def test_run_cv_bounds(cv: float, valid: bool) -> None:
+    reasons = ConfidenceSettings(run_cv=cv).invalid()
+    assert (reasons == []) is valid
+    if not valid:
+        assert reasons[0].startswith(f"--run-cv {cv}: expected")
+
+
+def test_a_single_run_leader_keeps_the_lean_lapse_back_however_far_ahead(tmp_path: Path) -> None:
+    # K=3 three times K=2's throughput: the model is sure (P 1.0). At 8 % per run the noise
+    # ratio is sqrt(2 x log(1 + 0.08^2)) / -log(0.99) = 0.1130 / 0.01005 = 11.24, past the
+    # lapse's ramp, so the calibrated P is at most 1 - LEAN_LAPSE (the map alone gives
+    # expit(0.4909 + 0.9466 x logit(1 - 1e-4)) = 0.9999 at the last knot); the same lead
+    # measured three times (0.1 % apart) is no single-run cell and keeps the map's P.
+    cells = {(1, 0): [100.0], (1, 1): [130.0], (1, 2): [150.0], (1, 3): [450.0]}
+    write_grid(tmp_path / "lean", cells)
+    loud = dataclasses.replace(INDEPENDENT, run_cv=0.08)
+    _, report = report_of(tmp_path / "lean", loud, min_runs=1)
+    assert model_p(report, 1)[3] == 1.0
+    assert anchor_row(report, 1)["noise_ratio"] == pytest.approx(11.24, abs=0.01)
+    lapsed = p_of(report, 1)[3]
+    assert lapsed is not None and lapsed <= 1.0 - LEAN_LAPSE
+    write_grid(
+        tmp_path / "full",
+        {
+            cell: [v * 0.999, v, v * 1.001]
+            for cell, v in ((cell, values[0]) for cell, values in cells.items())
+        },
+    )
+    _, measured = report_of(tmp_path / "full")
+    full = p_of(measured, 1)[3]
+    assert full is not None and full > 1.0 - LEAN_LAPSE
+
+
+def test_a_grid_of_lean_points_states_their_run_noise_once_over_the_batch_sizes() -> None:
+    # Two prompt lengths: one borrowed at 8 from 1 and 64, the other assumed everywhere.
+    borrowed = RunNoise(0.02, (1, 64), (8,), (), (1, 64), 4, 8)
+    assumed = RunNoise(0.02, (), (), (1, 8, 64))
+    parts = [
+        (512, ServerNoise(0.01, (), (1, 8, 64), runs=borrowed)),
+        (8192, ServerNoise(0.01, (), (1, 8, 64), runs=assumed)),
+        (32768, ServerNoise(0.01, (), (1, 8, 64))),  # measured at every anchor: no lean part
+    ]
+    runs = combined_servers(parts, 0.01).runs
+    assert runs is not None
+    assert (runs.borrowed_at, runs.assumed_at, runs.borrowed_from) == ((8,), (1, 8, 64), (1, 64))
+    assert (runs.borrowed_cells, runs.borrowed_df) == (4, 8)
+    statement = combined_servers(parts, 0.01).statement()
+    assert statement is not None
+    assert (
+        "single-run batch sizes 8: run noise borrowed from batch sizes 1, 64 (4 cells" in statement
+    )
+    assert statement.endswith(
+        "assumes runs vary by 2.0% (--run-cv; measure it with the noise"
+        " probe of `tune-spec-k plan --design lean`)"
+    )
+    assert combined_servers(parts[2:], 0.01).runs is None

@@ -110,8 +110,10 @@ def test_single_runs_ask_for_a_second_run_of_the_best_and_its_challenger(tmp_pat
     # No replicated cell: P unknown, the contenders are the best single run (K=2, 160) and the
     # challenger (K=1, 150), 160 / 150 - 1 = 6.7 % apart, beyond the 1 % tolerance: one more
     # run each (lib.second_runs), not the 3 runs of the rule for replicated cells.
+    # --run-cv 0: no noise assumed where nothing was replicated, so none is known here.
     cells = {(1, 0): [100.0], (1, 1): [150.0], (1, 2): [160.0], (1, 3): [120.0]}
-    plan = _plan(write_grid(tmp_path, cells), min_runs=1)
+    assuming_nothing = ConfidenceSettings(server_cv=0.0, run_cv=0.0)
+    plan = _plan(write_grid(tmp_path, cells), confidence=assuming_nothing, min_runs=1)
     assert plan.reruns.select("k", "runs", "target_runs", "more_runs").rows() == [
         (1, 1, 2, 1),
         (2, 1, 2, 1),

@@ -69,6 +69,7 @@ CONTROL_LABELS: dict[str, str] = {
     "policy": "Decision rule",
     "confidence": "Confidence a pick needs (P(eps-good))",
     "server_cv": "Servers differ by (assumed without replicas)",
+    "run_cv": "Runs differ by (assumed where no cell has two runs)",
     "interpolated_schedule": "Deploy the interpolated schedule (switch between anchors)",
     "context_var": "Prompt-length field (auto, none, or a field)",
     "context_mix": "Context mix (prompt:weight, ...)",
@@ -108,6 +109,10 @@ CONTROL_HELP: dict[str, str] = {
     "server_cv": "Without server replicas, how much two server starts of one configuration are"
     " assumed to differ (relative sd of a server's offset): every P(eps-good) includes it."
     " With replicas it is measured instead.",
+    "run_cv": "Where no cell of the sweep has two runs, how much runs of one cell are assumed"
+    " to differ (relative sd of one run): P(eps-good) there rests on it. Measured where cells"
+    " have replicate runs, and borrowed from them by single-run batch sizes; 0 assumes"
+    " nothing.",
     "interpolated_schedule": "Switch K between anchors where the interpolated curves"
     " cross, instead of at the upper anchor.",
     "compare": "Tune another experiment with the same settings and compare the picks.",

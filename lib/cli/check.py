@@ -37,7 +37,7 @@ __all__ = ["CheckArgs", "main"]
 _COMMAND = f"{PROGRAM} check"
 #: The tuning settings the check uses; the rest do not apply to arms.
 SETTINGS_USED = ("objective", "direction", "min_runs", "relative_tolerance")
-OPTIONS_USED = ("confidence", "seed", "server_cv")
+OPTIONS_USED = ("confidence", "seed", "server_cv", "run_cv")
 
 
 @dataclass(frozen=True)

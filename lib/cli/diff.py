@@ -40,7 +40,7 @@ SETTINGS_USED = (
     "relative_tolerance",
     "allow_mixed_global_k",
 )
-OPTIONS_USED = ("policy", "confidence", "seed", "server_cv")
+OPTIONS_USED = ("policy", "confidence", "seed", "server_cv", "run_cv")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confidence_helpers import LEAN
 from paths import BAD_INPUTS, REPO
 from seed_outputs import SEED_CANDIDATE_KEYS, SEED_DECISION_KEYS, SEED_KEYS, SEED_SELECTION_KEYS
 from signal_runs import EXPECTED_STATUS, stop_at, temporaries
@@ -174,6 +175,10 @@ def test_unwritable_output_exits_2(good_sweep: Path, capsys: pytest.CaptureFixtu
         (["--server-cv", "1"], ["--server-cv 1.0", "[0, 1)"]),
         (["--server-cv", "-0.001"], ["--server-cv -0.001", "[0, 1)"]),
         (["--server-cv", "nan"], ["--server-cv nan", "[0, 1)"]),
+        # The assumed run noise of lean sweeps: a relative sd in [0, 1) too (0: assume nothing).
+        (["--run-cv", "1"], ["--run-cv 1.0", "[0, 1)"]),
+        (["--run-cv", "-0.001"], ["--run-cv -0.001", "[0, 1)"]),
+        (["--run-cv", "inf"], ["--run-cv inf", "[0, 1)"]),
         (["--replica-var", "seed=1"], ["--replica-var 'seed=1'", "without '-', '=' or '/'"]),
         (["--replica-var", ""], ["--replica-var ''", "serve parameter's name"]),
     ],
@@ -653,3 +658,31 @@ def test_a_signal_stops_tuning_at_once_leaving_no_process_and_whole_files(
         assert temporaries(tmp_path) == []
         if stopped.status != EXIT_OK:
             assert f"stopped by {signal.Signals(number).name}" in stopped.stderr
+
+
+def test_a_single_run_sweep_states_its_assumed_run_noise_on_every_line_and_the_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = write_grid(tmp_path / "lean", LEAN)
+    code, _, _ = _main(capsys, sweep)
+    assert code == EXIT_BAD_INPUT  # the seed's --min-runs 3 still refuses one run per cell
+    code, out, _ = _main(capsys, sweep, "--min-runs", "1", "--run-cv", "0.03")
+    assert code == EXIT_OK
+    said = (
+        "no replicate runs: assumes runs vary by 3.0% (--run-cv; measure it with the noise probe"
+        " of `tune-spec-k plan --design lean`)"
+    )
+    statuses = [
+        line for line in out.splitlines() if line.startswith("batch_size=") and "P(" in line
+    ]
+    assert len(statuses) == 2 and all(said in line for line in statuses)
+    assert statuses[0].startswith("batch_size=1: resolved, K=3")
+    assert statuses[1].startswith("batch_size=64: unresolved")
+    (assumes,) = [line for line in out.splitlines() if line.startswith("  assumes: ")]
+    assert assumes.endswith(
+        "no replicate runs: P(eps-good) assumes runs vary by 3.0% (--run-cv; measure it with the"
+        " noise probe of `tune-spec-k plan --design lean`)"
+    )
+    document = json.loads((sweep / RESULT_FILE).read_text())
+    assert document["decision_policy"]["run_cv"] == 0.03
+    assert document["verdict"]["assumption"] == assumes.removeprefix("  assumes: ")

@@ -78,10 +78,21 @@ def test_one_run_per_cell_cannot_tune_then_is_provisional_per_anchor(tmp_path: P
     assert verdict.state == "cannot-tune" and _rules(verdict)[0] == "too-few-runs"
     # 2 anchors x 3 K = 6 cells of one run each: one reason for the kind, counting the rest.
     assert "and 5 more like it" in verdict.reasons[0].message
-    fixed = _verdict(folder, settings=Settings(min_runs=1))
-    # With no replicate the noise is unknown: neither anchor is resolved.
+    # --run-cv 0 assumes nothing: with no replicate the noise is unknown, neither anchor is
+    # resolved.
+    fixed = _verdict(folder, settings=Settings(min_runs=1), options=Options(run_cv=0.0))
     assert fixed.state == "provisional"
     assert _rules(fixed).count("unresolved-anchor") == 2
+    assert fixed.assumption is None  # no P is stated at all
+    # The default assumes runs 2 % apart (a lean sweep): K=3 leads K=1 by 8.0 % (log), 2.5 standard
+    # errors of a difference of two single runs with 1 % server offsets (sqrt(2 x (2^2 + 1^2))
+    # = 3.2 %), so both anchors resolve, and the verdict says what that rests on.
+    lean = _verdict(folder, settings=Settings(min_runs=1))
+    assert _rules(lean).count("unresolved-anchor") == 0
+    assert lean.assumption is not None and lean.assumption.endswith(
+        "no replicate runs: P(eps-good) assumes runs vary by 2.0% (--run-cv; measure it with"
+        " the noise probe of `tune-spec-k plan --design lean`)"
+    )
 
 
 def test_an_unsure_pick_names_the_anchor_and_the_p_the_status_rests_on(tmp_path: Path) -> None:
