@@ -401,32 +401,25 @@ def _topk(decisions: Decisions) -> Any:
 
 def _settings_problems(settings: ExportSettings) -> list[Problem]:
     """A GPU memory that is no positive finite number of GiB, or a tensor parallelism below 1."""
-    problems = []
-    memory = settings.gpu_memory_gib
-    if memory is not None and not (math.isfinite(memory) and memory > 0):
-        problems.append(
-            Problem(
-                Severity.ERROR,
-                "invalid-gpu-memory",
-                "the memory of one GPU, in GiB",
-                field=flag_name(ExportSettings, "gpu_memory_gib"),
-                value=str(memory),
-                expected="a number of GiB > 0",
-            )
+    memory, tp = settings.gpu_memory_gib, settings.tensor_parallel_size
+    checks = (
+        ("gpu_memory_gib", memory, memory is None or (math.isfinite(memory) and memory > 0),
+         "invalid-gpu-memory", "the memory of one GPU, in GiB", "a number of GiB > 0"),
+        ("tensor_parallel_size", tp, tp is None or tp >= 1,
+         "invalid-tensor-parallel-size", "the server's tensor parallelism", ">= 1"),
+    )  # fmt: skip
+    return [
+        Problem(
+            Severity.ERROR,
+            rule,
+            message,
+            field=flag_name(ExportSettings, name),
+            value=str(value),
+            expected=expected,
         )
-    tp = settings.tensor_parallel_size
-    if tp is not None and tp < 1:
-        problems.append(
-            Problem(
-                Severity.ERROR,
-                "invalid-tensor-parallel-size",
-                "the server's tensor parallelism",
-                field=flag_name(ExportSettings, "tensor_parallel_size"),
-                value=str(tp),
-                expected=">= 1",
-            )
-        )
-    return problems
+        for name, value, valid, rule, message, expected in checks
+        if not valid
+    ]
 
 
 def _algorithm(decisions: Decisions) -> tuple[str, list[Problem]]:
@@ -449,6 +442,7 @@ def _algorithm(decisions: Decisions) -> tuple[str, list[Problem]]:
                     Severity.ERROR,
                     "sglang-method",
                     why,
+                    files=(decisions.source,),
                     field="speculative_config.method",
                     value=method,
                     expected="eagle, eagle3 or mtp (SGLang's adaptive mode runs EAGLE, EAGLE3"
@@ -464,6 +458,7 @@ def _algorithm(decisions: Decisions) -> tuple[str, list[Problem]]:
                 Severity.ERROR,
                 "sglang-draft",
                 f"SGLang {RELEASE} would not run {algorithm} adaptively: {fallback}",
+                files=(decisions.source,),
                 field="speculative_config.model",
                 value=str(model),
                 expected="a draft SGLang's adaptive mode runs (an EAGLE/EAGLE3 head, or a"
