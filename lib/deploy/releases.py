@@ -149,9 +149,155 @@ _E12 = "engines-2026-12.md"
 _E = "engines.md"
 _OLD = Releases("0.24", "0.33")
 _MRV2_ONLY = Releases("0.34", None)
+#: SGLang's facts, read from the 0.5.23 wheel.
+_SGLANG = Releases("0.5.23", None)
 
 #: The table. Keep each engine's rows together, by name then release.
 FACTS: tuple[EngineFact, ...] = (
+    # --- SGLang 0.5.23 (read from its wheel, engines-2026-12.md section 1c; paths under srt/)
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "adaptive_algorithms",
+        "the --speculative-algorithm values adaptive mode runs, after alias resolution; any"
+        " other falls back to static K with a warning",
+        ("EAGLE", "EAGLE3"),
+        f"speculative/adaptive_spec_params.py#L56-L100 adaptive_unsupported_reason ({_E12} 1c)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "method_algorithms",
+        "the --speculative-algorithm of each vLLM method, vllm=SGLang (vLLM's per-model *_mtp"
+        " names are mtp)",
+        (
+            "eagle=EAGLE",
+            "eagle3=EAGLE3",
+            "mtp=NEXTN",
+            "draft_model=STANDALONE",
+            "ngram=NGRAM",
+            "dflash=DFLASH",
+        ),
+        f'{_E12} 1c, "The method refusal is too strict"',
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "nextn_resolves_to",
+        "what NEXTN (and EAGLE) resolve to before the adaptive check (L154, before"
+        " _maybe_disable_adaptive at L262)",
+        "EAGLE",
+        f"arg_groups/speculative_hook.py#L81-L118 _resolve_speculative_algorithm_alias ({_E12} 1c)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "gemma4_assistant_architectures",
+        "draft architectures NEXTN and EAGLE resolve to gemma4_assistant_algorithm for (EAGLE3"
+        " is refused at startup)",
+        ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM"),
+        f"arg_groups/speculative_hook.py#L81-L118 ({_E12} 1c)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "gemma4_assistant_algorithm",
+        "the algorithm a Gemma-4 assistant draft runs as (not one adaptive mode runs)",
+        "FROZEN_KV_MTP",
+        f"arg_groups/speculative_hook.py#L81-L118 ({_E12} 1c)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "multi_layer_eagle_architectures",
+        "target architectures for which EAGLE (so NEXTN) turns enable_multi_layer_eagle on,"
+        " which adaptive mode does not run (MultiLayerEagleWorkerV2)",
+        (
+            "MiMoV2ForCausalLM",
+            "MiMoV2FlashForCausalLM",
+            "GigaChat35ForCausalLM",
+            "GigaChat35ForCausalLMNextN",
+            "Step3p5ForCausalLM",
+            "Step3p7ForConditionalGeneration",
+        ),
+        "arg_groups/model_overrides/mimo_v2.py#L19-L25, model_overrides/gigachat35.py#L14-L22,"
+        " arg_groups/overrides.py#L331-L350; speculative/adaptive_spec_params.py#L85-L89",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "adaptive_topk",
+        "the only --speculative-eagle-topk adaptive mode runs (unset means it)",
+        1,
+        f"speculative/adaptive_spec_params.py#L75-L79 ({_E} section 6)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "num_steps_in_candidates",
+        "--speculative-num-steps must be one of the slots' candidate steps (else ValueError)",
+        True,
+        f"arg_groups/speculative_hook.py#L1392-L1427 ({_E12} 1c, list1 with steps 4)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "decode_graph_sizes",
+        "decode CUDA-graph batch sizes with speculation, first-last/step, up to the decode"
+        " graph maximum",
+        ("1-8/1", "10-32/2", "40-64/4", "72-256/8", "272-max/16"),
+        f"arg_groups/cuda_graph_hook.py#L500-L532 ({_E12} 1c)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "decode_graph_max_appended",
+        "the decode graph maximum is itself a size when the steps miss it",
+        True,
+        f"arg_groups/cuda_graph_hook.py#L529-L530 ({_E12} 1c)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "decode_graph_max_by_gpu_memory",
+        "default decode graph maximum: GPU memory below (GiB) : at TP below"
+        " decode_graph_max_large_tp : at TP from it; then capped at --max-running-requests",
+        ("20:8:8", "35:48:160", "60:32:160", "160:256:512", "inf:512:512"),
+        f"arg_groups/memory_hook.py#L84-L205 ({_E12} 1c)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "decode_graph_max_large_tp",
+        "the tensor parallelism from which decode_graph_max_by_gpu_memory's larger maximum holds",
+        4,
+        f"arg_groups/memory_hook.py#L84-L205 ({_E12} 1c)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "decode_graph_max_unknown_gpu",
+        "default decode graph maximum where SGLang cannot read the GPU's memory",
+        160,
+        f"arg_groups/memory_hook.py#L84-L205 ({_E12} 1c)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "decode_graph_list_flag",
+        "the flag listing the decode graph batch sizes (0.5.23 has no --cuda-graph-bs)",
+        "--cuda-graph-bs-decode",
+        f"arg_groups/fields/exec_.py#L629-L647 ({_E12} 1c)",
+    ),
+    EngineFact(
+        "sglang",
+        _SGLANG,
+        "decode_graph_list_replaces_default",
+        "an explicit decode_graph_list_flag list replaces the default list, its largest entry"
+        " the maximum",
+        True,
+        f"arg_groups/memory_hook.py#L200-L207 ({_E12} 1c)",
+    ),
     # --- vLLM: the schedule's format and validator
     EngineFact(
         "vllm",

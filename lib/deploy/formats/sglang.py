@@ -27,6 +27,7 @@ from typing import Any
 from lib.deploy.constraints import CaptureCeiling
 from lib.deploy.decisions import Decisions
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported
+from lib.deploy.releases import Release, holds, names, newest, number, text
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
 from lib.keys import LARGEST_WHOLE_NUMBER, whole_number_text
@@ -38,9 +39,13 @@ __all__ = [
     "DECODE_GRAPH_MAX_BY_GPU_MEMORY",
     "DECODE_GRAPH_MAX_UNKNOWN_GPU",
     "FORMAT",
+    "GEMMA4_ASSISTANT_ALGORITHM",
     "GEMMA4_ASSISTANT_ARCHITECTURES",
+    "GRAPH_LIST_FLAG",
+    "LARGE_TP",
     "METHODS",
     "MULTI_LAYER_EAGLE_TARGETS",
+    "NEXTN_RESOLVES_TO",
     "RELEASE",
     "DecodeGraphMax",
     "SglangMethod",
@@ -56,8 +61,13 @@ __all__ = [
     "slot_key_problem",
 ]
 
-#: The SGLang release every rule of this module was read from (the 0.5.23 wheel).
-RELEASE = "0.5.23"
+#: The SGLang release whose facts (:mod:`lib.deploy.releases`, engine ``sglang``) this module
+#: applies: the newest known, as nothing a vLLM sweep records says which SGLang will serve.
+RELEASE: Release = newest("sglang")
+
+
+def _fact_names(name: str) -> tuple[str, ...]:
+    return names("sglang", name, RELEASE)
 
 
 @dataclass(frozen=True)
@@ -69,75 +79,110 @@ class SglangMethod:
     falls_back: str | None = None
 
 
-#: The algorithms SGLang 0.5.23's adaptive mode runs, after alias resolution
-#: (``adaptive_unsupported_reason``: "only EAGLE/EAGLE3 are supported"; NEXTN and EAGLE
-#: resolve to EAGLE in ``_resolve_speculative_algorithm_alias``, speculative_hook.py L81-L118,
-#: applied at L154, before ``_maybe_disable_adaptive`` at L262). Source: engines-2026-12.md 1c.
-ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
+#: The algorithms SGLang's adaptive mode runs, after alias resolution (fact
+#: ``adaptive_algorithms``); NEXTN and EAGLE resolve to :data:`NEXTN_RESOLVES_TO` first
+#: (``nextn_resolves_to``).
+ADAPTIVE_ALGORITHMS = _fact_names("adaptive_algorithms")
+NEXTN_RESOLVES_TO = text("sglang", "nextn_resolves_to", RELEASE)
+#: Why an algorithm adaptive mode does not run exists at all, or what would change it (the
+#: engine's state, beside the facts; engines-2026-12.md 1c).
+_WHY_NOT_ADAPTIVE = {
+    "STANDALONE": "SGLang serves a separate draft model as STANDALONE",
+    "NGRAM": "adaptive NGRAM is SGLang PR #23629, open",
+    "DFLASH": "SGLang PR #24596 was closed",
+}
 
-#: vLLM's speculative methods, by vLLM's name, as SGLang 0.5.23 takes them
-#: (engines-2026-12.md 1c, "The method refusal is too strict"). vLLM's per-model MTP names
+
+def _resolved(algorithm: str) -> str:
+    """The algorithm SGLang runs for ``algorithm`` before its adaptive check (NEXTN and EAGLE:
+    :data:`NEXTN_RESOLVES_TO`; a Gemma-4 assistant draft aside, :func:`draft_fallback`)."""
+    return NEXTN_RESOLVES_TO if algorithm in ("NEXTN", "EAGLE") else algorithm
+
+
+def _methods() -> dict[str, SglangMethod]:
+    """Fact ``method_algorithms`` (``vllm=SGLANG`` pairs), each with why adaptive mode falls
+    back to static K on it where it does (:data:`ADAPTIVE_ALGORITHMS`)."""
+    methods = {}
+    for pair in _fact_names("method_algorithms"):
+        method, algorithm = pair.split("=")
+        falls_back = None
+        if _resolved(algorithm) not in ADAPTIVE_ALGORITHMS:
+            why = _WHY_NOT_ADAPTIVE.get(algorithm)
+            falls_back = f"SGLang's adaptive mode does not run {algorithm}" + (
+                f" ({why})" if why else ""
+            )
+        methods[method] = SglangMethod(algorithm, falls_back)
+    return methods
+
+
+#: vLLM's speculative methods, by vLLM's name, as SGLang takes them. vLLM's per-model MTP names
 #: (``deepseek_mtp``, ``qwen3_next_mtp``, ...) are ``mtp`` (:func:`sglang_method`).
-METHODS: dict[str, SglangMethod] = {
-    "eagle": SglangMethod("EAGLE"),
-    "eagle3": SglangMethod("EAGLE3"),
-    "mtp": SglangMethod("NEXTN"),
-    "draft_model": SglangMethod(
-        "STANDALONE",
-        "SGLang serves a separate draft model as STANDALONE, which its adaptive mode does not run",
-    ),
-    "ngram": SglangMethod(
-        "NGRAM",
-        "SGLang's adaptive mode does not run NGRAM (adaptive NGRAM is SGLang PR #23629, open)",
-    ),
-    "dflash": SglangMethod(
-        "DFLASH",
-        "SGLang's adaptive mode does not run DFLASH (SGLang PR #24596 was closed)",
-    ),
+METHODS: dict[str, SglangMethod] = _methods()
+
+#: The draft architectures SGLang serves as :data:`GEMMA4_ASSISTANT_ALGORITHM` under NEXTN or
+#: EAGLE (and refuses with EAGLE3); their checkpoints are named ``*gemma-4*-assistant`` (e.g.
+#: ``google/gemma-4-31B-it-assistant``).
+GEMMA4_ASSISTANT_ARCHITECTURES = _fact_names("gemma4_assistant_architectures")
+GEMMA4_ASSISTANT_ALGORITHM = text("sglang", "gemma4_assistant_algorithm", RELEASE)
+
+#: How a model's name shows the target families of fact ``multi_layer_eagle_architectures``
+#: (SGLang turns multi-layer EAGLE on for them under EAGLE, so NEXTN): an architecture's
+#: prefix -> fragments of checkpoint names (lower case). The tool's reading of names, not an
+#: engine fact: SGLang reads the checkpoint's architecture, which a sweep does not record.
+_MULTI_LAYER_EAGLE_NAMES: dict[str, tuple[str, ...]] = {
+    "MiMoV2": ("mimo-v2", "mimov2"),
+    "GigaChat35": ("gigachat3.5", "gigachat-3.5", "gigachat35"),
+    "Step3p5": ("step-3.5", "step3.5", "step3p5"),
+    "Step3p7": ("step-3.7", "step3.7", "step3p7"),
 }
 
-#: The draft architectures SGLang 0.5.23 serves as FROZEN_KV_MTP when the algorithm is NEXTN or
-#: EAGLE (and refuses with EAGLE3): ``_resolve_speculative_algorithm_alias``, speculative_hook.py
-#: L81-L118. Their checkpoints are named ``*gemma-4*-assistant`` (e.g.
-#: ``google/gemma-4-31B-it-assistant``). Source: engines-2026-12.md 1c.
-GEMMA4_ASSISTANT_ARCHITECTURES = ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM")
 
-#: Target families for which SGLang 0.5.23 turns ``enable_multi_layer_eagle`` on when the
-#: algorithm resolves to EAGLE (NEXTN or EAGLE), so that adaptive mode falls back to static K
-#: ("MultiLayerEagleWorkerV2 does not implement adaptive", adaptive_spec_params.py L85-L89):
-#: name fragment -> the architectures (``arg_groups/model_overrides/mimo_v2.py``,
-#: ``gigachat35.py``, ``arg_groups/overrides.py`` L325-L350).
-MULTI_LAYER_EAGLE_TARGETS: dict[tuple[str, ...], str] = {
-    ("mimo-v2", "mimov2"): "MiMoV2ForCausalLM, MiMoV2FlashForCausalLM",
-    ("gigachat3.5", "gigachat-3.5", "gigachat35"): "GigaChat35ForCausalLM",
-    ("step-3.5", "step3.5", "step3p5", "step-3.7", "step3.7", "step3p7"): (
-        "Step3p5ForCausalLM, Step3p7ForConditionalGeneration"
-    ),
-}
+def _multi_layer_eagle_targets() -> dict[tuple[str, ...], str]:
+    """Name fragments -> the architectures of fact ``multi_layer_eagle_architectures`` they
+    stand for (every architecture has fragments: a test checks)."""
+    targets = {}
+    architectures = _fact_names("multi_layer_eagle_architectures")
+    for prefix, fragments in _MULTI_LAYER_EAGLE_NAMES.items():
+        named = [arch for arch in architectures if arch.startswith(prefix)]
+        if named:
+            targets[fragments] = ", ".join(named)
+    return targets
 
-#: SGLang 0.5.23's default decode CUDA-graph maximum batch size by the memory of one GPU
-#: (``arg_groups/memory_hook.py`` L84-L205): (memory below, in GiB; the maximum at tensor
-#: parallelism < 4; at TP >= 4). SGLang compares MiB against ``N * 1024``, the same bounds.
-#: Source: engines-2026-12.md 1c, "The tool assumes a graph maximum of 512".
-DECODE_GRAPH_MAX_BY_GPU_MEMORY: tuple[tuple[float, int, int], ...] = (
-    (20, 8, 8),  # T4, RTX 4080
-    (35, 48, 160),  # A10, RTX 4090 / 5090
-    (60, 32, 160),  # A100 40 GB, L40
-    (160, 256, 512),  # H100, H200, H20
-    (math.inf, 512, 512),  # B200, MI300
-)
-#: SGLang 0.5.23's default decode CUDA-graph maximum where it cannot read the GPU's memory.
-DECODE_GRAPH_MAX_UNKNOWN_GPU = 160
+
+#: Name fragments -> the multi-layer EAGLE target architectures they stand for.
+MULTI_LAYER_EAGLE_TARGETS = _multi_layer_eagle_targets()
+
+
+def _graph_max_rows() -> tuple[tuple[float, int, int], ...]:
+    """Fact ``decode_graph_max_by_gpu_memory``: (memory below, GiB; maximum at TP below
+    :data:`LARGE_TP`; at TP from it), ``below:small:large`` in the table."""
+    rows = []
+    for row in _fact_names("decode_graph_max_by_gpu_memory"):
+        below, small, large = row.split(":")
+        rows.append((float(below), int(small), int(large)))
+    return tuple(rows)
+
+
+#: SGLang's default decode CUDA-graph maximum batch size by the memory of one GPU: (memory
+#: below, in GiB; the maximum at tensor parallelism below :data:`LARGE_TP`; from it). SGLang
+#: compares MiB against ``N * 1024``, the same bounds.
+DECODE_GRAPH_MAX_BY_GPU_MEMORY = _graph_max_rows()
+#: SGLang's default decode CUDA-graph maximum where it cannot read the GPU's memory.
+DECODE_GRAPH_MAX_UNKNOWN_GPU = number("sglang", "decode_graph_max_unknown_gpu", RELEASE)
 #: The tensor parallelism from which the larger default applies.
-_LARGE_TP = 4
+LARGE_TP = number("sglang", "decode_graph_max_large_tp", RELEASE)
+#: The flag listing the decode graph batch sizes, and whether its list replaces the default.
+GRAPH_LIST_FLAG = text("sglang", "decode_graph_list_flag", RELEASE)
+_LIST_REPLACES_DEFAULT = holds("sglang", "decode_graph_list_replaces_default", RELEASE)
 
-#: The speculative_config fields that may state a top-k (tree drafting); adaptive needs 1.
+#: The speculative_config fields that may state a top-k (tree drafting).
 _TOPK_FIELDS = ("speculative_eagle_topk", "eagle_topk", "topk")
+_ADAPTIVE_TOPK = number("sglang", "adaptive_topk", RELEASE)
 _STEPS = "candidate_steps"
 
 
 def sglang_method(method: str | None) -> SglangMethod | None:
-    """SGLang 0.5.23's algorithm for vLLM's speculative ``method`` (lower case), or None where
+    """SGLang's algorithm for vLLM's speculative ``method`` (lower case), or None where
     SGLang has none. Rule: :data:`METHODS`; vLLM's per-model MTP names end in ``mtp``
     (``deepseek_mtp``, ``qwen3_next_mtp``, ...) and are MTP, SGLang's NEXTN.
 
@@ -159,9 +204,9 @@ def _name_has(model: str, fragments: tuple[str, ...]) -> bool:
 
 
 def draft_fallback(algorithm: str, model: str | None) -> str | None:
-    """Why SGLang 0.5.23 would not run ``algorithm`` adaptively with the draft (or MTP) model
-    the sweep recorded, ``model``; None: nothing in its name says so. SGLang decides by the
-    checkpoint's architecture, which a sweep does not record, so the rule reads the name:
+    """Why SGLang would not run ``algorithm`` adaptively with the draft (or MTP) model the sweep
+    recorded, ``model``; None: nothing in its name says so. SGLang decides by the checkpoint's
+    architecture, which a sweep does not record, so the rule reads the name:
 
     - a Gemma-4 assistant draft (a name holding ``gemma-4`` or ``gemma4`` and ``assistant``):
       NEXTN and EAGLE become FROZEN_KV_MTP, which adaptive mode does not run; EAGLE3 is an
@@ -176,13 +221,17 @@ def draft_fallback(algorithm: str, model: str | None) -> str | None:
     """
     if model is None:
         return None
+    resolves = _resolved(algorithm) == NEXTN_RESOLVES_TO
     if _name_has(model, ("gemma-4", "gemma4")) and "assistant" in model.lower():
         architectures = " or ".join(GEMMA4_ASSISTANT_ARCHITECTURES)
         kind = f"the draft {model} is a Gemma-4 assistant ({architectures})"
-        if algorithm == "EAGLE3":
-            return f"{kind}: SGLang refuses it with EAGLE3 (NEXTN or EAGLE only)"
-        return f"{kind}: SGLang serves it as FROZEN_KV_MTP, which its adaptive mode does not run"
-    if algorithm in ("NEXTN", "EAGLE"):
+        if not resolves:
+            return f"{kind}: SGLang refuses it with {algorithm} (NEXTN or EAGLE only)"
+        return (
+            f"{kind}: SGLang serves it as {GEMMA4_ASSISTANT_ALGORITHM}, which its adaptive mode"
+            " does not run"
+        )
+    if resolves:
         for fragments, architectures in MULTI_LAYER_EAGLE_TARGETS.items():
             if _name_has(model, fragments):
                 return (
@@ -203,7 +252,7 @@ class DecodeGraphMax:
 
 
 def default_decode_graph_max(gpu_memory_gib: float | None, tensor_parallel: int) -> int:
-    """SGLang 0.5.23's default decode CUDA-graph maximum for a GPU of ``gpu_memory_gib`` GiB
+    """SGLang's default decode CUDA-graph maximum for a GPU of ``gpu_memory_gib`` GiB
     (None: SGLang could not read it) at tensor parallelism ``tensor_parallel``
     (:data:`DECODE_GRAPH_MAX_BY_GPU_MEMORY`; each bound belongs to the row above it: 20 GiB
     is 48 at TP < 4). SGLang then caps it at ``--max-running-requests`` when that is set.
@@ -217,7 +266,7 @@ def default_decode_graph_max(gpu_memory_gib: float | None, tensor_parallel: int)
         return DECODE_GRAPH_MAX_UNKNOWN_GPU
     for below, small_tp, large_tp in DECODE_GRAPH_MAX_BY_GPU_MEMORY:
         if gpu_memory_gib < below:
-            return large_tp if tensor_parallel >= _LARGE_TP else small_tp
+            return large_tp if tensor_parallel >= LARGE_TP else small_tp
     raise AssertionError("the last row has no upper bound")
 
 
@@ -255,22 +304,39 @@ def decode_graph_max(gpu_memory_gib: float | None, tensor_parallel: int | None) 
     )
 
 
+def _size_runs() -> tuple[tuple[int, int | None, int], ...]:
+    """Fact ``decode_graph_sizes``: (first, last or None for the maximum, step) per run,
+    ``first-last/step`` in the table."""
+    runs = []
+    for run in _fact_names("decode_graph_sizes"):
+        span, step = run.split("/")
+        first, last = span.split("-")
+        runs.append((int(first), None if last == "max" else int(last), int(step)))
+    return tuple(runs)
+
+
+_SIZE_RUNS = _size_runs()
+_MAX_APPENDED = holds("sglang", "decode_graph_max_appended", RELEASE)
+
+
 def graph_batch_sizes(largest: int = 512) -> list[int]:
-    """SGLang 0.5.23's default decode CUDA-graph batch sizes with speculation on
-    (``generate_decode_cuda_graph_batch_sizes``, ``arg_groups/cuda_graph_hook.py`` L500-L532):
-    1-8, 10-32 step 2, 40-64 step 4, 72-256 step 8, then step 16 up to ``largest`` (the
-    server's decode graph maximum, :func:`decode_graph_max`), and ``largest`` itself when the
-    steps miss it.
+    """SGLang's default decode CUDA-graph batch sizes with speculation on (facts
+    ``decode_graph_sizes``, ``decode_graph_max_appended``): 1-8, 10-32 step 2, 40-64 step 4,
+    72-256 step 8, then step 16 up to ``largest`` (the server's decode graph maximum,
+    :func:`decode_graph_max`), and ``largest`` itself when the steps miss it.
 
     >>> graph_batch_sizes(80)[7:]
     [8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 40, 44, 48, 52, 56, 60, 64, 72, 80]
     >>> graph_batch_sizes(9)[-3:], graph_batch_sizes(300)[-3:]
     ([7, 8, 9], [272, 288, 300])
     """
-    sizes = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4))
-    sizes += list(range(72, 257, 8)) + list(range(272, largest + 1, 16))
-    sizes = [size for size in sizes if size <= largest]
-    if largest not in sizes:
+    sizes = [
+        size
+        for first, last, step in _SIZE_RUNS
+        for size in range(first, (largest if last is None else last) + 1, step)
+        if size <= largest
+    ]
+    if _MAX_APPENDED and largest not in sizes:
         sizes.append(largest)
     return sizes
 
@@ -473,25 +539,26 @@ def _batches(low: int, high: int) -> str:
 
 
 def _padding_warnings(schedule: Schedule, graph_max: DecodeGraphMax) -> list[str]:
-    """Each boundary SGLang's padding moves, and the ``--cuda-graph-bs-decode`` list that
-    keeps them all: an explicit list *replaces* SGLang's default list and sets the maximum to
-    its largest entry (``memory_hook.py`` L200-L207), so it is the default list plus the new
-    sizes."""
+    """Each boundary SGLang's padding moves, and the :data:`GRAPH_LIST_FLAG` list that keeps
+    them all: an explicit list *replaces* SGLang's default list and sets the maximum to its
+    largest entry (fact ``decode_graph_list_replaces_default``), so it is the default list plus
+    the new sizes."""
     sizes = graph_batch_sizes(graph_max.size)
     shifts = padding_shifts(schedule, sizes)
     if not shifts:
         return []
     added = exact_boundary_sizes(schedule, sizes)
+    replaces = "replaces SGLang's default list" if _LIST_REPLACES_DEFAULT else "adds to it"
     warnings = [
         f"SGLang pads {_batches(low, high)} up to its next decode CUDA-graph batch size,"
         f" past the next range's start, so they run K={runs} where the schedule says K={meant};"
-        f" to keep the boundary, capture {high} too: --cuda-graph-bs-decode replaces SGLang's"
-        f" default list, so give the default list plus {high} (the line below)"
+        f" to keep the boundary, capture {high} too: {GRAPH_LIST_FLAG} {replaces}, so give the"
+        f" default list plus {high} (the line below)"
         for low, high, runs, meant in shifts
     ]
     listed = " ".join(str(size) for size in sorted(set(sizes) | set(added)))
     warnings.append(
-        f"to keep every boundary: --cuda-graph-bs-decode {listed} (SGLang {RELEASE}'s default"
+        f"to keep every boundary: {GRAPH_LIST_FLAG} {listed} (SGLang {RELEASE}'s default"
         f" decode graph batch sizes up to {graph_max.size} plus"
         f" {', '.join(str(size) for size in added)})"
     )
@@ -510,15 +577,15 @@ def build(
     if refused:
         return None, refused
     topk = _topk(decisions)
-    if topk is not None and topk != 1:
+    if topk is not None and topk != _ADAPTIVE_TOPK:
         return None, [
             Problem(
                 Severity.ERROR,
                 "sglang-topk",
-                "SGLang's adaptive mode needs a top-k of 1 (chain drafting)",
+                f"SGLang's adaptive mode needs a top-k of {_ADAPTIVE_TOPK} (chain drafting)",
                 field="speculative_config topk",
                 value=str(topk),
-                expected="1",
+                expected=str(_ADAPTIVE_TOPK),
             )
         ]
     largest = schedule.largest_k
@@ -533,7 +600,7 @@ def build(
         ]
     candidates = {k for _, _, k in schedule.ranges}
     steps = settings.global_k if settings.global_k is not None else largest
-    if steps not in candidates:
+    if holds("sglang", "num_steps_in_candidates", RELEASE) and steps not in candidates:
         return None, [
             Problem(
                 Severity.ERROR,
