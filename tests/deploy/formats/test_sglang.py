@@ -12,6 +12,7 @@ from paths import SAMPLE_SWEEPS
 
 from lib.deploy.decisions import Decisions
 from lib.deploy.formats.sglang import (
+    MULTI_LAYER_EAGLE_TARGETS,
     decode_graph_max,
     default_decode_graph_max,
     graph_batch_sizes,
@@ -19,6 +20,7 @@ from lib.deploy.formats.sglang import (
     read,
 )
 from lib.deploy.registry import export
+from lib.deploy.releases import names, newest
 from lib.deploy.settings import ExportSettings
 from lib.schedule import Schedule
 
@@ -272,6 +274,7 @@ def test_the_padding_hint_gives_the_default_list_plus_the_boundary_sizes() -> No
         assert exported is not None
         assert not any("--cuda-graph-bs " in w for w in exported.warnings)
         assert any("batch size 31 " in w and "plus 31" in w for w in exported.warnings)
+        assert all("replaces SGLang's default list" in w for w in exported.warnings[:-1])
         (hint,) = [w for w in exported.warnings if w.startswith("to keep every boundary")]
         match = re.search(r"--cuda-graph-bs-decode ([\d ]+) \(", hint)
         assert match is not None
@@ -330,7 +333,15 @@ def test_mtp_and_eagle_export_with_their_sglang_algorithm(
         ("eagle3", "google/gemma-4-31B-it-assistant", "sglang-draft", "refuses it with EAGLE3"),
         ("mtp", "XiaomiMiMo/MiMo-V2-Flash", "sglang-draft", "multi-layer EAGLE"),
         ("eagle", "stepfun-ai/Step-3.5-Flash", "sglang-draft", "multi-layer EAGLE"),
-        ("mtp", "ai-sage/GigaChat3.5-702B-A36B", "sglang-draft", "multi-layer EAGLE"),
+        (
+            "mtp",
+            "ai-sage/GigaChat3.5-702B-A36B",
+            "sglang-draft",
+            "of GigaChat35ForCausalLM, GigaChat35ForCausalLMNextN, for which SGLang turns"
+            " multi-layer EAGLE on under NEXTN",
+        ),
+        ("mtp", "XiaomiMiMo/MiMo-V2-Flash", "sglang-draft", "MiMoV2FlashForCausalLM"),
+        ("eagle", "stepfun-ai/Step-3.7", "sglang-draft", "Step3p7ForConditionalGeneration"),
     ],
 )
 def test_what_0_5_23_falls_back_on_is_refused_naming_why(
@@ -351,6 +362,8 @@ def test_the_long_context_samples_gemma_4_assistant_draft_is_refused() -> None:
     exported, problems = export(recorded, SGLANG)
     assert exported is None and problems[0].rule == "sglang-draft"
     assert problems[0].value == "google/gemma-4-31B-it-assistant"
+    architectures = "Gemma4AssistantForCausalLM or Gemma4UnifiedAssistantForCausalLM"
+    assert f"a Gemma-4 assistant ({architectures})" in problems[0].message
     other = Decisions(ISSUE, 3, "t", "t", speculative_config={**config, "model": "org/mtp-model"})
     assert export(other, SGLANG)[0] is not None
 
@@ -369,3 +382,10 @@ def test_a_gpu_memory_or_tp_that_is_none_is_refused(settings: ExportSettings, ru
     assert exported is None and [p.rule for p in problems] == [rule]
     fine = ExportSettings(format="sglang", gpu_memory_gib=0.5, tensor_parallel_size=1)
     assert export(decisions(ISSUE), fine)[0] is not None
+
+
+def test_every_multi_layer_eagle_architecture_is_known_by_name() -> None:
+    """Each architecture of the table's multi_layer_eagle_architectures has name fragments the
+    refusal reads (a new row's architecture without them would go unrefused)."""
+    named = {arch for archs in MULTI_LAYER_EAGLE_TARGETS.values() for arch in archs.split(", ")}
+    assert named == set(names("sglang", "multi_layer_eagle_architectures", newest("sglang")))
