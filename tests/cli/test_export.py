@@ -144,14 +144,17 @@ def test_an_mtp_sweep_exports_to_sglang_as_nextn(
     }
     assert json.loads(printed[0]) == expected == json.loads(out.read_text())
     assert printed[1].startswith("--speculative-algorithm NEXTN --speculative-eagle-topk 1")
-    assert any("up to 512 (the GPU is not recorded: assumed 512" in line for line in printed)
+    assert any(
+        "up to 512: the GPU is not recorded, so SGLang 0.5.23's largest default" in line
+        for line in printed
+    )
     assert any(
         line.startswith("warning: to keep every boundary: --cuda-graph-bs-decode 1 2")
         for line in printed
     )
     h100 = ["--gpu-memory-gib", "79.6", "--tensor-parallel-size", "1"]
     assert main(["export", str(source), "--format", "sglang", *h100]) == EXIT_OK
-    assert "up to 256 (SGLang 0.5.23's default for a GPU of 79.6 GiB" in capsys.readouterr().out
+    assert "up to 256: SGLang 0.5.23's default for a GPU of 79.6 GiB" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

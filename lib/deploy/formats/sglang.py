@@ -289,9 +289,9 @@ def decode_graph_max(gpu_memory_gib: float | None, tensor_parallel: int | None) 
         largest = _largest_default()
         return DecodeGraphMax(
             largest,
-            f"the GPU is not recorded: assumed {largest}, SGLang {RELEASE}'s largest default"
-            " (GPUs of 160 GiB or more, or 60 GiB or more at tensor parallelism 4 or more;"
-            " 256 on H100/H200 at TP < 4), so no moved boundary is missed; give"
+            f"the GPU is not recorded, so SGLang {RELEASE}'s largest default is assumed (GPUs"
+            f" of 160 GiB or more, or 60 GiB or more at tensor parallelism {LARGE_TP} or more;"
+            f" 256 on H100/H200 at TP < {LARGE_TP}) and no moved boundary is missed; give"
             f" {flag_name(ExportSettings, 'gpu_memory_gib')} for yours",
         )
     tp = tensor_parallel if tensor_parallel is not None else 1
@@ -633,8 +633,8 @@ def build(
             " Step-3.5 models, where it falls back to static K)"
         )
     notes.append(
-        f"padding checked against SGLang's decode CUDA-graph batch sizes up to {graph_max.size}"
-        f" ({graph_max.basis})"
+        f"padding checked against SGLang's decode CUDA-graph batch sizes up to {graph_max.size}:"
+        f" {graph_max.basis}"
     )
     return BatchExport(
         format=FORMAT.name,

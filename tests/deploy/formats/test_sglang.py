@@ -246,7 +246,10 @@ def test_an_unrecorded_gpu_assumes_the_largest_default_and_says_so() -> None:
     """Every default maximum (8, 32, 48, 160, 256, 512) is one of the 512 list's sizes, so each
     default list is a prefix of it: checked against 512, no moved boundary is missed."""
     assumed = decode_graph_max(None, None)
-    assert assumed.size == 512 and "not recorded: assumed 512" in assumed.basis
+    assert (
+        assumed.size == 512
+        and "not recorded, so SGLang 0.5.23's largest default is assumed" in assumed.basis
+    )
     longest = graph_batch_sizes(512)
     for largest in (8, 32, 48, 160, 256):
         assert graph_batch_sizes(largest) == longest[: longest.index(largest) + 1]
@@ -255,12 +258,12 @@ def test_an_unrecorded_gpu_assumes_the_largest_default_and_says_so() -> None:
     assert decode_graph_max(79.6, 4).size == 512
     exported, _ = export(decisions(ISSUE), SGLANG)
     assert exported is not None
-    assert any("up to 512 (the GPU is not recorded" in note for note in exported.notes)
+    assert any("up to 512: the GPU is not recorded" in note for note in exported.notes)
     h100 = ExportSettings(format="sglang", gpu_memory_gib=79.6, tensor_parallel_size=1)
     exported, _ = export(decisions(ISSUE), h100)
     assert exported is not None
     assert any(
-        "up to 256 (SGLang 0.5.23's default for a GPU of 79.6 GiB" in n for n in exported.notes
+        "up to 256: SGLang 0.5.23's default for a GPU of 79.6 GiB" in n for n in exported.notes
     )
 
 
