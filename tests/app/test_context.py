@@ -4,8 +4,11 @@ downloads, which must be the CLI's files byte for byte."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pytest
+from paths import SAMPLE_SWEEPS
 from sweep_builder import CONTEXT_GRID, write_context_grid
 
 from lib.app import context as view
@@ -134,3 +137,34 @@ def test_a_mix_with_non_ascii_digits_is_refused_in_every_download_not_raised(
         assert problem.field == "--context-mix" and "512²" in (problem.value or problem.message)
     _, _, problems = view.heatmap_losses(grid, "512²:1")
     assert problems and problems[0].field == "--context-mix"
+
+
+def test_an_mtp_sweeps_sglang_download_is_the_cli_export_with_nextn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 39: sonnet-like served as an MTP model (its records' method and model rewritten)
+    tunes to [[1, 63, 7], [64, 256, 0]] as before; its SGLang download runs NEXTN, which SGLang
+    0.5.23 resolves to EAGLE, and is the CLI's export line for line."""
+    sweep = tmp_path / "mtp"
+    shutil.copytree(SAMPLE_SWEEPS / "sonnet-like", sweep)
+    for path in sweep.rglob("*.json"):
+        text = path.read_text(encoding="utf-8")
+        text = text.replace('"method": "eagle3"', '"method": "mtp"')
+        text = text.replace("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "deepseek-ai/DeepSeek-V3")
+        path.write_text(text, encoding="utf-8")
+    shown = view.analyse_sweep(load_experiment(sweep), Settings(), Options(), None)
+    downloads = {d.format: d for d in view.engine_downloads(shown.analysis.result)}
+    sglang = downloads["sglang"]
+    assert sglang.problems == () and sglang.text is not None
+    assert {k: v for k, v in json.loads(sglang.text).items() if k.isdigit()} == {
+        "1": {"candidate_steps": [7]},
+        "64": {"candidate_steps": [0]},
+    }
+    assert sglang.lines[1].startswith("--speculative-algorithm NEXTN ")
+    result = tmp_path / "result.json"
+    assert main([str(sweep), "--output-json", str(result)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "sglang.json"
+    assert main(["export", str(result), "--format", "sglang", "-o", str(out)]) == 0
+    assert list(sglang.lines) == capsys.readouterr().out.splitlines()[:-1]  # less "Wrote"
+    assert sglang.text == out.read_text()

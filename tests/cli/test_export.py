@@ -117,6 +117,83 @@ def test_bad_input_exits_2_with_the_reason(
     assert captured.out == ""
 
 
+#: A vLLM speculative_config of an MTP sweep (list1 of engines-2026-12.md 1c).
+MTP_CONFIG = {
+    "method": "mtp",
+    "model": "deepseek-ai/DeepSeek-V3",
+    "num_speculative_tokens": 3,
+    "num_speculative_tokens_per_batch_size": [[1, 31, 3], [32, 127, 1], [128, 256, 0]],
+}
+
+
+def test_an_mtp_sweep_exports_to_sglang_as_nextn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 39: SGLang 0.5.23 resolves NEXTN to EAGLE before its adaptive check, so MTP exports
+    (the padding hint naming --cuda-graph-bs-decode and the decode graph maximum assumed)."""
+    source = tmp_path / "mtp.json"
+    source.write_text(json.dumps(MTP_CONFIG))
+    out = tmp_path / "sglang.json"
+    assert main(["export", str(source), "--format", "sglang", "-o", str(out)]) == EXIT_OK
+    printed = capsys.readouterr().out.splitlines()
+    expected = {
+        "strategy": "ema",
+        "1": {"candidate_steps": [3]},
+        "32": {"candidate_steps": [1]},
+        "128": {"candidate_steps": [0]},
+    }
+    assert json.loads(printed[0]) == expected == json.loads(out.read_text())
+    assert printed[1].startswith("--speculative-algorithm NEXTN --speculative-eagle-topk 1")
+    assert any(
+        "up to 512: the GPU is not recorded, so SGLang 0.5.23's largest default" in line
+        for line in printed
+    )
+    assert any(
+        line.startswith("warning: to keep every boundary: --cuda-graph-bs-decode 1 2")
+        for line in printed
+    )
+    h100 = ["--gpu-memory-gib", "79.6", "--tensor-parallel-size", "1"]
+    assert main(["export", str(source), "--format", "sglang", *h100]) == EXIT_OK
+    assert "up to 256: SGLang 0.5.23's default for a GPU of 79.6 GiB" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "message"),
+    [
+        (
+            {"model": "google/gemma-4-31B-it-assistant"},
+            [],
+            "[sglang-draft] SGLang 0.5.23 would not run NEXTN adaptively: the draft"
+            " google/gemma-4-31B-it-assistant is a Gemma-4 assistant",
+        ),
+        (
+            {"method": "draft_model", "model": "Qwen/Qwen3-0.6B"},
+            [],
+            "[sglang-method] SGLang 0.5.23 would run STANDALONE at a static K",
+        ),
+        ({}, ["--gpu-memory-gib", "0"], "[invalid-gpu-memory]"),
+        ({}, ["--gpu-memory-gib", "nan"], "value nan; expected a number of GiB > 0"),
+        ({}, ["--tensor-parallel-size", "0"], "[invalid-tensor-parallel-size]"),
+        ({}, ["--format", "vllm", "--gpu-memory-gib", "80"], "applies only to --format sglang"),
+    ],
+)
+def test_what_sglang_would_not_run_adaptively_exits_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    config: dict[str, str],
+    flags: list[str],
+    message: str,
+) -> None:
+    source = tmp_path / "mtp.json"
+    source.write_text(json.dumps({**MTP_CONFIG, **config}))
+    assert main(["export", str(source), "--format", "sglang", *flags]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""
+    if config:  # a refusal of the file's method or draft names the file
+        assert f"in {source}" in captured.err
+
+
 def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(tmp_path / "absent.json")]) == EXIT_BAD_INPUT
     assert "cannot read the file" in capsys.readouterr().err
