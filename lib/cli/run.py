@@ -102,7 +102,7 @@ class RunArgs:
 
     description: ClassVar[str] = (
         "Measure, tune and measure again until the answer is settled or the budget is spent:"
-        " round 0 runs the design's grid lean (one run per cell), each later round only what"
+        " round 0 runs the lean design (every cell once plus a noise probe; --design full for the seed's grid), each later round only what"
         " the tuning left open (tune-spec-k plan --follow-up), each sweep through its plan's"
         " run.sh (`vllm bench sweep serve` from PATH). Stops when the verdict is ready, when"
         " the next round's estimate would pass --budget-gpu-hours, after --max-rounds, when a"
@@ -166,23 +166,31 @@ class RunArgs:
 
 
 def round_zero(args: RunArgs) -> tuple[PlanArgs, str]:
-    """Round 0's plan and what it is, in the round's text. Until lean designs (issue 40) can
-    be planned: the seed's grid with one run per cell (``--num-runs 1``); where the lean
-    design lands, this is the one function to point at it."""
+    """Round 0's plan and what it is, in the round's text: the lean design (every (anchor, K)
+    once plus a noise probe, :mod:`lib.loop.plan.lean`) unless ``--design full`` asks for the
+    seed's grid, which then runs ``--num-runs`` times per cell as ``plan`` would."""
+    layout = args.design.get("layout", "lean")
     plan_args = PlanArgs(
         output_dir=_plan_dir(args, 0).as_posix(),
         design_file=None,
-        design={**args.design, "num_runs": 1},
+        design={**args.design, "layout": layout},
         follow_up=None,
         validate=None,
         static_ks=None,
         results_dir=args.experiment.as_posix(),
         experiment_name="round-0",
     )
-    purpose = (
-        "the seed's grid with --num-runs 1: every (anchor, K) once (the lean design with a"
-        " noise probe is not available yet); later rounds rerun what the tuning leaves open"
-    )
+    if layout == "lean":
+        purpose = (
+            "the lean design: every (anchor, K) once plus a noise probe (K=0 and the largest K"
+            " repeated at the smallest, middle and largest anchor); later rounds rerun what the"
+            " tuning leaves open"
+        )
+    else:
+        purpose = (
+            "the seed's full grid (--design full): every (anchor, K) --num-runs times; later"
+            " rounds rerun what the tuning leaves open"
+        )
     return plan_args, purpose
 
 
