@@ -97,7 +97,7 @@ def test_the_vllm_context_schedule_is_checked_against_the_ceiling(
     tight, _ = export(
         decisions,
         ExportSettings(format="vllm-context"),
-        DeploySettings(max_cudagraph_capture_size=200),
+        DeploySettings(max_cudagraph_capture_size=200, vllm_version="0.33.0"),
     )
     assert tight is not None
     assert any("batch sizes 51-63 run K=3" in w for w in tight.warnings)

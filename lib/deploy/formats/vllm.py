@@ -88,7 +88,8 @@ def build(
         config=config,
         file=config,
         largest_k=schedule.largest_k,
-        warnings=(*check.warnings(), *method_warnings(decisions.method)),
+        warnings=(*check.warnings(), *method_warnings(decisions.method, ceiling)),
+        notes=tuple(check.notes()),
     ), []
 
 
@@ -100,5 +101,5 @@ FORMAT = EngineFormat(
     build=build,
     read=read,
     reads=f"{SCHEDULE_KEY}, a speculative_config, a [[lo, hi, K], ...] list",
-    engine_flags=frozenset({"max_cudagraph_capture_size", "max_num_seqs"}),
+    engine_flags=frozenset({"max_cudagraph_capture_size", "max_num_seqs", "vllm_version"}),
 )
