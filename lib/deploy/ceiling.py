@@ -49,6 +49,7 @@ __all__ = [
     "graphless_ranges",
     "largest_capture_size",
     "piecewise_ranges",
+    "release_refusals",
     "request_ceiling",
     "resolve_ceiling",
     "resolve_gpu",
@@ -147,6 +148,10 @@ def resolve_release(flags: EngineFacts, sweep: EngineFacts) -> VllmRelease:
     stated = flags.vllm_version or sweep.vllm_version
     if stated is not None:
         release = Release.parse(stated.value)
+        # A saved config of a release before Dynamic SD (a sweep of static K on an old server)
+        # says nothing of the release that will serve the schedule.
+        if release is not None and releases.fact("vllm", "schedule_field", release) is None:
+            release = None
         if release is not None:
             source = stated.source
             if releases.newer_than_known("vllm", release):
@@ -160,6 +165,22 @@ def resolve_release(flags: EngineFacts, sweep: EngineFacts) -> VllmRelease:
         "assumed: the newest release tune-spec-k knows; give --vllm-version, or save the"
         " server config (tune-spec-k plan does)",
     )
+
+
+def release_refusals(version: str | None) -> list[str]:
+    """Why ``--vllm-version`` cannot be used (empty when it can): a release before every row
+    of the schedule's field (``schedule_field``: Dynamic SD exists from 0.24.0) has no
+    schedule to deploy. (Its form is checked by :meth:`lib.settings.DeploySettings.invalid`.)
+
+    >>> release_refusals("0.20.1"), release_refusals("0.33.0"), release_refusals(None)
+    (['--vllm-version 0.20.1: expected a vLLM release with Dynamic SD (0.24 and newer)'], [], [])
+    """
+    release = Release.parse(version) if version is not None else None
+    if release is None or releases.fact("vllm", "schedule_field", release) is not None:
+        return []
+    rows = [f for f in releases.FACTS if f.engine == "vllm" and f.name == "schedule_field"]
+    since = ", ".join(str(f.releases) for f in rows)
+    return [f"--vllm-version {version}: expected a vLLM release with Dynamic SD ({since})"]
 
 
 def resolve_gpu(sweep: EngineFacts) -> GpuAssumption:

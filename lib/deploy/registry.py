@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lib.deploy.formats
+from lib.deploy.ceiling import release_refusals
 from lib.deploy.constraints import CaptureCeiling, resolve_ceiling
 from lib.deploy.decisions import Decisions, context_decisions, result_decisions
 from lib.deploy.engine import EngineFacts, Fact, TextFact
@@ -186,7 +187,10 @@ def export(
         settings.global_k, engine_format.least_global_k, engine_format.name
     )
     problems += [too_small] if too_small is not None else []
-    invalid = [Problem(Severity.ERROR, "invalid-setting", reason) for reason in deploy.invalid()]
+    invalid = [
+        Problem(Severity.ERROR, "invalid-setting", reason)
+        for reason in (*deploy.invalid(), *release_refusals(deploy.vllm_version))
+    ]
     if problems or invalid:
         return None, problems + invalid
     ceiling = None

@@ -22,7 +22,7 @@ import polars as pl
 from lib.cliffs import CLIFF_RULE, CeilingHint, cliff_problems
 from lib.context import in_context
 from lib.deploy import releases
-from lib.deploy.ceiling import ASSUMED_GPU, GpuAssumption, request_ceiling
+from lib.deploy.ceiling import ASSUMED_GPU, GpuAssumption, release_refusals, request_ceiling
 from lib.deploy.constraints import (
     CaptureCeiling,
     CeilingCheck,
@@ -458,7 +458,10 @@ def _checked(
 ) -> tuple[Analysis, Deployment | None]:
     """The analysis with its schedule checked by the capture rule (see deploy_analysis)."""
     result = analysis.result
-    invalid = [Problem(Severity.ERROR, "invalid-setting", reason) for reason in deploy.invalid()]
+    invalid = [
+        Problem(Severity.ERROR, "invalid-setting", reason)
+        for reason in (*deploy.invalid(), *release_refusals(deploy.vllm_version))
+    ]
     if invalid:
         refused = dataclasses.replace(result, problems=(*result.problems, *invalid))
         return dataclasses.replace(analysis, result=refused), None
