@@ -89,8 +89,15 @@ def build(
         file=config,
         largest_k=schedule.largest_k,
         warnings=(*check.warnings(), *method_warnings(decisions.method, ceiling)),
-        notes=tuple(check.notes()),
+        notes=(*check.notes(), *_assumed_release(ceiling)),
     ), []
+
+
+def _assumed_release(ceiling: CaptureCeiling) -> list[str]:
+    """A note naming the release whose capture rule the export was checked by, where it was
+    assumed (the capture line and the verdict's ``assumes:`` say the same in ``tune``)."""
+    assumption = ceiling.assumption()
+    return [f"checked by {assumption}"] if assumption is not None else []
 
 
 FORMAT = EngineFormat(
