@@ -376,11 +376,13 @@ class DeploySettings:
         default=None,
         metadata=flag(
             "--max-cudagraph-capture-size",
-            "vLLM: the server's final max_cudagraph_capture_size C (its /server_info); with it,"
-            " the schedule is capped so that every batch size b runs b*(1+K) <= C tokens per"
-            " decode step, inside CUDA graphs (capped ranges are marked 'capped, not"
-            " measured'); without it C is read from the sweep, else assumed (vLLM's default:"
-            " 512, 1024 on SM100 GPUs from vLLM 0.33) and the ranges past it are only named",
+            "vLLM: the server's CUDA-graph capture ceiling C: on 0.33 and older its final"
+            " max_cudagraph_capture_size (its /server_info), every batch size b capped to"
+            " b*(1+K) <= C tokens per decode step; on 0.34 the value given to vllm serve (the"
+            " token graphs' ceiling C0), only steps past both the decode request ceiling and"
+            " C0 capped (capped ranges are marked 'capped, not measured'); without it C is"
+            " read from the sweep, else assumed (vLLM's default: 512, 1024 on SM100 GPUs from"
+            " vLLM 0.33) and the ranges past it are only named",
             in_seed=False,
             metavar="C",
         ),

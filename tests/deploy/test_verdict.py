@@ -604,3 +604,14 @@ def test_a_point_refused_outright_adds_nothing_and_grid_rules_are_not_said_twice
     assert own is not None and "unresolved-anchor" in _rules(own)
     rules = _rules(context_verdict(deployed))
     assert "unresolved-cell" in rules and "unresolved-anchor" not in rules
+
+
+def test_a_context_verdict_says_which_release_it_assumed(long_context: ContextAnalysis) -> None:
+    """The grid's verdict rests on the answer's capture check: the release assumed there (no
+    flag, no saved server config: the newest known) is said in its ``assumes:``; stated, it
+    is no assumption."""
+    assumed = context_verdict(deploy_contexts(long_context, DeploySettings()))
+    assert assumed.assumption is not None
+    assert "vLLM 0.34.0's capture rule and defaults (assumed:" in assumed.assumption
+    stated = context_verdict(deploy_contexts(long_context, DeploySettings(vllm_version="0.33.0")))
+    assert "vLLM" not in (stated.assumption or "")
