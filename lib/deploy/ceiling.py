@@ -128,7 +128,12 @@ class GpuAssumption:
     source: str
 
     def describe(self) -> str:
-        return f"{self.gpu.name} ({_where(self.known, self.source)})"
+        """The GPU and where it came from; a memory its name does not state is said to be
+        counted as large (:func:`default_max_num_seqs`)."""
+        unknown = (
+            "; memory not in its name: counted as large" if self.gpu.memory_gib is None else ""
+        )
+        return f"{self.gpu.name} ({_where(self.known, self.source)}{unknown})"
 
 
 def _where(known: bool, source: str) -> str:

@@ -262,6 +262,8 @@ def test_the_gpu_sets_max_num_seqs_default_by_memory() -> None:
     assert default_max_num_seqs(v034, Gpu("x", 69, False)) == 256
     recorded = resolve_gpu(EngineFacts(gpu=TextFact("GPU 0: NVIDIA L40S 48GB", "f")))
     assert (recorded.gpu.memory_gib, recorded.known) == (48, True)
+    unstated = resolve_gpu(EngineFacts(gpu=TextFact("GPU 0: NVIDIA L4", "f")))
+    assert unstated.gpu.memory_gib is None and "counted as large" in unstated.describe()
     assumed = resolve_gpu(EngineFacts())
     assert not assumed.known and "assumed" in assumed.describe()
     # The assumed GPU's default reaches the C0 the check assumes and the line says so.
