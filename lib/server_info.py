@@ -20,6 +20,14 @@ The shape read (vLLM 0.32.0, ``entrypoints/serve/dev/server_info/api_router.py``
 
 A bare ``vllm_config`` object (the value of that key, saved alone) is read the same way.
 
+Besides, from ``system_env`` (vLLM's ``collect_env``): ``vllm_version`` (the release that
+served, e.g. ``"0.32.0"``) and ``nvidia_gpu_models`` (e.g. ``"GPU 0: NVIDIA H100 80GB HBM3"``;
+null on a CPU); and vLLM 0.34's decode graph fields of ``compilation_config``
+(``max_decode_cudagraph_capture_requests``, ``decode_cudagraph_capture_request_sizes``,
+``max_decode_cudagraph_capture_tokens``, ``prefill_cudagraph_capture_token_sizes``,
+``max_prefill_cudagraph_capture_tokens``; ``../shared/docs/engines-2026-12.md`` 1b), absent
+before 0.34.
+
 Rules (each problem a warning: the sweep tunes without these files; what they lack is unknown):
 
 - Files are found at any depth below the experiment folder, in the order of their relative
@@ -42,7 +50,7 @@ Polars.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +76,9 @@ class ServerSettings:
     ``cudagraph_capture_sizes`` the batch sizes (in tokens) it captures, as listed; ``method``
     and ``num_speculative_tokens`` (the global K) are None for a server without speculation.
     ``source`` is the file, relative to the experiment folder (``/``-separated).
+    ``vllm_version`` and ``gpu_models`` are the server's ``system_env`` texts; the decode
+    fields are vLLM 0.34's (None before): the request ceiling of the decode graphs and its
+    sizes, their token budget, and the token graphs' sizes (their largest is C0).
     """
 
     max_cudagraph_capture_size: int | None
@@ -77,6 +88,22 @@ class ServerSettings:
     num_speculative_tokens: int | None
     method: str | None
     source: str
+    vllm_version: str | None = None
+    gpu_models: str | None = None
+    max_decode_cudagraph_capture_requests: int | None = None
+    decode_cudagraph_capture_request_sizes: tuple[int, ...] | None = None
+    max_decode_cudagraph_capture_tokens: int | None = None
+    prefill_cudagraph_capture_token_sizes: tuple[int, ...] | None = None
+    max_prefill_cudagraph_capture_tokens: int | None = None
+
+    @property
+    def prefill_ceiling(self) -> int | None:
+        """vLLM 0.34's C0: the largest token graph (``max_prefill_cudagraph_capture_tokens``,
+        else the largest of ``prefill_cudagraph_capture_token_sizes``); None before 0.34."""
+        if self.max_prefill_cudagraph_capture_tokens is not None:
+            return self.max_prefill_cudagraph_capture_tokens
+        sizes = self.prefill_cudagraph_capture_token_sizes
+        return max(sizes) if sizes else None
 
 
 #: What :func:`read_server_settings` returns: every config read, and the problems met.
@@ -98,7 +125,11 @@ def read_server_settings(experiment_dir: str | Path) -> SavedServers:
         read = _Reader(str(path))
         config = read.config(data)
         if config is not None:
-            settings.append(read.settings(config, source))
+            found = read.settings(config, source)
+            if isinstance(data, dict) and "vllm_config" in data:
+                version, gpus = read.environment(data)
+                found = replace(found, vllm_version=version, gpu_models=gpus)
+            settings.append(found)
         problems += read.problems
     return settings, problems
 
@@ -197,22 +228,46 @@ class _Reader:
         self.bad(f"vllm_config.{path}.{key}", value, _COUNT if least == 1 else _SIZE)
         return None
 
+    def sizes(self, section: dict[str, Any], path: str, key: str) -> tuple[int, ...] | None:
+        """A list of capture sizes (whole numbers >= 0), or None with a problem."""
+        sizes = section.get(key)
+        if isinstance(sizes, list) and all(
+            _is_whole(s) and 0 <= s <= LARGEST_WHOLE_NUMBER for s in sizes
+        ):
+            return tuple(int(s) for s in sizes)
+        if sizes is not None:
+            self.bad(
+                f"vllm_config.{path}.{key}",
+                sizes,
+                f"a list of whole numbers from 0 to {LARGEST_WHOLE_NUMBER}, or null",
+            )
+        return None
+
+    def environment(self, data: dict[str, Any]) -> tuple[str | None, str | None]:
+        """``system_env``'s vLLM version and GPU models (texts; anything else a problem)."""
+        system = data.get("system_env")
+        if system is None:
+            return None, None
+        if not isinstance(system, dict):
+            self.bad("system_env", system, "an object, or null")
+            return None, None
+        found: list[str | None] = []
+        for key in ("vllm_version", "nvidia_gpu_models"):
+            value = system.get(key)
+            if isinstance(value, str) and value.strip():
+                found.append(value.strip())
+                continue
+            if value is not None:
+                self.bad(f"system_env.{key}", value, "a non-empty text, or null")
+            found.append(None)
+        return found[0], found[1]
+
     def settings(self, config: dict[str, Any], source: str) -> ServerSettings:
         compilation = self.section(config, "compilation_config")
         scheduler = self.section(config, "scheduler_config")
         speculative = self.section(config, "speculative_config")
-        sizes = compilation.get("cudagraph_capture_sizes")
-        capture_sizes: tuple[int, ...] | None = None
-        if isinstance(sizes, list) and all(
-            _is_whole(s) and 0 <= s <= LARGEST_WHOLE_NUMBER for s in sizes
-        ):
-            capture_sizes = tuple(int(s) for s in sizes)
-        elif sizes is not None:
-            self.bad(
-                "vllm_config.compilation_config.cudagraph_capture_sizes",
-                sizes,
-                f"a list of whole numbers from 0 to {LARGEST_WHOLE_NUMBER}, or null",
-            )
+        where = "compilation_config"
+        capture_sizes = self.sizes(compilation, where, "cudagraph_capture_sizes")
         method = speculative.get("method")
         if method is not None and not isinstance(method, str):
             self.bad("vllm_config.speculative_config.method", method, "a string, or null")
@@ -231,6 +286,21 @@ class _Reader:
             ),
             method=method,
             source=source,
+            max_decode_cudagraph_capture_requests=self.whole(
+                compilation, where, "max_decode_cudagraph_capture_requests", 1
+            ),
+            decode_cudagraph_capture_request_sizes=self.sizes(
+                compilation, where, "decode_cudagraph_capture_request_sizes"
+            ),
+            max_decode_cudagraph_capture_tokens=self.whole(
+                compilation, where, "max_decode_cudagraph_capture_tokens", 1
+            ),
+            prefill_cudagraph_capture_token_sizes=self.sizes(
+                compilation, where, "prefill_cudagraph_capture_token_sizes"
+            ),
+            max_prefill_cudagraph_capture_tokens=self.whole(
+                compilation, where, "max_prefill_cudagraph_capture_tokens", 1
+            ),
         )
 
 

@@ -14,6 +14,7 @@ imports only the standard library, so ``tune-spec-k --help`` starts fast.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -352,6 +353,10 @@ ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: An engine version as ``--version`` prints it: its leading numbers are the release
+#: (``v0.34.0rc1+cu128`` is 0.34.0; :meth:`lib.deploy.releases.Release.parse` reads it).
+VERSION_PATTERN = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
+
 #: What an engine setting (a count or a capture size) must be, as the problems say it.
 ENGINE_SETTING_EXPECTED = f"a whole number up to {LARGEST_WHOLE_NUMBER}"
 
@@ -390,11 +395,13 @@ class DeploySettings:
         default=None,
         metadata=flag(
             "--max-cudagraph-capture-size",
-            "vLLM: the server's final max_cudagraph_capture_size C (its /server_info); with it,"
-            " the schedule is capped so that every batch size b runs b*(1+K) <= C tokens per"
-            " decode step, inside CUDA graphs (capped ranges are marked 'capped, not"
-            " measured'); without it C is read from the sweep, else assumed (vLLM's default:"
-            " 512, 1024 on SM100 GPUs from vLLM 0.33) and the ranges past it are only named",
+            "vLLM: the server's CUDA-graph capture ceiling C: on 0.33 and older its final"
+            " max_cudagraph_capture_size (its /server_info), every batch size b capped to"
+            " b*(1+K) <= C tokens per decode step; on 0.34 the value given to vllm serve (the"
+            " token graphs' ceiling C0), only steps past both the decode request ceiling and"
+            " C0 capped (capped ranges are marked 'capped, not measured'); without it C is"
+            " read from the sweep, else assumed (vLLM's default: 512, 1024 on SM100 GPUs from"
+            " vLLM 0.33) and the ranges past it are only named",
             in_seed=False,
             metavar="C",
         ),
@@ -411,15 +418,36 @@ class DeploySettings:
         ),
     )
 
+    vllm_version: str | None = field(
+        default=None,
+        metadata=flag(
+            "--vllm-version",
+            "vLLM: the release that will serve the schedule (e.g. 0.34.0, as vllm --version"
+            " prints it); its rules apply (docs/formats.md, section 9): 0.34 keys decode CUDA"
+            " graphs by requests and query length, 0.33 and older by tokens per step. Default:"
+            " the version the sweep's saved server configs state, else the newest release"
+            " tune-spec-k knows, said so",
+            in_seed=False,
+            metavar="VERSION",
+        ),
+    )
+
     def invalid(self) -> list[str]:
         """Reasons these settings cannot be used (empty when fine), by flag name.
 
+        >>> DeploySettings(vllm_version="latest").invalid()
+        ['--vllm-version latest: expected a version number such as 0.34.0']
         >>> DeploySettings(max_num_seqs=0).invalid()
         ['--max-num-seqs 0: expected >= 1']
         >>> DeploySettings(max_cudagraph_capture_size=2**31).invalid()
         ['--max-cudagraph-capture-size 2147483648: expected a whole number up to 2147483647']
         """
         reasons = []
+        if self.vllm_version is not None and not VERSION_PATTERN.match(self.vllm_version):
+            reasons.append(
+                f"{flag_name(DeploySettings, 'vllm_version')} {self.vllm_version}: expected a"
+                " version number such as 0.34.0"
+            )
         for name in ("max_cudagraph_capture_size", "max_num_seqs"):
             value = getattr(self, name)
             if value is not None and value < 1:

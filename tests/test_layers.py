@@ -95,14 +95,15 @@ def test_presentation_packages_stay_in_their_modules(module: str) -> None:
 
 #: The deployment layer's modules, lowest first: each imports only those before it (a format
 #: module stands for every module of lib/deploy/formats/). The order a reader follows: the
-#: export's settings, the engines' facts by release, what is known of the engine, the result
-#: file (data, read and written), the decisions, the constraints, what a format is built on,
-#: what the context formats share, the formats, a deployed context schedule read back, the
-#: registry, the verdict, the tuning entry point.
+#: export's settings, the engines' facts by release, what is known of the engine, its capture
+#: ceiling and rule, the result file (data, read and written), the decisions, the constraints,
+#: what a format is built on, what the context formats share, the formats, a deployed context
+#: schedule read back, the registry, the verdict, the tuning entry point.
 DEPLOY_ORDER = (
     "settings",
     "releases",
     "engine",
+    "ceiling",
     "result_file",
     "decisions",
     "constraints",

@@ -303,3 +303,75 @@ def test_the_real_cpu_sample_reports_its_servers() -> None:
     assert {(s.max_cudagraph_capture_size, s.cudagraph_capture_sizes) for s in settings} == {
         (None, ())
     }
+
+
+def test_the_release_and_the_gpu_are_read_from_system_env(tmp_path: Path) -> None:
+    # vLLM's collect_env, as data/sample_sweeps/real-cpu-server-info holds it (0.32.0, CPU).
+    data = copy.deepcopy(RESPONSE)
+    data["system_env"] = {
+        "vllm_version": "0.34.0",
+        "nvidia_gpu_models": "GPU 0: NVIDIA H100 80GB HBM3\nGPU 1: NVIDIA H100 80GB HBM3",
+    }
+    save(tmp_path, data)
+    (settings,), problems = read_server_settings(tmp_path)
+    assert problems == []
+    assert settings.vllm_version == "0.34.0"
+    assert settings.gpu_models is not None and settings.gpu_models.startswith("GPU 0: NVIDIA H100")
+
+
+def test_the_real_sample_states_its_release(tmp_path: Path) -> None:
+    from paths import SAMPLE_SWEEPS
+
+    settings, _ = read_server_settings(SAMPLE_SWEEPS / "real-cpu-server-info")
+    assert {s.vllm_version for s in settings} == {"0.32.0"}
+    assert {s.gpu_models for s in settings} == {None}  # a CPU server
+
+
+def test_a_system_env_of_the_wrong_type_is_named(tmp_path: Path) -> None:
+    data = copy.deepcopy(RESPONSE)
+    data["system_env"] = {"vllm_version": 34, "nvidia_gpu_models": ""}
+    save(tmp_path, data)
+    (settings,), problems = read_server_settings(tmp_path)
+    assert (settings.vllm_version, settings.gpu_models) == (None, None)
+    assert [(p.field, p.value) for p in problems] == [
+        ("system_env.vllm_version", "34"),
+        ("system_env.nvidia_gpu_models", "''"),
+    ]
+    data["system_env"] = ["0.34.0"]
+    save(tmp_path, data)
+    _, problems = read_server_settings(tmp_path)
+    assert [p.field for p in problems] == ["system_env"]
+
+
+def test_the_0_34_decode_fields_are_read(tmp_path: Path) -> None:
+    """engines-2026-12.md 1b: 0.34's compilation_config states the decode graphs by requests
+    and the token graphs' sizes (their largest is C0)."""
+    compilation = {
+        "max_cudagraph_capture_size": 1024,
+        "decode_cudagraph_capture_request_sizes": [1, 2, 4, 8, 16, 24, 32],
+        "max_decode_cudagraph_capture_requests": 32,
+        "max_decode_cudagraph_capture_tokens": None,
+        "prefill_cudagraph_capture_token_sizes": [1, 2, 4, 8, 496, 512],
+    }
+    save(tmp_path, changed(("compilation_config",), compilation))
+    (settings,), problems = read_server_settings(tmp_path)
+    assert problems == []
+    assert settings.max_decode_cudagraph_capture_requests == 32
+    assert settings.decode_cudagraph_capture_request_sizes == (1, 2, 4, 8, 16, 24, 32)
+    assert settings.max_decode_cudagraph_capture_tokens is None
+    assert settings.prefill_ceiling == 512
+    save(
+        tmp_path,
+        changed(
+            ("compilation_config",), {**compilation, "max_prefill_cudagraph_capture_tokens": 256}
+        ),
+    )
+    (settings,), _ = read_server_settings(tmp_path)
+    assert settings.prefill_ceiling == 256
+    bad = {**compilation, "prefill_cudagraph_capture_token_sizes": [1, -2]}
+    save(tmp_path, changed(("compilation_config",), bad))
+    (settings,), problems = read_server_settings(tmp_path)
+    assert settings.prefill_ceiling is None
+    assert [p.field for p in problems] == [
+        "vllm_config.compilation_config.prefill_cudagraph_capture_token_sizes"
+    ]

@@ -486,7 +486,13 @@ def problems_of(result: TuningResult, severity: Severity) -> list[Problem]:
 
 
 #: The problems that say what the engine runs between the anchors (lib.deploy.tuning).
-CAPTURE_RULES = ("capped-range", "graphless-range")
+CAPTURE_RULES = (
+    "capped-range",
+    "graphless-range",
+    "graphless-platform",
+    "piecewise-range",
+    "full-graph-past-ceiling",
+)
 
 
 def capture_lines(result: TuningResult) -> list[str]:

@@ -102,8 +102,9 @@ class RunArgs:
 
     description: ClassVar[str] = (
         "Measure, tune and measure again until the answer is settled or the budget is spent:"
-        " round 0 runs the lean design (every cell once plus a noise probe; --design full for the seed's grid), each later round only what"
-        " the tuning left open (tune-spec-k plan --follow-up), each sweep through its plan's"
+        " round 0 runs the lean design (every cell once plus a noise probe; --design full"
+        " for the seed's grid), each later round only what the tuning left open"
+        " (tune-spec-k plan --follow-up), each sweep through its plan's"
         " run.sh (`vllm bench sweep serve` from PATH). Stops when the verdict is ready, when"
         " the next round's estimate would pass --budget-gpu-hours, after --max-rounds, when a"
         " round added nothing its plan asked for, or when the plan has nothing left that could"

@@ -203,11 +203,14 @@ def _tune(args: TuneArgs) -> int:
         _import_what_follows()
     files, saved = reading.result()
     sweep = sweep_from(files, replica_var=args.fields.replica_var)
+    from lib.deploy.ceiling import release_refusals
+
     context_invalid = args.context.invalid(args.settings.objective)
-    if context_invalid or args.deploy.invalid():
+    deploy_invalid = [*args.deploy.invalid(), *release_refusals(args.deploy.vllm_version)]
+    if context_invalid or deploy_invalid:
         from lib.problems import Problem, Severity
 
-        reasons = [*context_invalid, *args.deploy.invalid()]
+        reasons = [*context_invalid, *deploy_invalid]
         invalid = [Problem(Severity.ERROR, "invalid-setting", r) for r in reasons]
         print_problems(invalid, lambda count: f"{PROGRAM}: nothing written: {count} problem(s)")
         return EXIT_BAD_INPUT

@@ -1,21 +1,21 @@
 """What an engine does with a schedule between and beyond the anchors: vLLM's CUDA-graph capture
 ceiling, applied in one place for every command that deploys or checks a schedule.
 
-vLLM captures CUDA graphs for decode steps of up to C tokens (the server's final
-``max_cudagraph_capture_size``). A step of b requests with K drafts each verifies ``b*(1+K)``
-tokens; past C it runs without any CUDA graph (``CUDAGraphMode.NONE``), several times slower,
-and vLLM neither warns nor clamps (``../shared/docs/engines.md``, section 1). So a schedule is
-capture-safe when, with D(b) vLLM's dense lookup (:func:`dense_runs`)::
-
-    b * (1 + D(b)) <= C      for every b in 1..max_num_seqs
-
-and the repair (:func:`capped_schedule`) is ``K'(b) = min(D(b), max(0, floor(C / b) - 1))``,
-re-merged. Every function here is pure and costs O(ranges x sqrt(C)) at most, never O(batch
-sizes): a schedule up to 2^31 - 1 is checked as fast as one up to 256.
+The rule itself, per vLLM release, is :mod:`lib.deploy.ceiling`'s (0.33 and older: a step of b
+requests at K runs a graph iff ``b * (1 + D(b)) <= C``, with D(b) vLLM's dense lookup; 0.34:
+FULL within the decode request ceiling R, PIECEWISE within the token graphs' C0, else none),
+as is the repair (:func:`~lib.deploy.ceiling.capped_schedule`: ``K'(b) = min(D(b), max(0,
+floor(C / b) - 1))``, re-merged; on 0.34 re-checked after capping). Here: what the check
+reports of it (:class:`CeilingCheck`: capped ranges with their expected loss, graphless,
+PIECEWISE and unreached ranges, the lines that say so), the stretches a deployed schedule
+runs, and the methods a release runs without the schedule. Every function here is pure and
+costs O(ranges x sqrt(C)) at most, never O(batch sizes): a schedule up to 2^31 - 1 is checked
+as fast as one up to 256.
 
 Where C and max_num_seqs come from (:func:`resolve_ceiling`): the flags, else what the sweep
-recorded (serve params in the records, a saved ``/server_info``), else vLLM's defaults, and
-then C is an *assumption*: the schedule is kept as tuned and the ranges past it are named.
+recorded (serve params in the records, a saved ``/server_info``), else vLLM's defaults for
+the release and the GPU, and then C is an *assumption*: the schedule is kept as tuned and the
+ranges past it are named.
 """
 
 from __future__ import annotations
@@ -26,15 +26,27 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from lib.deploy.engine import EngineFacts
+from lib.deploy import releases
+from lib.deploy.ceiling import (
+    CaptureCeiling,
+    GraphlessRange,
+    assumed_capture_size,
+    capped_schedule,
+    capture_sizes,
+    dense_runs,
+    full_past_ceiling,
+    graph_bounds,
+    graphless_ranges,
+    piecewise_ranges,
+    resolve_ceiling,
+    schedule_requests,
+    smallest_k,
+    tokens_per_step,
+)
 from lib.numbers import percent_text
-from lib.schedule import Range, Schedule, merge_picks
+from lib.schedule import Range, Schedule
 
 __all__ = [
-    "DEFAULT_MAX_NUM_SEQS",
-    "DSD_METHODS_MRV1",
-    "PLATFORM_CEILING",
-    "SM100_PLATFORM_CEILING",
     "STRETCH_STATUSES",
     "CappedRange",
     "CaptureCeiling",
@@ -50,248 +62,16 @@ __all__ = [
     "check_ceiling",
     "dense_runs",
     "deployed_stretches",
+    "full_past_ceiling",
     "graphless_ranges",
     "method_warnings",
     "past_max_num_seqs",
+    "piecewise_ranges",
     "reachable_batch_sizes",
     "resolve_ceiling",
+    "schedule_requests",
     "tokens_per_step",
 ]
-
-#: vLLM's platform ceiling on the capture size outside SM100 (0.24: 512 everywhere).
-PLATFORM_CEILING = 512
-#: vLLM 0.33's ceiling on SM100-family GPUs (B200, GB200, B300; vLLM #49390).
-SM100_PLATFORM_CEILING = 1024
-#: vLLM's default ``max_num_seqs``: what the check assumes when neither flag nor sweep says.
-DEFAULT_MAX_NUM_SEQS = 256
-
-
-def tokens_per_step(batch_size: int, k: int) -> int:
-    """Tokens one decode step verifies: each of ``batch_size`` requests its token and K drafts.
-
-    >>> tokens_per_step(86, 5)
-    516
-    """
-    return batch_size * (1 + k)
-
-
-def capture_sizes(largest: int) -> list[int]:
-    """vLLM's default capture sizes up to ``largest``: 1, 2, 4, then steps of 8 to 256, then of
-    16 (``config/vllm.py``, 0.24 and 0.33).
-
-    >>> capture_sizes(40)
-    [1, 2, 4, 8, 16, 24, 32, 40]
-    >>> capture_sizes(512)[-3:]
-    [480, 496, 512]
-    """
-    sizes = [size for size in (1, 2, 4) if size <= largest]
-    sizes += list(range(8, min(largest, 256) + 1, 8))
-    sizes += list(range(272, largest + 1, 16))
-    return sizes
-
-
-def assumed_capture_size(
-    max_num_seqs: int,
-    global_k: int,
-    max_num_batched_tokens: int | None = None,
-    platform: int = PLATFORM_CEILING,
-) -> int:
-    """The C vLLM's defaults give: ``C0 = min(2 * max_num_seqs * (1 + K), platform)``, then at
-    most ``max_num_batched_tokens``, then the largest default capture size at or below that.
-
-    >>> assumed_capture_size(256, 7)
-    512
-    >>> assumed_capture_size(4, 3)  # 2 * 4 * 4 = 32
-    32
-    >>> assumed_capture_size(256, 7, max_num_batched_tokens=300)  # 300 -> the size 288
-    288
-    >>> assumed_capture_size(256, 7, platform=SM100_PLATFORM_CEILING)
-    1024
-    """
-    largest = min(2 * max_num_seqs * (1 + global_k), platform)
-    if max_num_batched_tokens is not None:
-        largest = min(largest, max_num_batched_tokens)
-    sizes = capture_sizes(max(largest, 1))
-    return sizes[-1]
-
-
-@dataclass(frozen=True)
-class CaptureCeiling:
-    """The capture ceiling C a schedule is checked against, up to ``max_num_seqs``.
-
-    ``known`` is True when C was stated (a flag, the sweep's records, a saved server config);
-    False when it is vLLM's default as :func:`assumed_capture_size` computes it, and then
-    ``source`` says what was assumed. The same holds for ``max_num_seqs``.
-    """
-
-    size: int
-    known: bool
-    source: str
-    max_num_seqs: int
-    max_num_seqs_known: bool
-    max_num_seqs_source: str
-
-    def describe(self) -> str:
-        """One line: C and max_num_seqs with where each came from.
-
-        >>> CaptureCeiling(512, True, "--max-cudagraph-capture-size", 256, False,
-        ...                "assumed: vLLM's default").describe()
-        "C=512 (from --max-cudagraph-capture-size), max_num_seqs=256 (assumed: vLLM's default)"
-        """
-        c = f"from {self.source}" if self.known else self.source
-        n = (
-            f"from {self.max_num_seqs_source}"
-            if self.max_num_seqs_known
-            else (self.max_num_seqs_source)
-        )
-        return f"C={self.size} ({c}), max_num_seqs={self.max_num_seqs} ({n})"
-
-
-def resolve_ceiling(
-    flags: EngineFacts, sweep: EngineFacts, global_k: int, largest_batch: int
-) -> CaptureCeiling:
-    """C and max_num_seqs for the check: each from the flags first, else from the sweep, else
-    assumed. Without a stated max_num_seqs the check covers batch sizes up to
-    ``largest_batch`` (the schedule's last), and an assumed C is :func:`assumed_capture_size`
-    of vLLM's default max_num_seqs 256 (or ``largest_batch`` when larger: the sweep ran that
-    many requests at once), the engine's ``global_k`` and any known
-    ``max_num_batched_tokens``, on a GPU outside SM100.
-
-    >>> from lib.deploy.engine import Fact
-    >>> resolve_ceiling(EngineFacts(), EngineFacts(), 7, 256).describe()  # doctest: +ELLIPSIS
-    "C=512 (assumed: vLLM's default for max_num_seqs=256, num_speculative_tokens=7...
-    >>> flags = EngineFacts(max_cudagraph_capture_size=Fact(512, "--max-cudagraph-capture-size"))
-    >>> resolve_ceiling(flags, EngineFacts(), 5, 128).known
-    True
-    """
-    seqs = flags.max_num_seqs or sweep.max_num_seqs
-    if seqs is not None:
-        max_num_seqs, seqs_known, seqs_source = seqs.value, True, seqs.source
-        engine_seqs = seqs.value
-    else:
-        # Past the schedule's last batch size vLLM carries the last K up to max_num_seqs; not
-        # knowing it, the check stops where the schedule does and says so.
-        max_num_seqs, seqs_known = largest_batch, False
-        seqs_source = (
-            "assumed: the schedule's last batch size; vLLM carries the last K to the"
-            " server's max_num_seqs: give --max-num-seqs"
-        )
-        engine_seqs = max(DEFAULT_MAX_NUM_SEQS, largest_batch)
-    stated = flags.max_cudagraph_capture_size or sweep.max_cudagraph_capture_size
-    if stated is not None:
-        return CaptureCeiling(
-            stated.value, True, stated.source, max_num_seqs, seqs_known, seqs_source
-        )
-    batched = flags.max_num_batched_tokens or sweep.max_num_batched_tokens
-    size = assumed_capture_size(engine_seqs, global_k, batched.value if batched else None)
-    source = (
-        f"assumed: vLLM's default for max_num_seqs={engine_seqs},"
-        f" num_speculative_tokens={global_k}"
-        + (f", max_num_batched_tokens={batched.value}" if batched else "")
-        + f" on a GPU outside SM100; {SM100_PLATFORM_CEILING} on B200/GB200/B300 from vLLM 0.33"
-    )
-    return CaptureCeiling(size, False, source, max_num_seqs, seqs_known, seqs_source)
-
-
-def dense_runs(schedule: Schedule, upto: int, global_k: int | None = None) -> list[Range]:
-    """vLLM's dense lookup D over ``1..upto`` as constant-K runs: a batch size in a gap takes
-    the previous range's K, one past the last range the last K (to ``upto``), each K clamped
-    to ``global_k`` when given; ranges starting past ``upto`` are never reached. Equal
-    neighbours merge. An empty schedule or ``upto < 1`` gives no run.
-
-    >>> dense_runs(Schedule(((1, 4, 3), (9, 16, 1))), 32)
-    [(1, 8, 3), (9, 32, 1)]
-    >>> dense_runs(Schedule(((1, 4, 7), (5, 8, 2))), 6, global_k=5)
-    [(1, 4, 5), (5, 6, 2)]
-    """
-    ordered = sorted(r for r in schedule.ranges if r[0] <= upto)
-    if not ordered or upto < 1:
-        return []
-    anchors = [lo for lo, _, _ in ordered]
-    ks = [k if global_k is None else min(k, global_k) for _, _, k in ordered]
-    return merge_picks(anchors, ks, upto)
-
-
-@dataclass(frozen=True)
-class GraphlessRange:
-    """Batch sizes ``lo..hi`` that run K drafts past the capture ceiling: no CUDA graph."""
-
-    lo: int
-    hi: int
-    k: int
-
-    @property
-    def tokens(self) -> tuple[int, int]:
-        """Tokens per decode step at ``lo`` and at ``hi``."""
-        return tokens_per_step(self.lo, self.k), tokens_per_step(self.hi, self.k)
-
-    def to_json(self) -> dict[str, int]:
-        low, high = self.tokens
-        return {"lo": self.lo, "hi": self.hi, "k": self.k, "tokens_lo": low, "tokens_hi": high}
-
-
-def _safe_k_limit(batch_size: int, ceiling: int) -> int:
-    """The largest K that keeps ``batch_size`` requests inside the ceiling (0 if none does)."""
-    return max(0, ceiling // batch_size - 1)
-
-
-def graphless_ranges(
-    schedule: Schedule, ceiling: CaptureCeiling, global_k: int | None = None
-) -> list[GraphlessRange]:
-    """Every batch range where ``b * (1 + D(b)) > C``, for b in ``1..max_num_seqs``. Within a
-    constant-K run the unsafe batch sizes are those above ``C // (1 + K)`` (for K=0, more
-    than C requests).
-
-    >>> ceiling = CaptureCeiling(512, True, "test", 128, True, "test")
-    >>> [r.to_json() for r in graphless_ranges(Schedule(((1, 1, 3), (2, 127, 5), (128, 128, 3))),
-    ...                                        ceiling)]
-    [{'lo': 86, 'hi': 127, 'k': 5, 'tokens_lo': 516, 'tokens_hi': 762}]
-    """
-    found = []
-    for lo, hi, k in dense_runs(schedule, ceiling.max_num_seqs, global_k):
-        first_unsafe = ceiling.size // (1 + k) + 1
-        if first_unsafe <= hi:
-            found.append(GraphlessRange(max(lo, first_unsafe), hi, k))
-    return found
-
-
-def capped_schedule(
-    schedule: Schedule, ceiling: CaptureCeiling, global_k: int | None = None
-) -> Schedule:
-    """The repair: ``K'(b) = min(D(b), max(0, floor(C / b) - 1))`` over ``1..max_num_seqs``
-    (or the schedule's last batch size, when larger), re-merged. A schedule already safe comes
-    back as it was (the same ranges, not re-derived), so a safe seed answer is byte-identical.
-
-    The published GB200 case (C = 512, max_num_seqs 128):
-
-    >>> ceiling = CaptureCeiling(512, True, "test", 128, True, "test")
-    >>> capped_schedule(Schedule(((1, 1, 3), (2, 127, 5), (128, 128, 3))), ceiling).json_text()
-    '[[1, 1, 3], [2, 85, 5], [86, 102, 4], [103, 128, 3]]'
-    """
-    if not graphless_ranges(schedule, ceiling, global_k):
-        return schedule
-    last = max((hi for _, hi, _ in schedule.ranges), default=0)
-    # The whole schedule is repaired (ranges past a known max_num_seqs are harmless, never
-    # run); what is reported capped stops at max_num_seqs (:func:`capped_ranges`).
-    upto = max(ceiling.max_num_seqs, last)
-    anchors: list[int] = []
-    ks: list[int] = []
-    for lo, hi, k in dense_runs(schedule, upto, global_k):
-        b = lo
-        while b <= hi:
-            limit = _safe_k_limit(b, ceiling.size)
-            if limit == 0:
-                # The limit only falls with b: K=0 from here to the run's end (past C even
-                # K=0 cannot be made safe).
-                value, end = 0, hi
-            elif limit >= k:
-                value, end = k, min(hi, ceiling.size // (1 + k))
-            else:
-                value, end = limit, min(hi, ceiling.size // (1 + limit))
-            anchors.append(b)
-            ks.append(value)
-            b = end + 1
-    return Schedule(tuple(merge_picks(anchors, ks, upto)))
 
 
 def past_max_num_seqs(batch_size: int, max_num_seqs: int | None) -> bool:
@@ -477,10 +257,6 @@ def cells_past_ceiling(cells: Sequence[tuple[int, int]], ceiling: int) -> list[t
     return [(b, k) for b, k in cells if tokens_per_step(b, k) > ceiling]
 
 
-#: The speculative methods vLLM 0.33 keeps Dynamic SD for on model runner v1.
-DSD_METHODS_MRV1 = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
-
-
 #: What backs the K a deployed schedule runs on a stretch of batch sizes, in legend order: a
 #: kept cell at that anchor and K (``measured``, one batch size), nothing (``not measured``: the
 #: batch sizes between and beyond the anchors), or nothing and a K the capture ceiling lowered
@@ -569,6 +345,8 @@ class Finding:
     fix: str | None = None
     size: float | None = None
     fix_in_line: bool = True
+    #: A note (why nothing needs doing), not a warning.
+    note: bool = False
 
     @property
     def line(self) -> str:
@@ -580,8 +358,11 @@ class Finding:
 @dataclass(frozen=True)
 class CeilingCheck:
     """A vLLM schedule checked against the capture ceiling: the ``schedule`` to deploy (capped
-    where C is known, else the tuned one as is), what was capped, what runs without CUDA graphs,
-    and the lines that say so (the same in ``tune``, ``export``, ``check`` and the app)."""
+    where C is known, else the tuned one as is), what was capped, what runs without CUDA graphs
+    (re-checked on the capped schedule: a K=0 step past C stays graphless), and the lines that
+    say so (the same in ``tune``, ``export``, ``check`` and the app). On vLLM 0.34 also what
+    runs PIECEWISE graphs (``piecewise``), what runs FULL graphs past C0 (``full_past``: why a
+    K the token rule would cap is kept) and the request ceiling R (``requests``)."""
 
     ceiling: CaptureCeiling
     schedule: Schedule
@@ -591,45 +372,121 @@ class CeilingCheck:
     unreached: tuple[Range, ...] = ()
     #: The schedule as tuned, before any cap (the seed's answer).
     tuned: Schedule | None = None
+    piecewise: tuple[GraphlessRange, ...] = ()
+    full_past: tuple[GraphlessRange, ...] = ()
+    requests: int = 0
+    smallest_k: int = 0
 
     @property
     def changed(self) -> bool:
         return bool(self.capped)
 
     def warnings(self) -> list[str]:
-        """The lines of :meth:`findings`."""
-        return [finding.line for finding in self.findings()]
+        """The lines of :meth:`findings` that are warnings."""
+        return [finding.line for finding in self.findings() if not finding.note]
+
+    def notes(self) -> list[str]:
+        """The lines of :meth:`findings` that are notes."""
+        return [finding.line for finding in self.findings() if finding.note]
+
+    def _past(self) -> str:
+        """Why a step has no graph, by the release's rule."""
+        ceiling = self.ceiling
+        if not ceiling.by_requests:
+            return f"past the CUDA-graph capture ceiling C={ceiling.size} ({self._source()})"
+        return (
+            f"past {self._requests_text()} and the token graphs' ceiling C0={ceiling.size}"
+            f" ({self._source()})"
+        )
+
+    def _requests_text(self) -> str:
+        ceiling = self.ceiling
+        if ceiling.decode_requests is not None:
+            why = f"explicit: {ceiling.decode_source.lstrip('; ')}"
+        elif ceiling.sm100:
+            why = "max_num_seqs, on SM100"
+        else:
+            why = f"set by the schedule's smallest K={self.smallest_k}"
+        return f"vLLM 0.34's decode request ceiling R={self.requests} ({why})"
 
     def findings(self) -> list[Finding]:
         """One for the ranges past a known max_num_seqs (``unreached-range``), one per
-        graphless range (``graphless-range``: C assumed, or a schedule checked as it ran) or
-        capped range (``capped-range``: C known; its size the expected loss, where known)."""
+        graphless range with K > 0 (``graphless-range``: C assumed, or a schedule checked as it
+        ran) or capped range (``capped-range``: C known; its size the expected loss, where
+        known); one per K=0 range past C (``graphless-platform``: a server without speculation
+        runs it without graphs too, so it is the platform's limit, not the schedule's); on
+        vLLM 0.34 one per range that runs PIECEWISE graphs, not FULL (``piecewise-range``)."""
         found: list[Finding] = []
+        ceiling = self.ceiling
         if self.unreached:
             spans = ", ".join(json.dumps(list(r)) for r in self.unreached)
             found.append(
                 Finding(
                     "unreached-range",
-                    f"ranges past max_num_seqs={self.ceiling.max_num_seqs} ({self._source_seqs()})"
+                    f"ranges past max_num_seqs={ceiling.max_num_seqs} ({self._source_seqs()})"
                     f" are never used by vLLM: {spans}",
                 )
             )
+        name = "C0" if ceiling.by_requests else "C"
+        raise_it = ceiling.fact("raise_ceiling")
         for stretch in self.graphless:
-            low, high = stretch.tokens
+            if stretch.k == 0:
+                found.append(
+                    Finding(
+                        "graphless-platform",
+                        f"{stretch.head()}, past {name}="
+                        f"{ceiling.size} ({self._source()}): no CUDA graph, as on a server"
+                        " without speculation with the same max_num_seqs (a platform limit,"
+                        " not the schedule's)",
+                        f"raise {name} (--max-cudagraph-capture-size on vllm serve) or serve"
+                        f" with --max-num-seqs {ceiling.size} or less",
+                    )
+                )
+                continue
             fix = (
-                "cap them (tune-spec-k export --format vllm caps to a known C) or raise C"
-                if self.ceiling.known
-                else "give --max-cudagraph-capture-size C (the server's"
-                " max_cudagraph_capture_size, e.g. from its /server_info) to cap them"
+                f"cap them (tune-spec-k export --format vllm caps to a known {name}) or raise"
+                f" the ceiling ({raise_it})"
+                if ceiling.known
+                else f"give --max-cudagraph-capture-size {name} (the server's"
+                + (
+                    " largest token graph, e.g. from its /server_info" + "'s"
+                    " prefill_cudagraph_capture_token_sizes)"
+                    if ceiling.by_requests
+                    else " max_cudagraph_capture_size, e.g. from its /server_info)"
+                )
+                + " to cap them"
             )
             found.append(
                 Finding(
                     "graphless-range",
-                    f"batch sizes {_span(stretch.lo, stretch.hi)} run K={stretch.k} at"
-                    f" {_span(low, high)} tokens per decode step, past the CUDA-graph capture"
-                    f" ceiling C={self.ceiling.size} ({self._source()}): vLLM runs them"
-                    " without CUDA graphs",
+                    f"{stretch.head()}, {self._past()}: vLLM runs them without CUDA graphs",
                     fix,
+                )
+            )
+        for stretch in self.piecewise:
+            found.append(
+                Finding(
+                    "piecewise-range",
+                    f"{stretch.head()} in PIECEWISE CUDA graphs, not FULL: past"
+                    f" {self._requests_text()}"
+                    + (
+                        f" or the token bound {ceiling.decode_tokens}"
+                        if ceiling.decode_tokens is not None
+                        else ""
+                    ),
+                    f"raise it: {raise_it.replace('=N', f'={stretch.hi}')}",
+                )
+            )
+        for stretch in self.full_past:
+            found.append(
+                Finding(
+                    "full-graph-past-ceiling",
+                    f"{stretch.head()}, past C0={ceiling.size}, in"
+                    f" FULL CUDA graphs: vLLM {ceiling.vllm.release if ceiling.vllm else ''}"
+                    " keys decode graphs by requests and query length, and they are within"
+                    f" {self._requests_text()}{self._token_bound_text()}, so they are not"
+                    " capped",
+                    note=True,
                 )
             )
         for capped in self.capped:
@@ -641,18 +498,41 @@ class CeilingCheck:
                     f"expected {size} {percent_text(abs(capped.loss_percent))} against"
                     f" K={capped.measured_k} ({capped.basis})"
                 )
+            why = f"to keep a CUDA graph ({self._past()})"
+            if (
+                ceiling.by_requests
+                and capped.lo > graph_bounds(ceiling, capped.capped_k, self.requests)[1]
+            ):
+                why = (
+                    f"(they stay without CUDA graphs, past C0={ceiling.size}: the lower K"
+                    f" raises vLLM 0.34's decode request ceiling to R={self.requests} for"
+                    " every smaller batch size)"
+                )
             found.append(
                 Finding(
                     "capped-range",
                     f"capped, not measured: batch sizes {_span(capped.lo, capped.hi)} run"
+                    f" K={capped.capped_k} instead of K={capped.measured_k} {why}; {loss}"
+                    if ceiling.by_requests
+                    else f"capped, not measured: batch sizes {_span(capped.lo, capped.hi)} run"
                     f" K={capped.capped_k} instead of K={capped.measured_k} to stay within"
-                    f" C={self.ceiling.size} tokens per step ({self._source()}); {loss}",
+                    f" C={ceiling.size} tokens per step ({self._source()}); {loss}",
                     f"measure an anchor at {capped.lo} with K={capped.capped_k}",
                     capped.loss_percent,
                     fix_in_line=False,
                 )
             )
         return found
+
+    def _token_bound_text(self) -> str:
+        """How the FULL graphs' token bound is known (0.34)."""
+        if self.ceiling.decode_tokens is not None:
+            return f" and the token bound {self.ceiling.decode_source}"
+        widest = max((g.tokens[1] for g in self.full_past), default=0)
+        return (
+            f" (max_num_batched_tokens not known: assumed at least {widest} tokens; a smaller"
+            " one runs the wider steps PIECEWISE)"
+        )
 
     def _source_seqs(self) -> str:
         ceiling = self.ceiling
@@ -665,28 +545,66 @@ class CeilingCheck:
     def summary(self) -> str:
         """The one line ``tune`` prints of the check."""
         head = f"capture ceiling: {self.ceiling.describe()}"
+        if self.ceiling.by_requests:
+            head += f", R={self.requests}"
         if self.capped:
             return f"{head}: {len(self.capped)} range(s) capped, not measured"
-        if self.graphless:
-            spans = ", ".join(f"{_span(g.lo, g.hi)} (K={g.k})" for g in self.graphless)
+        repairable = [g for g in self.graphless if g.k > 0]
+        if repairable:
+            spans = ", ".join(f"{_span(g.lo, g.hi)} (K={g.k})" for g in repairable)
             return f"{head}: batch sizes {spans} would run without CUDA graphs"
-        return f"{head}: every batch size up to {self.ceiling.max_num_seqs} within it"
+        if self.graphless:
+            spans = ", ".join(_span(g.lo, g.hi) for g in self.graphless)
+            return f"{head}: K=0 at batch sizes {spans} runs without CUDA graphs (the platform's)"
+        if not self.ceiling.by_requests:
+            return f"{head}: every batch size up to {self.ceiling.max_num_seqs} within it"
+        kind = "a FULL or PIECEWISE" if self.piecewise else "a FULL"
+        line = f"{head}: every batch size up to {self.ceiling.max_num_seqs} runs {kind} CUDA graph"
+        if self.full_past:
+            spans = ", ".join(f"{_span(g.lo, g.hi)} at K={g.k}" for g in self.full_past)
+            line += f" ({spans} past C0={self.ceiling.size} too: not capped)"
+        return line
 
     def to_json(self) -> dict[str, object]:
         ceiling = self.ceiling
-        return {
-            "capture_ceiling": {
-                "size": ceiling.size,
-                "known": ceiling.known,
-                "source": ceiling.source,
-                "max_num_seqs": ceiling.max_num_seqs,
-                "max_num_seqs_known": ceiling.max_num_seqs_known,
-                "max_num_seqs_source": ceiling.max_num_seqs_source,
-            },
+        block: dict[str, object] = {
+            "size": ceiling.size,
+            "known": ceiling.known,
+            "source": ceiling.source,
+            "max_num_seqs": ceiling.max_num_seqs,
+            "max_num_seqs_known": ceiling.max_num_seqs_known,
+            "max_num_seqs_source": ceiling.max_num_seqs_source,
+        }
+        if ceiling.vllm is not None:
+            block |= {
+                "vllm_version": str(ceiling.vllm.release),
+                "vllm_version_known": ceiling.vllm.known,
+                "vllm_version_source": ceiling.vllm.source,
+                "capture_rule": ceiling.rule,
+            }
+        if ceiling.gpu is not None:
+            block |= {
+                "gpu": ceiling.gpu.gpu.name,
+                "gpu_known": ceiling.gpu.known,
+                "gpu_source": ceiling.gpu.source,
+            }
+        if ceiling.by_requests:
+            block |= {
+                "decode_request_ceiling": self.requests,
+                "explicit_decode_requests": ceiling.decode_requests,
+                "decode_token_bound": ceiling.decode_tokens,
+                "decode_source": ceiling.decode_source or None,
+            }
+        found: dict[str, object] = {
+            "capture_ceiling": block,
             "tuned_schedule": (self.tuned or self.schedule).to_json(),
             "capped_ranges": [capped.to_json() for capped in self.capped],
             "graphless_ranges": [stretch.to_json() for stretch in self.graphless],
         }
+        if ceiling.by_requests:
+            found["piecewise_ranges"] = [stretch.to_json() for stretch in self.piecewise]
+            found["full_past_ceiling"] = [stretch.to_json() for stretch in self.full_past]
+        return found
 
 
 def _span(low: int, high: int) -> str:
@@ -703,9 +621,10 @@ def check_ceiling(
     not_interpolable: NotInterpolable = (),
 ) -> CeilingCheck:
     """The capture rule applied to a schedule: with C known (and ``repair``), the repaired
-    schedule and its capped ranges (each with its expected loss); with C assumed, or a
-    schedule checked as it ran (``repair=False``: ``check``, the context formats), the
-    schedule unchanged and the ranges that run without CUDA graphs.
+    schedule and its capped ranges (each with its expected loss), re-checked (what still runs
+    without graphs: a K=0 step past C); with C assumed, or a schedule checked as it ran
+    (``repair=False``: ``check``, the context formats), the schedule unchanged and the ranges
+    that run without CUDA graphs.
 
     >>> ceiling = CaptureCeiling(512, False, "assumed", 128, True, "test")
     >>> tuned = Schedule(((1, 1, 3), (2, 127, 5), (128, 128, 3)))
@@ -717,21 +636,44 @@ def check_ceiling(
     unreached = tuple(
         r for r in schedule.ranges if ceiling.max_num_seqs_known and r[0] > ceiling.max_num_seqs
     )
-    if not (repair and ceiling.known) or not graphless:
-        return CeilingCheck(ceiling, schedule, (), tuple(graphless), unreached, schedule)
-    repaired = capped_schedule(schedule, ceiling, global_k)
-    capped = capped_ranges(
-        schedule, repaired, ceiling, medians, maximize, global_k, not_interpolable
+    deployed: Schedule = schedule
+    capped: tuple[CappedRange, ...] = ()
+    if repair and ceiling.known and any(g.k > 0 for g in graphless):
+        deployed = capped_schedule(schedule, ceiling, global_k)
+        capped = tuple(
+            capped_ranges(
+                schedule, deployed, ceiling, medians, maximize, global_k, not_interpolable
+            )
+        )
+        graphless = graphless_ranges(deployed, ceiling, global_k)
+    return CeilingCheck(
+        ceiling,
+        deployed,
+        capped,
+        tuple(graphless),
+        unreached,
+        schedule,
+        tuple(piecewise_ranges(deployed, ceiling, global_k)),
+        tuple(full_past_ceiling(deployed, ceiling, global_k)),
+        schedule_requests(deployed, ceiling, global_k),
+        smallest_k(deployed, ceiling, global_k),
     )
-    return CeilingCheck(ceiling, repaired, tuple(capped), (), unreached, schedule)
 
 
-def method_warnings(method: str | None) -> list[str]:
-    """vLLM 0.33 switches Dynamic SD off on model runner v1 for methods outside
-    :data:`DSD_METHODS_MRV1` (with a warning of its own; model runner v2 keeps it)."""
-    if method is None or method in DSD_METHODS_MRV1:
+def method_warnings(method: str | None, ceiling: CaptureCeiling | None = None) -> list[str]:
+    """Where the release has model runner v1 (``mrv1_dsd_methods``: 0.33 and older), vLLM
+    switches Dynamic SD off there for methods outside that list (with a warning of its own;
+    model runner v2 keeps it). 0.34 removed model runner v1: no warning. ``ceiling`` None:
+    the newest known release."""
+    release = (
+        ceiling.vllm.release
+        if ceiling is not None and ceiling.vllm is not None
+        else releases.newest("vllm")
+    )
+    methods = releases.names("vllm", "mrv1_dsd_methods", release)
+    if method is None or not methods or method in methods:
         return []
     return [
-        f"vLLM 0.33 disables the schedule on model runner v1 for method {method!r} (it keeps"
-        f" it for {', '.join(DSD_METHODS_MRV1)}): serve on model runner v2 or expect static K"
+        f"vLLM {release} disables the schedule on model runner v1 for method {method!r} (it"
+        f" keeps it for {', '.join(methods)}): serve on model runner v2 or expect static K"
     ]

@@ -683,7 +683,7 @@ def _ceiling_warnings(config: dict[str, object], ceiling: CaptureCeiling | None)
         ceiling = dataclasses.replace(ceiling, max_num_seqs=last)
     return [
         f"batch sizes {g.lo}-{g.hi} run K={g.k} at {g.tokens[0]}-{g.tokens[1]} tokens per"
-        f" decode step, past the CUDA-graph capture ceiling C={ceiling.size}"
+        f" decode step, past the CUDA-graph capture ceiling {ceiling.name}={ceiling.size}"
         f" ({ceiling.source if not ceiling.known else 'from ' + ceiling.source}): vLLM runs"
         " them without CUDA graphs (the context formats are checked, not capped)"
         for g in graphless_ranges(schedule, ceiling)

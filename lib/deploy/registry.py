@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lib.deploy.formats
+from lib.deploy.ceiling import release_refusals
 from lib.deploy.constraints import CaptureCeiling, resolve_ceiling
 from lib.deploy.decisions import Decisions, context_decisions, result_decisions
-from lib.deploy.engine import EngineFacts, Fact
+from lib.deploy.engine import EngineFacts, Fact, TextFact
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported, given_global_k_problem
 from lib.deploy.result_file import is_result, result_file_of
 from lib.deploy.settings import ExportSettings
@@ -124,6 +125,11 @@ def ceiling_for(decisions: Decisions, deploy: DeploySettings, global_k: int) -> 
         max_num_seqs=(
             Fact(deploy.max_num_seqs, "--max-num-seqs") if deploy.max_num_seqs is not None else None
         ),
+        vllm_version=(
+            TextFact(deploy.vllm_version, "--vllm-version")
+            if deploy.vllm_version is not None
+            else None
+        ),
     )
     last = max((hi for _, hi, _ in decisions.schedule.ranges), default=1)
     return resolve_ceiling(flags, decisions.engine, global_k, last)
@@ -181,7 +187,10 @@ def export(
         settings.global_k, engine_format.least_global_k, engine_format.name
     )
     problems += [too_small] if too_small is not None else []
-    invalid = [Problem(Severity.ERROR, "invalid-setting", reason) for reason in deploy.invalid()]
+    invalid = [
+        Problem(Severity.ERROR, "invalid-setting", reason)
+        for reason in (*deploy.invalid(), *release_refusals(deploy.vllm_version))
+    ]
     if problems or invalid:
         return None, problems + invalid
     ceiling = None

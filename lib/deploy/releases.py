@@ -12,14 +12,16 @@ A release is a version as the engine prints it (``0.34.0``, ``v0.33.1``, ``0.34.
 ``0.33.x``. A release newer than the newest known one is read with the newest rows (the
 caller says so: :func:`newer_than_known`).
 
-Imports nothing of the project: the table is data.
+Imports only the version pattern of :mod:`lib.settings` (``--vllm-version`` is checked
+there): the table is data.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
+
+from lib.settings import VERSION_PATTERN
 
 __all__ = [
     "ENGINES",
@@ -38,6 +40,7 @@ __all__ = [
     "newer_than_known",
     "newest",
     "number",
+    "number_or_none",
     "text",
 ]
 
@@ -46,8 +49,6 @@ Engine = Literal["vllm", "sglang", "trtllm"]
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "trtllm")
 #: What a fact's value may be: a number, a yes/no, a text, or a list of names.
 FactValue = int | bool | str | tuple[str, ...]
-
-_VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
 
 
 @dataclass(frozen=True, order=True)
@@ -66,7 +67,7 @@ class Release:
     @classmethod
     def parse(cls, label: str) -> Release | None:
         """The release ``label`` names, or None when it starts with no version number."""
-        found = _VERSION.match(label)
+        found = VERSION_PATTERN.match(label)
         if found is None:
             return None
         return cls(tuple(int(part) for part in found.group(1).split(".")), label.strip())
@@ -535,6 +536,11 @@ def number(engine: Engine, name: str, release: Release) -> int:
     value = _value(engine, name, release)
     assert isinstance(value, int) and not isinstance(value, bool), (name, value)
     return value
+
+
+def number_or_none(engine: Engine, name: str, release: Release) -> int | None:
+    """A fact that is a number, or None where no row holds for ``release``."""
+    return number(engine, name, release) if fact(engine, name, release) is not None else None
 
 
 def holds(engine: Engine, name: str, release: Release) -> bool:

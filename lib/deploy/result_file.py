@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from lib.cliffs import CLIFF_RULE
 from lib.context_grid import INTERPOLATED_KEY, ContextGrid, context_grid_of
-from lib.deploy.engine import EngineFacts, Fact, VllmCap
+from lib.deploy.engine import EngineFacts, Fact, TextFact, VllmCap
 from lib.files import read_json
 from lib.keys import MISSING, stated_k, whole_number, whole_number_text
 from lib.problems import Problem, Severity
@@ -586,7 +586,9 @@ def _by_k(value: Any, convert: Any) -> dict[int, Any]:
 
 
 def _engine_of(data: Mapping[str, Any]) -> EngineFacts:
-    """The capture ceiling a result was tuned under, when it was stated (not assumed)."""
+    """What a result was tuned under, where it was stated (not assumed): the capture ceiling
+    and max_num_seqs, the vLLM release and the GPU, and vLLM 0.34's explicit decode settings
+    (``deployment.capture_ceiling``)."""
     ceiling = _mapping(_mapping(data.get("deployment")).get("capture_ceiling"))
     facts: dict[str, Fact] = {}
     for name, known in (("size", "known"), ("max_num_seqs", "max_num_seqs_known")):
@@ -595,7 +597,19 @@ def _engine_of(data: Mapping[str, Any]) -> EngineFacts:
             target = "max_cudagraph_capture_size" if name == "size" else name
             source = ceiling.get("source" if name == "size" else "max_num_seqs_source")
             facts[target] = Fact(value, f"the result's {source}")
-    return EngineFacts(**facts)
+    for name, target in (
+        ("explicit_decode_requests", "decode_requests"),
+        ("decode_token_bound", "decode_tokens"),
+    ):
+        value = whole_number(ceiling.get(name))
+        if value is not None and value >= 1:
+            facts[target] = Fact(value, f"the result's {ceiling.get('decode_source')}")
+    texts: dict[str, TextFact] = {}
+    for name, target in (("vllm_version", "vllm_version"), ("gpu", "gpu")):
+        value = ceiling.get(name)
+        if isinstance(value, str) and value and ceiling.get(f"{name}_known") is True:
+            texts[target] = TextFact(value, f"the result's {ceiling.get(f'{name}_source')}")
+    return EngineFacts(**facts, vllm_version=texts.get("vllm_version"), gpu=texts.get("gpu"))
 
 
 def _vllm_cap(data: Mapping[str, Any], source: str) -> VllmCap | None:

@@ -21,7 +21,10 @@ import polars as pl
 
 from lib.cliffs import CLIFF_RULE, CeilingHint, cliff_problems
 from lib.context import in_context
+from lib.deploy import releases
+from lib.deploy.ceiling import ASSUMED_GPU, GpuAssumption, release_refusals, request_ceiling
 from lib.deploy.constraints import (
+    CaptureCeiling,
     CeilingCheck,
     cells_past_ceiling,
     check_ceiling,
@@ -30,8 +33,9 @@ from lib.deploy.constraints import (
     tokens_per_step,
 )
 from lib.deploy.decisions import Decisions, decisions_of
-from lib.deploy.engine import EngineFacts, Fact, VllmCap
+from lib.deploy.engine import EngineFacts, Fact, TextFact, VllmCap, gpu_of
 from lib.deploy.registry import ceiling_for
+from lib.deploy.releases import Release
 from lib.deploy.verdict import verdict_of
 from lib.keys import lookup, parse_json_string, whole_number
 from lib.problems import Problem, Severity
@@ -71,24 +75,71 @@ def _capture_size(config: dict[str, Any]) -> int | None:
     return None
 
 
+def _states_decode_graphs(server: ServerSettings) -> bool:
+    """Whether a saved config is of a release that keys decode graphs by requests (vLLM 0.34:
+    its version says so, or it has the decode fields), whose ``max_cudagraph_capture_size`` is
+    the widest graph of any kind, not the decode ceiling (``ceiling_fields``)."""
+    release = Release.parse(server.vllm_version) if server.vllm_version else None
+    if release is not None:
+        return "max_cudagraph_capture_size" not in releases.names("vllm", "ceiling_fields", release)
+    return server.prefill_ceiling is not None
+
+
+def _explicit_decode_requests(server: ServerSettings) -> int | None:
+    """A saved 0.34 config's ``max_decode_cudagraph_capture_requests`` where it was set
+    explicitly: it differs from what 0.34's defaults give that server (its C0, max_num_seqs,
+    K and GPU: :func:`lib.deploy.ceiling.request_ceiling`); None where it is the default (the
+    deployed schedule's own R is computed from its Ks) or not stated."""
+    stated = server.max_decode_cudagraph_capture_requests
+    if stated is None and server.decode_cudagraph_capture_request_sizes:
+        stated = max(server.decode_cudagraph_capture_request_sizes)
+    c0, seqs = server.prefill_ceiling, server.max_num_seqs
+    if stated is None or c0 is None or seqs is None:
+        return stated
+    gpu = gpu_of(server.gpu_models) if server.gpu_models else ASSUMED_GPU
+    server_ceiling = CaptureCeiling(
+        c0, True, "", seqs, True, "", gpu=GpuAssumption(gpu, True, ""), engine_seqs=seqs
+    )
+    default = request_ceiling(server_ceiling, [server.num_speculative_tokens or 0])
+    return None if stated == default else stated
+
+
 def _saved_values(saved: list[ServerSettings]) -> dict[str, dict[int, str]]:
     """Each setting's values in the server configs the sweep saved (:mod:`lib.server_info`),
-    with the file each was first read from."""
+    with the file each was first read from: the capture ceiling C of a release that states it
+    (0.33 and older), the token graphs' ceiling C0 and explicit decode settings of 0.34."""
     values: dict[str, dict[int, str]] = {}
     for server in saved:
         size = server.max_cudagraph_capture_size
         if size is None and server.cudagraph_capture_sizes:
             size = max(server.cudagraph_capture_sizes)
+        decode = _states_decode_graphs(server)
         for name, value in (
-            ("max_cudagraph_capture_size", size),
+            ("max_cudagraph_capture_size", None if decode else size),
             ("max_num_seqs", server.max_num_seqs),
             ("max_num_batched_tokens", server.max_num_batched_tokens),
+            ("prefill_ceiling", server.prefill_ceiling if decode else None),
+            ("decode_requests", _explicit_decode_requests(server) if decode else None),
+            ("decode_tokens", server.max_decode_cudagraph_capture_tokens if decode else None),
         ):
             if value is not None and value >= 1:
                 values.setdefault(name, {}).setdefault(
                     value, f"the saved server config {server.source}"
                 )
     return values
+
+
+def _saved_texts(saved: list[ServerSettings]) -> dict[str, dict[str, str]]:
+    """The vLLM versions and GPU names the saved server configs state, each with the file it
+    was first read from."""
+    texts: dict[str, dict[str, str]] = {}
+    for server in saved:
+        for name, value in (("vllm_version", server.vllm_version), ("gpu", server.gpu_models)):
+            if value is not None:
+                texts.setdefault(name, {}).setdefault(
+                    value, f"the saved server config {server.source}"
+                )
+    return texts
 
 
 def _recorded_values(sweep: Sweep) -> dict[str, dict[int, str]]:
@@ -210,23 +261,34 @@ def _facts(sweep: Sweep, saved_servers: SavedServers) -> tuple[EngineFacts, tupl
     warnings = list(problems)
     warnings += anchors_above_max_num_seqs(sweep, saved)
     from_saved = _saved_values(saved)
-    for target, recorded in _recorded_values(sweep).items():
-        values = recorded or from_saved.get(target, {})
+    recorded = _recorded_values(sweep)
+    for target in (*recorded, "prefill_ceiling", "decode_requests", "decode_tokens"):
+        values = recorded.get(target) or from_saved.get(target, {})
         if not values:
             continue
         chosen = max(values) if target == "max_num_seqs" else min(values)
         found[target] = Fact(chosen, values[chosen])
         if len(values) > 1:
-            warnings.append(
-                Problem(
-                    Severity.WARNING,
-                    "servers-differ",
-                    f"the sweep's servers differ in {target}: {sorted(values)}; the capture"
-                    f" rule is checked with {chosen}",
-                    field=target,
-                )
-            )
-    return EngineFacts(**found), tuple(warnings)
+            warnings.append(_differ(target, sorted(values), str(chosen)))
+    texts: dict[str, TextFact] = {}
+    for target, stated in _saved_texts(saved).items():
+        chosen_text = sorted(stated)[0]
+        texts[target] = TextFact(chosen_text, stated[chosen_text])
+        if len(stated) > 1:
+            warnings.append(_differ(target, sorted(stated), chosen_text))
+    return EngineFacts(
+        **found, vllm_version=texts.get("vllm_version"), gpu=texts.get("gpu")
+    ), tuple(warnings)
+
+
+def _differ(target: str, values: list[Any], chosen: str) -> Problem:
+    return Problem(
+        Severity.WARNING,
+        "servers-differ",
+        f"the sweep's servers differ in {target}: {values}; the capture rule is checked with"
+        f" {chosen}",
+        field=target,
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -267,13 +329,13 @@ class Deployment:
             found.setdefault(stretch.lo, set()).add(stretch.k)
         for capped in self.check.capped:
             found.setdefault(capped.lo, set()).update((capped.measured_k, capped.capped_k))
-        size = self.check.ceiling.size
+        size = f"{self.check.ceiling.name}={self.check.ceiling.size}"
         return [
             {
                 "batch_size": batch,
                 "ks": sorted(ks),
                 "reason": f"the capture boundary: K={max(ks)} at {batch} runs"
-                f" {tokens_per_step(batch, max(ks))} tokens per step, past C={size}",
+                f" {tokens_per_step(batch, max(ks))} tokens per step, past {size}",
             }
             for batch, ks in sorted(found.items())
             if batch not in self.anchors
@@ -292,7 +354,10 @@ class Deployment:
     def problems(self, past_means: str) -> list[Problem]:
         """A warning per finding of the check, and one naming the cells measured past the
         ceiling (``past_means``: what that makes of their numbers)."""
-        found = [Problem(Severity.WARNING, f.rule, f.line) for f in self.check.findings()]
+        found = [
+            Problem(Severity.NOTE if f.note else Severity.WARNING, f.rule, f.line)
+            for f in self.check.findings()
+        ]
         if self.past_ceiling:
             ceiling = self.check.ceiling
             cells = ", ".join(
@@ -302,7 +367,7 @@ class Deployment:
                 Problem(
                     Severity.WARNING,
                     "measured-past-capture-ceiling",
-                    f"measured past the CUDA-graph capture ceiling C={ceiling.size}"
+                    f"measured past the CUDA-graph capture ceiling {ceiling.name}={ceiling.size}"
                     f" ({'from ' + ceiling.source if ceiling.known else ceiling.source}), so"
                     f" without CUDA graphs: {cells}; {past_means}",
                 )
@@ -393,7 +458,10 @@ def _checked(
 ) -> tuple[Analysis, Deployment | None]:
     """The analysis with its schedule checked by the capture rule (see deploy_analysis)."""
     result = analysis.result
-    invalid = [Problem(Severity.ERROR, "invalid-setting", reason) for reason in deploy.invalid()]
+    invalid = [
+        Problem(Severity.ERROR, "invalid-setting", reason)
+        for reason in (*deploy.invalid(), *release_refusals(deploy.vllm_version))
+    ]
     if invalid:
         refused = dataclasses.replace(result, problems=(*result.problems, *invalid))
         return dataclasses.replace(analysis, result=refused), None
@@ -421,7 +489,7 @@ def _checked(
     problems += deployment.problems("their numbers say nothing of a graph-captured step")
     problems += [
         Problem(Severity.WARNING, "schedule-disabled", line)
-        for line in method_warnings(decisions.method)
+        for line in method_warnings(decisions.method, ceiling)
     ]
     kept = result.problems
     if analysis.cliffs:
@@ -447,6 +515,14 @@ def deployed_decisions(result: TuningResult, engine: EngineFacts | None = None) 
     if engine is None:
         engine, _ = sweep_engine_facts(result.sweep)
     deployment = result.additions.get("deployment")
+    if isinstance(deployment, Deployment):
+        # The release the check applied, where stated (a flag, the sweep), as the result
+        # file records it: an export from memory and one from the file read the same rules.
+        vllm = deployment.check.ceiling.vllm
+        if vllm is not None and vllm.known and engine.vllm_version is None:
+            engine = dataclasses.replace(
+                engine, vllm_version=TextFact(str(vllm.release), vllm.source)
+            )
     cap = None
     if isinstance(deployment, Deployment) and deployment.check.changed:
         check = deployment.check

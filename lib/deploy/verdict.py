@@ -636,7 +636,32 @@ def verdict_of(analysis: Analysis, capture: CeilingCheck | None) -> Verdict:
         engine = deployed_engine_reason(picks, cell_engines(result), result.deploy_global_k)
         reasons += [engine] if engine is not None else []
         reasons += draft_settings_reasons(result.speculative_config())
-    return _verdict([], reasons, None if report is None else report.servers.statement())
+    return _verdict(
+        [],
+        reasons,
+        _assumptions(
+            None if report is None else report.servers.statement(),
+            capture.ceiling if capture is not None else None,
+        ),
+    )
+
+
+def _assumptions(servers: str | None, ceiling: CaptureCeiling | None) -> str | None:
+    """What the verdict rests on, one text: how much server starts differ (``servers``) and
+    the vLLM release whose rules the capture check applied, where it was assumed
+    (:meth:`lib.deploy.ceiling.CaptureCeiling.assumption`)."""
+    parts = [servers, ceiling.assumption() if ceiling is not None else None]
+    found = [part for part in parts if part]
+    return "; ".join(found) if found else None
+
+
+def _answer_ceiling(analysis: ContextAnalysis) -> CaptureCeiling | None:
+    """The capture ceiling the context answer's schedule was checked against, if any."""
+    answer = analysis.answer
+    if answer is None:
+        return None
+    check = getattr(answer.result.additions.get("deployment"), "check", None)
+    return check.ceiling if isinstance(check, CeilingCheck) else None
 
 
 def verdict_in(result: TuningResult) -> Verdict | None:
@@ -785,4 +810,8 @@ def _context_verdict(analysis: ContextAnalysis) -> Verdict:
         else:
             reasons += draft_settings_reasons(answer.result.speculative_config())
     servers = analysis.servers
-    return _verdict([], reasons, None if servers is None else servers.statement())
+    return _verdict(
+        [],
+        reasons,
+        _assumptions(None if servers is None else servers.statement(), _answer_ceiling(analysis)),
+    )

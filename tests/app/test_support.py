@@ -333,10 +333,16 @@ def test_capture_lines_are_the_capture_rules_warnings(tmp_path: Path) -> None:
     }
     analysis = analyse(load_experiment(write_grid(tmp_path / "s", cells, global_k=3)), Settings())
     assert capture_lines(analysis.result) == []
-    deployed, _ = deploy_analysis(analysis, DeploySettings())
+    deployed, _ = deploy_analysis(analysis, DeploySettings(vllm_version="0.33.0"))
     # [[1, 255, 3], [256, 256, 0]]: 129..255 at K=3 are past the assumed 512.
     (line,) = capture_lines(deployed.result)
     assert line.startswith("batch sizes 129-255 run K=3")
+    # vLLM 0.34 (the default, assumed): the K=0 tier sets R = 512, so 129..255 run FULL
+    # graphs; the app says why they are kept, in the CLI's words.
+    newest, _ = deploy_analysis(analysis, DeploySettings())
+    (kept,) = capture_lines(newest.result)
+    assert kept.startswith("batch sizes 129-255 run K=3 at 516-1020 tokens per decode step,")
+    assert "in FULL CUDA graphs" in kept and "not capped" in kept
 
 
 def test_the_rounds_of_a_run_experiment_are_read_for_the_app(tmp_path: Path) -> None:

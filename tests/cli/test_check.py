@@ -34,9 +34,11 @@ def test_no_loss_exits_0_with_a_line_per_anchor(
     assert main(["check", *INDEPENDENT, str(root)]) == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"schedule under test: {json.dumps(SCHEDULE)}"
-    # Then the capture check of the schedule under test: 63 * 8 = 504 <= vLLM's default 512.
-    assert lines[1].startswith("capture ceiling: C=512 (assumed")
-    assert lines[1].endswith("every batch size up to 256 within it")
+    # Then the capture check of the schedule under test, by the newest release's rule (said
+    # assumed): the K=0 tier sets R = min(1024, 512) = 512 (C0 = 512 by default), so every
+    # batch size up to 256 runs a FULL graph (63 * 8 = 504 <= 512 too).
+    assert lines[1].startswith("capture ceiling: vLLM 0.34.0 (assumed: the newest release")
+    assert lines[1].endswith("every batch size up to 256 runs a FULL CUDA graph")
     assert lines[2].startswith("batch_size=1: OK; dynamic K=7 median=318.00; vs best static")
     assert any(line.startswith("batch_size=64: OK") for line in lines)
 
@@ -47,6 +49,7 @@ def test_the_capture_rule_is_applied_to_the_schedule_under_test(
     root = write_validation(tmp_path / "v", GOOD)
     out = tmp_path / "report.json"
     flags = ["--max-cudagraph-capture-size", "256", "--output-json", str(out)]
+    flags += ["--vllm-version", "0.33.0"]
     assert main(["check", *INDEPENDENT, str(root), *flags]) == EXIT_OK
     captured = capsys.readouterr()
     # K=7 from 1 to 63: 32 * 8 = 256 fits, 33 * 8 = 264 does not; the schedule is what ran,
@@ -56,6 +59,18 @@ def test_the_capture_rule_is_applied_to_the_schedule_under_test(
     assert block["capture_ceiling"]["known"] is True
     assert block["tuned_schedule"] == SCHEDULE
     assert [(r["lo"], r["hi"]) for r in block["graphless_ranges"]] == [(33, 63)]
+    # vLLM 0.34: the K=0 tier sets R = min(1024, 256) = 256, so 33-63 at K=7 (264-504
+    # tokens, past C0=256) run FULL graphs: nothing is graphless.
+    flags[-1] = "0.34.0"
+    assert main(["check", *INDEPENDENT, str(root), *flags]) == EXIT_OK
+    assert "graphless-range" not in capsys.readouterr().err
+    block = json.loads(out.read_text())["deployment"]
+    assert block["graphless_ranges"] == [] and block["capture_ceiling"]["capture_rule"] == (
+        "decode-requests"
+    )
+    assert block["full_past_ceiling"] == [
+        {"lo": 33, "hi": 63, "k": 7, "tokens_lo": 264, "tokens_hi": 504}
+    ]
 
 
 def test_a_loss_exits_1_and_says_where(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

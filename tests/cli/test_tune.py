@@ -181,6 +181,9 @@ def test_unwritable_output_exits_2(good_sweep: Path, capsys: pytest.CaptureFixtu
         (["--run-cv", "inf"], ["--run-cv inf", "[0, 1)"]),
         (["--replica-var", "seed=1"], ["--replica-var 'seed=1'", "without '-', '=' or '/'"]),
         (["--replica-var", ""], ["--replica-var ''", "serve parameter's name"]),
+        # The release: a version number, of a vLLM with Dynamic SD (0.24.0 and newer).
+        (["--vllm-version", "latest"], ["--vllm-version latest", "version number"]),
+        (["--vllm-version", "0.23.9"], ["--vllm-version 0.23.9", "0.24 and newer"]),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else value,
 )
@@ -427,6 +430,44 @@ def test_published_schedules_on_the_samples(
     assert code == EXIT_OK, err
     assert out.splitlines()[0] == json.dumps(schedule)
     assert _read(output)["num_speculative_tokens_per_batch_size"] == schedule
+
+
+def test_moe_keeps_k3_on_0_34_and_caps_as_before_on_0_33(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 39's "done when": on moe-non-monotone ([[1,63,3],[64,127,1],[128,255,3],
+    [256,256,0]], K=7, C0=512) vLLM 0.34's smallest K=0 sets R = min(max_num_seqs, 512), so
+    129-255 at K=3 (516-1020 tokens) run FULL graphs (engines-2026-12.md 1b's harness run):
+    kept, and the capture line says why. On 0.33 they run without graphs (129 * 4 = 516 >
+    512): named with C assumed, capped with C given, as before."""
+    tuned = [[1, 63, 3], [64, 127, 1], [128, 255, 3], [256, 256, 0]]
+    moe = _sample("moe-non-monotone")
+    output = tmp_path / "r.json"
+    code, out, err = _main(capsys, moe, "--vllm-version", "0.34.0", "--output-json", output)
+    assert code == EXIT_OK, err
+    assert out.splitlines()[0] == json.dumps(tuned)
+    (line,) = [line for line in out.splitlines() if line.startswith("capture ceiling:")]
+    assert line.startswith("capture ceiling: vLLM 0.34.0 (from --vllm-version)")
+    assert "(129-255 at K=3 past C0=512 too: not capped)" in line
+    assert "graphless-range" not in err and "capped-range" not in err
+    assert "note [full-graph-past-ceiling] batch sizes 129-255 run K=3" in err
+    block = _read(output)["deployment"]
+    assert block["capture_ceiling"]["capture_rule"] == "decode-requests"
+    assert block["capture_ceiling"]["decode_request_ceiling"] == 512
+    assert block["full_past_ceiling"][0]["lo"] == 129
+    code, out, err = _main(
+        capsys, moe, "--vllm-version", "0.33.0", "--max-cudagraph-capture-size", "512",
+        "--output-json", output,
+    )  # fmt: skip
+    assert code == EXIT_OK, err
+    # 512 // 3 = 170: K=2 to 170; 512 // 2 = 256: K=1 to 255 (the 0.33 repair).
+    assert json.loads(out.splitlines()[0]) == [
+        [1, 63, 3], [64, 127, 1], [128, 128, 3], [129, 170, 2], [171, 255, 1], [256, 256, 0]
+    ]  # fmt: skip
+    assert "expected loss 22.7% against K=3" in err
+    code, out, err = _main(capsys, moe, "--vllm-version", "0.33.0", "--output-json", output)
+    assert out.splitlines()[0] == json.dumps(tuned)
+    assert "warning [graphless-range] batch sizes 129-255 run K=3" in err
 
 
 # --------------------------------------------------------------------------- a read-only default

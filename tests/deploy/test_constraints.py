@@ -31,7 +31,7 @@ from lib.deploy.constraints import (
     method_warnings,
     resolve_ceiling,
 )
-from lib.deploy.engine import EngineFacts, Fact
+from lib.deploy.engine import EngineFacts, Fact, TextFact
 from lib.keys import LARGEST_WHOLE_NUMBER
 from lib.schedule import Schedule
 
@@ -253,7 +253,7 @@ def test_the_ceiling_comes_from_the_flags_then_the_sweep_then_defaults() -> None
     assert (from_sweep.size, from_sweep.known) == (1024, True)
     assumed = resolve_ceiling(EngineFacts(), EngineFacts(), 7, 256)
     assert (assumed.size, assumed.known, assumed.max_num_seqs_known) == (512, False, False)
-    assert assumed.source.startswith("assumed: vLLM's default")
+    assert assumed.source.startswith("assumed: vLLM 0.34.0's default")
 
 
 @pytest.mark.parametrize(
@@ -284,7 +284,11 @@ def test_cells_measured_past_the_ceiling_are_named() -> None:
 def test_methods_that_lose_the_schedule_on_model_runner_v1_are_warned(
     method: str | None, warned: bool
 ) -> None:
-    assert bool(method_warnings(method)) is warned
+    v033 = resolve_ceiling(EngineFacts(vllm_version=TextFact("0.33.0", "t")), EngineFacts(), 3, 256)
+    assert bool(method_warnings(method, v033)) is warned
+    # 0.34 removed model runner v1 (engines-2026-12.md finding 3): never warned.
+    v034 = resolve_ceiling(EngineFacts(vllm_version=TextFact("0.34.0", "t")), EngineFacts(), 3, 256)
+    assert method_warnings(method, v034) == []
 
 
 # ------------------------------------------------------------------------- end to end
@@ -328,6 +332,8 @@ def test_tune_caps_the_published_shape_with_the_ceiling_given(tmp_path: Path) ->
         "512",
         "--max-num-seqs",
         "128",
+        "--vllm-version",
+        "0.33.0",
     )
     assert status == EXIT_OK
     assert lines[0] == json.dumps(PUBLISHED_CAPPED)
@@ -347,7 +353,7 @@ def test_tune_keeps_the_seeds_schedule_and_names_the_risky_range_without_it(
     tmp_path: Path,
 ) -> None:
     root = gb200_like(tmp_path / "sweep")
-    status, lines, data = tune(root, tmp_path / "out.json")
+    status, lines, data = tune(root, tmp_path / "out.json", "--vllm-version", "0.33.0")
     assert status == EXIT_OK
     assert lines[0] == PUBLISHED.json_text()
     risky = [line for line in lines if "graphless-range" in line]
@@ -362,7 +368,7 @@ def test_tune_reads_the_ceiling_from_the_records(tmp_path: Path) -> None:
         max_num_seqs=128,
         compilation_config={"max_cudagraph_capture_size": 512},
     )
-    status, lines, data = tune(root, tmp_path / "out.json")
+    status, lines, data = tune(root, tmp_path / "out.json", "--vllm-version", "0.33.0")
     assert status == EXIT_OK
     assert lines[0] == json.dumps(PUBLISHED_CAPPED)
     ceiling_block = data["deployment"]["capture_ceiling"]
@@ -384,11 +390,13 @@ def test_ranges_past_a_known_max_num_seqs_are_named() -> None:
 
 def test_tune_reads_the_ceiling_from_the_saved_server_configs(tmp_path: Path) -> None:
     root = gb200_like(tmp_path / "sweep")
+    # The release is read from the saved config's system_env (no --vllm-version).
     config = {
         "vllm_config": {
             "compilation_config": {"max_cudagraph_capture_size": 512},
             "scheduler_config": {"max_num_seqs": 128, "max_num_batched_tokens": 8192},
-        }
+        },
+        "system_env": {"vllm_version": "0.33.0", "nvidia_gpu_models": "GPU 0: NVIDIA GB200"},
     }
     for folder in sorted(root.iterdir()):
         (folder / "server_info.json").write_text(json.dumps(config))
@@ -397,6 +405,9 @@ def test_tune_reads_the_ceiling_from_the_saved_server_configs(tmp_path: Path) ->
     assert lines[0] == json.dumps(PUBLISHED_CAPPED)
     block = data["deployment"]["capture_ceiling"]
     assert block["known"] is True and block["source"].startswith("the saved server config")
+    assert (block["vllm_version"], block["vllm_version_known"]) == ("0.33.0", True)
+    assert block["vllm_version_source"].startswith("the saved server config")
+    assert (block["gpu"], block["gpu_known"]) == ("NVIDIA GB200", True)
     # The records win where they say something: a compilation_config of 1024 there.
     records = gb200_like(
         tmp_path / "records", compilation_config={"max_cudagraph_capture_size": 1024}

@@ -289,7 +289,7 @@ def test_vllms_capture_cap_reaches_vllm_only_on_every_path(
     from lib.sweeps import load_experiment
 
     sweep = load_experiment(write_grid(tmp_path / "s", CAPPED_CELLS, global_k=3))
-    deploy = DeploySettings(max_cudagraph_capture_size=ceiling)
+    deploy = DeploySettings(max_cudagraph_capture_size=ceiling, vllm_version="0.33.0")
     deployed, _ = deploy_analysis(analyse(sweep, Settings()), deploy)
     result = deployed.result
     assert result.schedule is not None

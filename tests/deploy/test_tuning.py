@@ -73,13 +73,15 @@ def test_the_analysis_gets_its_deployment_block(tmp_path: Path) -> None:
     analysis = analyse(sweep, Settings())
     assert analysis.result.schedule is not None
     assert analysis.result.schedule.to_json() == [[1, 255, 3], [256, 256, 0]]
-    deployed, deployment = deploy_analysis(analysis, DeploySettings())
+    deployed, deployment = deploy_analysis(analysis, DeploySettings(vllm_version="0.33.0"))
     assert deployment is not None
     # Assumed C: the schedule is kept; 128 * 4 = 512 fits, 129..255 at K=3 do not.
     assert deployed.result.schedule == analysis.result.schedule
     assert [(g.lo, g.hi) for g in deployment.check.graphless] == [(129, 255)]
     assert result_document(deployed.result)["deployment"]["capture_ceiling"]["known"] is False
-    capped, deployment = deploy_analysis(analysis, DeploySettings(max_cudagraph_capture_size=512))
+    capped, deployment = deploy_analysis(
+        analysis, DeploySettings(max_cudagraph_capture_size=512, vllm_version="0.33.0")
+    )
     assert capped.result.schedule is not None and deployment is not None
     assert capped.result.schedule.to_json() == [
         [1, 128, 3],

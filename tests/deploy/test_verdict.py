@@ -139,16 +139,34 @@ def test_the_capture_ceiling_assumed_names_the_graphless_range_and_known_caps_it
     # 86 * (1 + 5) = 516 > 512 tokens per step (85 * 6 = 510 <= 512).
     cells = {(1, 0): [100.0] * 3, (1, 5): [200.0] * 3, (128, 0): [900.0] * 3, (128, 5): [500.0] * 3}
     folder = write_grid(tmp_path, cells, max_num_seqs=128)
-    assumed = _verdict(folder, deploy=DeploySettings(max_num_seqs=128))
+    assumed = _verdict(folder, deploy=DeploySettings(max_num_seqs=128, vllm_version="0.33.0"))
     (graphless,) = [r for r in assumed.reasons if r.rule == "graphless-range"]
     assert graphless.message.startswith("batch sizes 86-127 run K=5")
     assert "--max-cudagraph-capture-size" in graphless.fix
     known = _verdict(
-        folder, deploy=DeploySettings(max_cudagraph_capture_size=512, max_num_seqs=128)
+        folder,
+        deploy=DeploySettings(
+            max_cudagraph_capture_size=512, max_num_seqs=128, vllm_version="0.33.0"
+        ),
     )
     assert "graphless-range" not in _rules(known)
     capped = [r for r in known.reasons if r.rule == "capped-range"]
     assert capped and capped[0].message.startswith("capped, not measured: batch sizes 86-")
+    # vLLM 0.34: the schedule's K=0 tier at 128 sets R = min(128, 512) = 128, so 86-127 at
+    # K=5 run FULL graphs: no capture reason, and the release stated is no assumption.
+    newest = _verdict(
+        folder,
+        deploy=DeploySettings(
+            max_cudagraph_capture_size=512, max_num_seqs=128, vllm_version="0.34.0"
+        ),
+    )
+    assert not {"graphless-range", "capped-range"} & set(_rules(newest))
+    assert "vLLM" not in (newest.assumption or "")
+    # Nothing says which release: the newest is assumed, and the verdict says so.
+    unsaid = _verdict(folder, deploy=DeploySettings(max_num_seqs=128))
+    assert unsaid.assumption is not None
+    assert "vLLM 0.34.0's capture rule and defaults (assumed:" in unsaid.assumption
+    assert any(line.startswith("  assumes: ") and "vLLM 0.34.0" in line for line in unsaid.lines())
 
 
 def _warning(rule: str, severity: Severity = Severity.WARNING) -> Problem:
@@ -307,7 +325,8 @@ def test_a_method_vllm_runs_without_the_schedule_is_a_reason(tmp_path: Path) -> 
 
     def verdict_of_static(folder: Path) -> Verdict:
         analysis = analyse(load_experiment(folder, k_var=GLOBAL_K_VAR), Settings())
-        deployed, _ = deploy_analysis(analysis, DeploySettings(max_num_seqs=1))
+        deploy = DeploySettings(max_num_seqs=1, vllm_version="0.33.0")
+        deployed, _ = deploy_analysis(analysis, deploy)
         found = verdict_in(deployed.result)
         assert found is not None
         return found
@@ -596,3 +615,14 @@ def test_a_point_refused_outright_adds_nothing_and_grid_rules_are_not_said_twice
     assert own is not None and "unresolved-anchor" in _rules(own)
     rules = _rules(context_verdict(deployed))
     assert "unresolved-cell" in rules and "unresolved-anchor" not in rules
+
+
+def test_a_context_verdict_says_which_release_it_assumed(long_context: ContextAnalysis) -> None:
+    """The grid's verdict rests on the answer's capture check: the release assumed there (no
+    flag, no saved server config: the newest known) is said in its ``assumes:``; stated, it
+    is no assumption."""
+    assumed = context_verdict(deploy_contexts(long_context, DeploySettings()))
+    assert assumed.assumption is not None
+    assert "vLLM 0.34.0's capture rule and defaults (assumed:" in assumed.assumption
+    stated = context_verdict(deploy_contexts(long_context, DeploySettings(vllm_version="0.33.0")))
+    assert "vLLM" not in (stated.assumption or "")

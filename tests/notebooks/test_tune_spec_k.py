@@ -877,12 +877,14 @@ def test_the_engine_settings_reach_the_schedule_the_page_and_the_downloads(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     sample = SAMPLE_SWEEPS / "sonnet-like"
-    flags = ("--max-cudagraph-capture-size", "256")
+    # vLLM 0.33's token rule caps K=7 past 32 requests (on 0.34 the K=0 tier keeps it FULL).
+    flags = ("--max-cudagraph-capture-size", "256", "--vllm-version", "0.33.0")
     defs = run_notebook(notebook, monkeypatch, "--sweeps", str(sample), *flags)
     # The CLI's file with the same flag: the capped schedule (K=7 fits 32 requests of 8 tokens).
     assert defs["schedule_file"] == _cli_file(sample, tmp_path, capsys, *flags)
     assert defs["result"].schedule.to_json()[:2] == [[1, 32, 7], [33, 36, 6]]
     assert "--max-cudagraph-capture-size=256" in defs["cli_arguments"]
+    assert "--vllm-version=0.33.0" in defs["cli_arguments"]
     lines = app_support.capture_lines(defs["result"])
     assert lines and all(line.startswith("capped, not measured") for line in lines)
     downloads = {download.format: download for download in defs["engine_files"]}
@@ -922,6 +924,8 @@ def test_the_answer_says_what_the_verdict_assumes_as_the_cli_does(
             .text
         )
         assert "The verdict assumes:" in answer and html.escape(assumption) in answer
+        # No release given or saved: the newest known is assumed, said in both.
+        assert "vLLM 0.34.0's capture rule and defaults (assumed:" in assumption
         assert main([str(sample), "--output-json", str(tmp_path / "r.json"), *flags]) == 0
         assert f"  assumes: {assumption}" in capsys.readouterr().out.splitlines()
 

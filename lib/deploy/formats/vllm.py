@@ -88,8 +88,16 @@ def build(
         config=config,
         file=config,
         largest_k=schedule.largest_k,
-        warnings=(*check.warnings(), *method_warnings(decisions.method)),
+        warnings=(*check.warnings(), *method_warnings(decisions.method, ceiling)),
+        notes=(*check.notes(), *_assumed_release(ceiling)),
     ), []
+
+
+def _assumed_release(ceiling: CaptureCeiling) -> list[str]:
+    """A note naming the release whose capture rule the export was checked by, where it was
+    assumed (the capture line and the verdict's ``assumes:`` say the same in ``tune``)."""
+    assumption = ceiling.assumption()
+    return [f"checked by {assumption}"] if assumption is not None else []
 
 
 FORMAT = EngineFormat(
@@ -100,5 +108,5 @@ FORMAT = EngineFormat(
     build=build,
     read=read,
     reads=f"{SCHEDULE_KEY}, a speculative_config, a [[lo, hi, K], ...] list",
-    engine_flags=frozenset({"max_cudagraph_capture_size", "max_num_seqs"}),
+    engine_flags=frozenset({"max_cudagraph_capture_size", "max_num_seqs", "vllm_version"}),
 )

@@ -21,6 +21,7 @@ import polars as pl
 
 from lib.confidence import ServerNoise
 from lib.context_axis import ContextPoint, find_context_axis, sole_context_point
+from lib.deploy.ceiling import release_refusals
 from lib.deploy.constraints import cells_past_ceiling, check_ceiling
 from lib.deploy.decisions import Decisions
 from lib.deploy.deployed import ContextSchedule
@@ -154,7 +155,11 @@ def check_deployment(
     deploy = deploy or DeploySettings()
     problems: list[Problem] = [
         Problem(Severity.ERROR, "invalid-setting", reason)
-        for reason in (*settings.invalid(), *deploy.invalid())
+        for reason in (
+            *settings.invalid(),
+            *deploy.invalid(),
+            *release_refusals(deploy.vllm_version),
+        )
     ]
     dynamic: UnderTest | None = schedule
     if isinstance(schedule, Schedule):

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from sweep_builder import CONTEXT_ARMS, GOOD_VALIDATION, write_context_validation, write_validation
-from validation_check import RFC_GOOD, RFC_GOOD_KS, TOP, check, rfc
+from validation_check import INDEPENDENT, RFC_GOOD, RFC_GOOD_KS, TOP, check, rfc
 
 from lib.loop.check.judge import CheckSettings
-from lib.loop.check.report import CheckReport
-from lib.settings import Options
+from lib.loop.check.report import CheckReport, check_deployment
+from lib.settings import DeploySettings, Options
 
 GOOD = GOOD_VALIDATION
 
@@ -120,8 +120,14 @@ def test_the_check_judges_the_k_vllm_clamps_the_schedule_to(
     }
     if global_k is not None:
         dynamic["num_speculative_tokens"] = global_k
-    report = check(write_validation(tmp_path / "v", GOOD, dynamic=dynamic))
+    root = write_validation(tmp_path / "v", GOOD, dynamic=dynamic)
+    # The token-ceiling rule's release; on 0.34 (below) the schedule's K=0 tier sets R = 512.
+    v033 = DeploySettings(vllm_version="0.33.0")
+    report = check_deployment(root, CheckSettings(options=INDEPENDENT), None, v033)
     assert graphless(report) == expected
+    v034 = DeploySettings(vllm_version="0.34.0")
+    assert graphless(check_deployment(root, CheckSettings(options=INDEPENDENT), None, v034)) == []
+    assert report.deployment is not None
     assert report.deployment["capture_ceiling"]["size"] == 512
     assert (
         f"num_speculative_tokens={global_k or 7}" in report.deployment["capture_ceiling"]["source"]
