@@ -552,7 +552,10 @@ def test_bytes_that_are_not_utf8_in_paths_print_escaped(good_sweep: Path, tmp_pa
 README_EXAMPLES = {
     "sonnet-like": "uv run tune-spec-k data/sample_sweeps/sonnet-like\n```\nprints",
     "long-context": "uv run tune-spec-k data/sample_sweeps/long-context\n```\nprints",
+    "lean": "uv run tune-spec-k data/sample_sweeps/lean --min-runs 1\n```\nprints",
 }
+#: The flags each README example passes after the folder (its command line above).
+README_FLAGS = {"lean": ["--min-runs", "1"]}
 
 
 def _readme_block(sample: str) -> list[str]:
@@ -569,7 +572,8 @@ def test_readme_examples_are_what_the_cli_prints(
 ) -> None:
     out = tmp_path / RESULT_FILE
     folder = REPO / "data" / "sample_sweeps" / sample
-    assert main([str(folder), "--output-json", str(out)]) == EXIT_OK
+    flags = README_FLAGS.get(sample, [])
+    assert main([str(folder), *flags, "--output-json", str(out)]) == EXIT_OK
     printed = capsys.readouterr().out.splitlines()
     printed[-1] = printed[-1].replace(str(out), f"data/sample_sweeps/{sample}/{RESULT_FILE}")
     # README's lines, in order, are printed lines: whole, or up to "..." where one is cut;
