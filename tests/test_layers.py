@@ -112,6 +112,7 @@ DEPLOY_ORDER = (
     "registry",
     "verdict",
     "tuning",
+    "traffic",
 )
 
 

@@ -1,0 +1,335 @@
+"""What the schedule buys on a traffic mix: its expected objective against the best static K
+and against K=0, each gain with an interval from the confidence model's posterior
+(``docs/traffic.md``).
+
+For every batch size b of the mix (:class:`~lib.traffic.TrafficMix`) inside the anchors'
+range, an arm's objective at b is its K's cell centre (the mean log objective, the centre the
+confidence model ranks by), interpolated linearly in log b between the two anchors around b
+(as :mod:`lib.switch_points` interpolates); at an anchor it is the anchor's own. An arm is the
+deployed schedule (its K at b: :meth:`~lib.schedule.Schedule.k_at`), a static K (measured at
+every anchor), or K=0. Its expected objective is the mix-weighted mean over those b, and the
+schedule's gain over an arm is ``E_schedule / E_arm - 1`` (``E_arm / E_schedule - 1`` for a
+latency): positive when the schedule is better.
+
+The interval: the same sum over draws of every cell centre from the posterior the confidence
+model decides by (:func:`lib.posterior.centre_draws`: run noise and server offsets), each
+anchor drawn independently; the gain's :data:`INTERVAL_LEVEL` central interval. Its coverage
+(the share of simulated sweeps whose true expected gain lies inside) is checked on the
+simulator (``bench/traffic_coverage.py``, ``tests/test_traffic_value.py``).
+
+What is not measured is said, never hidden:
+
+- the share of the mix at batch sizes between anchors (interpolated, nothing measured there);
+- the share above the largest anchor (the schedule carries its last K there; nothing measured
+  says what it buys: reported and left out of the expectation);
+- the share where the schedule's K was not measured at both anchors around b (a capped range).
+
+Rules (:func:`within_tolerance`): a gain at most the tie tolerance means the schedule buys no
+more than noise over that arm.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+from numpy.typing import NDArray
+
+from lib.numbers import objective_text, percent_text
+from lib.posterior import AnchorCells, anchor_cells, centre_draws
+from lib.traffic import TrafficMix
+
+if TYPE_CHECKING:
+    from lib.confidence import ConfidenceReport
+    from lib.schedule import Schedule
+
+__all__ = [
+    "INTERVAL_LEVEL",
+    "TRAFFIC_STREAM",
+    "ArmValue",
+    "TrafficValue",
+    "bracket",
+    "traffic_value",
+    "within_tolerance",
+]
+
+#: The level of the gain's interval: its 5th to 95th percentile.
+INTERVAL_LEVEL = 0.9
+#: The random stream of the traffic draws (apart from the confidence model's streams).
+TRAFFIC_STREAM = 7
+
+
+@dataclass(frozen=True)
+class ArmValue:
+    """One arm's expected objective over the mix, and the schedule's gain over it (percent;
+    None for the schedule itself) with its interval (None where the noise is unknown)."""
+
+    label: str
+    k: int | None
+    expected: float
+    gain_percent: float | None = None
+    interval: tuple[float, float] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "k": self.k,
+            "expected_objective": round(self.expected, 4),
+            "schedule_gain_percent": (
+                None if self.gain_percent is None else round(self.gain_percent, 4)
+            ),
+            "interval_percent": (
+                None if self.interval is None else [round(v, 4) for v in self.interval]
+            ),
+        }
+
+    def gain_text(self) -> str:
+        if self.gain_percent is None:
+            return ""
+        shown = f"{self.gain_percent:+.1f}%"
+        if self.interval is not None:
+            shown += f" [{self.interval[0]:+.1f}, {self.interval[1]:+.1f}]"
+        return shown
+
+
+@dataclass(frozen=True)
+class TrafficValue:
+    """The answer on one mix: the schedule, the best static K on the same mix and K=0 (None
+    where K=0 was not measured at every anchor), and the shares of the mix (of its busy
+    time) that are measured, interpolated, above the largest anchor or at a K not measured."""
+
+    mix: TrafficMix
+    objective: str
+    maximize: bool
+    tolerance: float
+    schedule: ArmValue
+    best_static: ArmValue | None
+    k0: ArmValue | None
+    measured_share: float
+    interpolated_share: float
+    above_share: float
+    unmeasured_k_share: float
+    largest_anchor: int
+    interval_known: bool
+    #: The anchors (measured batch sizes) the answer interpolates between.
+    anchors: tuple[int, ...] = ()
+
+    @property
+    def evaluated_share(self) -> float:
+        return self.measured_share + self.interpolated_share
+
+    def line(self) -> str:
+        """The CLI's one line, printed before the verdict."""
+        head = f"traffic ({self.mix.description()}):"
+        if self.evaluated_share <= 0:
+            return (
+                f"{head} no batch size of the mix lies within the measured anchors (all"
+                f" {percent_text(100 * self.above_share)} above {self.largest_anchor}):"
+                " nothing to weigh"
+            )
+        parts = [
+            f"expected {self.objective} {objective_text(self.schedule.expected)} with the schedule"
+        ]
+        best, k0 = self.best_static, self.k0
+        if best is not None and best.k != 0:
+            parts.append(f"{best.gain_text()} over the best static {best.label}")
+        if k0 is not None:
+            also = " (also the best static K)" if best is not None and best.k == 0 else ""
+            parts.append(f"{k0.gain_text()} over K=0, no speculation{also}")
+        else:
+            parts.append("K=0 not measured at every anchor")
+        level = (
+            f"{INTERVAL_LEVEL:.0%} interval from the confidence model's posterior"
+            if self.interval_known
+            else "no interval: one run per cell, the noise is unknown"
+        )
+        parts.append(level)
+        parts.append(
+            f"{percent_text(100 * self.interpolated_share)} of the mix between anchors"
+            " (interpolated, nothing measured there)"
+        )
+        if self.above_share > 0:
+            parts.append(
+                f"{percent_text(100 * self.above_share)} above the largest anchor"
+                f" {self.largest_anchor} (not measured, left out)"
+            )
+        if self.unmeasured_k_share > 0:
+            parts.append(
+                f"{percent_text(100 * self.unmeasured_k_share)} where the schedule's K was"
+                " not measured (left out)"
+            )
+        if self.mix.idle_share > 0:
+            parts.append(f"idle {percent_text(100 * self.mix.idle_share)} of the samples")
+        return f"{head} " + "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mix": self.mix.to_json(),
+            "given": self.mix.given,
+            "objective": self.objective,
+            "direction": "maximize" if self.maximize else "minimize",
+            "interval_level": INTERVAL_LEVEL,
+            "schedule": self.schedule.to_json(),
+            "best_static_k": None if self.best_static is None else self.best_static.to_json(),
+            "k0": None if self.k0 is None else self.k0.to_json(),
+            "shares": {
+                "measured": round(self.measured_share, 6),
+                "interpolated": round(self.interpolated_share, 6),
+                "above_largest_anchor": round(self.above_share, 6),
+                "unmeasured_k": round(self.unmeasured_k_share, 6),
+            },
+            "largest_anchor": self.largest_anchor,
+            "statement": self.line(),
+        }
+
+
+def within_tolerance(gain_percent: float | None, tolerance: float) -> bool:
+    """The rule: the schedule's expected gain over an arm is within the tie tolerance when it
+    is at most ``100 * tolerance`` percent (equal is within; a loss is within). Unknown: not.
+
+    >>> within_tolerance(1.0, 0.01), within_tolerance(1.01, 0.01), within_tolerance(-3, 0.01)
+    (True, False, True)
+    >>> within_tolerance(None, 0.01)
+    False
+    """
+    return gain_percent is not None and gain_percent <= 100 * tolerance
+
+
+def bracket(anchors: Sequence[int], batch_size: int) -> tuple[int, int, float] | None:
+    """The anchors around ``batch_size`` and its position between them in log batch size
+    (0 at the lower, 1 at the upper); None outside ``[anchors[0], anchors[-1]]``.
+
+    >>> bracket([1, 64], 8), bracket([1, 64], 64), bracket([1, 64], 65)
+    ((1, 64, 0.5), (64, 64, 0.0), None)
+    """
+    if not anchors or batch_size < anchors[0] or batch_size > anchors[-1]:
+        return None
+    i = bisect.bisect_right(anchors, batch_size) - 1
+    lower = anchors[i]
+    if lower == batch_size:
+        return lower, lower, 0.0
+    upper = anchors[i + 1]
+    return lower, upper, math.log(batch_size / lower) / math.log(upper / lower)
+
+
+@dataclass(frozen=True)
+class _Anchor:
+    """One anchor's cell centres: the means and, where known, the posterior draws, by K."""
+
+    means: Mapping[int, float]
+    draws: Mapping[int, NDArray[np.float64]] | None
+
+
+def _anchors(report: ConfidenceReport, rng: np.random.Generator) -> dict[int, _Anchor]:
+    """Each anchor's centres, from its runs without the flagged ones (the anchor is decided
+    without them), infeasible K left out."""
+    runs = report.runs
+    if "flagged" in runs.columns:
+        runs = runs.filter(~pl.col("flagged"))
+    found: dict[int, _Anchor] = {}
+    cells_by_anchor: dict[int, AnchorCells] = anchor_cells(runs)
+    for anchor, cells in sorted(cells_by_anchor.items()):
+        draws = centre_draws(cells, report.settings, rng)
+        feasible = [i for i, bad in enumerate(cells.infeasible) if not bad]
+        means = {int(cells.ks[i]): float(cells.means[i]) for i in feasible}
+        by_k = None if draws is None else {int(cells.ks[i]): draws[i] for i in feasible}
+        found[anchor] = _Anchor(means, by_k)
+    return found
+
+
+def traffic_value(
+    mix: TrafficMix,
+    schedule: Schedule,
+    report: ConfidenceReport,
+    objective: str,
+    global_k: int | None = None,
+) -> TrafficValue:
+    """The answer for ``schedule`` on ``mix`` from the runs ``report`` assessed."""
+    rng = np.random.default_rng([report.settings.seed, TRAFFIC_STREAM])
+    anchors = _anchors(report, rng)
+    ordered = sorted(anchors)
+    sign = 1.0 if report.maximize else -1.0
+    statics = sorted(set.intersection(*(set(a.means) for a in anchors.values()))) if anchors else []
+    above = interpolated = measured = unmeasured = 0.0
+    points: list[tuple[float, int, int, float, int]] = []  # weight, lower, upper, t, K
+    for batch, weight in zip(mix.batch_sizes, mix.weights, strict=True):
+        where = bracket(ordered, batch)
+        if where is None:
+            above += weight
+            continue
+        lower, upper, t = where
+        k = schedule.k_at(batch, global_k)
+        if k not in anchors[lower].means or k not in anchors[upper].means:
+            unmeasured += weight
+            continue
+        points.append((weight, lower, upper, t, k))
+        if lower == upper:
+            measured += weight
+        else:
+            interpolated += weight
+    known = all(a.draws is not None for a in anchors.values())
+    total = sum(p[0] for p in points)
+
+    def expected(k_of: Any) -> tuple[float, NDArray[np.float64] | None]:
+        point = 0.0
+        drawn: NDArray[np.float64] | None = None
+        for weight, lower, upper, t, k in points:
+            chosen = k_of(k)
+            low, high = anchors[lower], anchors[upper]
+            centre = (1 - t) * low.means[chosen] + t * high.means[chosen]
+            point += weight * math.exp(sign * centre)
+            if known and low.draws is not None and high.draws is not None:
+                row = np.exp(sign * ((1 - t) * low.draws[chosen] + t * high.draws[chosen]))
+                drawn = weight * row if drawn is None else drawn + weight * row
+        if drawn is not None:
+            drawn = drawn / total
+        return point / total, drawn
+
+    if not points:
+        empty = ArmValue("the schedule", None, math.nan)
+        return TrafficValue(
+            mix, objective, report.maximize, report.tolerance, empty, None, None,
+            measured, interpolated, above, unmeasured, ordered[-1] if ordered else 0, known,
+            tuple(ordered),
+        )  # fmt: skip
+    scheduled, scheduled_draws = expected(lambda k: k)
+    arms = {k: expected(lambda _, k=k: k) for k in statics}
+
+    def gain(value: float) -> float:
+        return 100 * ((scheduled / value - 1) if report.maximize else (value / scheduled - 1))
+
+    def arm(k: int) -> ArmValue:
+        value, drawn = arms[k]
+        interval = None
+        if drawn is not None and scheduled_draws is not None:
+            ratio = scheduled_draws / drawn if report.maximize else drawn / scheduled_draws
+            tail = 100 * (1 - INTERVAL_LEVEL) / 2
+            low, high = np.percentile(100 * (ratio - 1), [tail, 100 - tail])
+            interval = (float(low), float(high))
+        return ArmValue(f"K={k}", k, value, gain(value), interval)
+
+    best = None
+    for k in statics:
+        value = arms[k][0]
+        if best is None or (value > arms[best][0] if report.maximize else value < arms[best][0]):
+            best = k
+    return TrafficValue(
+        mix,
+        objective,
+        report.maximize,
+        report.tolerance,
+        ArmValue("the schedule", None, scheduled),
+        None if best is None else arm(best),
+        arm(0) if 0 in arms else None,
+        measured,
+        interpolated,
+        above,
+        unmeasured,
+        ordered[-1],
+        known,
+        tuple(ordered),
+    )
