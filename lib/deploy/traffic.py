@@ -6,7 +6,9 @@ the ``traffic`` block to the result (after every other key), and gives the verdi
 
 - always, which mix it judged on (:attr:`lib.deploy.verdict.Verdict.traffic`): the user's
   file, or the sweep's own runs, said as such;
-- on a given mix only (``--traffic``), the rules of :func:`traffic_reasons`: the schedule's
+- on a given mix only (``--traffic``), the measurement plan ordered by the share of the
+  traffic each row decides (:func:`lib.traffic_plan.by_traffic`), and the rules of
+  :func:`traffic_reasons`: the schedule's
   expected gain over the best static K within the tie tolerance (offer that K, paste-ready
   in every engine format of the registry), over K=0 within it (serve without speculation).
   The sweep's own mix is the batch sizes the sweep chose to measure, not a server's time: it
@@ -25,6 +27,7 @@ from lib.deploy.tuning import deployed_decisions
 from lib.deploy.verdict import Reason, Verdict, verdict_in
 from lib.schedule import Schedule
 from lib.traffic import TrafficMix, sweep_mix
+from lib.traffic_plan import by_traffic
 from lib.traffic_value import TrafficValue, traffic_value, within_tolerance
 
 if TYPE_CHECKING:
@@ -136,7 +139,12 @@ def with_traffic(analysis: Analysis, mix: TrafficMix | None) -> Analysis:
         "verdict": judged,
         TRAFFIC_KEY: value,
     }
-    return dataclasses.replace(analysis, result=dataclasses.replace(result, additions=additions))
+    plan = analysis.plan
+    if plan is not None and mix.given:
+        plan = by_traffic(plan, mix, value.anchors)
+    return dataclasses.replace(
+        analysis, result=dataclasses.replace(result, additions=additions), plan=plan
+    )
 
 
 def traffic_in(result: TuningResult) -> TrafficValue | None:

@@ -269,6 +269,8 @@ def measurement_plan_lines(plan: MeasurementPlan) -> list[str]:
         f"measurement plan (confidence {plan.confidence:g}, tie tolerance"
         f" {plan.tolerance * 100:g}%):"
     ]
+    if plan.ordered_by is not None:
+        lines.append(f"  {plan.ordered_by}")
     for (anchor,), group in plan.reruns.group_by("batch_size", maintain_order=True):
         lines.append(f"  batch_size={anchor}:")
         for row in group.to_dicts():
