@@ -41,7 +41,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from lib.numbers import objective_text, percent_text
-from lib.posterior import AnchorCells, anchor_cells, centre_draws
+from lib.posterior import AnchorCells, aligned_cells, anchor_cells, centre_draws
 from lib.traffic import TrafficMix
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INTERVAL_LEVEL",
     "TRAFFIC_STREAM",
+    "ArmSet",
     "ArmValue",
     "TrafficValue",
     "bracket",
@@ -62,6 +63,20 @@ __all__ = [
 INTERVAL_LEVEL = 0.9
 #: The random stream of the traffic draws (apart from the confidence model's streams).
 TRAFFIC_STREAM = 7
+
+
+@dataclass(frozen=True)
+class ArmSet:
+    """Which of the report's "K" are which arm, where they are not draft lengths (``tune-spec-k
+    check``'s servers, each a code): the static arms the best is chosen from, the K=0 arm (a
+    schedule-enabled engine at K=0), the server without a drafter, each arm's name and the K
+    it ran (None: not one K)."""
+
+    statics: tuple[int, ...]
+    k0: int | None
+    no_drafter: int | None
+    labels: Mapping[int, str]
+    ks: Mapping[int, int | None]
 
 
 @dataclass(frozen=True)
@@ -117,6 +132,8 @@ class TrafficValue:
     interval_known: bool
     #: The anchors (measured batch sizes) the answer interpolates between.
     anchors: tuple[int, ...] = ()
+    #: A server without a drafter, where the sweep has one (``check``): the drafter's cost.
+    no_drafter: ArmValue | None = None
 
     @property
     def evaluated_share(self) -> float:
@@ -136,12 +153,15 @@ class TrafficValue:
         ]
         best, k0 = self.best_static, self.k0
         if best is not None and best.k != 0:
-            parts.append(f"{best.gain_text()} over the best static {best.label}")
+            name = best.label if best.label.startswith("K=") else f"arm ({best.label})"
+            parts.append(f"{best.gain_text()} over the best static {name}")
         if k0 is not None:
             also = " (also the best static K)" if best is not None and best.k == 0 else ""
             parts.append(f"{k0.gain_text()} over K=0, no speculation{also}")
         else:
             parts.append("K=0 not measured at every anchor")
+        if self.no_drafter is not None:
+            parts.append(f"{self.no_drafter.gain_text()} over a server without a drafter")
         level = (
             f"{INTERVAL_LEVEL:.0%} interval from the confidence model's posterior"
             if self.interval_known
@@ -176,6 +196,11 @@ class TrafficValue:
             "schedule": self.schedule.to_json(),
             "best_static_k": None if self.best_static is None else self.best_static.to_json(),
             "k0": None if self.k0 is None else self.k0.to_json(),
+            **(
+                {}
+                if self.no_drafter is None
+                else {"no_drafter": {"arm": self.no_drafter.label, **self.no_drafter.to_json()}}
+            ),
             "shares": {
                 "measured": round(self.measured_share, 6),
                 "interpolated": round(self.interpolated_share, 6),
@@ -226,13 +251,13 @@ class _Anchor:
 
 def _anchors(report: ConfidenceReport, rng: np.random.Generator) -> dict[int, _Anchor]:
     """Each anchor's centres, from its runs without the flagged ones (the anchor is decided
-    without them), infeasible K left out."""
-    runs = report.runs
-    if "flagged" in runs.columns:
-        runs = runs.filter(~pl.col("flagged"))
+    without them; a cell whose every run was flagged keeps its runs, as the confidence model
+    keeps them: :func:`lib.posterior.aligned_cells`), infeasible K left out."""
+    full: dict[int, AnchorCells] = anchor_cells(report.runs)
+    clean = anchor_cells(report.runs.filter(~pl.col("flagged")))
     found: dict[int, _Anchor] = {}
-    cells_by_anchor: dict[int, AnchorCells] = anchor_cells(runs)
-    for anchor, cells in sorted(cells_by_anchor.items()):
+    for anchor, every in sorted(full.items()):
+        cells = aligned_cells(clean[anchor], every) if anchor in clean else every
         draws = centre_draws(cells, report.settings, rng)
         feasible = [i for i, bad in enumerate(cells.infeasible) if not bad]
         means = {int(cells.ks[i]): float(cells.means[i]) for i in feasible}
@@ -247,13 +272,19 @@ def traffic_value(
     report: ConfidenceReport,
     objective: str,
     global_k: int | None = None,
+    arms: ArmSet | None = None,
 ) -> TrafficValue:
-    """The answer for ``schedule`` on ``mix`` from the runs ``report`` assessed."""
+    """The answer for ``schedule`` on ``mix`` from the runs ``report`` assessed; ``arms``:
+    which "K" are which server where they are arm codes (None: draft lengths, K=0 the
+    baseline, every K measured at every anchor a static candidate)."""
     rng = np.random.default_rng([report.settings.seed, TRAFFIC_STREAM])
     anchors = _anchors(report, rng)
     ordered = sorted(anchors)
     sign = 1.0 if report.maximize else -1.0
-    statics = sorted(set.intersection(*(set(a.means) for a in anchors.values()))) if anchors else []
+    everywhere = set.intersection(*(set(a.means) for a in anchors.values())) if anchors else set()
+    statics = sorted(everywhere if arms is None else everywhere & set(arms.statics))
+    k0_code = 0 if arms is None else arms.k0
+    drafterless = None if arms is None else arms.no_drafter
     above = interpolated = measured = unmeasured = 0.0
     points: list[tuple[float, int, int, float, int]] = []  # weight, lower, upper, t, K
     for batch, weight in zip(mix.batch_sizes, mix.weights, strict=True):
@@ -297,25 +328,30 @@ def traffic_value(
             tuple(ordered),
         )  # fmt: skip
     scheduled, scheduled_draws = expected(lambda k: k)
-    arms = {k: expected(lambda _, k=k: k) for k in statics}
+    compared = [k for k in {*statics, k0_code, drafterless} if k is not None and k in everywhere]
+    values = {k: expected(lambda _, k=k: k) for k in compared}
 
     def gain(value: float) -> float:
         return 100 * ((scheduled / value - 1) if report.maximize else (value / scheduled - 1))
 
     def arm(k: int) -> ArmValue:
-        value, drawn = arms[k]
+        value, drawn = values[k]
         interval = None
         if drawn is not None and scheduled_draws is not None:
             ratio = scheduled_draws / drawn if report.maximize else drawn / scheduled_draws
             tail = 100 * (1 - INTERVAL_LEVEL) / 2
             low, high = np.percentile(100 * (ratio - 1), [tail, 100 - tail])
             interval = (float(low), float(high))
-        return ArmValue(f"K={k}", k, value, gain(value), interval)
+        if arms is None:
+            return ArmValue(f"K={k}", k, value, gain(value), interval)
+        return ArmValue(arms.labels[k], arms.ks.get(k), value, gain(value), interval)
 
     best = None
     for k in statics:
-        value = arms[k][0]
-        if best is None or (value > arms[best][0] if report.maximize else value < arms[best][0]):
+        value = values[k][0]
+        if best is None or (
+            value > values[best][0] if report.maximize else value < values[best][0]
+        ):
             best = k
     return TrafficValue(
         mix,
@@ -324,7 +360,7 @@ def traffic_value(
         report.tolerance,
         ArmValue("the schedule", None, scheduled),
         None if best is None else arm(best),
-        arm(0) if 0 in arms else None,
+        arm(k0_code) if k0_code in values else None,
         measured,
         interpolated,
         above,
@@ -332,4 +368,5 @@ def traffic_value(
         ordered[-1],
         known,
         tuple(ordered),
+        arm(drafterless) if drafterless in values else None,
     )

@@ -392,6 +392,8 @@ def check_lines(report: CheckReport) -> list[str]:
         lines.append(report.deployment_summary)
     if report.one_prompt_length is not None:
         lines.append(report.one_prompt_length)
+    if report.traffic is not None:
+        lines.append(report.traffic.line())
     lines += _verdict_lines(report.verdicts)
     for context in report.contexts:
         where = f"at {context.prompt_tokens} prompt tokens ({report.context_field})"

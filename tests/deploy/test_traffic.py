@@ -125,3 +125,31 @@ def test_a_bad_traffic_file_writes_nothing_and_exits_2(
     assert "error [invalid-traffic]" in captured.err
     assert "field 'line 3: weight'; value '-3'" in captured.err
     assert str(traffic) in captured.err
+
+
+def test_check_weighs_the_dynamic_arm_against_static_and_drafterless_servers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The committed validation sweep (a dynamic server, static K=3, no speculation, 2 runs
+    per cell): on a mix at its anchors, the line before the per-anchor verdicts names the
+    best static arm and the server without a drafter, and the JSON holds the same."""
+    from paths import VALIDATION_SWEEP
+
+    traffic = tmp_path / "traffic.csv"
+    traffic.write_text("batch_size,weight\n1,1\n8,1\n")
+    out = tmp_path / "check.json"
+    arguments = [str(VALIDATION_SWEEP), "--min-runs", "2", "--output-json", str(out)]
+    main(["check", *arguments, "--traffic", str(traffic)])
+    lines = capsys.readouterr().out.splitlines()
+    first_verdict = next(i for i, line in enumerate(lines) if line.startswith("batch_size="))
+    line = lines[first_verdict - 1]
+    assert line.startswith(f"traffic ({traffic}: a histogram of 2 rows)")
+    assert "over the best static arm (static K=3)" in line
+    assert "over a server without a drafter" in line
+    data = json.loads(out.read_text())["traffic"]
+    assert data["best_static_k"]["k"] == 3 and data["no_drafter"]["arm"] == "no speculation"
+    assert data["shares"]["measured"] == 1.0
+    # Without --traffic the check says nothing of traffic (its output is unchanged).
+    main(["check", *arguments])
+    assert "traffic" not in capsys.readouterr().out
+    assert "traffic" not in json.loads(out.read_text())
