@@ -588,7 +588,8 @@ class TrafficSettings:
             " /api/v1/query_range) of vllm:num_requests_running or sglang:num_running_reqs,"
             " or a CSV of batch_size,weight or of timestamp,batch_size samples; the schedule's"
             " expected gain over the best static K and over K=0 on it, with intervals, and the"
-            " verdict judges by it (default: the sweep's own runs, said as such)",
+            " verdict judges by it; check weighs the measured dynamic server on it (default:"
+            " tune weighs the sweep's own runs and says so; check weighs nothing)",
             in_seed=False,
             metavar="FILE",
         ),

@@ -25,6 +25,9 @@ What is not measured is said, never hidden:
   says what it buys: reported and left out of the expectation);
 - the share where the schedule's K was not measured at both anchors around b (a capped range).
 
+The result file's ``traffic`` block has one writer (:meth:`TrafficValue.to_json`) and one
+typed reader (:func:`read_traffic_block`).
+
 Rules (:func:`within_tolerance`): a gain at most the tie tolerance means the schedule buys no
 more than noise over that arm.
 """
@@ -55,8 +58,11 @@ __all__ = [
     "TRAFFIC_STREAM",
     "ArmSet",
     "ArmValue",
+    "TrafficBlock",
+    "TrafficGain",
     "TrafficValue",
     "bracket",
+    "read_traffic_block",
     "traffic_value",
     "within_tolerance",
 ]
@@ -381,4 +387,110 @@ def traffic_value(
         known,
         tuple(ordered),
         arm(drafterless) if drafterless in values else None,
+    )
+
+
+@dataclass(frozen=True)
+class TrafficGain:
+    """One arm of a result file's ``traffic`` block, read back: its K, expected objective, and
+    the schedule's gain over it with the interval (None where the file has none)."""
+
+    k: int | None
+    expected: float | None
+    gain_percent: float | None
+    interval: tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class TrafficBlock:
+    """A result file's ``traffic`` block (:meth:`TrafficValue.to_json`), read back: whether
+    the mix was the user's, its source, the three answers and the shares."""
+
+    given: bool
+    source: str
+    schedule_expected: float | None
+    best_static: TrafficGain | None
+    k0: TrafficGain | None
+    shares: Mapping[str, float]
+    statement: str
+
+
+def _number_or_none(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def _gain_of(value: Any, where: str) -> tuple[TrafficGain | None, list[str]]:
+    if value is None:
+        return None, []
+    if not isinstance(value, Mapping):
+        return None, [f"{where}: expected an object or null"]
+    interval = value.get("interval_percent")
+    bounds = None
+    if isinstance(interval, list) and len(interval) == 2:
+        low, high = (_number_or_none(v) for v in interval)
+        bounds = None if low is None or high is None else (low, high)
+    elif interval is not None:
+        return None, [f"{where}.interval_percent: expected [low, high] or null"]
+    k = value.get("k")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 0):
+        return None, [f"{where}.k: expected a whole number or null"]
+    gain = TrafficGain(
+        k,
+        _number_or_none(value.get("expected_objective")),
+        _number_or_none(value.get("schedule_gain_percent")),
+        bounds,
+    )
+    return gain, []
+
+
+def read_traffic_block(data: Mapping[str, Any]) -> tuple[TrafficBlock | None, list[str]]:
+    """The ``traffic`` block of a result file's JSON (None, no reason: the file has none, as
+    files before issue 42 and the seed's), or None and what is wrong with it, each naming
+    the field."""
+    block = data.get("traffic")
+    if block is None:
+        return None, []
+    if not isinstance(block, Mapping):
+        return None, ["traffic: expected an object"]
+    reasons = []
+    mix = block.get("mix")
+    if not isinstance(mix, Mapping) or not isinstance(mix.get("source"), str):
+        reasons.append("traffic.mix.source: expected a text")
+    if not isinstance(block.get("given"), bool):
+        reasons.append("traffic.given: expected true or false")
+    schedule = block.get("schedule")
+    if not isinstance(schedule, Mapping):
+        reasons.append("traffic.schedule: expected an object")
+    best, found = _gain_of(block.get("best_static_k"), "traffic.best_static_k")
+    reasons += found
+    k0, found = _gain_of(block.get("k0"), "traffic.k0")
+    reasons += found
+    shares = block.get("shares")
+    read_shares = {}
+    if isinstance(shares, Mapping):
+        read_shares = {
+            str(name): float(share)
+            for name, share in shares.items()
+            if _number_or_none(share) is not None
+        }
+    else:
+        reasons.append("traffic.shares: expected an object")
+    statement = block.get("statement")
+    if not isinstance(statement, str):
+        reasons.append("traffic.statement: expected a text")
+    if reasons:
+        return None, reasons
+    assert isinstance(mix, Mapping) and isinstance(schedule, Mapping)
+    return (
+        TrafficBlock(
+            bool(block["given"]),
+            str(mix["source"]),
+            _number_or_none(schedule.get("expected_objective")),
+            best,
+            k0,
+            read_shares,
+            str(statement),
+        ),
+        [],
     )

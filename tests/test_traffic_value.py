@@ -110,3 +110,30 @@ def test_the_interval_covers_the_true_gain_on_the_simulator() -> None:
             continue
         assert counted >= 50, key
         assert bench.wilson(covered, counted)[1] >= INTERVAL_LEVEL, (key, covered, counted)
+
+
+def test_the_block_written_reads_back(tmp_path: Path) -> None:
+    import json
+
+    from lib.traffic_value import read_traffic_block
+
+    value = _value(tmp_path, {1: 0.5, 2: 0.25, 4: 0.25}, Schedule(((1, 3, 2), (4, 4, 0))))
+    data = json.loads(json.dumps({"traffic": value.to_json()}))
+    block, reasons = read_traffic_block(data)
+    assert reasons == [] and block is not None
+    assert block.given and block.source == "mix.csv"
+    assert value.best_static is not None and block.best_static is not None
+    assert block.best_static.k == 2
+    assert block.best_static.gain_percent == pytest.approx(value.best_static.gain_percent, 1e-4)
+    assert value.best_static.interval is not None and block.best_static.interval is not None
+    assert block.best_static.interval == pytest.approx(value.best_static.interval, abs=1e-4)
+    assert block.shares["interpolated"] == pytest.approx(0.25)
+    assert block.statement == value.line()
+    # A file without the block (the seed's, or before issue 42): none, no complaint.
+    assert read_traffic_block({}) == (None, [])
+    # A damaged block is refused, naming the field.
+    data["traffic"]["best_static_k"]["interval_percent"] = "wide"
+    assert read_traffic_block(data) == (
+        None,
+        ["traffic.best_static_k.interval_percent: expected [low, high] or null"],
+    )
