@@ -176,7 +176,6 @@ def test_without_the_fields_the_sweep_mix_is_the_anchors() -> None:
     assert mix.batch_sizes == (1, 4, 16) and mix.weights == pytest.approx((1 / 3,) * 3)
 
 
-@pytest.mark.skipif(not CAPTURE.is_dir(), reason="the real capture is not committed yet")
 def test_the_real_capture_reads_the_same_in_both_formats() -> None:
     """The committed capture (data/traffic/real-cpu-tiny-ngram): the JSON assembled from the
     scrapes and the CSV of engine 0's samples hold the same batch sizes; the CSV weighs by
@@ -188,3 +187,17 @@ def test_the_real_capture_reads_the_same_in_both_formats() -> None:
     assert from_json.batch_sizes == from_csv.batch_sizes
     assert max(from_json.batch_sizes) <= 8  # the server's --max-num-seqs 8
     assert from_json.weights == pytest.approx(from_csv.weights, abs=0.02)
+
+
+def test_the_real_capture_s_idle_share_is_its_zero_samples() -> None:
+    """Counted from the CSV's lines here, independently of the reader."""
+    lines = (CAPTURE / "num_requests_running.csv").read_text().splitlines()[1:]
+    values = [int(line.split(",")[1]) for line in lines]
+    mix, problems = read_traffic(str(CAPTURE / "num_requests_running.json"))
+    assert problems == [] and mix is not None
+    assert mix.samples == len(values)
+    assert mix.idle_share == pytest.approx(values.count(0) / len(values))
+    busy = [v for v in values if v]
+    assert dict(zip(mix.batch_sizes, mix.weights, strict=True)) == pytest.approx(
+        {b: busy.count(b) / len(busy) for b in set(busy)}
+    )

@@ -254,6 +254,15 @@ def check_deployment(
     if points:
         placed = placed_points(axis, points, runs)
         judged, found, servers = judge_contexts(sweep, placed, settings, dynamic, global_k)
+        if traffic is not None:
+            found = [
+                *found,
+                Problem(
+                    Severity.NOTE,
+                    "traffic-not-weighed",
+                    "--traffic is not weighed on a check per prompt length (docs/traffic.md)",
+                ),
+            ]
         return dataclasses.replace(
             _report(
                 settings, dynamic, [*problems, *(axis.problems if axis else ()), *found, *capture]
