@@ -153,6 +153,23 @@ class TrafficValue:
     def evaluated_share(self) -> float:
         return self.measured_share + self.interpolated_share
 
+    def answers(self) -> list[str]:
+        """The schedule's gain over each other arm, in the words the CLI's line and the app's
+        chart both use."""
+        found = []
+        best, k0 = self.best_static, self.k0
+        if best is not None and best.k != 0:
+            name = best.label if best.label.startswith("K=") else f"arm ({best.label})"
+            found.append(f"{best.gain_text()} over the best static {name}")
+        if k0 is not None:
+            also = " (also the best static K)" if best is not None and best.k == 0 else ""
+            found.append(f"{k0.gain_text()} over K=0, no speculation{also}")
+        else:
+            found.append("K=0 not measured at every anchor")
+        if self.no_drafter is not None:
+            found.append(f"{self.no_drafter.gain_text()} over a server without a drafter")
+        return found
+
     def line(self) -> str:
         """The CLI's one line, printed before the verdict."""
         head = f"traffic ({self.mix.description()}):"
@@ -165,17 +182,7 @@ class TrafficValue:
         parts = [
             f"expected {self.objective} {objective_text(self.schedule.expected)} with the schedule"
         ]
-        best, k0 = self.best_static, self.k0
-        if best is not None and best.k != 0:
-            name = best.label if best.label.startswith("K=") else f"arm ({best.label})"
-            parts.append(f"{best.gain_text()} over the best static {name}")
-        if k0 is not None:
-            also = " (also the best static K)" if best is not None and best.k == 0 else ""
-            parts.append(f"{k0.gain_text()} over K=0, no speculation{also}")
-        else:
-            parts.append("K=0 not measured at every anchor")
-        if self.no_drafter is not None:
-            parts.append(f"{self.no_drafter.gain_text()} over a server without a drafter")
+        parts += self.answers()
         level = (
             f"{INTERVAL_LEVEL:.0%} interval from the confidence model's posterior"
             if self.interval_known

@@ -78,14 +78,7 @@ def _template(batch_size_title: str) -> dict[str, Any]:
 def _answers(value: TrafficValue) -> list[str]:
     """The three answers, one subtitle line each."""
     lines = [f"the schedule: expected {value.objective} {objective_text(value.schedule.expected)}"]
-    best, k0 = value.best_static, value.k0
-    if best is not None and best.k != 0:
-        lines.append(f"over the best static {best.label}: {best.gain_text()}")
-    if k0 is not None:
-        also = ", also the best static K" if best is not None and best.k == 0 else ""
-        lines.append(f"over K=0 (no speculation{also}): {k0.gain_text()}")
-    else:
-        lines.append("K=0 not measured at every anchor")
+    lines += value.answers()
     lines.append(
         f"[{INTERVAL_LEVEL:.0%} interval]; bars between anchors: interpolated, nothing measured"
         if value.interval_known
