@@ -98,13 +98,18 @@ class MeasurementPlan:
     tolerance: float
     reruns: pl.DataFrame
     new_anchors: pl.DataFrame
+    #: How the rows are ordered when not as found (:func:`lib.traffic_plan.by_traffic`: by
+    #: the traffic mix's share each one decides); None: as found.
+    ordered_by: str | None = None
 
     @property
     def empty(self) -> bool:
         return self.reruns.is_empty() and self.new_anchors.is_empty()
 
     def to_json(self) -> dict[str, Any]:
+        ordered = {} if self.ordered_by is None else {"ordered_by": self.ordered_by}
         return {
+            **ordered,
             "confidence": self.confidence,
             "tie_tolerance": self.tolerance,
             "total_more_runs": int(self.reruns["more_runs"].sum())

@@ -35,6 +35,7 @@ __all__ = [
     "anchor_verdict",
     "cell_mean_sd",
     "cell_mean_variances",
+    "centre_draws",
     "leading_k",
     "run_noise_of",
 ]
@@ -469,3 +470,38 @@ def aligned_cells(clean: AnchorCells, full: AnchorCells) -> AnchorCells:
             if name.name != "ks"
         },
     )
+
+
+def centre_draws(
+    cells: AnchorCells, settings: ModelSettings, rng: np.random.Generator
+) -> NDArray[np.float64] | None:
+    """Draws of every K's centre (the mean score, log scale) from the posterior
+    :func:`anchor_verdict` decides by (:class:`_Unit`: run noise, measured or assumed server
+    offsets), ``settings.draws`` columns, one row per K in ``cells``' order; an infeasible K's
+    row is -inf. ``rng`` is the caller's, so that anchors can be drawn independently (the
+    verdict's common random numbers make every anchor's draws alike, which is right for one
+    anchor's P and wrong for a sum over anchors). None where the noise cannot be estimated
+    (one run per cell and no replicas)."""
+    feasible = ~cells.infeasible
+    draws = np.full((len(cells.ks), settings.draws), -np.inf)
+    if feasible.sum() == 0:
+        return draws
+    if _replicated(cells, feasible):
+        noise = _replica_noise(cells, feasible)
+    else:
+        noise = _assumed_noise(cells, feasible, settings)
+    unit = _unit(cells, feasible, noise, settings)
+    if unit.df == 0:
+        return None
+    columns = int(feasible.sum())
+    mu = np.repeat(unit.means[:, np.newaxis], settings.draws, axis=1)
+    if unit.log_sd > 0.0:
+        chi2 = 2.0 * rng.standard_gamma(unit.df / 2.0, size=settings.draws)
+        scale = np.sqrt(unit.df / np.maximum(chi2, np.finfo(float).tiny))
+        z = rng.standard_normal((columns, settings.draws))
+        mu = mu + (unit.log_sd / np.sqrt(unit.counts))[:, np.newaxis] * scale * z
+    if unit.server_variance > 0.0:
+        offsets = rng.standard_normal((columns, settings.draws))
+        mu = mu + math.sqrt(unit.server_variance) * offsets
+    draws[feasible] = mu
+    return draws

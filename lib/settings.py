@@ -53,6 +53,7 @@ __all__ = [
     "Options",
     "Policy",
     "Settings",
+    "TrafficSettings",
     "beyond_every_count",
     "context_var_reason",
     "prompt_length_expected",
@@ -620,3 +621,23 @@ def context_var_reason(context_var: str, objective: str | None) -> str | None:
             " auto or none"
         )
     return None
+
+
+@dataclass(frozen=True)
+class TrafficSettings:
+    """The traffic the schedule is weighed on (:mod:`lib.traffic`, docs/traffic.md)."""
+
+    traffic: str | None = field(
+        default=None,
+        metadata=flag(
+            "--traffic",
+            "the server's batch-size distribution: a Prometheus range query (JSON of"
+            " /api/v1/query_range) of vllm:num_requests_running or sglang:num_running_reqs,"
+            " or a CSV of batch_size,weight or of timestamp,batch_size samples; the schedule's"
+            " expected gain over the best static K and over K=0 on it, with intervals, and the"
+            " verdict judges by it; check weighs the measured dynamic server on it (default:"
+            " tune weighs the sweep's own runs and says so; check weighs nothing)",
+            in_seed=False,
+            metavar="FILE",
+        ),
+    )

@@ -10,6 +10,7 @@ order the cell names them, then the sidebar part showing them, which the cell sh
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,15 @@ def page_start(argv: list[str]) -> tuple[Any, ...]:
     # The controls a problem's one-click fix may set are built from these states: the K field
     # from its own (a new K field reads the sweep again), the others from one, which a fix sets
     # to their values now with its own; their cells build them again.
+    # --traffic FILE after `--`: read once; a refused file stops the page as the CLI exits 2.
+    traffic_mix, traffic_problems = app_support.traffic_mix(arguments.traffic)
+    mo.stop(
+        bool(traffic_problems),
+        mo.callout(
+            mo.md("\n".join(f"- {html.escape(p.describe())}" for p in traffic_problems)),
+            kind="danger",
+        ),
+    )
     get_k_var, set_k_var = mo.state(Fields().k_var)
     get_fixable, set_fixable = mo.state(guide.fixable_values(Settings()))
     return (
@@ -67,6 +77,8 @@ def page_start(argv: list[str]) -> tuple[Any, ...]:
         root,
         set_fixable,
         set_k_var,
+        arguments.traffic,
+        traffic_mix,
     )
 
 

@@ -107,12 +107,15 @@ def answer_view(
     schedule_file: bytes | None,
     point_label: str | None,
     headline_chart,
+    traffic_chart=None,
 ) -> mo.Html:
     """The answer, top to bottom: the experiment's full name, the verdict with the fixes of the
     two largest error groups (the largest is the reason), the schedule (at ``point_label``, the
     context point shown, if any), its `vllm serve` config and the download of
     ``schedule_file`` (only when the CLI writes that file), the headline chart, and what the
-    verdict assumes about server starts."""
+    verdict assumes about server starts; under the chart, the traffic mix the schedule was
+    weighed on with its three answers (``traffic_chart``, None: not weighed), and which mix
+    the verdict judged on."""
     kind = {"ready": "success", "provisional": "warn", "cannot-tune": "danger"}[verdict.state]
     fixes = [
         fix_buttons[group.rule]
@@ -158,10 +161,14 @@ def answer_view(
                 )
             )
     page.append(headline_chart)
+    if traffic_chart is not None:
+        page.append(traffic_chart)
     if verdict.assumption is not None:
         # What the verdict's "resolved" rests on, as the CLI's "assumes:" line; under the chart,
         # so that the answer stays on the first screen.
         page.append(mo.md(f"*The verdict assumes:* {html.escape(verdict.assumption)}."))
+    if verdict.traffic is not None:
+        page.append(mo.md(f"*Traffic:* {html.escape(verdict.traffic)}."))
     return mo.vstack(page)
 
 

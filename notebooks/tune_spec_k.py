@@ -15,6 +15,7 @@ with app.setup:
     from lib.app import support as app_support
     from lib.context_axis import find_context_axis
     from lib.present.charts import headline
+    from lib.present.charts import traffic as traffic_charts
     from lib.settings import ContextSettings, Fields, Options, Settings
     from lib.sweeps import load_experiment
 
@@ -54,6 +55,8 @@ def _():
         root,
         set_fixable,
         set_k_var,
+        traffic_settings,
+        traffic_mix,
     ) = page_start(sys.argv[1:])
     return (
         context_format_picker,
@@ -65,6 +68,8 @@ def _():
         root,
         set_fixable,
         set_k_var,
+        traffic_mix,
+        traffic_settings,
     )
 
 
@@ -144,6 +149,8 @@ def _(
     strict_checkbox,
     sweep,
     tolerance_slider,
+    traffic_mix,
+    traffic_settings,
 ):
     # One cell for everything a setting changes (each would run on every change anyway): the
     # CLI's whole analysis (per context point when the sweep varied the prompt length), the
@@ -168,10 +175,16 @@ def _(
         run_cv=run_cv_slider.value,
     )
     cli_arguments = app_support.cli_arguments(
-        experiment_picker.value, fields, settings, options, deploy_settings
+        experiment_picker.value, fields, settings, options, deploy_settings, traffic_settings
     )
     shown = app_context.analyse_sweep(
-        sweep, settings, options, context_axis, context_point_picker.value, deploy_settings
+        sweep,
+        settings,
+        options,
+        context_axis,
+        context_point_picker.value,
+        deploy_settings,
+        traffic_mix,
     )
     analysis = shown.analysis
     result = analysis.result
@@ -197,6 +210,7 @@ def _(
     # The answer is this cell's output, apart from the rest of the page, so that it shows
     # first: all of it changes with every setting.
     headline_chart = headline.headline_chart(result, analysis.report)
+    traffic_chart = traffic_charts.traffic_chart(result)
     mo.output.replace(
         answer_view(
             app_support.shown_path(experiment_picker.value.relative_to(root)),
@@ -207,6 +221,7 @@ def _(
             schedule_file,
             None if shown.grid is None else context_point_picker.selected_key,
             headline_chart,
+            traffic_chart,
         )
     )
     return (

@@ -399,9 +399,57 @@ CASES = [
 BY_NAME = {case.folder: case for case in CASES}
 
 
+#: Broken ``--traffic`` files (tests/bad_inputs/traffic/, hand-written: each a line or two),
+#: each refused on the healthy sweep with the file, its line or JSON field and the value.
+TRAFFIC = CORPUS / "traffic"
+TRAFFIC_CASES = [
+    ("negative-weight.csv", "invalid-traffic", "line 3: weight", "'-0.1'"),
+    ("fractional-batch.csv", "invalid-traffic", "line 3: batch_size", "'2.5'"),
+    ("repeated-timestamp.csv", "invalid-traffic", "line 4: timestamp", "'1764921600.5'"),
+    ("unknown-header.csv", "invalid-traffic", "line 1: header", "'time,running'"),
+    ("only-idle.csv", "invalid-traffic", None, None),
+    (
+        "wrong-gauge.json",
+        "invalid-traffic",
+        "data.result[0].metric.__name__",
+        "'vllm:num_requests_waiting'",
+    ),
+    ("nan-sample.json", "invalid-traffic", "data.result[0].values[2][1]", "'NaN'"),
+    # A query that sums the ranks (sum(vllm:num_requests_running)) has no __name__.
+    ("summed-ranks.json", "invalid-traffic", "data.result[0].metric.__name__", None),
+    ("truncated.json", "invalid-json", None, None),
+]
+
+
 def test_every_corpus_folder_has_a_case() -> None:
-    folders = {path.name for path in CORPUS.iterdir() if path.is_dir()}
+    folders = {path.name for path in CORPUS.iterdir() if path.is_dir()} - {TRAFFIC.name}
     assert folders == set(BY_NAME)
+    assert {path.name for path in TRAFFIC.iterdir()} == {case[0] for case in TRAFFIC_CASES}
+
+
+@pytest.mark.parametrize(("name", "rule", "field", "value"), TRAFFIC_CASES)
+def test_a_broken_traffic_file_is_refused_and_named(
+    name: str,
+    rule: str,
+    field: str | None,
+    value: str | None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    experiment = tmp_path / "experiment"
+    shutil.copytree(CORPUS / "null-goodput", experiment)
+    before = _listing(experiment)
+    path = str(TRAFFIC / name)
+    assert main([str(experiment), "--traffic", path]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and captured.out == ""
+    assert "nothing written" in captured.err
+    assert _listing(experiment) == before
+    pieces = [f"error [{rule}]", path]
+    pieces += [f"field {field!r}"] if field else []
+    pieces += [f"value {value}"] if value else []
+    lines = [line for line in captured.err.splitlines() if all(p in line for p in pieces)]
+    assert lines, f"no stderr line has all of {pieces}:\n{captured.err}"
 
 
 @pytest.fixture

@@ -114,6 +114,7 @@ DEPLOY_ORDER = (
     "registry",
     "verdict",
     "tuning",
+    "traffic",
 )
 
 

@@ -16,12 +16,14 @@ from lib.deploy.grid import ContextExport
 from lib.deploy.registry import export, formats, grid_export
 from lib.deploy.result_file import context_text, result_text
 from lib.deploy.settings import ExportSettings
+from lib.deploy.traffic import with_traffic
 from lib.deploy.tuning import deploy_analysis, deploy_contexts, deployed_decisions
 from lib.deploy.verdict import Verdict, context_verdict, verdict_in
 from lib.problems import Problem
 from lib.schedule import TuningResult
 from lib.settings import DeploySettings, Options, Settings
 from lib.sweeps import Sweep
+from lib.traffic import TrafficMix
 
 __all__ = [
     "FORMAT_LABELS",
@@ -84,15 +86,18 @@ def analyse_sweep(
     axis: ContextAxis | None,
     point: int | None = None,
     deploy: DeploySettings | None = None,
+    traffic: TrafficMix | None = None,
 ) -> SweepAnalysis:
     """The whole sweep's analysis, per context point when ``axis`` (from
     :func:`lib.context_axis.find_context_axis`) is not None; ``point``: which one the page details
     (default, or out of range: the shortest, the seed's world); every point deployed by
     :func:`lib.deploy.tuning.deploy_contexts` like a batch-only sweep (the grid's own exports
-    are checked, not capped: :mod:`lib.deploy.grid`)."""
+    are checked, not capped: :mod:`lib.deploy.grid`). A batch-only analysis is weighed on
+    ``traffic`` (None: the sweep's own runs) as the CLI weighs it
+    (:func:`lib.deploy.traffic.with_traffic`)."""
     if axis is None:
         deployed, _ = deploy_analysis(analyse(sweep, settings, options), deploy or DeploySettings())
-        return SweepAnalysis(deployed, None, None)
+        return SweepAnalysis(with_traffic(deployed, traffic), None, None)
     # Every point deployed as the CLI deploys it (capped where C is known): the page's point
     # is the grid's own, so the headline's K track, the downloads and the verdict agree.
     grid = deploy_contexts(

@@ -41,9 +41,11 @@ from lib.settings import (
     Options,
     Policy,
     Settings,
+    TrafficSettings,
 )
 from lib.sweep_files import holds_runs
 from lib.sweeps import Sweep
+from lib.traffic import TrafficMix, read_traffic
 
 __all__ = [
     "CAPTURE_RULES",
@@ -128,6 +130,7 @@ class AppArguments:
 
     sweeps: str | None
     deploy: DeploySettings = field(default_factory=DeploySettings)
+    traffic: TrafficSettings = field(default_factory=TrafficSettings)
 
 
 def parse_app_arguments(argv: Sequence[str]) -> AppArguments:
@@ -139,8 +142,21 @@ def parse_app_arguments(argv: Sequence[str]) -> AppArguments:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--sweeps", default=None)
     add_flags(parser, DeploySettings)
+    add_flags(parser, TrafficSettings)
     known, _ = parser.parse_known_args(list(argv))
-    return AppArguments(sweeps=known.sweeps, deploy=from_arguments(DeploySettings, known))
+    return AppArguments(
+        sweeps=known.sweeps,
+        deploy=from_arguments(DeploySettings, known),
+        traffic=from_arguments(TrafficSettings, known),
+    )
+
+
+def traffic_mix(settings: TrafficSettings) -> tuple[TrafficMix | None, list[Problem]]:
+    """The ``--traffic`` file's mix, as ``tune-spec-k --traffic`` reads it (None, no problem:
+    not given; the page weighs the sweep's own runs then, as the CLI does)."""
+    if settings.traffic is None:
+        return None, []
+    return read_traffic(settings.traffic)
 
 
 def resolve_root(sweeps: str | None, notebook_dir: Path, cwd: Path) -> Path:
@@ -587,6 +603,7 @@ def cli_arguments(
     settings: Settings,
     options: Options,
     deploy: DeploySettings | None = None,
+    traffic: TrafficSettings | None = None,
 ) -> list[str]:
     """The ``tune-spec-k`` arguments that analyse ``experiment`` exactly as the app does."""
     return [
@@ -595,6 +612,7 @@ def cli_arguments(
         *to_arguments(settings),
         *to_arguments(options),
         *to_arguments(deploy or DeploySettings()),
+        *to_arguments(traffic or TrafficSettings()),
     ]
 
 

@@ -30,7 +30,15 @@ from lib.loop.check.report import check_deployment
 from lib.loop.check.schedule_file import context_schedule_file
 from lib.present.text import check_lines
 from lib.problems import Problem
-from lib.settings import ContextSettings, DeploySettings, Fields, Options, Settings
+from lib.settings import (
+    ContextSettings,
+    DeploySettings,
+    Fields,
+    Options,
+    Settings,
+    TrafficSettings,
+)
+from lib.traffic import read_traffic
 
 __all__ = ["CheckArgs", "main"]
 
@@ -53,6 +61,7 @@ class CheckArgs:
     options: Options
     deploy: DeploySettings = field(default_factory=DeploySettings)
     context: ContextSettings = field(default_factory=ContextSettings)
+    traffic: TrafficSettings = field(default_factory=TrafficSettings)
 
     description: ClassVar[str] = (
         "Judge a deployed schedule from a validation sweep (tune-spec-k plan --validate): per"
@@ -85,6 +94,7 @@ class CheckArgs:
         add_flags(parser, Options, only=OPTIONS_USED)
         add_flags(parser, DeploySettings)
         add_flags(parser, ContextSettings)
+        add_flags(parser, TrafficSettings)
         parser.add_argument(
             "--strict", action="store_true", help="exit 1 for inconclusive anchors too"
         )
@@ -102,6 +112,7 @@ class CheckArgs:
             options=from_arguments(Options, arguments),
             deploy=from_arguments(DeploySettings, arguments),
             context=from_arguments(ContextSettings, arguments),
+            traffic=from_arguments(TrafficSettings, arguments),
         )
 
 
@@ -117,8 +128,14 @@ def main(args: CheckArgs) -> int:
         if schedule is None:
             print_problems(problems, lambda count: f"{_COMMAND}: cannot read the schedule")
             return EXIT_BAD_INPUT
+    mix = None
+    if args.traffic.traffic is not None:
+        mix, problems = read_traffic(args.traffic.traffic)
+        if problems:
+            print_problems(problems, lambda count: f"{_COMMAND}: cannot read --traffic")
+            return EXIT_BAD_INPUT
     settings = CheckSettings(args.settings, args.options, args.fields, args.context)
-    report = check_deployment(args.experiment_dir, settings, schedule, args.deploy)
+    report = check_deployment(args.experiment_dir, settings, schedule, args.deploy, mix)
     if print_problems(
         report.problems,
         lambda count: f"{_COMMAND}: cannot judge {args.experiment_dir}: {count} problem(s)",

@@ -36,6 +36,7 @@ from lib.settings import (
     Fields,
     Options,
     Settings,
+    TrafficSettings,
 )
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from lib.server_info import SavedServers
     from lib.sweep_files import SweepFiles
     from lib.sweeps import Sweep
+    from lib.traffic import TrafficMix
 
 __all__ = ["TuneArgs", "main"]
 
@@ -62,6 +64,7 @@ class TuneArgs:
     options: Options
     context: ContextSettings = field(default_factory=ContextSettings)
     deploy: DeploySettings = field(default_factory=DeploySettings)
+    traffic: TrafficSettings = field(default_factory=TrafficSettings)
 
     description: ClassVar[str] = (
         "Choose vLLM's Dynamic speculative-decoding schedule"
@@ -93,6 +96,7 @@ class TuneArgs:
         add_flags(parser, Options)
         add_flags(parser, ContextSettings)
         add_flags(parser, DeploySettings)
+        add_flags(parser, TrafficSettings)
         parser.add_argument(
             "--plan-json",
             default=None,
@@ -113,6 +117,7 @@ class TuneArgs:
             options=from_arguments(Options, arguments),
             context=from_arguments(ContextSettings, arguments),
             deploy=from_arguments(DeploySettings, arguments),
+            traffic=from_arguments(TrafficSettings, arguments),
         )
 
 
@@ -193,6 +198,9 @@ def _tune(args: TuneArgs) -> int:
     outputs = [output] if plan_output is None else [plan_output, output]
     if print_output_problems(PROGRAM, check_outputs(outputs, [args.experiment_dir])):
         return EXIT_BAD_INPUT
+    mix, refused = _traffic_mix(args)
+    if refused:
+        return EXIT_BAD_INPUT
     # The files are read in a second process while this one imports Polars and NumPy.
     reading = Prefetch.start(functools.partial(_read, args))
     from lib.analysis import analyse
@@ -236,6 +244,9 @@ def _tune(args: TuneArgs) -> int:
             tuned, result=dataclasses.replace(tuned.result, problems=problems)
         )
     analysis, deployment = deploy_analysis(tuned, args.deploy, facts, fact_problems)
+    from lib.deploy.traffic import traffic_in, with_traffic
+
+    analysis = with_traffic(analysis, mix)
     result = analysis.result
     verdict = verdict_in(result)
     failed = print_problems(
@@ -263,10 +274,29 @@ def _tune(args: TuneArgs) -> int:
         lines += text.effective_batch_lines(analysis.effective_batch)
     if deployment is not None:
         lines += deployment.lines()
+    weighed = traffic_in(result)
+    if weighed is not None:
+        lines.append(weighed.line())
     if verdict is not None:
         lines += verdict.lines()
     lines.append(text.speculative_config_line(result))
     return write_and_print(PROGRAM, writes, lines)
+
+
+def _traffic_mix(args: TuneArgs) -> tuple[TrafficMix | None, bool]:
+    """The ``--traffic`` file's mix (None when not given), and whether it was refused (its
+    problems printed: nothing is written)."""
+    if args.traffic.traffic is None:
+        return None, False
+    from lib.traffic import read_traffic
+
+    mix, problems = read_traffic(args.traffic.traffic)
+    if problems:
+        print_problems(
+            problems, lambda count: f"{PROGRAM}: nothing written: {count} problem(s) in --traffic"
+        )
+        return None, True
+    return mix, False
 
 
 def _print_refused_verdict(verdict: Verdict | None) -> None:
@@ -309,6 +339,11 @@ def _tune_contexts(
         _print_refused_verdict(context_verdict(analysis))
         return EXIT_BAD_INPUT
     lines = []
+    if args.traffic.traffic is not None:
+        lines.append(
+            "traffic: --traffic is not weighed on a sweep that varied the prompt length"
+            " (docs/traffic.md); tune per prompt length with --context-var none to weigh it"
+        )
     answer = analysis.answer
     if answer is not None and analysis.deployable and answer.result.schedule is not None:
         lines += [answer.result.schedule.json_text(), *text.decision_lines(answer.result)]

@@ -134,6 +134,8 @@ class Verdict:
     state: State
     reasons: tuple[Reason, ...]
     assumption: str | None = None
+    #: Which traffic mix the verdict judged on (:mod:`lib.deploy.traffic`); None: none weighed.
+    traffic: str | None = None
 
     @property
     def title(self) -> str:
@@ -142,6 +144,7 @@ class Verdict:
     def lines(self) -> list[str]:
         """What the CLI prints: ``verdict: ...`` then one indented line per reason."""
         basis = [] if self.assumption is None else [f"  assumes: {self.assumption}"]
+        basis += [] if self.traffic is None else [f"  traffic: {self.traffic}"]
         if self.state == "ready":
             return [
                 "verdict: ready (every pick resolved; nothing between the anchors, at the"
@@ -153,11 +156,12 @@ class Verdict:
         return [head, *(f"  - {reason.line()}" for reason in self.reasons), *basis]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        found = {
             "state": self.state,
             "reasons": [reason.to_json() for reason in self.reasons],
             "assumption": self.assumption,
         }
+        return found if self.traffic is None else {**found, "traffic": self.traffic}
 
 
 def _verdict(

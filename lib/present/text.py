@@ -269,6 +269,8 @@ def measurement_plan_lines(plan: MeasurementPlan) -> list[str]:
         f"measurement plan (confidence {plan.confidence:g}, tie tolerance"
         f" {plan.tolerance * 100:g}%):"
     ]
+    if plan.ordered_by is not None:
+        lines.append(f"  {plan.ordered_by}")
     for (anchor,), group in plan.reruns.group_by("batch_size", maintain_order=True):
         lines.append(f"  batch_size={anchor}:")
         for row in group.to_dicts():
@@ -399,6 +401,8 @@ def check_lines(report: CheckReport) -> list[str]:
         lines.append(report.deployment_summary)
     if report.one_prompt_length is not None:
         lines.append(report.one_prompt_length)
+    if report.traffic is not None:
+        lines.append(report.traffic.line())
     lines += _verdict_lines(report.verdicts)
     for context in report.contexts:
         where = f"at {context.prompt_tokens} prompt tokens ({report.context_field})"

@@ -15,6 +15,7 @@ from lib.app.context import analyse_sweep
 from lib.cli.main import main
 from lib.context import ContextAnalysis, analyse_contexts
 from lib.context_axis import find_context_axis
+from lib.deploy.traffic import with_traffic
 from lib.deploy.tuning import deploy_analysis, deploy_contexts
 from lib.deploy.verdict import (
     REFUSAL_FIXES,
@@ -239,7 +240,9 @@ def test_the_cli_prints_the_verdict_before_the_config_and_writes_it(
     lines = capsys.readouterr().out.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
     config = next(i for i, line in enumerate(lines) if line.startswith("--speculative-config"))
-    verdict = verdict_in(_deployed(folder, deploy=DeploySettings(max_num_seqs=16)).result)
+    # The CLI weighs the deployed tuning on the traffic mix (the sweep's own here) last.
+    deployed = with_traffic(_deployed(folder, deploy=DeploySettings(max_num_seqs=16)), None)
+    verdict = verdict_in(deployed.result)
     assert verdict is not None and verdict.state == "provisional"
     # The lines printed are the verdict's, right before the config line.
     assert lines[head:config] == verdict.lines()
@@ -250,7 +253,7 @@ def test_the_app_shows_the_verdict_the_cli_prints(tmp_path: Path) -> None:
     folder = write_grid(tmp_path, CROSSING, max_num_seqs=16)
     deploy = DeploySettings(max_num_seqs=16)
     shown = analyse_sweep(load_experiment(folder), Settings(), Options(), None, None, deploy)
-    assert shown.verdict == verdict_in(_deployed(folder, deploy=deploy).result)
+    assert shown.verdict == verdict_in(with_traffic(_deployed(folder, deploy=deploy), None).result)
 
 
 def test_no_schedule_cannot_tune(tmp_path: Path) -> None:

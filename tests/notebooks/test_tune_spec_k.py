@@ -44,6 +44,7 @@ from lib.context import analyse_contexts
 from lib.context_axis import find_context_axis
 from lib.deploy.registry import formats
 from lib.deploy.result_file import result_text
+from lib.deploy.traffic import with_traffic
 from lib.deploy.tuning import deploy_analysis
 from lib.deploy.verdict import verdict_in
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side
@@ -123,9 +124,10 @@ def _analysed(
     axis, _ = find_context_axis(sweep, ContextSettings())
     if axis is not None:
         analysis = analyse_contexts(sweep, axis, settings or Settings(), options).contexts[0]
-    else:
-        analysis = analyse(sweep, settings or Settings(), options)
-    return deploy_analysis(analysis, DeploySettings())[0].result
+        return deploy_analysis(analysis, DeploySettings())[0].result
+    analysis = analyse(sweep, settings or Settings(), options)
+    # A batch-only sweep is weighed on the traffic mix (the sweep's own: no --traffic), last.
+    return with_traffic(deploy_analysis(analysis, DeploySettings())[0], None).result
 
 
 def _assert_same_result(shown: TuningResult, expected: TuningResult) -> None:

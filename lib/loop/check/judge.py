@@ -34,9 +34,11 @@ from lib.confidence import ConfidenceSettings, ServerNoise, assess
 from lib.loop.check.arms import DYNAMIC, NO_SPECULATION
 from lib.numbers import percent_text
 from lib.problems import Problem, Severity
-from lib.schedule import tune
+from lib.schedule import Schedule, tune
 from lib.settings import ContextSettings, Fields, Options, Settings
 from lib.sweeps import Sweep
+from lib.traffic import TrafficMix
+from lib.traffic_value import ArmSet, TrafficValue, traffic_value
 
 __all__ = [
     "ARM_SCHEMA",
@@ -45,6 +47,7 @@ __all__ = [
     "CheckSettings",
     "frames_json",
     "judge",
+    "traffic_of",
 ]
 
 DRAFTS_FIELD = "spec_decode_num_drafts"
@@ -185,6 +188,44 @@ def _p_eps_good(
         pl.col("k").replace_strict(names, return_dtype=pl.Utf8).alias("arm")
     )
     return p, cells, list(result.problems), report.servers
+
+
+def traffic_of(
+    sweep: Sweep, runs: pl.DataFrame, settings: CheckSettings, mix: TrafficMix
+) -> TrafficValue | None:
+    """The dynamic arm weighed on ``mix`` (:mod:`lib.traffic_value`) against the best static
+    arm, the schedule-enabled engine at K=0 and the server without a drafter, each where the
+    sweep has it: the confidence model over every arm at once, the dynamic arm as a one-range
+    "schedule" of its code. None without a dynamic arm or anchors."""
+    codes = _arm_codes(runs)
+    if DYNAMIC not in codes:
+        return None
+    chosen = runs.with_columns(
+        pl.col("arm").replace_strict(codes, return_dtype=pl.Int64).alias("k"),
+        pl.lit(None, pl.Int64).alias("global_k"),
+    ).drop("arm", "kind", "arm_k")
+    result = tune(dataclasses.replace(sweep, runs=chosen, k_var="arm"), settings.tuning)
+    report = assess(result, settings.confidence_settings())
+    anchors = report.runs["anchor"].unique().sort().to_list()
+    if not anchors:
+        return None
+    kind_of = dict(runs.select("arm", "kind").unique().iter_rows())
+    zero = [a for a in codes if a != NO_SPECULATION and _is_k0(a, runs)]
+    statics = [a for a in codes if kind_of[a] in ("static", "one-range") and a not in zero]
+    ks = {
+        codes[a]: (found[0] if len(found) == 1 else None)
+        for a in codes
+        for found in [runs.filter(pl.col("arm") == a)["arm_k"].unique().to_list()]
+    }
+    arms = ArmSet(
+        statics=tuple(codes[a] for a in statics),
+        k0=codes[zero[0]] if zero else None,
+        no_drafter=codes.get(NO_SPECULATION),
+        labels={code: arm for arm, code in codes.items()},
+        ks=ks,
+    )
+    dynamic = Schedule(((1, max(anchors), codes[DYNAMIC]),))
+    return traffic_value(mix, dynamic, report, settings.tuning.objective, None, arms)
 
 
 def judge(

@@ -52,11 +52,14 @@ from lib.loop.check.judge import (
     CheckSettings,
     frames_json,
     judge,
+    traffic_of,
 )
 from lib.problems import Problem, Severity, errors
 from lib.schedule import NO_SCHEDULE, Schedule
 from lib.settings import GLOBAL_K_VAR, DeploySettings
 from lib.sweeps import Sweep, load_experiment
+from lib.traffic import TrafficMix
+from lib.traffic_value import TrafficValue
 
 __all__ = ["CheckReport", "check_deployment"]
 
@@ -84,6 +87,8 @@ class CheckReport:
     servers: ServerNoise | None = None
     context_schedule: ContextSchedule | None = None
     one_prompt_length: str | None = None
+    #: The dynamic arm weighed on ``--traffic`` (:func:`lib.loop.check.judge.traffic_of`).
+    traffic: TrafficValue | None = None
 
     @property
     def assumption(self) -> str | None:
@@ -131,6 +136,7 @@ class CheckReport:
             **({"deployment": dict(self.deployment)} if self.deployment is not None else {}),
             **contexts,
             **({"one_prompt_length": self.one_prompt_length} if self.one_prompt_length else {}),
+            **({"traffic": self.traffic.to_json()} if self.traffic is not None else {}),
         }
 
     def to_json_text(self) -> str:
@@ -142,6 +148,7 @@ def check_deployment(
     settings: CheckSettings,
     schedule: UnderTest | None = None,
     deploy: DeploySettings | None = None,
+    traffic: TrafficMix | None = None,
 ) -> CheckReport:
     """Read a validation sweep and judge the dynamic arm at every anchor; never raises for bad
     input (problems are in the report; errors mean no verdict can be trusted). The schedule
@@ -151,7 +158,9 @@ def check_deployment(
 
     A context schedule under test (or the sweep's one multi-K context schedule) is judged per
     context point at the K it runs there (:func:`row_contexts`); on a sweep that did not vary
-    the prompt length, at its one prompt length (:func:`lib.context_axis.sole_context_point`)."""
+    the prompt length, at its one prompt length (:func:`lib.context_axis.sole_context_point`).
+    With a ``traffic`` mix, a batch-only check also weighs the dynamic arm on it
+    (:func:`lib.loop.check.judge.traffic_of`)."""
     deploy = deploy or DeploySettings()
     problems: list[Problem] = [
         Problem(Severity.ERROR, "invalid-setting", reason)
@@ -250,6 +259,15 @@ def check_deployment(
     if points:
         placed = placed_points(axis, points, runs)
         judged, found, servers = judge_contexts(sweep, placed, settings, dynamic, global_k)
+        if traffic is not None:
+            found = [
+                *found,
+                Problem(
+                    Severity.NOTE,
+                    "traffic-not-weighed",
+                    "--traffic is not weighed on a check per prompt length (docs/traffic.md)",
+                ),
+            ]
         return dataclasses.replace(
             _report(
                 settings, dynamic, [*problems, *(axis.problems if axis else ()), *found, *capture]
@@ -272,6 +290,7 @@ def check_deployment(
         deployment=block,
         deployment_summary=summary,
         servers=servers,
+        traffic=None if traffic is None else traffic_of(sweep, runs, settings, traffic),
     )
 
 
