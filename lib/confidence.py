@@ -489,6 +489,9 @@ class ConfidenceReport:
     cells: pl.DataFrame
     anchors: pl.DataFrame
     servers: ServerNoise = dataclasses.field(default_factory=lambda: ServerNoise(DEFAULT_SERVER_CV))
+    #: Per anchor without a cell of two runs (and without replicas): the run noise it borrowed
+    #: or assumed (:func:`_fallback_noise`), the one its P rests on; absent elsewhere.
+    fallbacks: Mapping[int, NoiseSource | None] = dataclasses.field(default_factory=dict)
 
     def blocks(self) -> dict[int, dict[str, Any]]:
         """The ``batch_decisions[i]["confidence"]`` block per anchor: ``status``,
@@ -905,6 +908,7 @@ def _assess(
         servers=_server_noise_of(
             noises, settings, _run_noise_summary(fallbacks, fitted, settings) if lean else None
         ),
+        fallbacks=fallbacks,
     )
 
 

@@ -473,15 +473,19 @@ def aligned_cells(clean: AnchorCells, full: AnchorCells) -> AnchorCells:
 
 
 def centre_draws(
-    cells: AnchorCells, settings: ModelSettings, rng: np.random.Generator
+    cells: AnchorCells,
+    settings: ModelSettings,
+    rng: np.random.Generator,
+    fallback: NoiseSource | None = None,
 ) -> NDArray[np.float64] | None:
     """Draws of every K's centre (the mean score, log scale) from the posterior
     :func:`anchor_verdict` decides by (:class:`_Unit`: run noise, measured or assumed server
     offsets), ``settings.draws`` columns, one row per K in ``cells``' order; an infeasible K's
     row is -inf. ``rng`` is the caller's, so that anchors can be drawn independently (the
     verdict's common random numbers make every anchor's draws alike, which is right for one
-    anchor's P and wrong for a sum over anchors). None where the noise cannot be estimated
-    (one run per cell and no replicas)."""
+    anchor's P and wrong for a sum over anchors). ``fallback``: the run noise the anchor
+    borrowed or assumed where no cell has two runs (:func:`anchor_verdict`'s); None where the
+    noise is unknown (one run per cell, no replicas and no fallback)."""
     feasible = ~cells.infeasible
     draws = np.full((len(cells.ks), settings.draws), -np.inf)
     if feasible.sum() == 0:
@@ -489,15 +493,19 @@ def centre_draws(
     if _replicated(cells, feasible):
         noise = _replica_noise(cells, feasible)
     else:
-        noise = _assumed_noise(cells, feasible, settings)
+        noise = _assumed_noise(cells, feasible, settings, fallback)
     unit = _unit(cells, feasible, noise, settings)
-    if unit.df == 0:
+    if unit.df == 0 and not unit.known:
         return None
     columns = int(feasible.sum())
     mu = np.repeat(unit.means[:, np.newaxis], settings.draws, axis=1)
     if unit.log_sd > 0.0:
-        chi2 = 2.0 * rng.standard_gamma(unit.df / 2.0, size=settings.draws)
-        scale = np.sqrt(unit.df / np.maximum(chi2, np.finfo(float).tiny))
+        # Known (assumed) noise: normal draws; estimated: Student-t (a scaled-inverse-chi-square
+        # variance), as anchor_verdict draws them.
+        scale: NDArray[np.float64] | float = 1.0
+        if not unit.known:
+            chi2 = 2.0 * rng.standard_gamma(unit.df / 2.0, size=settings.draws)
+            scale = np.sqrt(unit.df / np.maximum(chi2, np.finfo(float).tiny))
         z = rng.standard_normal((columns, settings.draws))
         mu = mu + (unit.log_sd / np.sqrt(unit.counts))[:, np.newaxis] * scale * z
     if unit.server_variance > 0.0:

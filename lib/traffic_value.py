@@ -279,7 +279,7 @@ def _anchors(report: ConfidenceReport, rng: np.random.Generator) -> dict[int, _A
     found: dict[int, _Anchor] = {}
     for anchor, every in sorted(full.items()):
         cells = aligned_cells(clean[anchor], every) if anchor in clean else every
-        draws = centre_draws(cells, report.settings, rng)
+        draws = centre_draws(cells, report.settings, rng, report.fallbacks.get(anchor))
         feasible = [i for i, bad in enumerate(cells.infeasible) if not bad]
         means = {int(cells.ks[i]): float(cells.means[i]) for i in feasible}
         by_k = None if draws is None else {int(cells.ks[i]): draws[i] for i in feasible}

@@ -12,7 +12,7 @@ from sweep_builder import write_grid
 
 from lib.analysis import analyse
 from lib.schedule import Schedule
-from lib.settings import Settings
+from lib.settings import Options, Settings
 from lib.sweeps import load_experiment
 from lib.traffic import mix_of
 from lib.traffic_value import INTERVAL_LEVEL, TrafficValue, traffic_value
@@ -137,3 +137,26 @@ def test_the_block_written_reads_back(tmp_path: Path) -> None:
         None,
         ["traffic.best_static_k.interval_percent: expected [low, high] or null"],
     )
+
+
+def test_single_run_cells_get_an_interval_from_the_assumed_or_borrowed_noise(
+    tmp_path: Path,
+) -> None:
+    # A lean sweep: every cell once. The anchors' P rest on --run-cv's assumed noise
+    # (lib.confidence's fallbacks), and so must the traffic interval: with --run-cv 0 the noise
+    # is unknown and there is no interval; with the default 2 % there is one around the point.
+    single = {cell: [x] for cell, x in CENTRES.items()}
+    schedule = Schedule(((1, 3, 2), (4, 4, 0)))
+    mix = mix_of({1: 0.5, 4: 0.5}, "mix.csv", "csv-weights", 2)
+    assert mix is not None
+    gains = {}
+    for run_cv, folder in ((0.02, "assumed"), (0.0, "unknown")):
+        sweep = load_experiment(write_grid(tmp_path / folder, single))
+        analysis = analyse(sweep, Settings(min_runs=1), options=Options(run_cv=run_cv))
+        assert analysis.report is not None
+        gains[run_cv] = traffic_value(mix, schedule, analysis.report, "output_throughput").k0
+    assumed, unknown = gains[0.02], gains[0.0]
+    assert assumed is not None and assumed.interval is not None
+    low, high = assumed.interval
+    assert low < assumed.gain_percent < high
+    assert unknown is not None and unknown.interval is None
