@@ -35,6 +35,7 @@ more than noise over that arm.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,11 @@ INTERVAL_LEVEL = 0.9
 INTERVAL_WIDENING = 1.2
 #: The random stream of the traffic draws (apart from the confidence model's streams).
 TRAFFIC_STREAM = 7
+#: Posterior draws behind the interval: fewer than the confidence model's 10,000, which decide
+#: a P near its bounds; a 5 % / 95 % quantile of 2,000 draws is off by about 0.5 % of the
+#: probability (sqrt(0.05 * 0.95 / 2000)), well inside the widening's margin, and the draws of
+#: every anchor of a large sweep were most of the CLI's time (bench/bench_cli.py).
+TRAFFIC_DRAWS = 2_000
 
 
 @dataclass(frozen=True)
@@ -276,10 +282,11 @@ def _anchors(report: ConfidenceReport, rng: np.random.Generator) -> dict[int, _A
     keeps them: :func:`lib.posterior.aligned_cells`), infeasible K left out."""
     full: dict[int, AnchorCells] = anchor_cells(report.runs)
     clean = anchor_cells(report.runs.filter(~pl.col("flagged")))
+    settings = dataclasses.replace(report.settings, draws=TRAFFIC_DRAWS)
     found: dict[int, _Anchor] = {}
     for anchor, every in sorted(full.items()):
         cells = aligned_cells(clean[anchor], every) if anchor in clean else every
-        draws = centre_draws(cells, report.settings, rng, report.fallbacks.get(anchor))
+        draws = centre_draws(cells, settings, rng, report.fallbacks.get(anchor))
         feasible = [i for i, bad in enumerate(cells.infeasible) if not bad]
         means = {int(cells.ks[i]): float(cells.means[i]) for i in feasible}
         by_k = None if draws is None else {int(cells.ks[i]): draws[i] for i in feasible}

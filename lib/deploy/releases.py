@@ -18,6 +18,7 @@ there): the table is data.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -505,11 +506,13 @@ FACTS: tuple[EngineFact, ...] = (
 )
 
 
+@functools.cache  # the table is constant; the deployment asks the same rows per batch size
 def facts_of(engine: Engine, release: Release) -> tuple[EngineFact, ...]:
     """Every row of ``engine`` that holds for ``release``, in the table's order."""
     return tuple(f for f in FACTS if f.engine == engine and f.releases.covers(release))
 
 
+@functools.cache
 def fact(engine: Engine, name: str, release: Release) -> EngineFact | None:
     """The row ``name`` of ``engine`` for ``release``; None where no row holds for it (the
     fact is not known for that release, or does not apply).
