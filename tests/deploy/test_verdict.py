@@ -84,15 +84,17 @@ def test_one_run_per_cell_cannot_tune_then_is_provisional_per_anchor(tmp_path: P
     fixed = _verdict(folder, settings=Settings(min_runs=1), options=Options(run_cv=0.0))
     assert fixed.state == "provisional"
     assert _rules(fixed).count("unresolved-anchor") == 2
-    assert fixed.assumption is None  # no P is stated at all
+    # No P is stated at all: the only assumption left is the engine release's.
+    assert fixed.assumption is not None and "P(eps-good)" not in fixed.assumption
+    assert fixed.assumption.startswith("vLLM 0.34.0's capture rule and defaults (assumed")
     # The default assumes runs 2 % apart (a lean sweep): K=3 leads K=1 by 8.0 % (log), 2.5 standard
     # errors of a difference of two single runs with 1 % server offsets (sqrt(2 x (2^2 + 1^2))
     # = 3.2 %), so both anchors resolve, and the verdict says what that rests on.
     lean = _verdict(folder, settings=Settings(min_runs=1))
     assert _rules(lean).count("unresolved-anchor") == 0
-    assert lean.assumption is not None and lean.assumption.endswith(
+    assert lean.assumption is not None and (
         "no replicate runs: P(eps-good) assumes runs vary by 2.0% (--run-cv; measure it with"
-        " the noise probe of `tune-spec-k plan --design lean`)"
+        " the noise probe of `tune-spec-k plan --design lean`)" in lean.assumption
     )
 
 
