@@ -618,6 +618,10 @@ def test_readme_shell_sessions_are_what_the_cli_prints(
     stderr, whole or up to a "..." (a line that is "..." stands for lines left out)."""
     monkeypatch.chdir(tmp_path)
     samples = REPO / "data" / "sample_sweeps"
+    # data/traffic/... (a captured mix) is read where README's command names it, relative to
+    # the repository, and printed as given.
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "traffic").symlink_to(REPO / "data" / "traffic")
     # The files README's sessions make (`echo 'X' > F`), whichever session makes them.
     for line in (line for other in _readme_sessions() for line in other):
         if line.startswith("$ echo "):
