@@ -563,12 +563,14 @@ def test_real_single_run_experiments_from_a_folder_of_experiments(
         _assert_exports_the_cli_file(defs, cli_file, tmp_path, capsys)
         # K=0 here is a server without speculation, and the health view says so.
         assert "without speculative decoding" in app_support.baseline_text(defs["result"])
-        # One run per cell gives no noise estimate: every anchor is unresolved (P unknown).
+        # One run per cell and no noise probe: every P rests on the assumed run noise
+        # (--run-cv, 2 % by default), and every unresolved anchor's line says so.
         report = defs["analysis"].report
-        assert set(report.anchors["status"]) == {"unresolved"}
+        assert set(report.anchors["status"]) <= {"resolved", "unresolved"}
+        assert set(report.anchors["noise_source"]) == {"assumed"}
         lines = app_support.unresolved_lines(defs["result"], report)
-        assert len(lines) == report.anchors.height
-        assert all("no replicate runs" in line for line in lines)
+        assert len(lines) == (report.anchors["status"] == "unresolved").sum()
+        assert all("assumes runs vary by 2.0% (--run-cv" in line for line in lines)
 
 
 @pytest.mark.parametrize(
