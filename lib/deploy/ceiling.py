@@ -72,35 +72,40 @@ def tokens_per_step(batch_size: int, k: int) -> int:
     return batch_size * (1 + k)
 
 
+#: vLLM's default capture sizes as runs (first, last or None: up to the ceiling, step): fact
+#: ``capture_sizes``, one row for every release with Dynamic SD, so the newest's.
+_CAPTURE_RUNS = releases.size_runs("vllm", "capture_sizes", releases.newest("vllm"))
+
+
 def capture_sizes(largest: int) -> list[int]:
-    """vLLM's default capture sizes up to ``largest``: 1, 2, 4, then steps of 8 to 256, then of
-    16 (``config/vllm.py``, 0.24 and 0.33; ``capture_sizes`` in :mod:`lib.deploy.releases`).
+    """vLLM's default capture sizes up to ``largest`` (fact ``capture_sizes``): 1, 2, 4, then
+    steps of 8 to 256, then of 16 (``config/vllm.py``, 0.24 and 0.33).
 
     >>> capture_sizes(40)
     [1, 2, 4, 8, 16, 24, 32, 40]
     >>> capture_sizes(512)[-3:]
     [480, 496, 512]
     """
-    sizes = [size for size in (1, 2, 4) if size <= largest]
-    sizes += list(range(8, min(largest, 256) + 1, 8))
-    sizes += list(range(272, largest + 1, 16))
-    return sizes
+    return [
+        size
+        for first, last, step in _CAPTURE_RUNS
+        for size in range(first, min(largest, last if last is not None else largest) + 1, step)
+    ]
 
 
 def largest_capture_size(tokens: int) -> int:
-    """The largest default capture size at or below ``tokens`` (0 below 1), in O(1):
-    the last of :func:`capture_sizes` of it.
+    """The largest default capture size at or below ``tokens`` (0 below 1), in O(runs of
+    ``capture_sizes``): the last of :func:`capture_sizes` of it.
 
     >>> largest_capture_size(300), largest_capture_size(510), largest_capture_size(7)
     (288, 496, 4)
     """
-    if tokens < 1:
-        return 0
-    if tokens < 8:
-        return 4 if tokens >= 4 else (2 if tokens >= 2 else 1)
-    if tokens < 272:
-        return min(256, tokens // 8 * 8)
-    return 256 + (tokens - 256) // 16 * 16
+    best = 0
+    for first, last, step in _CAPTURE_RUNS:
+        if first <= tokens:
+            top = tokens if last is None else min(tokens, last)
+            best = max(best, first + (top - first) // step * step)
+    return best
 
 
 @dataclass(frozen=True)
@@ -389,8 +394,9 @@ def resolve_ceiling(
     elif stated is not None:
         size, known, source = stated.value, True, stated.source
     else:
-        platform_name = "sm100_platform_ceiling" if gpu.gpu.sm100 else "platform_ceiling"
-        platform = releases.number("vllm", platform_name, release)
+        platform = releases.number(
+            "vllm", "sm100_platform_ceiling" if gpu.gpu.sm100 else "platform_ceiling", release
+        )
         size = assumed_capture_size(
             engine_seqs, global_k, batched.value if batched else None, platform
         )
@@ -489,11 +495,16 @@ def graph_bounds(ceiling: CaptureCeiling, k: int, requests: int) -> tuple[int, i
     return full, max(full, tokens)
 
 
+#: vLLM clamps a K above ``num_speculative_tokens`` to it, silently (``k_clamped_to_global``,
+#: every release with Dynamic SD).
+_K_CLAMPED = releases.holds("vllm", "k_clamped_to_global", releases.newest("vllm"))
+
+
 def dense_runs(schedule: Schedule, upto: int, global_k: int | None = None) -> list[Range]:
     """vLLM's dense lookup D over ``1..upto`` as constant-K runs: a batch size in a gap takes
     the previous range's K, one past the last range the last K (to ``upto``), each K clamped
-    to ``global_k`` when given; ranges starting past ``upto`` are never reached. Equal
-    neighbours merge. An empty schedule or ``upto < 1`` gives no run.
+    to ``global_k`` when given (``k_clamped_to_global``); ranges starting past ``upto`` are
+    never reached. Equal neighbours merge. An empty schedule or ``upto < 1`` gives no run.
 
     >>> dense_runs(Schedule(((1, 4, 3), (9, 16, 1))), 32)
     [(1, 8, 3), (9, 32, 1)]
@@ -504,6 +515,8 @@ def dense_runs(schedule: Schedule, upto: int, global_k: int | None = None) -> li
     if not ordered or upto < 1:
         return []
     anchors = [lo for lo, _, _ in ordered]
+    if not _K_CLAMPED:
+        global_k = None
     ks = [k if global_k is None else min(k, global_k) for _, _, k in ordered]
     return merge_picks(anchors, ks, upto)
 

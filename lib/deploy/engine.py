@@ -89,6 +89,8 @@ class EngineFacts:
     decode_requests: Fact | None = None
     #: 0.34: an explicit token budget of the decode graphs.
     decode_tokens: Fact | None = None
+    #: The server's data parallelism (vLLM turns Dynamic SD off above 1: ``dp_disables_dsd``).
+    data_parallel_size: Fact | None = None
 
 
 @dataclass(frozen=True)

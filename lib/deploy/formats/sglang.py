@@ -27,7 +27,7 @@ from typing import Any
 from lib.deploy.constraints import CaptureCeiling
 from lib.deploy.decisions import Decisions
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported
-from lib.deploy.releases import Release, holds, names, newest, number, text
+from lib.deploy.releases import Release, holds, names, newest, number, size_runs, text
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
 from lib.keys import LARGEST_WHOLE_NUMBER, whole_number_text
@@ -66,10 +66,6 @@ __all__ = [
 RELEASE: Release = newest("sglang")
 
 
-def _fact_names(name: str) -> tuple[str, ...]:
-    return names("sglang", name, RELEASE)
-
-
 @dataclass(frozen=True)
 class SglangMethod:
     """What SGLang makes of a vLLM speculative method: its ``--speculative-algorithm`` and, when
@@ -82,7 +78,7 @@ class SglangMethod:
 #: The algorithms SGLang's adaptive mode runs, after alias resolution (fact
 #: ``adaptive_algorithms``); NEXTN and EAGLE resolve to :data:`NEXTN_RESOLVES_TO` first
 #: (``nextn_resolves_to``).
-ADAPTIVE_ALGORITHMS = _fact_names("adaptive_algorithms")
+ADAPTIVE_ALGORITHMS = names("sglang", "adaptive_algorithms", RELEASE)
 NEXTN_RESOLVES_TO = text("sglang", "nextn_resolves_to", RELEASE)
 #: Why an algorithm adaptive mode does not run exists at all, or what would change it (the
 #: engine's state, beside the facts; engines-2026-12.md 1c).
@@ -103,7 +99,7 @@ def _methods() -> dict[str, SglangMethod]:
     """Fact ``method_algorithms`` (``vllm=SGLANG`` pairs), each with why adaptive mode falls
     back to static K on it where it does (:data:`ADAPTIVE_ALGORITHMS`)."""
     methods = {}
-    for pair in _fact_names("method_algorithms"):
+    for pair in names("sglang", "method_algorithms", RELEASE):
         method, algorithm = pair.split("=")
         falls_back = None
         if _resolved(algorithm) not in ADAPTIVE_ALGORITHMS:
@@ -122,7 +118,7 @@ METHODS: dict[str, SglangMethod] = _methods()
 #: The draft architectures SGLang serves as :data:`GEMMA4_ASSISTANT_ALGORITHM` under NEXTN or
 #: EAGLE (and refuses with EAGLE3); their checkpoints are named ``*gemma-4*-assistant`` (e.g.
 #: ``google/gemma-4-31B-it-assistant``).
-GEMMA4_ASSISTANT_ARCHITECTURES = _fact_names("gemma4_assistant_architectures")
+GEMMA4_ASSISTANT_ARCHITECTURES = names("sglang", "gemma4_assistant_architectures", RELEASE)
 GEMMA4_ASSISTANT_ALGORITHM = text("sglang", "gemma4_assistant_algorithm", RELEASE)
 
 #: How a model's name shows the target families of fact ``multi_layer_eagle_architectures``
@@ -141,7 +137,7 @@ def _multi_layer_eagle_targets() -> dict[tuple[str, ...], str]:
     """Name fragments -> the architectures of fact ``multi_layer_eagle_architectures`` they
     stand for (every architecture has fragments: a test checks)."""
     targets = {}
-    architectures = _fact_names("multi_layer_eagle_architectures")
+    architectures = names("sglang", "multi_layer_eagle_architectures", RELEASE)
     for prefix, fragments in _MULTI_LAYER_EAGLE_NAMES.items():
         named = [arch for arch in architectures if arch.startswith(prefix)]
         if named:
@@ -157,7 +153,7 @@ def _graph_max_rows() -> tuple[tuple[float, int, int], ...]:
     """Fact ``decode_graph_max_by_gpu_memory``: (memory below, GiB; maximum at TP below
     :data:`LARGE_TP`; at TP from it), ``below:small:large`` in the table."""
     rows = []
-    for row in _fact_names("decode_graph_max_by_gpu_memory"):
+    for row in names("sglang", "decode_graph_max_by_gpu_memory", RELEASE):
         below, small, large = row.split(":")
         rows.append((float(below), int(small), int(large)))
     return tuple(rows)
@@ -304,18 +300,8 @@ def decode_graph_max(gpu_memory_gib: float | None, tensor_parallel: int | None) 
     )
 
 
-def _size_runs() -> tuple[tuple[int, int | None, int], ...]:
-    """Fact ``decode_graph_sizes``: (first, last or None for the maximum, step) per run,
-    ``first-last/step`` in the table."""
-    runs = []
-    for run in _fact_names("decode_graph_sizes"):
-        span, step = run.split("/")
-        first, last = span.split("-")
-        runs.append((int(first), None if last == "max" else int(last), int(step)))
-    return tuple(runs)
-
-
-_SIZE_RUNS = _size_runs()
+#: Fact ``decode_graph_sizes``: (first, last or None for the maximum, step) per run.
+_SIZE_RUNS = size_runs("sglang", "decode_graph_sizes", RELEASE)
 _MAX_APPENDED = holds("sglang", "decode_graph_max_appended", RELEASE)
 
 

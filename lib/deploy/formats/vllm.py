@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from lib.deploy.constraints import CaptureCeiling, check_ceiling, method_warnings
+from lib.deploy.constraints import (
+    CaptureCeiling,
+    check_ceiling,
+    data_parallel_warnings,
+    method_warnings,
+)
 from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_decisions
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported, global_k_problem
 from lib.deploy.result_file import is_result, result_file_of
@@ -88,7 +93,11 @@ def build(
         config=config,
         file=config,
         largest_k=schedule.largest_k,
-        warnings=(*check.warnings(), *method_warnings(decisions.method, ceiling)),
+        warnings=(
+            *check.warnings(),
+            *method_warnings(decisions.method, ceiling),
+            *data_parallel_warnings(decisions.engine, ceiling),
+        ),
         notes=(*check.notes(), *_assumed_release(ceiling)),
     ), []
 
