@@ -29,12 +29,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lib.deploy import releases
-from lib.deploy.engine import EngineFacts, Fact, Gpu, gpu_of
+from lib.deploy.engine import EngineFacts, Fact, Gpu, GpuMemory, gpu_of
 from lib.deploy.releases import Release
+from lib.flags import flag_name
 from lib.schedule import Range, Schedule, merge_picks
+from lib.settings import DeploySettings
 
 __all__ = [
     "ASSUMED_GPU",
+    "GPU_MEMORY_FLAG",
     "CaptureCeiling",
     "GpuAssumption",
     "GraphlessRange",
@@ -56,6 +59,7 @@ __all__ = [
     "resolve_release",
     "schedule_requests",
     "smallest_k",
+    "stated_gpu_memory",
     "tokens_per_step",
 ]
 
@@ -126,11 +130,15 @@ class VllmRelease:
 @dataclass(frozen=True)
 class GpuAssumption:
     """The GPU the defaults are read for: recorded (``known``; ``source`` where), or
-    :data:`ASSUMED_GPU` with what was assumed."""
+    :data:`ASSUMED_GPU` with what was assumed. ``memory`` is its memory where stated by
+    ``--gpu-memory-gib`` (directly or through a result file), ``tensor_parallel`` the server's
+    tensor parallelism where stated: both recorded in the result file for the exports."""
 
     gpu: Gpu
     known: bool
     source: str
+    memory: GpuMemory | None = None
+    tensor_parallel: Fact | None = None
 
     def describe(self) -> str:
         """The GPU and where it came from; a memory its name does not state is said to be
@@ -193,12 +201,65 @@ def release_refusals(version: str | None) -> list[str]:
     return [f"--vllm-version {version}: expected a vLLM release with Dynamic SD ({since})"]
 
 
-def resolve_gpu(sweep: EngineFacts) -> GpuAssumption:
-    """The GPU a saved server config names (``system_env.nvidia_gpu_models``), else
-    :data:`ASSUMED_GPU`, said so."""
+#: The flag that states the GPU's memory, named where a GPU default is assumed.
+GPU_MEMORY_FLAG = flag_name(DeploySettings, "gpu_memory_gib")
+
+
+def stated_gpu_memory(flags: EngineFacts, sweep: EngineFacts) -> GpuMemory | None:
+    """The memory of one of the server's GPUs, where something states it: ``--gpu-memory-gib``
+    (``flags``), else what the sweep's result recorded of it, else the memory the GPU a saved
+    server config names has (:func:`~lib.deploy.engine.gpu_of`); None: not known. What both
+    vLLM's defaults (:func:`resolve_gpu`) and SGLang's read.
+
+    >>> from lib.deploy.engine import TextFact
+    >>> stated_gpu_memory(EngineFacts(), EngineFacts(gpu=TextFact("GPU 0: NVIDIA L40S 48GB", "f")))
+    GpuMemory(value=48, source='f')
+    """
+    stated = flags.gpu_memory_gib or sweep.gpu_memory_gib
+    if stated is not None:
+        return stated
     if sweep.gpu is not None:
-        return GpuAssumption(gpu_of(sweep.gpu.value), True, sweep.gpu.source)
-    return GpuAssumption(ASSUMED_GPU, False, "assumed: no GPU recorded")
+        memory = gpu_of(sweep.gpu.value).memory_gib
+        if memory is not None:
+            return GpuMemory(memory, sweep.gpu.source)
+    return None
+
+
+def resolve_gpu(sweep: EngineFacts, flags: EngineFacts | None = None) -> GpuAssumption:
+    """The GPU: its memory from ``--gpu-memory-gib`` (``flags``) where given, with the name
+    and SM100 family of the GPU a saved server config names (``system_env.nvidia_gpu_models``;
+    a GPU given only by its memory counts as outside SM100, said); else the GPU the saved
+    config names; else :data:`ASSUMED_GPU`, said so with the flag that states it.
+
+    >>> resolve_gpu(EngineFacts(), EngineFacts(gpu_memory_gib=GpuMemory(40, "--gpu-memory-gib"))
+    ...             ).describe()
+    'a GPU of 40 GiB (SM100 not known: counted outside it) (from --gpu-memory-gib)'
+    """
+    flags = flags or EngineFacts()
+    named = gpu_of(sweep.gpu.value) if sweep.gpu is not None else None
+    memory = flags.gpu_memory_gib or sweep.gpu_memory_gib
+    tensor_parallel = flags.tensor_parallel_size or sweep.tensor_parallel_size
+    if memory is not None:
+        if named is not None and sweep.gpu is not None:
+            gpu = Gpu(f"{named.name}, {memory.value:g} GiB", memory.value, named.sm100)
+            source = f"{memory.source}; the GPU from {sweep.gpu.source}"
+        else:
+            gpu = Gpu(
+                f"a GPU of {memory.value:g} GiB (SM100 not known: counted outside it)",
+                memory.value,
+                False,
+            )
+            source = memory.source
+        return GpuAssumption(gpu, True, source, memory, tensor_parallel)
+    if named is not None and sweep.gpu is not None:
+        return GpuAssumption(named, True, sweep.gpu.source, None, tensor_parallel)
+    return GpuAssumption(
+        ASSUMED_GPU,
+        False,
+        f"assumed: no GPU recorded; give {GPU_MEMORY_FLAG}",
+        None,
+        tensor_parallel,
+    )
 
 
 def default_max_num_seqs(release: Release, gpu: Gpu) -> int:
@@ -359,7 +420,7 @@ def resolve_ceiling(
     True
     """
     vllm = resolve_release(flags, sweep)
-    gpu = resolve_gpu(sweep)
+    gpu = resolve_gpu(sweep, flags)
     release = vllm.release
     seqs = flags.max_num_seqs or sweep.max_num_seqs
     if seqs is not None:

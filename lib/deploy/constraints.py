@@ -609,6 +609,18 @@ class CeilingCheck:
                 "gpu_known": ceiling.gpu.known,
                 "gpu_source": ceiling.gpu.source,
             }
+            # Only where stated (--gpu-memory-gib, --tensor-parallel-size): the exports of
+            # the result read them (SGLang's defaults too).
+            if ceiling.gpu.memory is not None:
+                block |= {
+                    "gpu_memory_gib": ceiling.gpu.memory.value,
+                    "gpu_memory_gib_source": ceiling.gpu.memory.source,
+                }
+            if ceiling.gpu.tensor_parallel is not None:
+                block |= {
+                    "tensor_parallel_size": ceiling.gpu.tensor_parallel.value,
+                    "tensor_parallel_size_source": ceiling.gpu.tensor_parallel.source,
+                }
         if ceiling.by_requests:
             block |= {
                 "decode_request_ceiling": self.requests,

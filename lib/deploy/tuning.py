@@ -259,7 +259,7 @@ def anchors_above_max_num_seqs(sweep: Sweep, saved: list[ServerSettings]) -> lis
 
 def _facts(sweep: Sweep, saved_servers: SavedServers) -> tuple[EngineFacts, tuple[Problem, ...]]:
     saved, problems = saved_servers
-    found: dict[str, Fact] = {}
+    found: dict[str, Any] = {}  # EngineFacts' fields that are a Fact
     warnings = list(problems)
     warnings += anchors_above_max_num_seqs(sweep, saved)
     from_saved = _saved_values(saved)

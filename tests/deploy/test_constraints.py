@@ -480,6 +480,29 @@ def test_tune_reads_data_parallelism_from_the_saved_server_configs(
     assert ("schedule-disabled" in rules) is warned
 
 
+def test_tune_and_export_read_one_gpu_setting(tmp_path: Path) -> None:
+    """tune --gpu-memory-gib 40: vLLM 0.34's max_num_seqs default for a 40 GiB GPU, 256
+    (below 70 GiB, engines-2026-12.md finding 3), said to be given; the result records it and
+    its SGLang export reads the same GPU: SGLang 0.5.23's default decode graph maximum for
+    35-60 GiB at TP < 4 is 32 (engines-2026-12.md 1c)."""
+    root = gb200_like(tmp_path / "sweep")
+    out = tmp_path / "out.json"
+    status, lines, data = tune(root, out, "--gpu-memory-gib", "40", "--vllm-version", "0.34.0")
+    assert status == EXIT_OK
+    (line,) = [line for line in lines if line.startswith("capture ceiling:")]
+    assert "on a GPU of 40 GiB" in line and "(from --gpu-memory-gib)" in line
+    assert "default 256 on a GPU of 40 GiB" in line
+    block = data["deployment"]["capture_ceiling"]  # type: ignore[index]
+    assert block["gpu_memory_gib"] == 40.0  # type: ignore[index]
+    import contextlib
+    import io
+
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main(["export", str(out), "--format", "sglang"]) == EXIT_OK
+    assert "up to 32: SGLang 0.5.23's default for a GPU of 40 GiB" in stdout.getvalue()
+
+
 # --------------------------------------------------------------------------- deployed stretches
 
 

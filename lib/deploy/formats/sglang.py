@@ -20,12 +20,13 @@ padding to its decode CUDA-graph batch sizes moves a boundary (:func:`padding_sh
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from lib.deploy.ceiling import GPU_MEMORY_FLAG, stated_gpu_memory
 from lib.deploy.constraints import CaptureCeiling
 from lib.deploy.decisions import Decisions
+from lib.deploy.engine import EngineFacts
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported
 from lib.deploy.releases import Release, holds, names, newest, number, size_runs, text
 from lib.deploy.settings import ExportSettings
@@ -270,7 +271,9 @@ def _largest_default() -> int:
     return max(max(small, large) for _, small, large in DECODE_GRAPH_MAX_BY_GPU_MEMORY)
 
 
-def decode_graph_max(gpu_memory_gib: float | None, tensor_parallel: int | None) -> DecodeGraphMax:
+def decode_graph_max(
+    gpu_memory_gib: float | None, tensor_parallel: int | None, recorded: str | None = None
+) -> DecodeGraphMax:
     """The decode graph maximum the padding is checked against, and what it rests on. With the
     GPU's memory given: SGLang's default for it (:func:`default_decode_graph_max`; TP 1 assumed
     when not given, and said). Without it: the largest default of any GPU, 512 (GPUs of 160 GiB
@@ -288,15 +291,16 @@ def decode_graph_max(gpu_memory_gib: float | None, tensor_parallel: int | None) 
             f"the GPU is not recorded, so SGLang {RELEASE}'s largest default is assumed (GPUs"
             f" of 160 GiB or more, or 60 GiB or more at tensor parallelism {LARGE_TP} or more;"
             f" 256 on H100/H200 at TP < {LARGE_TP}) and no moved boundary is missed; give"
-            f" {flag_name(ExportSettings, 'gpu_memory_gib')} for yours",
+            f" {GPU_MEMORY_FLAG} for yours",
         )
     tp = tensor_parallel if tensor_parallel is not None else 1
     size = default_decode_graph_max(gpu_memory_gib, tp)
     said = "" if tensor_parallel is not None else ", assumed"
     return DecodeGraphMax(
         size,
-        f"SGLang {RELEASE}'s default for a GPU of {gpu_memory_gib:g} GiB at tensor"
-        f" parallelism {tp}{said}",
+        f"SGLang {RELEASE}'s default for a GPU of {gpu_memory_gib:g} GiB"
+        + (f" (from {recorded}; give {GPU_MEMORY_FLAG} for another)" if recorded else "")
+        + f" at tensor parallelism {tp}{said}",
     )
 
 
@@ -451,29 +455,6 @@ def _topk(decisions: Decisions) -> Any:
     return None
 
 
-def _settings_problems(settings: ExportSettings) -> list[Problem]:
-    """A GPU memory that is no positive finite number of GiB, or a tensor parallelism below 1."""
-    memory, tp = settings.gpu_memory_gib, settings.tensor_parallel_size
-    checks = (
-        ("gpu_memory_gib", memory, memory is None or (math.isfinite(memory) and memory > 0),
-         "invalid-gpu-memory", "the memory of one GPU, in GiB", "a number of GiB > 0"),
-        ("tensor_parallel_size", tp, tp is None or tp >= 1,
-         "invalid-tensor-parallel-size", "the server's tensor parallelism", ">= 1"),
-    )  # fmt: skip
-    return [
-        Problem(
-            Severity.ERROR,
-            rule,
-            message,
-            field=flag_name(ExportSettings, name),
-            value=str(value),
-            expected=expected,
-        )
-        for name, value, valid, rule, message, expected in checks
-        if not valid
-    ]
-
-
 def _algorithm(decisions: Decisions) -> tuple[str, list[Problem]]:
     """SGLang's ``--speculative-algorithm`` for the recorded method and draft, or why its
     adaptive mode would not run them (an error naming the method or the draft and why):
@@ -554,10 +535,8 @@ def _padding_warnings(schedule: Schedule, graph_max: DecodeGraphMax) -> list[str
 def build(
     decisions: Decisions, settings: ExportSettings, ceiling: CaptureCeiling | None
 ) -> tuple[Exported | None, list[Problem]]:
-    """The adaptive config: a frozen slot per range, ``strategy`` ema."""
-    invalid = _settings_problems(settings)
-    if invalid:
-        return None, invalid
+    """The adaptive config: a frozen slot per range, ``strategy`` ema. (``--gpu-memory-gib``
+    and ``--tensor-parallel-size`` are checked with the deployment's settings.)"""
     schedule = decisions.schedule
     algorithm, refused = _algorithm(decisions)
     if refused:
@@ -605,7 +584,13 @@ def build(
         f" --speculative-num-steps {steps} --speculative-adaptive"
         f" --speculative-adaptive-config {FORMAT.file_name}",
     )
-    graph_max = decode_graph_max(settings.gpu_memory_gib, settings.tensor_parallel_size)
+    memory = stated_gpu_memory(EngineFacts(), decisions.engine)
+    tensor_parallel = decisions.engine.tensor_parallel_size
+    graph_max = decode_graph_max(
+        memory.value if memory is not None else None,
+        tensor_parallel.value if tensor_parallel is not None else None,
+        memory.source if memory is not None and memory.source != GPU_MEMORY_FLAG else None,
+    )
     notes = ["each slot has one candidate step, so SGLang runs the measured K (no adaptation)"]
     if decisions.method is None:
         notes.append(
@@ -639,6 +624,7 @@ FORMAT = EngineFormat(
     file_name="sglang_adaptive_config.json",
     position=30,
     build=build,
+    # Deployment settings it reads besides (not engine_flags: those mark vLLM's formats).
     flags=frozenset({"gpu_memory_gib", "tensor_parallel_size"}),
     read=read,
     reads="an SGLang --speculative-adaptive-config",

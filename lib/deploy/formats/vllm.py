@@ -117,5 +117,7 @@ FORMAT = EngineFormat(
     build=build,
     read=read,
     reads=f"{SCHEDULE_KEY}, a speculative_config, a [[lo, hi, K], ...] list",
-    engine_flags=frozenset({"max_cudagraph_capture_size", "max_num_seqs", "vllm_version"}),
+    engine_flags=frozenset(
+        {"max_cudagraph_capture_size", "max_num_seqs", "vllm_version", "gpu_memory_gib"}
+    ),
 )
