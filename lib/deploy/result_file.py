@@ -65,7 +65,8 @@ __all__ = [
     "seed_path_order",
 ]
 
-#: vLLM's field for the schedule (also the seed's first output key).
+#: The result's schedule key: the seed's first output key, fixed by the result format (vLLM's
+#: field, ``schedule_field``, is :data:`lib.deploy.decisions.SCHEDULE_KEY`).
 _SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 #: The seed's key that makes a JSON object a tuning result.
 _DECISIONS_KEY = "batch_decisions"

@@ -580,7 +580,7 @@ def build(
     for lo, _, k in sorted(schedule.ranges):
         config[str(lo)] = {_STEPS: [k]}
     paste = (
-        f"--speculative-algorithm {algorithm} --speculative-eagle-topk 1"
+        f"--speculative-algorithm {algorithm} --speculative-eagle-topk {_ADAPTIVE_TOPK}"
         f" --speculative-num-steps {steps} --speculative-adaptive"
         f" --speculative-adaptive-config {FORMAT.file_name}",
     )
