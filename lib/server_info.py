@@ -95,6 +95,8 @@ class ServerSettings:
     max_decode_cudagraph_capture_tokens: int | None = None
     prefill_cudagraph_capture_token_sizes: tuple[int, ...] | None = None
     max_prefill_cudagraph_capture_tokens: int | None = None
+    #: ``parallel_config.data_parallel_size``: vLLM turns Dynamic SD off above 1.
+    data_parallel_size: int | None = None
 
     @property
     def prefill_ceiling(self) -> int | None:
@@ -266,6 +268,7 @@ class _Reader:
         compilation = self.section(config, "compilation_config")
         scheduler = self.section(config, "scheduler_config")
         speculative = self.section(config, "speculative_config")
+        parallel = self.section(config, "parallel_config")
         where = "compilation_config"
         capture_sizes = self.sizes(compilation, where, "cudagraph_capture_sizes")
         method = speculative.get("method")
@@ -301,6 +304,7 @@ class _Reader:
             max_prefill_cudagraph_capture_tokens=self.whole(
                 compilation, where, "max_prefill_cudagraph_capture_tokens", 1
             ),
+            data_parallel_size=self.whole(parallel, "parallel_config", "data_parallel_size", 1),
         )
 
 

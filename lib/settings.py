@@ -433,9 +433,36 @@ class DeploySettings:
         ),
     )
 
+    gpu_memory_gib: float | None = field(
+        default=None,
+        metadata=flag(
+            "--gpu-memory-gib",
+            "the memory of one of the server's GPUs in GiB (an 80 GB H100: 79.6); the engines'"
+            " defaults depend on it: vLLM's max_num_seqs (0.33 and newer: 1024 from 70 GiB,"
+            " 256 below; so how far the capture rule is checked) and SGLang's decode CUDA-graph"
+            " batch sizes (with --tensor-parallel-size; its padding can move a boundary)."
+            " Default: the GPU a saved server config names, else assumed and said (vLLM: an"
+            " 80 GiB H100-class GPU; SGLang: its largest default, 512)",
+            in_seed=False,
+            metavar="GIB",
+        ),
+    )
+    tensor_parallel_size: int | None = field(
+        default=None,
+        metadata=flag(
+            "--tensor-parallel-size",
+            "sglang: the server's tensor parallelism (--tp-size), read with --gpu-memory-gib"
+            " (default: 1, said)",
+            in_seed=False,
+            metavar="N",
+        ),
+    )
+
     def invalid(self) -> list[str]:
         """Reasons these settings cannot be used (empty when fine), by flag name.
 
+        >>> DeploySettings(gpu_memory_gib=float("nan")).invalid()
+        ['--gpu-memory-gib nan: expected a number of GiB > 0']
         >>> DeploySettings(vllm_version="latest").invalid()
         ['--vllm-version latest: expected a version number such as 0.34.0']
         >>> DeploySettings(max_num_seqs=0).invalid()
@@ -449,7 +476,13 @@ class DeploySettings:
                 f"{flag_name(DeploySettings, 'vllm_version')} {self.vllm_version}: expected a"
                 " version number such as 0.34.0"
             )
-        for name in ("max_cudagraph_capture_size", "max_num_seqs"):
+        memory = self.gpu_memory_gib
+        if memory is not None and not (math.isfinite(memory) and memory > 0):
+            reasons.append(
+                f"{flag_name(DeploySettings, 'gpu_memory_gib')} {memory:g}: expected a number"
+                " of GiB > 0"
+            )
+        for name in ("max_cudagraph_capture_size", "max_num_seqs", "tensor_parallel_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 reasons.append(f"{flag_name(DeploySettings, name)} {value}: expected >= 1")

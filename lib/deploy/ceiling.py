@@ -29,12 +29,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lib.deploy import releases
-from lib.deploy.engine import EngineFacts, Fact, Gpu, gpu_of
+from lib.deploy.engine import EngineFacts, Fact, Gpu, GpuMemory, gpu_of
 from lib.deploy.releases import Release
+from lib.flags import flag_name
 from lib.schedule import Range, Schedule, merge_picks
+from lib.settings import DeploySettings
 
 __all__ = [
     "ASSUMED_GPU",
+    "GPU_MEMORY_FLAG",
     "CaptureCeiling",
     "GpuAssumption",
     "GraphlessRange",
@@ -56,6 +59,7 @@ __all__ = [
     "resolve_release",
     "schedule_requests",
     "smallest_k",
+    "stated_gpu_memory",
     "tokens_per_step",
 ]
 
@@ -72,35 +76,40 @@ def tokens_per_step(batch_size: int, k: int) -> int:
     return batch_size * (1 + k)
 
 
+#: vLLM's default capture sizes as runs (first, last or None: up to the ceiling, step): fact
+#: ``capture_sizes``, one row for every release with Dynamic SD, so the newest's.
+_CAPTURE_RUNS = releases.size_runs("vllm", "capture_sizes", releases.newest("vllm"))
+
+
 def capture_sizes(largest: int) -> list[int]:
-    """vLLM's default capture sizes up to ``largest``: 1, 2, 4, then steps of 8 to 256, then of
-    16 (``config/vllm.py``, 0.24 and 0.33; ``capture_sizes`` in :mod:`lib.deploy.releases`).
+    """vLLM's default capture sizes up to ``largest`` (fact ``capture_sizes``): 1, 2, 4, then
+    steps of 8 to 256, then of 16 (``config/vllm.py``, 0.24 and 0.33).
 
     >>> capture_sizes(40)
     [1, 2, 4, 8, 16, 24, 32, 40]
     >>> capture_sizes(512)[-3:]
     [480, 496, 512]
     """
-    sizes = [size for size in (1, 2, 4) if size <= largest]
-    sizes += list(range(8, min(largest, 256) + 1, 8))
-    sizes += list(range(272, largest + 1, 16))
-    return sizes
+    return [
+        size
+        for first, last, step in _CAPTURE_RUNS
+        for size in range(first, min(largest, last if last is not None else largest) + 1, step)
+    ]
 
 
 def largest_capture_size(tokens: int) -> int:
-    """The largest default capture size at or below ``tokens`` (0 below 1), in O(1):
-    the last of :func:`capture_sizes` of it.
+    """The largest default capture size at or below ``tokens`` (0 below 1), in O(runs of
+    ``capture_sizes``): the last of :func:`capture_sizes` of it.
 
     >>> largest_capture_size(300), largest_capture_size(510), largest_capture_size(7)
     (288, 496, 4)
     """
-    if tokens < 1:
-        return 0
-    if tokens < 8:
-        return 4 if tokens >= 4 else (2 if tokens >= 2 else 1)
-    if tokens < 272:
-        return min(256, tokens // 8 * 8)
-    return 256 + (tokens - 256) // 16 * 16
+    best = 0
+    for first, last, step in _CAPTURE_RUNS:
+        if first <= tokens:
+            top = tokens if last is None else min(tokens, last)
+            best = max(best, first + (top - first) // step * step)
+    return best
 
 
 @dataclass(frozen=True)
@@ -121,11 +130,15 @@ class VllmRelease:
 @dataclass(frozen=True)
 class GpuAssumption:
     """The GPU the defaults are read for: recorded (``known``; ``source`` where), or
-    :data:`ASSUMED_GPU` with what was assumed."""
+    :data:`ASSUMED_GPU` with what was assumed. ``memory`` is its memory where stated by
+    ``--gpu-memory-gib`` (directly or through a result file), ``tensor_parallel`` the server's
+    tensor parallelism where stated: both recorded in the result file for the exports."""
 
     gpu: Gpu
     known: bool
     source: str
+    memory: GpuMemory | None = None
+    tensor_parallel: Fact | None = None
 
     def describe(self) -> str:
         """The GPU and where it came from; a memory its name does not state is said to be
@@ -188,12 +201,65 @@ def release_refusals(version: str | None) -> list[str]:
     return [f"--vllm-version {version}: expected a vLLM release with Dynamic SD ({since})"]
 
 
-def resolve_gpu(sweep: EngineFacts) -> GpuAssumption:
-    """The GPU a saved server config names (``system_env.nvidia_gpu_models``), else
-    :data:`ASSUMED_GPU`, said so."""
+#: The flag that states the GPU's memory, named where a GPU default is assumed.
+GPU_MEMORY_FLAG = flag_name(DeploySettings, "gpu_memory_gib")
+
+
+def stated_gpu_memory(flags: EngineFacts, sweep: EngineFacts) -> GpuMemory | None:
+    """The memory of one of the server's GPUs, where something states it: ``--gpu-memory-gib``
+    (``flags``), else what the sweep's result recorded of it, else the memory the GPU a saved
+    server config names has (:func:`~lib.deploy.engine.gpu_of`); None: not known. What both
+    vLLM's defaults (:func:`resolve_gpu`) and SGLang's read.
+
+    >>> from lib.deploy.engine import TextFact
+    >>> stated_gpu_memory(EngineFacts(), EngineFacts(gpu=TextFact("GPU 0: NVIDIA L40S 48GB", "f")))
+    GpuMemory(value=48, source='f')
+    """
+    stated = flags.gpu_memory_gib or sweep.gpu_memory_gib
+    if stated is not None:
+        return stated
     if sweep.gpu is not None:
-        return GpuAssumption(gpu_of(sweep.gpu.value), True, sweep.gpu.source)
-    return GpuAssumption(ASSUMED_GPU, False, "assumed: no GPU recorded")
+        memory = gpu_of(sweep.gpu.value).memory_gib
+        if memory is not None:
+            return GpuMemory(memory, sweep.gpu.source)
+    return None
+
+
+def resolve_gpu(sweep: EngineFacts, flags: EngineFacts | None = None) -> GpuAssumption:
+    """The GPU: its memory from ``--gpu-memory-gib`` (``flags``) where given, with the name
+    and SM100 family of the GPU a saved server config names (``system_env.nvidia_gpu_models``;
+    a GPU given only by its memory counts as outside SM100, said); else the GPU the saved
+    config names; else :data:`ASSUMED_GPU`, said so with the flag that states it.
+
+    >>> resolve_gpu(EngineFacts(), EngineFacts(gpu_memory_gib=GpuMemory(40, "--gpu-memory-gib"))
+    ...             ).describe()
+    'a GPU of 40 GiB (SM100 not known: counted outside it) (from --gpu-memory-gib)'
+    """
+    flags = flags or EngineFacts()
+    named = gpu_of(sweep.gpu.value) if sweep.gpu is not None else None
+    memory = flags.gpu_memory_gib or sweep.gpu_memory_gib
+    tensor_parallel = flags.tensor_parallel_size or sweep.tensor_parallel_size
+    if memory is not None:
+        if named is not None and sweep.gpu is not None:
+            gpu = Gpu(f"{named.name}, {memory.value:g} GiB", memory.value, named.sm100)
+            source = f"{memory.source}; the GPU from {sweep.gpu.source}"
+        else:
+            gpu = Gpu(
+                f"a GPU of {memory.value:g} GiB (SM100 not known: counted outside it)",
+                memory.value,
+                False,
+            )
+            source = memory.source
+        return GpuAssumption(gpu, True, source, memory, tensor_parallel)
+    if named is not None and sweep.gpu is not None:
+        return GpuAssumption(named, True, sweep.gpu.source, None, tensor_parallel)
+    return GpuAssumption(
+        ASSUMED_GPU,
+        False,
+        f"assumed: no GPU recorded; give {GPU_MEMORY_FLAG}",
+        None,
+        tensor_parallel,
+    )
 
 
 def default_max_num_seqs(release: Release, gpu: Gpu) -> int:
@@ -354,7 +420,7 @@ def resolve_ceiling(
     True
     """
     vllm = resolve_release(flags, sweep)
-    gpu = resolve_gpu(sweep)
+    gpu = resolve_gpu(sweep, flags)
     release = vllm.release
     seqs = flags.max_num_seqs or sweep.max_num_seqs
     if seqs is not None:
@@ -389,8 +455,9 @@ def resolve_ceiling(
     elif stated is not None:
         size, known, source = stated.value, True, stated.source
     else:
-        platform_name = "sm100_platform_ceiling" if gpu.gpu.sm100 else "platform_ceiling"
-        platform = releases.number("vllm", platform_name, release)
+        platform = releases.number(
+            "vllm", "sm100_platform_ceiling" if gpu.gpu.sm100 else "platform_ceiling", release
+        )
         size = assumed_capture_size(
             engine_seqs, global_k, batched.value if batched else None, platform
         )
@@ -489,11 +556,16 @@ def graph_bounds(ceiling: CaptureCeiling, k: int, requests: int) -> tuple[int, i
     return full, max(full, tokens)
 
 
+#: vLLM clamps a K above ``num_speculative_tokens`` to it, silently (``k_clamped_to_global``,
+#: every release with Dynamic SD).
+_K_CLAMPED = releases.holds("vllm", "k_clamped_to_global", releases.newest("vllm"))
+
+
 def dense_runs(schedule: Schedule, upto: int, global_k: int | None = None) -> list[Range]:
     """vLLM's dense lookup D over ``1..upto`` as constant-K runs: a batch size in a gap takes
     the previous range's K, one past the last range the last K (to ``upto``), each K clamped
-    to ``global_k`` when given; ranges starting past ``upto`` are never reached. Equal
-    neighbours merge. An empty schedule or ``upto < 1`` gives no run.
+    to ``global_k`` when given (``k_clamped_to_global``); ranges starting past ``upto`` are
+    never reached. Equal neighbours merge. An empty schedule or ``upto < 1`` gives no run.
 
     >>> dense_runs(Schedule(((1, 4, 3), (9, 16, 1))), 32)
     [(1, 8, 3), (9, 32, 1)]
@@ -504,6 +576,8 @@ def dense_runs(schedule: Schedule, upto: int, global_k: int | None = None) -> li
     if not ordered or upto < 1:
         return []
     anchors = [lo for lo, _, _ in ordered]
+    if not _K_CLAMPED:
+        global_k = None
     ks = [k if global_k is None else min(k, global_k) for _, _, k in ordered]
     return merge_picks(anchors, ks, upto)
 

@@ -43,6 +43,7 @@ from lib.deploy.ceiling import (
     smallest_k,
     tokens_per_step,
 )
+from lib.deploy.engine import EngineFacts
 from lib.numbers import percent_text
 from lib.schedule import Range, Schedule
 
@@ -60,6 +61,7 @@ __all__ = [
     "capture_sizes",
     "cells_past_ceiling",
     "check_ceiling",
+    "data_parallel_warnings",
     "dense_runs",
     "deployed_stretches",
     "full_past_ceiling",
@@ -489,6 +491,7 @@ class CeilingCheck:
                     note=True,
                 )
             )
+        found += self._runner_notes()
         for capped in self.capped:
             if capped.loss_percent is None:
                 loss = capped.basis
@@ -523,6 +526,24 @@ class CeilingCheck:
                 )
             )
         return found
+
+    def _runner_notes(self) -> list[Finding]:
+        """Where the release still has model runner v1 (``mrv1_forces_piecewise``: 0.33 and
+        older), that runner forces PIECEWISE CUDA graphs under Dynamic SD: the check is of
+        model runner v2 (0.33's default), which the note says. None on 0.34 (v1 removed) or
+        for a ceiling given without a release."""
+        vllm = self.ceiling.vllm
+        if vllm is None or not releases.holds("vllm", "mrv1_forces_piecewise", vllm.release):
+            return []
+        return [
+            Finding(
+                "mrv1-piecewise",
+                f"on model runner v1 vLLM {vllm.release} forces PIECEWISE CUDA graphs under"
+                " Dynamic SD (no FULL decode graph at any batch size); this check is of model"
+                " runner v2 (VLLM_USE_V2_MODEL_RUNNER=1)",
+                note=True,
+            )
+        ]
 
     def _token_bound_text(self) -> str:
         """How the FULL graphs' token bound is known (0.34)."""
@@ -588,6 +609,18 @@ class CeilingCheck:
                 "gpu_known": ceiling.gpu.known,
                 "gpu_source": ceiling.gpu.source,
             }
+            # Only where stated (--gpu-memory-gib, --tensor-parallel-size): the exports of
+            # the result read them (SGLang's defaults too).
+            if ceiling.gpu.memory is not None:
+                block |= {
+                    "gpu_memory_gib": ceiling.gpu.memory.value,
+                    "gpu_memory_gib_source": ceiling.gpu.memory.source,
+                }
+            if ceiling.gpu.tensor_parallel is not None:
+                block |= {
+                    "tensor_parallel_size": ceiling.gpu.tensor_parallel.value,
+                    "tensor_parallel_size_source": ceiling.gpu.tensor_parallel.source,
+                }
         if ceiling.by_requests:
             block |= {
                 "decode_request_ceiling": self.requests,
@@ -633,8 +666,13 @@ def check_ceiling(
     (True, [86])
     """
     graphless = graphless_ranges(schedule, ceiling, global_k)
+    # vLLM's validator ignores ranges past max_num_seqs (it does not refuse them): named as
+    # never used where the release does so.
+    ignored = releases.holds("vllm", "ranges_past_max_num_seqs_ignored", _release_of(ceiling))
     unreached = tuple(
-        r for r in schedule.ranges if ceiling.max_num_seqs_known and r[0] > ceiling.max_num_seqs
+        r
+        for r in schedule.ranges
+        if ignored and ceiling.max_num_seqs_known and r[0] > ceiling.max_num_seqs
     )
     deployed: Schedule = schedule
     capped: tuple[CappedRange, ...] = ()
@@ -660,20 +698,48 @@ def check_ceiling(
     )
 
 
+def _release_of(ceiling: CaptureCeiling | None) -> releases.Release:
+    """The release whose rules the ceiling was resolved for (the newest known where none)."""
+    if ceiling is not None and ceiling.vllm is not None:
+        return ceiling.vllm.release
+    return releases.newest("vllm")
+
+
 def method_warnings(method: str | None, ceiling: CaptureCeiling | None = None) -> list[str]:
     """Where the release has model runner v1 (``mrv1_dsd_methods``: 0.33 and older), vLLM
     switches Dynamic SD off there for methods outside that list (with a warning of its own;
     model runner v2 keeps it). 0.34 removed model runner v1: no warning. ``ceiling`` None:
     the newest known release."""
-    release = (
-        ceiling.vllm.release
-        if ceiling is not None and ceiling.vllm is not None
-        else releases.newest("vllm")
-    )
+    release = _release_of(ceiling)
     methods = releases.names("vllm", "mrv1_dsd_methods", release)
     if method is None or not methods or method in methods:
         return []
     return [
         f"vLLM {release} disables the schedule on model runner v1 for method {method!r} (it"
         f" keeps it for {', '.join(methods)}): serve on model runner v2 or expect static K"
+    ]
+
+
+def data_parallel_warnings(engine: EngineFacts, ceiling: CaptureCeiling | None = None) -> list[str]:
+    """Where the release turns Dynamic SD off under data parallelism (``dp_disables_dsd``) and
+    the server's ``data_parallel_size`` is known to be above 1 (a saved server config states
+    it): vLLM runs static K, with a warning of its own. Not known (no saved config): nothing
+    said, as nothing can know it.
+
+    >>> from lib.deploy.engine import Fact
+    >>> data_parallel_warnings(EngineFacts(data_parallel_size=Fact(2, "f")))[0][:34]
+    'vLLM 0.34.0 disables the schedule '
+    >>> data_parallel_warnings(EngineFacts(data_parallel_size=Fact(1, "f")))
+    []
+    """
+    release = _release_of(ceiling)
+    stated = engine.data_parallel_size
+    if stated is None or stated.value <= 1:
+        return []
+    if not releases.holds("vllm", "dp_disables_dsd", release):
+        return []
+    return [
+        f"vLLM {release} disables the schedule under data parallelism (data_parallel_size="
+        f"{stated.value}, from {stated.source}): it runs static K; serve with"
+        " --data-parallel-size 1 to keep it"
     ]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lib.cliffs import find_cliffs
+from lib.deploy import releases
 from lib.deploy.engine import EngineFacts, VllmCap
 from lib.deploy.result_file import ResultFile
 from lib.keys import stated_k
@@ -40,8 +41,8 @@ __all__ = [
     "result_decisions",
 ]
 
-#: vLLM's field for the schedule (also the seed's first output key).
-SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+#: vLLM's field for the schedule (``schedule_field``; also the seed's first output key).
+SCHEDULE_KEY = releases.text("vllm", "schedule_field", releases.newest("vllm"))
 #: vLLM's field for the startup maximum K (the global K).
 GLOBAL_K_KEY = "num_speculative_tokens"
 

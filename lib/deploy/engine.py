@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lib.schedule import Schedule
 
-__all__ = ["SM100_GPUS", "EngineFacts", "Fact", "Gpu", "TextFact", "VllmCap", "gpu_of"]
+__all__ = [
+    "SM100_GPUS",
+    "EngineFacts",
+    "Fact",
+    "Gpu",
+    "GpuMemory",
+    "TextFact",
+    "VllmCap",
+    "gpu_of",
+]
 
 #: GPU names of NVIDIA's SM100 family (compute capability 10.x), as ``nvidia-smi`` spells them.
 SM100_GPUS = ("B200", "GB200", "B300", "GB300")
@@ -39,12 +48,21 @@ class TextFact:
 
 
 @dataclass(frozen=True)
+class GpuMemory:
+    """The memory of one of the server's GPUs in GiB, as stated (``--gpu-memory-gib``), and
+    where."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
 class Gpu:
     """What the capture rule needs of a GPU: its memory in GiB (None: not known) and whether
     it is of the SM100 family, read from its name (``name``, as recorded)."""
 
     name: str
-    memory_gib: int | None
+    memory_gib: float | None
     sm100: bool
 
 
@@ -89,6 +107,12 @@ class EngineFacts:
     decode_requests: Fact | None = None
     #: 0.34: an explicit token budget of the decode graphs.
     decode_tokens: Fact | None = None
+    #: The server's data parallelism (vLLM turns Dynamic SD off above 1: ``dp_disables_dsd``).
+    data_parallel_size: Fact | None = None
+    #: The memory of one GPU where stated (it wins over the GPU ``gpu`` names).
+    gpu_memory_gib: GpuMemory | None = None
+    #: The server's tensor parallelism where stated (SGLang's defaults read it).
+    tensor_parallel_size: Fact | None = None
 
 
 @dataclass(frozen=True)

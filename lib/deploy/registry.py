@@ -25,7 +25,7 @@ import lib.deploy.formats
 from lib.deploy.ceiling import release_refusals
 from lib.deploy.constraints import CaptureCeiling, resolve_ceiling
 from lib.deploy.decisions import Decisions, context_decisions, result_decisions
-from lib.deploy.engine import EngineFacts, Fact, TextFact
+from lib.deploy.engine import EngineFacts, Fact, GpuMemory, TextFact
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported, given_global_k_problem
 from lib.deploy.result_file import is_result, result_file_of
 from lib.deploy.settings import ExportSettings
@@ -48,6 +48,7 @@ __all__ = [
     "format_named",
     "format_names",
     "formats",
+    "gpu_flags",
     "grid_decisions",
     "grid_export",
     "grid_exports",
@@ -113,6 +114,21 @@ def _misplaced(
     return problems
 
 
+def gpu_flags(deploy: DeploySettings) -> dict[str, Any]:
+    """The GPU the flags state (``--gpu-memory-gib``, ``--tensor-parallel-size``), as
+    :class:`~lib.deploy.engine.EngineFacts` fields: what vLLM's and SGLang's defaults read."""
+    found: dict[str, Any] = {}
+    if deploy.gpu_memory_gib is not None:
+        found["gpu_memory_gib"] = GpuMemory(
+            deploy.gpu_memory_gib, flag_name(DeploySettings, "gpu_memory_gib")
+        )
+    if deploy.tensor_parallel_size is not None:
+        found["tensor_parallel_size"] = Fact(
+            deploy.tensor_parallel_size, flag_name(DeploySettings, "tensor_parallel_size")
+        )
+    return found
+
+
 def ceiling_for(decisions: Decisions, deploy: DeploySettings, global_k: int) -> CaptureCeiling:
     """The capture ceiling a vLLM export is checked against: the flags, else what the decisions'
     source was tuned under, else vLLM's defaults (:func:`resolve_ceiling`)."""
@@ -130,6 +146,7 @@ def ceiling_for(decisions: Decisions, deploy: DeploySettings, global_k: int) -> 
             if deploy.vllm_version is not None
             else None
         ),
+        **gpu_flags(deploy),
     )
     last = max((hi for _, hi, _ in decisions.schedule.ranges), default=1)
     return resolve_ceiling(flags, decisions.engine, global_k, last)
@@ -193,6 +210,10 @@ def export(
     ]
     if problems or invalid:
         return None, problems + invalid
+    # The GPU the flags state wins over what the decisions' source recorded of it.
+    decisions = dataclasses.replace(
+        decisions, engine=dataclasses.replace(decisions.engine, **gpu_flags(deploy))
+    )
     ceiling = None
     if engine_format.reads_ceiling:
         ceiling = ceiling_for(decisions, deploy, decisions.engine_k(settings.global_k))

@@ -42,6 +42,7 @@ __all__ = [
     "newest",
     "number",
     "number_or_none",
+    "size_runs",
     "text",
 ]
 
@@ -153,6 +154,12 @@ _OLD = Releases("0.24", "0.33")
 _MRV2_ONLY = Releases("0.34", None)
 #: SGLang's facts, read from the 0.5.23 wheel.
 _SGLANG = Releases("0.5.23", None)
+#: TensorRT-LLM's facts, read from its stored source by commit: a commit names no numbers, so
+#: the range bounds nothing (every release is read with these rows; the source names the
+#: commit each was read at).
+_TRTLLM = Releases("main@00043967", "main@00043967")
+_TRT_VALIDATOR = "tensorrt_llm/llmapi/llm_args.py @00043967"
+_TRT_RUNTIME = "tensorrt_llm/_torch/speculative/utils.py @011d0933"
 
 #: The table. Keep each engine's rows together, by name then release.
 FACTS: tuple[EngineFact, ...] = (
@@ -347,9 +354,11 @@ FACTS: tuple[EngineFact, ...] = (
         "vllm",
         Releases("0.24", None),
         "dp_disables_dsd",
-        "data parallelism > 1 disables the schedule (static K, with a warning)",
+        "data parallelism > 1 disables the schedule (static K, with a warning): read from a"
+        " saved server config's parallel_config.data_parallel_size (a warning where it is"
+        " above 1); not known without one",
         True,
-        "config/vllm.py: 0.33.0 L1110-L1127, 0.34.0 L1031-L1048",
+        f"config/vllm.py: 0.33.0 L1110-L1127 ({_E} section 4), 0.34.0 L1031-L1048 ({_E12} 1b)",
     ),
     EngineFact(
         "vllm",
@@ -363,7 +372,8 @@ FACTS: tuple[EngineFact, ...] = (
         "vllm",
         _OLD,
         "mrv1_forces_piecewise",
-        "model runner v1 forces PIECEWISE CUDA graphs under Dynamic SD",
+        "model runner v1 forces PIECEWISE CUDA graphs under Dynamic SD (the capture check"
+        " assumes model runner v2, 0.33's default, and a note says so)",
         True,
         "config/vllm.py: 0.24.0 L758-L772, 0.33.0 L1069-L1086",
     ),
@@ -434,9 +444,10 @@ FACTS: tuple[EngineFact, ...] = (
         "vllm",
         Releases("0.24", None),
         "capture_sizes",
-        "default capture sizes, in tokens",
-        "1, 2, 4, steps of 8 to 256, of 16 beyond",
-        "config/vllm.py (0.24.0, 0.33.0)",
+        "default capture sizes, in tokens, first-last/step (a lone number: itself) up to the"
+        " ceiling: 1, 2, 4, steps of 8 to 256, of 16 beyond",
+        ("1", "2", "4", "8-256/8", "272-max/16"),
+        f"config/vllm.py#L1635-L1760 (0.24.0), #L2398-L2650 (0.33.0) ({_E} section 1)",
     ),
     EngineFact(
         "vllm",
@@ -502,6 +513,98 @@ FACTS: tuple[EngineFact, ...] = (
         "max_num_seqs when not given, on a GPU of large_gpu_gib or more (H100, H200, B200)",
         1024,
         f"{_E12} finding 3 (0.33.0, 0.34.0)",
+    ),
+    # --- TensorRT-LLM (stored source by commit; engines.md section 5, engines-2026-12.md 1d)
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "schedule_field",
+        "the speculative config field of the batch schedule {batch_size_upper_bound: K}",
+        "draft_len_schedule",
+        f"{_TRT_VALIDATOR} DecodingBaseConfig ({_E} section 5)",
+    ),
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "max_draft_len_field",
+        "the speculative config field of the maximum draft length (vLLM's num_speculative_tokens)",
+        "max_draft_len",
+        f"{_TRT_VALIDATOR} ({_E} section 5)",
+    ),
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "max_draft_len_at_smallest_key",
+        "the validator wants schedule[smallest key] == max_draft_len",
+        True,
+        f"{_TRT_VALIDATOR} validate_draft_len_schedule_and_sort ({_E} section 5)",
+    ),
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "k_above_max_draft_len_refused",
+        "the validator refuses a K above max_draft_len",
+        True,
+        f"{_TRT_VALIDATOR} validate_draft_len_schedule_and_sort ({_E} section 5)",
+    ),
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "positive_max_draft_len_methods",
+        "methods whose config requires max_draft_len > 0 (a first K of 0 is refused)",
+        ("eagle", "eagle3"),
+        f"{_TRT_VALIDATOR} EagleDecodingConfig.validate_eagle_config ({_E12} 1d)",
+    ),
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "older_copies_require_key_one",
+        "older copies of the validator (stage 1) require key 1 and schedule[1] =="
+        " max_draft_len (so key 1 is written)",
+        True,
+        f"the stage-1 llm_args.py ({_E12} 1d, finding 4)",
+    ),
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "upper_bound_keys_since",
+        "the PR from which keys are batch-size upper bounds (builds before it read them as"
+        " lower bounds)",
+        "#10860",
+        f"{_TRT_RUNTIME} ({_E} section 5; {_E12} 1d)",
+    ),
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "draft_len_past_largest_key",
+        "the draft length above the largest key (min_draft_len; newer builds: the mode's"
+        " floor), where vLLM keeps the last K",
+        0,
+        f"{_TRT_RUNTIME} get_draft_len_for_batch_size ({_E} section 5; {_E12} 1d)",
+    ),
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "floor_zero_modes",
+        "modes whose min_runtime_draft_len is 0: a K=0 range drafts 0",
+        ("linear Eagle3 one-model", "MTP one-model", "NGram"),
+        f"{_TRT_RUNTIME} ({_E12} 1d)",
+    ),
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "floor_one_modes",
+        "modes whose min_runtime_draft_len is 1: a K=0 range drafts 1",
+        ("Eagle3 dynamic tree", "MTP with the SA enhancer", "draft-target", "PARD"),
+        f"{_TRT_RUNTIME} ({_E12} 1d: floor 1 runs K=1 where the schedule says 0)",
+    ),
+    EngineFact(
+        "trtllm",
+        _TRTLLM,
+        "schedule_ignored_by",
+        "methods whose runtime ignores draft_len_schedule (vanilla MTP, not MTP-Eagle)",
+        ("mtp",),
+        f"{_TRT_RUNTIME} ({_E} section 5)",
     ),
 )
 
@@ -569,6 +672,25 @@ def names(engine: Engine, name: str, release: Release) -> tuple[str, ...]:
         return ()
     assert isinstance(found.value, tuple), (name, found.value)
     return found.value
+
+
+@functools.cache
+def size_runs(
+    engine: Engine, name: str, release: Release
+) -> tuple[tuple[int, int | None, int], ...]:
+    """A fact that lists sizes as runs ``first-last/step`` (``max``: up to a maximum the caller
+    gives; a lone number: itself), as (first, last or None, step) per run.
+
+    >>> size_runs("vllm", "capture_sizes", Release.parse("0.34.0"))[2:]
+    ((4, 4, 1), (8, 256, 8), (272, None, 16))
+    """
+    runs = []
+    for run in names(engine, name, release):
+        span, _, step = run.partition("/")
+        first, _, last = span.partition("-")
+        end = None if last == "max" else int(last or first)
+        runs.append((int(first), end, int(step or 1)))
+    return tuple(runs)
 
 
 def newest(engine: Engine) -> Release:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from lib.cliffs import CLIFF_RULE
 from lib.context_grid import INTERPOLATED_KEY, ContextGrid, context_grid_of
-from lib.deploy.engine import EngineFacts, Fact, TextFact, VllmCap
+from lib.deploy.engine import EngineFacts, Fact, GpuMemory, TextFact, VllmCap
 from lib.files import read_json
 from lib.keys import MISSING, stated_k, whole_number, whole_number_text
 from lib.problems import Problem, Severity
@@ -65,7 +65,8 @@ __all__ = [
     "seed_path_order",
 ]
 
-#: vLLM's field for the schedule (also the seed's first output key).
+#: The result's schedule key: the seed's first output key, fixed by the result format (vLLM's
+#: field, ``schedule_field``, is :data:`lib.deploy.decisions.SCHEDULE_KEY`).
 _SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 #: The seed's key that makes a JSON object a tuning result.
 _DECISIONS_KEY = "batch_decisions"
@@ -585,12 +586,22 @@ def _by_k(value: Any, convert: Any) -> dict[int, Any]:
     return found
 
 
+def _positive_number(value: Any) -> bool:
+    """A JSON number > 0 and finite (never a bool)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
 def _engine_of(data: Mapping[str, Any]) -> EngineFacts:
     """What a result was tuned under, where it was stated (not assumed): the capture ceiling
     and max_num_seqs, the vLLM release and the GPU, and vLLM 0.34's explicit decode settings
     (``deployment.capture_ceiling``)."""
     ceiling = _mapping(_mapping(data.get("deployment")).get("capture_ceiling"))
-    facts: dict[str, Fact] = {}
+    facts: dict[str, Any] = {}  # EngineFacts' fields, each a Fact or a GpuMemory
     for name, known in (("size", "known"), ("max_num_seqs", "max_num_seqs_known")):
         value = whole_number(ceiling.get(name))
         if value is not None and value >= 1 and ceiling.get(known) is True:
@@ -604,6 +615,17 @@ def _engine_of(data: Mapping[str, Any]) -> EngineFacts:
         value = whole_number(ceiling.get(name))
         if value is not None and value >= 1:
             facts[target] = Fact(value, f"the result's {ceiling.get('decode_source')}")
+    # The GPU's memory and tensor parallelism, where the tuning was given them.
+    memory = ceiling.get("gpu_memory_gib")
+    if isinstance(memory, int | float) and _positive_number(memory):
+        facts["gpu_memory_gib"] = GpuMemory(
+            float(memory), f"the result's {ceiling.get('gpu_memory_gib_source')}"
+        )
+    tensor_parallel = whole_number(ceiling.get("tensor_parallel_size"))
+    if tensor_parallel is not None and tensor_parallel >= 1:
+        facts["tensor_parallel_size"] = Fact(
+            tensor_parallel, f"the result's {ceiling.get('tensor_parallel_size_source')}"
+        )
     texts: dict[str, TextFact] = {}
     for name, target in (("vllm_version", "vllm_version"), ("gpu", "gpu")):
         value = ceiling.get(name)

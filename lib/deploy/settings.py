@@ -74,26 +74,6 @@ class ExportSettings:
             " (PR #48944's deprecated alias) instead of speculative_token_schedule",
         ),
     )
-    gpu_memory_gib: float | None = field(
-        default=None,
-        metadata=flag(
-            "--gpu-memory-gib",
-            "sglang: the memory of one of the server's GPUs in GiB (an 80 GB H100: 79.6);"
-            " SGLang's default decode CUDA-graph batch sizes depend on it and on"
-            " --tensor-parallel-size, and its padding to them can move a boundary (default:"
-            " not recorded; the largest default, 512, is assumed and said)",
-            metavar="GIB",
-        ),
-    )
-    tensor_parallel_size: int | None = field(
-        default=None,
-        metadata=flag(
-            "--tensor-parallel-size",
-            "sglang: the server's tensor parallelism (--tp-size), read with --gpu-memory-gib"
-            " (default: 1, said)",
-            metavar="N",
-        ),
-    )
     cap_draft_len: bool = field(
         default=False,
         metadata=flag(

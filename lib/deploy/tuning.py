@@ -28,6 +28,7 @@ from lib.deploy.constraints import (
     CeilingCheck,
     cells_past_ceiling,
     check_ceiling,
+    data_parallel_warnings,
     method_warnings,
     past_max_num_seqs,
     tokens_per_step,
@@ -121,6 +122,7 @@ def _saved_values(saved: list[ServerSettings]) -> dict[str, dict[int, str]]:
             ("prefill_ceiling", server.prefill_ceiling if decode else None),
             ("decode_requests", _explicit_decode_requests(server) if decode else None),
             ("decode_tokens", server.max_decode_cudagraph_capture_tokens if decode else None),
+            ("data_parallel_size", server.data_parallel_size),
         ):
             if value is not None and value >= 1:
                 values.setdefault(name, {}).setdefault(
@@ -257,16 +259,23 @@ def anchors_above_max_num_seqs(sweep: Sweep, saved: list[ServerSettings]) -> lis
 
 def _facts(sweep: Sweep, saved_servers: SavedServers) -> tuple[EngineFacts, tuple[Problem, ...]]:
     saved, problems = saved_servers
-    found: dict[str, Fact] = {}
+    found: dict[str, Any] = {}  # EngineFacts' fields that are a Fact
     warnings = list(problems)
     warnings += anchors_above_max_num_seqs(sweep, saved)
     from_saved = _saved_values(saved)
     recorded = _recorded_values(sweep)
-    for target in (*recorded, "prefill_ceiling", "decode_requests", "decode_tokens"):
+    for target in (
+        *recorded,
+        "prefill_ceiling",
+        "decode_requests",
+        "decode_tokens",
+        "data_parallel_size",
+    ):
         values = recorded.get(target) or from_saved.get(target, {})
         if not values:
             continue
-        chosen = max(values) if target == "max_num_seqs" else min(values)
+        # The largest data parallelism: one server above 1 runs without the schedule.
+        chosen = max(values) if target in ("max_num_seqs", "data_parallel_size") else min(values)
         found[target] = Fact(chosen, values[chosen])
         if len(values) > 1:
             warnings.append(_differ(target, sorted(values), str(chosen)))
@@ -489,7 +498,10 @@ def _checked(
     problems += deployment.problems("their numbers say nothing of a graph-captured step")
     problems += [
         Problem(Severity.WARNING, "schedule-disabled", line)
-        for line in method_warnings(decisions.method, ceiling)
+        for line in (
+            *method_warnings(decisions.method, ceiling),
+            *data_parallel_warnings(facts, ceiling),
+        )
     ]
     kept = result.problems
     if analysis.cliffs:

@@ -175,6 +175,10 @@ def test_an_invalid_engine_setting_is_refused(
     root = write_validation(tmp_path / "v", GOOD)
     assert main(["check", *INDEPENDENT, str(root), "--max-num-seqs", "0"]) == EXIT_BAD_INPUT
     assert "--max-num-seqs 0: expected >= 1" in capsys.readouterr().err
+    # SGLang's tensor parallelism is nothing check reads: refused, not ignored.
+    code = main(["check", *INDEPENDENT, str(root), "--tensor-parallel-size", "2"])
+    assert code == EXIT_BAD_INPUT
+    assert "--tensor-parallel-size 2: check judges vLLM servers" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- context

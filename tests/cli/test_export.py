@@ -171,10 +171,19 @@ def test_an_mtp_sweep_exports_to_sglang_as_nextn(
             [],
             "[sglang-method] SGLang 0.5.23 would run STANDALONE at a static K",
         ),
-        ({}, ["--gpu-memory-gib", "0"], "[invalid-gpu-memory]"),
-        ({}, ["--gpu-memory-gib", "nan"], "value nan; expected a number of GiB > 0"),
-        ({}, ["--tensor-parallel-size", "0"], "[invalid-tensor-parallel-size]"),
-        ({}, ["--format", "vllm", "--gpu-memory-gib", "80"], "applies only to --format sglang"),
+        ({}, ["--gpu-memory-gib", "0"], "[invalid-setting] --gpu-memory-gib 0: expected"),
+        ({}, ["--gpu-memory-gib", "nan"], "--gpu-memory-gib nan: expected a number of GiB > 0"),
+        ({}, ["--tensor-parallel-size", "0"], "--tensor-parallel-size 0: expected >= 1"),
+        (
+            {},
+            ["--format", "vllm", "--tensor-parallel-size", "2"],
+            "--tensor-parallel-size applies only to --format sglang",
+        ),
+        (
+            {},
+            ["--format", "trtllm", "--gpu-memory-gib", "80"],
+            "--gpu-memory-gib applies only to --format vllm, sglang, vllm-context",
+        ),
     ],
 )
 def test_what_sglang_would_not_run_adaptively_exits_2(

@@ -184,6 +184,10 @@ def test_unwritable_output_exits_2(good_sweep: Path, capsys: pytest.CaptureFixtu
         # The release: a version number, of a vLLM with Dynamic SD (0.24.0 and newer).
         (["--vllm-version", "latest"], ["--vllm-version latest", "version number"]),
         (["--vllm-version", "0.23.9"], ["--vllm-version 0.23.9", "0.24 and newer"]),
+        # The GPU the engines' defaults read: a positive finite GiB, a parallelism >= 1.
+        (["--gpu-memory-gib", "0"], ["--gpu-memory-gib 0", "a number of GiB > 0"]),
+        (["--gpu-memory-gib", "nan"], ["--gpu-memory-gib nan", "a number of GiB > 0"]),
+        (["--tensor-parallel-size", "0"], ["--tensor-parallel-size 0", ">= 1"]),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else value,
 )

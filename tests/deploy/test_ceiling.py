@@ -25,7 +25,7 @@ from lib.deploy.ceiling import (
     resolve_release,
 )
 from lib.deploy.constraints import check_ceiling
-from lib.deploy.engine import EngineFacts, Fact, Gpu, TextFact
+from lib.deploy.engine import EngineFacts, Fact, Gpu, GpuMemory, TextFact
 from lib.deploy.releases import Release
 from lib.schedule import Schedule
 
@@ -278,6 +278,42 @@ def test_the_gpu_sets_max_num_seqs_default_by_memory() -> None:
         300,
     )
     assert small.engine_seqs == 300 and "default 256" in small.max_num_seqs_source
+
+
+@pytest.mark.parametrize(
+    ("gib", "version", "seqs"),
+    [
+        # engines-2026-12.md finding 3: >= 70 GiB gives 1024 on 0.33 and 0.34, below 256;
+        # engines.md section 1: 256 up to 0.32 whatever the GPU.
+        (69.9, "0.34.0", 256),
+        (70.0, "0.34.0", 1024),
+        (69.9, "0.33.0", 256),
+        (70.0, "0.33.0", 1024),
+        (80.0, "0.32.0", 256),
+    ],
+)
+def test_gpu_memory_gib_sets_the_max_num_seqs_default_and_says_it_was_given(
+    gib: float, version: str, seqs: int
+) -> None:
+    """--gpu-memory-gib is the GPU vLLM's defaults read (it wins over a recorded GPU's memory,
+    keeping its SM100 family); the line says where it came from."""
+    flags = EngineFacts(
+        vllm_version=TextFact(version, "t"), gpu_memory_gib=GpuMemory(gib, "--gpu-memory-gib")
+    )
+    ceiling = resolve_ceiling(flags, EngineFacts(), 0, 100)
+    assert ceiling.engine_seqs == seqs and f"default {seqs}" in ceiling.max_num_seqs_source
+    assert ceiling.gpu is not None and ceiling.gpu.known
+    assert f"a GPU of {gib:g} GiB" in ceiling.describe()
+    assert "(from --gpu-memory-gib)" in ceiling.describe()
+    recorded = EngineFacts(gpu=TextFact("GPU 0: NVIDIA B200", "the saved server config f"))
+    on_b200 = resolve_ceiling(flags, recorded, 0, 100)
+    assert on_b200.gpu is not None and on_b200.gpu.gpu.sm100
+    assert on_b200.gpu.gpu.memory_gib == gib and on_b200.engine_seqs == seqs
+
+
+def test_the_assumed_gpu_names_the_flag_that_states_it() -> None:
+    assumed = resolve_gpu(EngineFacts())
+    assert assumed.source == "assumed: no GPU recorded; give --gpu-memory-gib"
 
 
 def test_a_saved_0_34_server_config_is_read_by_its_decode_fields(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from lib.deploy.constraints import (
     capped_schedule,
     cells_past_ceiling,
     check_ceiling,
+    data_parallel_warnings,
     dense_runs,
     deployed_stretches,
     graphless_ranges,
@@ -291,6 +292,42 @@ def test_methods_that_lose_the_schedule_on_model_runner_v1_are_warned(
     assert method_warnings(method, v034) == []
 
 
+def test_model_runner_v1s_forced_piecewise_is_noted_on_0_33_not_on_0_34() -> None:
+    """engines.md section 1 ("MRv1 forces PIECEWISE", 0.33.0 L1069-L1086) and
+    engines-2026-12.md finding 3 (model runner v1 removed in 0.34): the note on 0.33.0 only,
+    and not for a ceiling given without a release."""
+    schedule = Schedule(((1, 63, 7), (64, 256, 0)))
+
+    def rules(version: str | None) -> list[str]:
+        flags = EngineFacts(vllm_version=TextFact(version, "t")) if version else EngineFacts()
+        found = check_ceiling(schedule, resolve_ceiling(flags, EngineFacts(), 7, 256), {})
+        return [f.rule for f in found.findings() if f.note]
+
+    assert "mrv1-piecewise" in rules("0.33.0")
+    assert "mrv1-piecewise" in rules("0.32.0")
+    assert "mrv1-piecewise" not in rules("0.34.0")
+    assert "mrv1-piecewise" not in rules(None)  # the newest known release, 0.34
+    assert "mrv1-piecewise" not in [
+        f.rule for f in check_ceiling(schedule, ceiling(512, 256), {}).findings()
+    ]
+
+
+@pytest.mark.parametrize(("size", "warned"), [(1, False), (2, True), (None, False)])
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_data_parallelism_above_1_disables_the_schedule(
+    size: int | None, warned: bool, version: str
+) -> None:
+    """engines.md section 4 (0.33.0 L1110-L1127) and engines-2026-12.md 1b (0.34.0
+    L1031-L1048): DP > 1 disables Dynamic SD on both releases; DP 1 or not known: nothing."""
+    flags = EngineFacts(vllm_version=TextFact(version, "t"))
+    engine = EngineFacts(data_parallel_size=Fact(size, "saved") if size else None)
+    found = data_parallel_warnings(engine, resolve_ceiling(flags, EngineFacts(), 3, 256))
+    assert bool(found) is warned
+    if warned:
+        assert f"vLLM {version} disables the schedule" in found[0]
+        assert "data_parallel_size=2, from saved" in found[0]
+
+
 # ------------------------------------------------------------------------- end to end
 
 ANCHORS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -417,6 +454,53 @@ def test_tune_reads_the_ceiling_from_the_saved_server_configs(tmp_path: Path) ->
     status, lines, data = tune(records, tmp_path / "out2.json")
     assert data["deployment"]["capture_ceiling"]["size"] == 1024
     assert lines[0] == PUBLISHED.json_text()  # 127 * 6 = 762 <= 1024: nothing to cap
+
+
+@pytest.mark.parametrize(("size", "warned"), [(1, False), (2, True)])
+def test_tune_reads_data_parallelism_from_the_saved_server_configs(
+    tmp_path: Path, size: int, warned: bool
+) -> None:
+    """A saved server config's parallel_config.data_parallel_size above 1: vLLM runs static K
+    (engines.md section 4), so tune warns and the verdict names it (schedule-disabled)."""
+    root = gb200_like(tmp_path / "sweep")
+    config = {
+        "vllm_config": {
+            "scheduler_config": {"max_num_seqs": 128},
+            "parallel_config": {"data_parallel_size": size},
+        },
+        "system_env": {"vllm_version": "0.34.0"},
+    }
+    for folder in sorted(root.iterdir()):
+        (folder / "server_info.json").write_text(json.dumps(config))
+    status, lines, data = tune(root, tmp_path / "out.json")
+    assert status == EXIT_OK
+    said = [line for line in lines if "disables the schedule under data parallelism" in line]
+    assert bool(said) is warned
+    rules = [p["rule"] for p in data["problems"]]  # type: ignore[index, union-attr]
+    assert ("schedule-disabled" in rules) is warned
+
+
+def test_tune_and_export_read_one_gpu_setting(tmp_path: Path) -> None:
+    """tune --gpu-memory-gib 40: vLLM 0.34's max_num_seqs default for a 40 GiB GPU, 256
+    (below 70 GiB, engines-2026-12.md finding 3), said to be given; the result records it and
+    its SGLang export reads the same GPU: SGLang 0.5.23's default decode graph maximum for
+    35-60 GiB at TP < 4 is 32 (engines-2026-12.md 1c)."""
+    root = gb200_like(tmp_path / "sweep")
+    out = tmp_path / "out.json"
+    status, lines, data = tune(root, out, "--gpu-memory-gib", "40", "--vllm-version", "0.34.0")
+    assert status == EXIT_OK
+    (line,) = [line for line in lines if line.startswith("capture ceiling:")]
+    assert "on a GPU of 40 GiB" in line and "(from --gpu-memory-gib)" in line
+    assert "default 256 on a GPU of 40 GiB" in line
+    block = data["deployment"]["capture_ceiling"]  # type: ignore[index]
+    assert block["gpu_memory_gib"] == 40.0  # type: ignore[index]
+    import contextlib
+    import io
+
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main(["export", str(out), "--format", "sglang"]) == EXIT_OK
+    assert "up to 32: SGLang 0.5.23's default for a GPU of 40 GiB" in stdout.getvalue()
 
 
 # --------------------------------------------------------------------------- deployed stretches

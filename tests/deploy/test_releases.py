@@ -3,6 +3,7 @@ says (so changing a row fails here), the lookups, and docs/formats.md against th
 
 from __future__ import annotations
 
+import ast
 import itertools
 
 import pytest
@@ -89,7 +90,85 @@ VLLM_EXPECTED: dict[tuple[str, str], object] = {
     ),
     ("raise_ceiling", "0.33.0"): "list n*(1+K) per tier in cudagraph_capture_sizes",
     ("raise_ceiling", "0.34.0"): "-cc.max_decode_cudagraph_capture_requests=N",
-    ("capture_sizes", "0.34.0"): "1, 2, 4, steps of 8 to 256, of 16 beyond",
+    # engines.md section 1: "1, 2, 4, steps of 8 to 256, of 16 to C0".
+    ("capture_sizes", "0.34.0"): ("1", "2", "4", "8-256/8", "272-max/16"),
+    ("capture_sizes", "0.33.0"): ("1", "2", "4", "8-256/8", "272-max/16"),
+}
+
+#: Each SGLang 0.5.23 fact, from engines-2026-12.md 1c (and engines.md section 6):
+#: - adaptive mode runs EAGLE/EAGLE3 with topk 1 only; NEXTN resolves to EAGLE, a Gemma-4
+#:   assistant draft (two architectures) to FROZEN_KV_MTP; vLLM's mtp is NEXTN, draft_model
+#:   STANDALONE, ngram NGRAM, dflash DFLASH.
+#: - the default decode graph maximum by GPU memory: under 20 GiB 8; 20-35 48/160 (TP < 4 /
+#:   >= 4); 35-60 32/160; 60-160 256/512; >= 160 512; unknown 160; the maximum is appended;
+#:   an explicit --cuda-graph-bs-decode list replaces the default; --speculative-num-steps
+#:   outside the candidates is a ValueError.
+#: - the graph sizes: list1 at maximum 256 captures 19 sizes 1-30, 15 sizes 32-120, 17 sizes
+#:   128-256: 1-8 (8) + 10-30 by 2 (11) = 19; 32 + 40-64 by 4 (7) + 72-120 by 8 (7) = 15;
+#:   128-256 by 8 = 17; past 256 steps of 16 (engines.md section 6's router, 272 the first).
+#: - multi-layer EAGLE targets: not listed in the shared notes; from the 0.5.23 files the row
+#:   cites (model_overrides/mimo_v2.py, gigachat35.py, arg_groups/overrides.py).
+SGLANG_EXPECTED: dict[str, object] = {
+    "adaptive_algorithms": ("EAGLE", "EAGLE3"),
+    "adaptive_topk": 1,
+    "nextn_resolves_to": "EAGLE",
+    "gemma4_assistant_architectures": (
+        "Gemma4AssistantForCausalLM",
+        "Gemma4UnifiedAssistantForCausalLM",
+    ),
+    "gemma4_assistant_algorithm": "FROZEN_KV_MTP",
+    "method_algorithms": (
+        "eagle=EAGLE",
+        "eagle3=EAGLE3",
+        "mtp=NEXTN",
+        "draft_model=STANDALONE",
+        "ngram=NGRAM",
+        "dflash=DFLASH",
+    ),
+    "multi_layer_eagle_architectures": (
+        "MiMoV2ForCausalLM",
+        "MiMoV2FlashForCausalLM",
+        "GigaChat35ForCausalLM",
+        "GigaChat35ForCausalLMNextN",
+        "Step3p5ForCausalLM",
+        "Step3p7ForConditionalGeneration",
+    ),
+    "num_steps_in_candidates": True,
+    "decode_graph_sizes": ("1-8/1", "10-32/2", "40-64/4", "72-256/8", "272-max/16"),
+    "decode_graph_max_appended": True,
+    "decode_graph_max_by_gpu_memory": (
+        "20:8:8",
+        "35:48:160",
+        "60:32:160",
+        "160:256:512",
+        "inf:512:512",
+    ),
+    "decode_graph_max_large_tp": 4,
+    "decode_graph_max_unknown_gpu": 160,
+    "decode_graph_list_flag": "--cuda-graph-bs-decode",
+    "decode_graph_list_replaces_default": True,
+}
+
+#: Each TensorRT-LLM fact, from engines.md section 5 and engines-2026-12.md 1d:
+#: - validator @00043967: keys >= 1, values <= max_draft_len, schedule[min key] ==
+#:   max_draft_len; Eagle's config: "max_draft_len must be > 0 for Eagle" (eagle, eagle3);
+#:   the older stage-1 copy requires key 1.
+#: - runtime @011d0933: above the largest key min_draft_len, 0 by default; floor 0 on linear
+#:   Eagle3 one-model, MTP one-model, NGram; floor 1 runs K=1 where the schedule says 0 (the
+#:   modes as the tool's warning names them); vanilla MTP ignores the schedule; before #10860
+#:   keys were lower bounds.
+TRTLLM_EXPECTED: dict[str, object] = {
+    "schedule_field": "draft_len_schedule",
+    "max_draft_len_field": "max_draft_len",
+    "max_draft_len_at_smallest_key": True,
+    "k_above_max_draft_len_refused": True,
+    "positive_max_draft_len_methods": ("eagle", "eagle3"),
+    "older_copies_require_key_one": True,
+    "upper_bound_keys_since": "#10860",
+    "draft_len_past_largest_key": 0,
+    "floor_zero_modes": ("linear Eagle3 one-model", "MTP one-model", "NGram"),
+    "floor_one_modes": ("Eagle3 dynamic tree", "MTP with the SA enhancer", "draft-target", "PARD"),
+    "schedule_ignored_by": ("mtp",),
 }
 
 
@@ -100,11 +179,78 @@ def test_each_vllm_fact_is_what_its_source_says(name: str, release: str) -> None
     assert (None if found is None else found.value) == expected
 
 
-def test_every_vllm_fact_is_pinned() -> None:
-    """A new vLLM row needs its expected value above (a fact no test pins could change
+@pytest.mark.parametrize("name", sorted(SGLANG_EXPECTED))
+def test_each_sglang_fact_is_what_its_source_says(name: str) -> None:
+    found = fact("sglang", name, _r("0.5.23"))
+    assert found is not None and found.value == SGLANG_EXPECTED[name]
+
+
+@pytest.mark.parametrize("name", sorted(TRTLLM_EXPECTED))
+def test_each_trtllm_fact_is_what_its_source_says(name: str) -> None:
+    found = fact("trtllm", name, newest("trtllm"))
+    assert found is not None and found.value == TRTLLM_EXPECTED[name]
+
+
+def test_every_fact_is_pinned() -> None:
+    """A new row needs its expected value above (a fact no test pins could change
     unnoticed)."""
-    pinned = {name for name, _ in VLLM_EXPECTED}
-    assert {row.name for row in FACTS if row.engine == "vllm"} <= pinned
+    pinned = {
+        "vllm": {name for name, _ in VLLM_EXPECTED},
+        "sglang": set(SGLANG_EXPECTED),
+        "trtllm": set(TRTLLM_EXPECTED),
+    }
+    for row in FACTS:
+        assert row.name in pinned[row.engine], f"{row.engine} {row.name} is not pinned"
+
+
+#: The table's readers: a row is read where one of them is called with its name.
+_READERS = {"fact", "number", "number_or_none", "holds", "text", "names", "size_runs"}
+
+
+def _read_names() -> set[tuple[str | None, str]]:
+    """(engine or None, name) for every text literal in the arguments of a call to a reader
+    (``releases.number(...)``, ``names(...)``, ``ceiling.fact(...)``) in lib's modules other
+    than releases.py; the engine is the call's first argument where it is a literal engine."""
+    found: set[tuple[str | None, str]] = set()
+    for path in sorted((REPO / "lib").rglob("*.py")):
+        if path == REPO / "lib" / "deploy" / "releases.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if called not in _READERS or not node.args:
+                continue
+            first = node.args[0]
+            engine = (
+                first.value if isinstance(first, ast.Constant) and first.value in ENGINES else None
+            )
+            for argument in node.args[1:] if engine else node.args:
+                for sub in ast.walk(argument):
+                    if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                        found.add((engine, sub.value))
+    return found
+
+
+def test_every_row_is_read_by_the_code() -> None:
+    """Issue 39: every row is a rule the deployment layer applies, so lib reads each name
+    (a row no code reads is a fact stated and not applied; document it in the row's text and
+    read it, or delete it)."""
+    read = _read_names()
+    unread = sorted(
+        f"{row.engine} {row.name}"
+        for row in FACTS
+        if (row.engine, row.name) not in read and (None, row.name) not in read
+    )
+    assert not unread, f"rows no lib module reads: {unread}"
+
+
+def test_the_read_check_sees_a_missing_reader() -> None:
+    """The check above can fail: a name no code passes to a reader is not in what it finds."""
+    read = _read_names()
+    assert ("vllm", "capture_rule") in read
+    assert ("vllm", "no_such_fact") not in read and (None, "no_such_fact") not in read
 
 
 def test_every_row_names_a_source_and_no_two_rows_of_a_fact_overlap() -> None:

@@ -20,14 +20,15 @@ padding to its decode CUDA-graph batch sizes moves a boundary (:func:`padding_sh
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from lib.deploy.ceiling import GPU_MEMORY_FLAG, stated_gpu_memory
 from lib.deploy.constraints import CaptureCeiling
 from lib.deploy.decisions import Decisions
+from lib.deploy.engine import EngineFacts
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported
-from lib.deploy.releases import Release, holds, names, newest, number, text
+from lib.deploy.releases import Release, holds, names, newest, number, size_runs, text
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
 from lib.keys import LARGEST_WHOLE_NUMBER, whole_number_text
@@ -66,10 +67,6 @@ __all__ = [
 RELEASE: Release = newest("sglang")
 
 
-def _fact_names(name: str) -> tuple[str, ...]:
-    return names("sglang", name, RELEASE)
-
-
 @dataclass(frozen=True)
 class SglangMethod:
     """What SGLang makes of a vLLM speculative method: its ``--speculative-algorithm`` and, when
@@ -82,7 +79,7 @@ class SglangMethod:
 #: The algorithms SGLang's adaptive mode runs, after alias resolution (fact
 #: ``adaptive_algorithms``); NEXTN and EAGLE resolve to :data:`NEXTN_RESOLVES_TO` first
 #: (``nextn_resolves_to``).
-ADAPTIVE_ALGORITHMS = _fact_names("adaptive_algorithms")
+ADAPTIVE_ALGORITHMS = names("sglang", "adaptive_algorithms", RELEASE)
 NEXTN_RESOLVES_TO = text("sglang", "nextn_resolves_to", RELEASE)
 #: Why an algorithm adaptive mode does not run exists at all, or what would change it (the
 #: engine's state, beside the facts; engines-2026-12.md 1c).
@@ -103,7 +100,7 @@ def _methods() -> dict[str, SglangMethod]:
     """Fact ``method_algorithms`` (``vllm=SGLANG`` pairs), each with why adaptive mode falls
     back to static K on it where it does (:data:`ADAPTIVE_ALGORITHMS`)."""
     methods = {}
-    for pair in _fact_names("method_algorithms"):
+    for pair in names("sglang", "method_algorithms", RELEASE):
         method, algorithm = pair.split("=")
         falls_back = None
         if _resolved(algorithm) not in ADAPTIVE_ALGORITHMS:
@@ -122,7 +119,7 @@ METHODS: dict[str, SglangMethod] = _methods()
 #: The draft architectures SGLang serves as :data:`GEMMA4_ASSISTANT_ALGORITHM` under NEXTN or
 #: EAGLE (and refuses with EAGLE3); their checkpoints are named ``*gemma-4*-assistant`` (e.g.
 #: ``google/gemma-4-31B-it-assistant``).
-GEMMA4_ASSISTANT_ARCHITECTURES = _fact_names("gemma4_assistant_architectures")
+GEMMA4_ASSISTANT_ARCHITECTURES = names("sglang", "gemma4_assistant_architectures", RELEASE)
 GEMMA4_ASSISTANT_ALGORITHM = text("sglang", "gemma4_assistant_algorithm", RELEASE)
 
 #: How a model's name shows the target families of fact ``multi_layer_eagle_architectures``
@@ -141,7 +138,7 @@ def _multi_layer_eagle_targets() -> dict[tuple[str, ...], str]:
     """Name fragments -> the architectures of fact ``multi_layer_eagle_architectures`` they
     stand for (every architecture has fragments: a test checks)."""
     targets = {}
-    architectures = _fact_names("multi_layer_eagle_architectures")
+    architectures = names("sglang", "multi_layer_eagle_architectures", RELEASE)
     for prefix, fragments in _MULTI_LAYER_EAGLE_NAMES.items():
         named = [arch for arch in architectures if arch.startswith(prefix)]
         if named:
@@ -157,7 +154,7 @@ def _graph_max_rows() -> tuple[tuple[float, int, int], ...]:
     """Fact ``decode_graph_max_by_gpu_memory``: (memory below, GiB; maximum at TP below
     :data:`LARGE_TP`; at TP from it), ``below:small:large`` in the table."""
     rows = []
-    for row in _fact_names("decode_graph_max_by_gpu_memory"):
+    for row in names("sglang", "decode_graph_max_by_gpu_memory", RELEASE):
         below, small, large = row.split(":")
         rows.append((float(below), int(small), int(large)))
     return tuple(rows)
@@ -274,7 +271,9 @@ def _largest_default() -> int:
     return max(max(small, large) for _, small, large in DECODE_GRAPH_MAX_BY_GPU_MEMORY)
 
 
-def decode_graph_max(gpu_memory_gib: float | None, tensor_parallel: int | None) -> DecodeGraphMax:
+def decode_graph_max(
+    gpu_memory_gib: float | None, tensor_parallel: int | None, recorded: str | None = None
+) -> DecodeGraphMax:
     """The decode graph maximum the padding is checked against, and what it rests on. With the
     GPU's memory given: SGLang's default for it (:func:`default_decode_graph_max`; TP 1 assumed
     when not given, and said). Without it: the largest default of any GPU, 512 (GPUs of 160 GiB
@@ -292,30 +291,21 @@ def decode_graph_max(gpu_memory_gib: float | None, tensor_parallel: int | None) 
             f"the GPU is not recorded, so SGLang {RELEASE}'s largest default is assumed (GPUs"
             f" of 160 GiB or more, or 60 GiB or more at tensor parallelism {LARGE_TP} or more;"
             f" 256 on H100/H200 at TP < {LARGE_TP}) and no moved boundary is missed; give"
-            f" {flag_name(ExportSettings, 'gpu_memory_gib')} for yours",
+            f" {GPU_MEMORY_FLAG} for yours",
         )
     tp = tensor_parallel if tensor_parallel is not None else 1
     size = default_decode_graph_max(gpu_memory_gib, tp)
     said = "" if tensor_parallel is not None else ", assumed"
     return DecodeGraphMax(
         size,
-        f"SGLang {RELEASE}'s default for a GPU of {gpu_memory_gib:g} GiB at tensor"
-        f" parallelism {tp}{said}",
+        f"SGLang {RELEASE}'s default for a GPU of {gpu_memory_gib:g} GiB"
+        + (f" (from {recorded}; give {GPU_MEMORY_FLAG} for another)" if recorded else "")
+        + f" at tensor parallelism {tp}{said}",
     )
 
 
-def _size_runs() -> tuple[tuple[int, int | None, int], ...]:
-    """Fact ``decode_graph_sizes``: (first, last or None for the maximum, step) per run,
-    ``first-last/step`` in the table."""
-    runs = []
-    for run in _fact_names("decode_graph_sizes"):
-        span, step = run.split("/")
-        first, last = span.split("-")
-        runs.append((int(first), None if last == "max" else int(last), int(step)))
-    return tuple(runs)
-
-
-_SIZE_RUNS = _size_runs()
+#: Fact ``decode_graph_sizes``: (first, last or None for the maximum, step) per run.
+_SIZE_RUNS = size_runs("sglang", "decode_graph_sizes", RELEASE)
 _MAX_APPENDED = holds("sglang", "decode_graph_max_appended", RELEASE)
 
 
@@ -465,29 +455,6 @@ def _topk(decisions: Decisions) -> Any:
     return None
 
 
-def _settings_problems(settings: ExportSettings) -> list[Problem]:
-    """A GPU memory that is no positive finite number of GiB, or a tensor parallelism below 1."""
-    memory, tp = settings.gpu_memory_gib, settings.tensor_parallel_size
-    checks = (
-        ("gpu_memory_gib", memory, memory is None or (math.isfinite(memory) and memory > 0),
-         "invalid-gpu-memory", "the memory of one GPU, in GiB", "a number of GiB > 0"),
-        ("tensor_parallel_size", tp, tp is None or tp >= 1,
-         "invalid-tensor-parallel-size", "the server's tensor parallelism", ">= 1"),
-    )  # fmt: skip
-    return [
-        Problem(
-            Severity.ERROR,
-            rule,
-            message,
-            field=flag_name(ExportSettings, name),
-            value=str(value),
-            expected=expected,
-        )
-        for name, value, valid, rule, message, expected in checks
-        if not valid
-    ]
-
-
 def _algorithm(decisions: Decisions) -> tuple[str, list[Problem]]:
     """SGLang's ``--speculative-algorithm`` for the recorded method and draft, or why its
     adaptive mode would not run them (an error naming the method or the draft and why):
@@ -568,10 +535,8 @@ def _padding_warnings(schedule: Schedule, graph_max: DecodeGraphMax) -> list[str
 def build(
     decisions: Decisions, settings: ExportSettings, ceiling: CaptureCeiling | None
 ) -> tuple[Exported | None, list[Problem]]:
-    """The adaptive config: a frozen slot per range, ``strategy`` ema."""
-    invalid = _settings_problems(settings)
-    if invalid:
-        return None, invalid
+    """The adaptive config: a frozen slot per range, ``strategy`` ema. (``--gpu-memory-gib``
+    and ``--tensor-parallel-size`` are checked with the deployment's settings.)"""
     schedule = decisions.schedule
     algorithm, refused = _algorithm(decisions)
     if refused:
@@ -615,11 +580,17 @@ def build(
     for lo, _, k in sorted(schedule.ranges):
         config[str(lo)] = {_STEPS: [k]}
     paste = (
-        f"--speculative-algorithm {algorithm} --speculative-eagle-topk 1"
+        f"--speculative-algorithm {algorithm} --speculative-eagle-topk {_ADAPTIVE_TOPK}"
         f" --speculative-num-steps {steps} --speculative-adaptive"
         f" --speculative-adaptive-config {FORMAT.file_name}",
     )
-    graph_max = decode_graph_max(settings.gpu_memory_gib, settings.tensor_parallel_size)
+    memory = stated_gpu_memory(EngineFacts(), decisions.engine)
+    tensor_parallel = decisions.engine.tensor_parallel_size
+    graph_max = decode_graph_max(
+        memory.value if memory is not None else None,
+        tensor_parallel.value if tensor_parallel is not None else None,
+        memory.source if memory is not None and memory.source != GPU_MEMORY_FLAG else None,
+    )
     notes = ["each slot has one candidate step, so SGLang runs the measured K (no adaptation)"]
     if decisions.method is None:
         notes.append(
@@ -653,6 +624,7 @@ FORMAT = EngineFormat(
     file_name="sglang_adaptive_config.json",
     position=30,
     build=build,
+    # Deployment settings it reads besides (not engine_flags: those mark vLLM's formats).
     flags=frozenset({"gpu_memory_gib", "tensor_parallel_size"}),
     read=read,
     reads="an SGLang --speculative-adaptive-config",

@@ -6,7 +6,8 @@ values >= 0, ``schedule[smallest key] == max_draft_len`` and every value <= ``ma
 So :func:`max_draft_len_rule`: ``max_draft_len`` is the first range's K; a later, larger K is
 refused (:func:`later_k_rule`), or capped to it with ``--cap-draft-len``; a first K of 0 is
 refused for Eagle (:func:`first_k_rule`). Its runtime (``_torch/speculative/utils.py``
-@``011d0933``) differs from vLLM's where :func:`runtime_warnings` says.
+@``011d0933``) differs from vLLM's where :func:`runtime_warnings` says. Each of these rules is
+a ``trtllm`` row of :mod:`lib.deploy.releases`, read for :data:`RELEASE`.
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ from typing import Any
 from lib.deploy.constraints import CaptureCeiling
 from lib.deploy.decisions import Decisions
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported
+from lib.deploy.releases import Release, holds, names, newest, number, text
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name
 from lib.keys import stated_k
 from lib.numbers import percent_text
 from lib.problems import Problem, Severity
-from lib.schedule import TRTLLM_SCHEDULE, Schedule, merge_picks, trtllm_bound
+from lib.schedule import Schedule, merge_picks, trtllm_bound
 
 __all__ = [
     "FORMAT",
     "MAX_DRAFT_LEN",
+    "RELEASE",
     "build",
     "first_k_rule",
     "later_k_rule",
@@ -35,10 +38,14 @@ __all__ = [
     "runtime_warnings",
 ]
 
+#: The TensorRT-LLM source whose rules apply (the newest known: no sweep records one).
+RELEASE: Release = newest("trtllm")
 #: TensorRT-LLM's name for the maximum draft length (vLLM's ``num_speculative_tokens``).
-MAX_DRAFT_LEN = "max_draft_len"
+MAX_DRAFT_LEN = text("trtllm", "max_draft_len_field", RELEASE)
+#: TensorRT-LLM's field of the schedule.
+TRTLLM_SCHEDULE = text("trtllm", "schedule_field", RELEASE)
 #: The methods whose TensorRT-LLM config requires ``max_draft_len > 0``.
-EAGLE_METHODS = ("eagle", "eagle3")
+EAGLE_METHODS = names("trtllm", "positive_max_draft_len_methods", RELEASE)
 
 
 def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
@@ -69,23 +76,28 @@ def read(data: Any, source: str) -> tuple[Decisions | None, str] | None:
 
 
 def max_draft_len_rule(bounds: Mapping[int, int]) -> int:
-    """``max_draft_len`` is the K at the smallest key (the validator's equality).
+    """``max_draft_len`` is the K at the smallest key where the validator wants that equality
+    (``max_draft_len_at_smallest_key``), else the largest K.
 
     >>> max_draft_len_rule({31: 3, 127: 1, 256: 0})
     3
     """
-    return bounds[min(bounds)]
+    if holds("trtllm", "max_draft_len_at_smallest_key", RELEASE):
+        return bounds[min(bounds)]
+    return max(bounds.values())
 
 
 def later_k_rule(bounds: Mapping[int, int], max_draft_len: int) -> list[tuple[int, int, int]]:
     """The ranges (lo, bound, K) whose K is above ``max_draft_len``: the validator refuses
-    them. A K equal to it is fine.
+    them (``k_above_max_draft_len_refused``; none where it does not). A K equal to it is fine.
 
     >>> later_k_rule({1: 3, 127: 5, 128: 3}, 3)
     [(2, 127, 5)]
     >>> later_k_rule({1: 3, 127: 3}, 3)
     []
     """
+    if not holds("trtllm", "k_above_max_draft_len_refused", RELEASE):
+        return []
     found = []
     low = 1
     for bound in sorted(bounds):
@@ -97,8 +109,8 @@ def later_k_rule(bounds: Mapping[int, int], max_draft_len: int) -> list[tuple[in
 
 def first_k_rule(first_k: int, method: str | None) -> tuple[str | None, str | None]:
     """(error, warning) for a first K of 0: TensorRT-LLM's Eagle and Eagle3 configs require
-    ``max_draft_len > 0``, so an Eagle sweep is refused; an unrecorded method is warned about;
-    other methods pass.
+    ``max_draft_len > 0`` (:data:`EAGLE_METHODS`), so an Eagle sweep is refused; an unrecorded
+    method is warned about; other methods pass.
 
     >>> first_k_rule(0, "eagle3")[0] is not None, first_k_rule(0, None)[1] is not None
     (True, True)
@@ -150,27 +162,43 @@ def runtime_warnings(bounds: Mapping[int, int], method: str | None) -> list[str]
     """
     warnings = []
     largest = max(bounds)
-    if bounds[largest] > 0:
+    past = number("trtllm", "draft_len_past_largest_key", RELEASE)
+    if bounds[largest] != past:
         warnings.append(
-            f"above batch size {largest} TensorRT-LLM drafts 0 tokens (newer builds: the"
+            f"above batch size {largest} TensorRT-LLM drafts {past} tokens (newer builds: the"
             f" mode's floor, min_runtime_draft_len) where vLLM keeps K={bounds[largest]}: make"
             " the last bound the engine's max_batch_size"
         )
     if any(k == 0 for k in bounds.values()):
+        ones = _and(names("trtllm", "floor_one_modes", RELEASE))
+        zeros = _and(names("trtllm", "floor_zero_modes", RELEASE))
         warnings.append(
-            "ranges with K=0 run the mode's floor (min_runtime_draft_len): 1 on Eagle3 dynamic"
-            " tree, MTP with the SA enhancer, draft-target and PARD; 0 on linear Eagle3"
-            " one-model, MTP one-model and NGram"
+            f"ranges with K=0 run the mode's floor (min_runtime_draft_len): 1 on {ones}; 0 on"
+            f" {zeros}"
         )
-    if method == "mtp":
-        warnings.append("vanilla MTP (not MTP-Eagle) ignores draft_len_schedule")
+    if method in names("trtllm", "schedule_ignored_by", RELEASE):
+        warnings.append(f"vanilla MTP (not MTP-Eagle) ignores {TRTLLM_SCHEDULE}")
     return warnings
 
 
+def _and(items: tuple[str, ...]) -> str:
+    """``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+_KEY_ONE = holds("trtllm", "older_copies_require_key_one", RELEASE)
+
 NOTES = (
-    "TensorRT-LLM builds before its PR #10860 read the keys as lower bounds, not upper bounds",
-    "key 1 is written so that builds whose validator requires it accept the file; the bound"
-    " 1 runs the same K as the next one",
+    f"TensorRT-LLM builds before its PR {text('trtllm', 'upper_bound_keys_since', RELEASE)}"
+    " read the keys as lower bounds, not upper bounds",
+    *(
+        (
+            "key 1 is written so that builds whose validator requires it accept the file; the"
+            " bound 1 runs the same K as the next one",
+        )
+        if _KEY_ONE
+        else ()
+    ),
     "JSON keys are strings: TensorRT-LLM's pydantic model (dict[int, int]) converts them"
     " (checked with pydantic 2.13, not inside TensorRT-LLM)",
     "checked against TensorRT-LLM's llm_args.py @00043967 and _torch/speculative/utils.py"
@@ -222,7 +250,7 @@ def build(
     merged = Schedule.from_trtllm(capped)[0]
     assert merged is not None
     final = merged.to_trtllm()
-    if 1 not in final:
+    if _KEY_ONE and 1 not in final:
         final = {1: first, **final}
     warnings += runtime_warnings(final, decisions.method)
     config = {

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from lib.deploy.constraints import CaptureCeiling, check_ceiling, method_warnings
+from lib.deploy.constraints import (
+    CaptureCeiling,
+    check_ceiling,
+    data_parallel_warnings,
+    method_warnings,
+)
 from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_decisions
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported, global_k_problem
 from lib.deploy.result_file import is_result, result_file_of
@@ -88,7 +93,11 @@ def build(
         config=config,
         file=config,
         largest_k=schedule.largest_k,
-        warnings=(*check.warnings(), *method_warnings(decisions.method, ceiling)),
+        warnings=(
+            *check.warnings(),
+            *method_warnings(decisions.method, ceiling),
+            *data_parallel_warnings(decisions.engine, ceiling),
+        ),
         notes=(*check.notes(), *_assumed_release(ceiling)),
     ), []
 
@@ -108,5 +117,7 @@ FORMAT = EngineFormat(
     build=build,
     read=read,
     reads=f"{SCHEDULE_KEY}, a speculative_config, a [[lo, hi, K], ...] list",
-    engine_flags=frozenset({"max_cudagraph_capture_size", "max_num_seqs", "vllm_version"}),
+    engine_flags=frozenset(
+        {"max_cudagraph_capture_size", "max_num_seqs", "vllm_version", "gpu_memory_gib"}
+    ),
 )

@@ -49,7 +49,9 @@ FORMAT = EngineFormat(
     build=functools.partial(build_context_format, "vllm-context", _export),
     flags=frozenset(CONTEXT_FLAGS),
     needs_grid=True,
-    engine_flags=frozenset({"max_cudagraph_capture_size", "max_num_seqs", "vllm_version"}),
+    engine_flags=frozenset(
+        {"max_cudagraph_capture_size", "max_num_seqs", "vllm_version", "gpu_memory_gib"}
+    ),
 )
 
 

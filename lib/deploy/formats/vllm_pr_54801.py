@@ -35,6 +35,7 @@ from lib.deploy.grid import (
     too_close,
     whole_entry,
 )
+from lib.deploy.releases import names, newest
 from lib.deploy.settings import ExportSettings
 from lib.numbers import percent_text
 from lib.problems import Problem, Severity, show_value
@@ -484,8 +485,15 @@ def pr_54801_export(
     }
     notes = [
         PR_54801_COMBINATION,
-        "needs vLLM with PR #54801 (open); the length table's shape and lookup (the first range"
-        " whose hi reaches the length) are presumed",
+        # Released vLLM refuses the length table's field (``rejected_fields``).
+        *(
+            [
+                "needs vLLM with PR #54801 (open); the length table's shape and lookup (the"
+                " first range whose hi reaches the length) are presumed"
+            ]
+            if SEQ_LEN_KEY in names("vllm", "rejected_fields", newest("vllm"))
+            else []
+        ),
         f"tables chosen by {pair.method} search ({pair.trials} trials"
         + (f", {pair.passes} passes over the context points)" if pair.passes else ")"),
     ]

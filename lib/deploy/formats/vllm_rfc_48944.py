@@ -35,6 +35,7 @@ from lib.deploy.grid import (
     too_close,
     whole_entry,
 )
+from lib.deploy.releases import names, newest, number
 from lib.deploy.settings import CtxAgg, ExportSettings
 from lib.problems import Problem, show_value
 from lib.schedule import Schedule
@@ -57,6 +58,24 @@ RFC_48944_KEY = "speculative_token_schedule"
 RFC_48944_LEGACY_KEY = SCHEDULE_KEY
 #: PR #48944's ways to turn a batch's per-request context lengths into one number.
 CTX_AGGS: tuple[CtxAgg, ...] = get_args(CtxAgg)
+
+
+#: Items of one PR #48944 entry: [bs_lo, bs_hi, ctx_lo, ctx_hi, K].
+ENTRY_ITEMS = 5
+
+
+def _needs_pr(key: str) -> list[str]:
+    """The note that released vLLM refuses the export, where the newest known release does:
+    its field is one released vLLM rejects (``rejected_fields``) or its entries are not of the
+    released entry's length (``schedule_entry_items``)."""
+    release = newest("vllm")
+    rejects_items = number("vllm", "schedule_entry_items", release) != ENTRY_ITEMS
+    if not rejects_items and key not in names("vllm", "rejected_fields", release):
+        return []
+    return [
+        "needs vLLM with PR #48944 (open)"
+        + (f"; released vLLM rejects {ENTRY_ITEMS}-item entries" if rejects_items else "")
+    ]
 
 
 def _export(
@@ -242,7 +261,7 @@ def rfc_48944_export(
     if violations:
         return None, invalid_export("vllm-rfc-48944", config, violations)
     notes = [
-        "needs vLLM with PR #48944 (open); released vLLM rejects 5-item entries",
+        *_needs_pr(key),
         "context ranges by decode-time context (prompt + output / 2), each boundary the"
         " geometric midpoint of two neighbouring measured contexts rounded down, never on a"
         f" measured context; the last range ends at {UNBOUNDED_CONTEXT} (unbounded)",

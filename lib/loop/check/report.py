@@ -27,6 +27,7 @@ from lib.deploy.decisions import Decisions
 from lib.deploy.deployed import ContextSchedule
 from lib.deploy.registry import ceiling_for
 from lib.deploy.tuning import Deployment, sweep_engine_facts
+from lib.flags import flag_name
 from lib.loop.check.arms import (
     DYNAMIC,
     UnderTest,
@@ -168,6 +169,7 @@ def check_deployment(
             *settings.invalid(),
             *deploy.invalid(),
             *release_refusals(deploy.vllm_version),
+            *_unread_by_check(deploy),
         )
     ]
     dynamic: UnderTest | None = schedule
@@ -306,6 +308,21 @@ def _report(
         tuple(problems),
         context_schedule=None if isinstance(dynamic, Schedule) else dynamic,
     )
+
+
+def _unread_by_check(deploy: DeploySettings) -> list[str]:
+    """The deployment settings ``check`` does not read (refused, never ignored): the tensor
+    parallelism only SGLang's defaults read (tune records it for its exports).
+
+    >>> _unread_by_check(DeploySettings(tensor_parallel_size=2))[0][:40]
+    '--tensor-parallel-size 2: check judges v'
+    """
+    if deploy.tensor_parallel_size is None:
+        return []
+    return [
+        f"{flag_name(DeploySettings, 'tensor_parallel_size')} {deploy.tensor_parallel_size}:"
+        " check judges vLLM servers; only tune and export --format sglang read it"
+    ]
 
 
 def _served_clamp(

@@ -23,6 +23,7 @@ from lib.deploy.registry import export
 from lib.deploy.releases import names, newest
 from lib.deploy.settings import ExportSettings
 from lib.schedule import Schedule
+from lib.settings import DeploySettings
 
 SGLANG = ExportSettings(format="sglang")
 ISSUE = Schedule(((1, 31, 3), (32, 127, 1), (128, 256, 0)))
@@ -259,8 +260,8 @@ def test_an_unrecorded_gpu_assumes_the_largest_default_and_says_so() -> None:
     exported, _ = export(decisions(ISSUE), SGLANG)
     assert exported is not None
     assert any("up to 512: the GPU is not recorded" in note for note in exported.notes)
-    h100 = ExportSettings(format="sglang", gpu_memory_gib=79.6, tensor_parallel_size=1)
-    exported, _ = export(decisions(ISSUE), h100)
+    h100 = DeploySettings(gpu_memory_gib=79.6, tensor_parallel_size=1)
+    exported, _ = export(decisions(ISSUE), SGLANG, h100)
     assert exported is not None
     assert any(
         "up to 256: SGLang 0.5.23's default for a GPU of 79.6 GiB" in n for n in exported.notes
@@ -272,8 +273,7 @@ def test_the_padding_hint_gives_the_default_list_plus_the_boundary_sizes() -> No
     the default one, its maximum the list's largest (memory_hook.py L200-L207): the hint gives
     the default list plus each lo - 1, and with it SGLang's router moves no batch."""
     for gib, graph_max in ((79.6, 256), (None, 512)):
-        settings = ExportSettings(format="sglang", gpu_memory_gib=gib)
-        exported, _ = export(decisions(ISSUE), settings)
+        exported, _ = export(decisions(ISSUE), SGLANG, DeploySettings(gpu_memory_gib=gib))
         assert exported is not None
         assert not any("--cuda-graph-bs " in w for w in exported.warnings)
         assert any("batch size 31 " in w and "plus 31" in w for w in exported.warnings)
@@ -372,19 +372,20 @@ def test_the_long_context_samples_gemma_4_assistant_draft_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    ("settings", "rule"),
+    ("deploy", "message"),
     [
-        (ExportSettings(format="sglang", gpu_memory_gib=0.0), "invalid-gpu-memory"),
-        (ExportSettings(format="sglang", gpu_memory_gib=float("nan")), "invalid-gpu-memory"),
-        (ExportSettings(format="sglang", gpu_memory_gib=float("inf")), "invalid-gpu-memory"),
-        (ExportSettings(format="sglang", tensor_parallel_size=0), "invalid-tensor-parallel-size"),
+        (DeploySettings(gpu_memory_gib=0.0), "--gpu-memory-gib 0: expected a number of GiB > 0"),
+        (DeploySettings(gpu_memory_gib=float("nan")), "--gpu-memory-gib nan: expected"),
+        (DeploySettings(gpu_memory_gib=float("inf")), "--gpu-memory-gib inf: expected"),
+        (DeploySettings(tensor_parallel_size=0), "--tensor-parallel-size 0: expected >= 1"),
     ],
 )
-def test_a_gpu_memory_or_tp_that_is_none_is_refused(settings: ExportSettings, rule: str) -> None:
-    exported, problems = export(decisions(ISSUE), settings)
-    assert exported is None and [p.rule for p in problems] == [rule]
-    fine = ExportSettings(format="sglang", gpu_memory_gib=0.5, tensor_parallel_size=1)
-    assert export(decisions(ISSUE), fine)[0] is not None
+def test_a_gpu_memory_or_tp_that_is_none_is_refused(deploy: DeploySettings, message: str) -> None:
+    exported, problems = export(decisions(ISSUE), SGLANG, deploy)
+    assert exported is None and [p.rule for p in problems] == ["invalid-setting"]
+    assert problems[0].message.startswith(message)
+    fine = DeploySettings(gpu_memory_gib=0.5, tensor_parallel_size=1)
+    assert export(decisions(ISSUE), SGLANG, fine)[0] is not None
 
 
 def test_every_multi_layer_eagle_architecture_is_known_by_name() -> None:
