@@ -135,9 +135,11 @@ def test_check_lines_give_a_verdict_per_anchor(tmp_path: Path) -> None:
     report = check_deployment(write_validation(tmp_path / "v", GOOD_VALIDATION), CheckSettings())
     lines = text.check_lines(report)
     assert lines[0] == "schedule under test: [[1, 63, 7], [64, 256, 0]]"
-    # The capture check's line (63 * 8 = 504 tokens at most: within vLLM's default 512).
+    # The capture check's line, on the newest vLLM assumed (0.34: R = min(S, 512 / (1 + 0))
+    # with the K=0 tier; 63 * 8 = 504 tokens at most, within the default C0 = 512).
     assert lines[1] == report.deployment_summary
-    assert lines[1].startswith("capture ceiling: C=512")
+    assert lines[1].startswith("capture ceiling: vLLM 0.34.0 (assumed")
+    assert "C0=512" in lines[1]
     assert lines[2].startswith("batch_size=1: OK; dynamic K=7 median=318.00")
     assert "Dynamic SD overhead vs static K=7: +0.00%" in lines[2]
     assert not any(line.startswith("LOSS") for line in lines)

@@ -10,7 +10,7 @@ from sweep_builder import write_grid
 from lib.analysis import analyse
 from lib.present.charts.base import VERDICTS
 from lib.present.charts.confidence import CONFIDENCE_ROLES, confidence_caption, confidence_charts
-from lib.settings import Settings
+from lib.settings import Options, Settings
 from lib.sweeps import load_experiment
 
 
@@ -53,10 +53,11 @@ def test_confidence_charts_show_p_eps_good_per_k_with_the_unresolved_anchors_mar
 
 
 def test_confidence_charts_mark_unknown_probabilities(tmp_path: Path) -> None:
-    # One run per cell: no noise estimate, so every P(eps-good) is unknown (null), drawn as "?".
+    # One run per cell and --run-cv 0 (no run noise assumed): no noise estimate, so every
+    # P(eps-good) is unknown (null), drawn as "?".
     runs = {(1, 0): [100.0], (1, 3): [150.0]}
     root = write_grid(tmp_path, runs)
-    analysis = analyse(load_experiment(root), Settings(min_runs=1))
+    analysis = analyse(load_experiment(root), Settings(min_runs=1), Options(run_cv=0.0))
     assert analysis.report is not None
     (chart,) = confidence_charts(analysis.result, analysis.report)
     spec = chart.to_dict()

@@ -42,9 +42,10 @@ def _track_at(rows: list[dict[str, Any]], batch_size: int) -> tuple[int, str]:
         (DeploySettings(), Options(), [[1, 63, 7], [64, 256, 0]]),
         # README's switch points: the curves cross at 21.0, so the interpolated one at 21.
         (DeploySettings(), Options(interpolated_schedule=True), [[1, 20, 7], [21, 256, 0]]),
-        # README's Deployment: C=256 caps K'(b) = min(7, floor(256 / b) - 1) from 33 to 63.
+        # README's Deployment: on vLLM 0.33 (the token rule b * (1 + K) <= C), C=256 caps
+        # K'(b) = min(7, floor(256 / b) - 1) from 33 to 63.
         (
-            DeploySettings(max_cudagraph_capture_size=256),
+            DeploySettings(max_cudagraph_capture_size=256, vllm_version="0.33.0"),
             Options(),
             [[1, 32, 7], [33, 36, 6], [37, 42, 5], [43, 51, 4], [52, 63, 3], [64, 256, 0]],
         ),
@@ -84,8 +85,9 @@ def test_headline_k_track_draws_the_deployed_schedule(
 def test_headline_k_track_marks_what_was_measured_at_every_batch_size(
     capture: int | None, interpolated: bool
 ) -> None:
+    # vLLM 0.33's token rule, the one the cap below states.
     result, spec = _deployed(
-        DeploySettings(max_cudagraph_capture_size=capture),
+        DeploySettings(max_cudagraph_capture_size=capture, vllm_version="0.33.0"),
         Options(interpolated_schedule=interpolated),
     )
     assert result.schedule is not None
