@@ -338,7 +338,10 @@ class _Loop:
                 ],
             )
         if number > 0:
-            stop = stop_before_round(len(plan.steps), spent, estimate.seconds, budget)
+            picks = self.log.rounds[number - 1].picks
+            stop = stop_before_round(
+                len(plan.steps), spent, estimate.seconds, budget, _cells(plan), picks
+            )
             if stop is not None:
                 return stop
         before = _counts(runs)
