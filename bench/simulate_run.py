@@ -193,6 +193,7 @@ def trial(
     budget_shares: list[float],
     folder: Path,
     loop_anchors: tuple[int, ...] = ANCHORS,
+    loop_flags: tuple[str, ...] = (),
 ) -> dict[str, Outcome]:
     grid = truth_grid(family)
     model = {
@@ -212,7 +213,7 @@ def trial(
     os.environ["STANDIN_VLLM_CLOCK"] = str(folder / "clock")
     design = ["--model", "M", "--method", "eagle3", "--draft-model", "D"]
     design += ["--ks", ",".join(map(str, family.ks)), "--anchors", ",".join(map(str, ANCHORS))]
-    loop_design = [*design[:-1], ",".join(map(str, loop_anchors))]
+    loop_design = [*design[:-1], ",".join(map(str, loop_anchors)), *loop_flags]
     os.chdir(folder)
     # The seed's full grid, 3 runs per cell, tuned with the seed's defaults.
     _quiet(
@@ -275,6 +276,12 @@ def main(argv: list[str] | None = None) -> None:
         " 1,4,16,64,256: round 0 measures every other one, and the measurement plan's new"
         " anchors (geometric midpoints, where neighbouring picks disagree) fill in the rest",
     )
+    parser.add_argument(
+        "--loop-flags",
+        default="",
+        help="more flags of the loop's tune-spec-k run, e.g. '--num-runs 2' (the noise probe's"
+        " runs of a cell)",
+    )
     args = parser.parse_args(argv)
     loop_anchors = tuple(int(a) for a in args.loop_anchors.split(","))
     os.environ["PATH"] = f"{STANDIN}:{os.environ['PATH']}"
@@ -296,6 +303,7 @@ def main(argv: list[str] | None = None) -> None:
                             args.budget_shares,
                             Path(folder),
                             loop_anchors,
+                            tuple(args.loop_flags.split()),
                         )
                     )
                 finally:
@@ -307,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     print(
         f"seeds {args.first_seed}..{args.first_seed + args.seeds - 1}, anchors 1..256 (9),"
-        f" the loop's {args.loop_anchors};"
+        f" the loop's {args.loop_anchors} {args.loop_flags};"
         " GPU time / grid: the mean (and largest) of the per-trial ratios to the full grid's:"
     )
     print()
