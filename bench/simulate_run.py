@@ -187,7 +187,13 @@ def _loop(
 
 
 def trial(
-    family: Family, seed: int, max_rounds: int, budget_shares: list[float], folder: Path
+    family: Family,
+    seed: int,
+    max_rounds: int,
+    budget_shares: list[float],
+    folder: Path,
+    loop_anchors: tuple[int, ...] = ANCHORS,
+    loop_flags: tuple[str, ...] = (),
 ) -> dict[str, Outcome]:
     grid = truth_grid(family)
     model = {
@@ -201,9 +207,13 @@ def trial(
     truth_file = folder / "truth.json"
     truth_file.write_text(json.dumps(model))
     os.environ["STANDIN_VLLM_TRUTH"] = str(truth_file)
+    # The stand-in draws its noise from seeds that include its clock: a fixed start makes a
+    # trial the same each time it is run.
+    (folder / "clock").write_text(repr(1_800_000_000.0))
     os.environ["STANDIN_VLLM_CLOCK"] = str(folder / "clock")
     design = ["--model", "M", "--method", "eagle3", "--draft-model", "D"]
     design += ["--ks", ",".join(map(str, family.ks)), "--anchors", ",".join(map(str, ANCHORS))]
+    loop_design = [*design[:-1], ",".join(map(str, loop_anchors)), *loop_flags]
     os.chdir(folder)
     # The seed's full grid, 3 runs per cell, tuned with the seed's defaults.
     _quiet(
@@ -238,7 +248,7 @@ def trial(
     }
     rounds = ["--max-rounds", str(max_rounds)]
     outcomes[f"loop, <= {max_rounds} rounds"] = _loop(
-        design, folder, "loop", rounds, grid, family.ks
+        loop_design, folder, "loop", rounds, grid, family.ks
     )
     # Within a budget of a share of the full grid's GPU time, the runs estimated at the full
     # grid's mean duration (what a user who has run this model before would state).
@@ -248,7 +258,7 @@ def trial(
         budget += ["--run-seconds", f"{mean_run:.3f}", "--server-start-seconds", "120"]
         name = f"loop, budget {100 * share:.0f} % of the grid"
         experiment = f"budget-{100 * share:.0f}"
-        outcomes[name] = _loop(design, folder, experiment, [*rounds, *budget], grid, family.ks)
+        outcomes[name] = _loop(loop_design, folder, experiment, [*rounds, *budget], grid, family.ks)
     return outcomes
 
 
@@ -259,7 +269,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-rounds", type=int, default=4)
     parser.add_argument("--budget-shares", type=float, nargs="*", default=[0.4, 0.6])
     parser.add_argument("--families", nargs="*", default=[f.name for f in FAMILIES])
+    parser.add_argument(
+        "--loop-anchors",
+        default=",".join(map(str, ANCHORS)),
+        help="the loop's --anchors (default: the full grid's, 1,2,4,...,256); e.g."
+        " 1,4,16,64,256: round 0 measures every other one, and the measurement plan's new"
+        " anchors (geometric midpoints, where neighbouring picks disagree) fill in the rest",
+    )
+    parser.add_argument(
+        "--loop-flags",
+        default="",
+        help="more flags of the loop's tune-spec-k run, e.g. '--num-runs 2' (the noise probe's"
+        " runs of a cell)",
+    )
     args = parser.parse_args(argv)
+    loop_anchors = tuple(int(a) for a in args.loop_anchors.split(","))
     os.environ["PATH"] = f"{STANDIN}:{os.environ['PATH']}"
     here = os.getcwd()
     rows = []
@@ -272,7 +296,15 @@ def main(argv: list[str] | None = None) -> None:
             with tempfile.TemporaryDirectory(prefix="simulate-run-") as folder:
                 try:
                     trials.append(
-                        trial(family, seed, args.max_rounds, args.budget_shares, Path(folder))
+                        trial(
+                            family,
+                            seed,
+                            args.max_rounds,
+                            args.budget_shares,
+                            Path(folder),
+                            loop_anchors,
+                            tuple(args.loop_flags.split()),
+                        )
                     )
                 finally:
                     os.chdir(here)
@@ -282,7 +314,8 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
     print(
-        f"seeds {args.first_seed}..{args.first_seed + args.seeds - 1}, anchors 1..256 (9);"
+        f"seeds {args.first_seed}..{args.first_seed + args.seeds - 1}, anchors 1..256 (9),"
+        f" the loop's {args.loop_anchors} {args.loop_flags};"
         " GPU time / grid: the mean (and largest) of the per-trial ratios to the full grid's:"
     )
     print()

@@ -17,7 +17,8 @@ rule asks less, and only where it decides something:
   (the same for a minimised objective). Within it, they tie by what was measured: whichever
   is picked, the smaller K where they tie, loses no more than the tolerance by those
   measurements, so a second run is not worth its cost; the anchor stays unresolved, and its
-  row says why.
+  row says why. A K open alone (:func:`open_alone`: every other K settled below the bounds)
+  ties with nothing: its own P is what is in doubt, and its second run is what can settle it.
 - **One run more**: each such K with one run gets its second, not the
   runs the noise formula would size from one run's gap (a gap measured once is as noisy as
   the noise it would be compared with); tuning again after the follow-up updates P, and the
@@ -38,6 +39,7 @@ from lib.numbers import percent_text
 __all__ = [
     "SecondRuns",
     "differ_beyond_tolerance",
+    "open_alone",
     "second_runs",
     "undecided",
 ]
@@ -68,6 +70,16 @@ def differ_beyond_tolerance(centres: Sequence[float], tolerance: float) -> bool:
     if not all(math.isfinite(c) and c > 0 for c in centres):
         return True
     return math.log(max(centres) / min(centres)) > -math.log1p(-tolerance)
+
+
+def open_alone(open_ks: Sequence[int]) -> bool:
+    """Whether one K alone is open at the anchor: there is no rival to tie with, so the
+    tie-tolerance rule does not apply (its second run is asked for).
+
+    >>> open_alone([3]), open_alone([3, 5]), open_alone([])
+    (True, False, False)
+    """
+    return len(open_ks) == 1
 
 
 @dataclass(frozen=True)
@@ -105,7 +117,7 @@ def second_runs(
         p = p_eps_good.get(k)
         if k not in open_ks:
             more[k], reasons[k] = 0, f"lean: P(eps-good)={p:.2f}, not {bounds}: no second run"
-        elif not differ_beyond_tolerance(values, tolerance):
+        elif not open_alone(open_ks) and not differ_beyond_tolerance(values, tolerance):
             spread = max(values) / min(values) - 1 if len(values) > 1 else 0.0
             more[k], reasons[k] = (
                 0,
@@ -120,9 +132,11 @@ def second_runs(
                 if p is not None
                 else "P(eps-good) unknown: the second runs give the anchor a noise estimate"
             )
-            more[k], reasons[k] = (
-                1,
-                f"lean: a second run ({state}; the open K, {named}, measured more than the"
-                f" {tolerance * 100:g}% tie tolerance apart); tune again after it",
+            why = (
+                "the only open K: nothing to tie with"
+                if open_alone(open_ks)
+                else f"the open K, {named}, measured more than the {tolerance * 100:g}% tie"
+                " tolerance apart"
             )
+            more[k], reasons[k] = (1, f"lean: a second run ({state}; {why}); tune again after it")
     return SecondRuns(more, reasons)

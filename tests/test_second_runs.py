@@ -87,3 +87,13 @@ def test_unknown_p_asks_for_the_noise_estimate() -> None:
         "P(eps-good) unknown: the second runs give the anchor a noise estimate"
         in (found.reasons[5])
     )
+
+
+def test_a_k_open_alone_gets_its_second_run() -> None:
+    # K=3 alone is open (K=0 at 0.01 is below the bounds): nothing to tie with, so its second
+    # run is asked for; with K=5 open beside it and within the tolerance, neither is.
+    alone = second_runs({0: 1, 3: 1}, {0: 0.01, 3: 0.47}, {0: 50.0, 3: 100.0}, [3], 0.9, 0.01)
+    assert alone is not None and dict(alone.more_runs) == {3: 1}
+    assert "the only open K: nothing to tie with" in alone.reasons[3]
+    pair = second_runs({3: 1, 5: 1}, {3: 0.47, 5: 0.4}, {3: 100.0, 5: 100.5}, [3, 5], 0.9, 0.01)
+    assert pair is not None and dict(pair.more_runs) == {3: 0, 5: 0}

@@ -102,13 +102,14 @@ class RunArgs:
 
     description: ClassVar[str] = (
         "Measure, tune and measure again until the answer is settled or the budget is spent:"
-        " round 0 runs the lean design (every cell once plus a noise probe; --design full"
-        " for the seed's grid), each later round only what the tuning left open"
-        " (tune-spec-k plan --follow-up), each sweep through its plan's"
+        " round 0 runs the lean design (every cell once plus a noise probe; --design full for"
+        " the seed's grid), each later round only what the tuning left open (tune-spec-k"
+        " plan --follow-up), each sweep through its plan's"
         " run.sh (`vllm bench sweep serve` from PATH). Stops when the verdict is ready, when"
         " the next round's estimate would pass --budget-gpu-hours, after --max-rounds, when a"
-        " round added nothing its plan asked for, or when the plan has nothing left that could"
-        " change a decision. Every round's runs go into RESULTS_DIR/EXPERIMENT_NAME, with"
+        " round added nothing its plan asked for, when the plan has nothing left that could"
+        " change a decision, or when it would only measure the anchors' current picks again."
+        " Every round's runs go into RESULTS_DIR/EXPERIMENT_NAME, with"
         " rounds.json, the log of the rounds. Stopped or failed, the same command resumes"
         " where it stopped (the sweep in flight with vLLM's --resume), measuring no finished"
         " run again.\n\nExit status: 0 done, 1 a sweep failed or the tuning refused the runs"
@@ -235,6 +236,18 @@ def _cells(plan: SweepPlan) -> set[tuple[int, int]]:
     return cells
 
 
+def _sweeps_in(folder: Path) -> list[Path]:
+    """A sweep's folder and the sweeps written inside it (``-o FOLDER -e NAME``, as a lean
+    design's second and third sweeps are): a subfolder that holds combo folders with runs,
+    not runs of its own (a combo folder's)."""
+    inner = sorted(
+        path
+        for path in folder.iterdir()
+        if path.is_dir() and not any(path.glob("run=*.json")) and any(path.glob("*/run=*.json"))
+    )
+    return [folder, *inner]
+
+
 def _counts(runs: list[MeasuredRun]) -> Counter[tuple[int, int]]:
     return Counter((run.anchor, run.k) for run in runs if run.anchor is not None)
 
@@ -274,14 +287,15 @@ class _Loop:
         self.save()
 
     def round_runs(self, number: int) -> list[MeasuredRun]:
-        """Round ``number``'s runs: its sweeps' folders, ``round-N`` and ``round-N-*``."""
+        """Round ``number``'s runs: its sweeps' folders, ``round-N`` and ``round-N-*``, and
+        the sweeps written inside them (a lean round 0's ``round-0/grid``)."""
         folders = sorted(
             path
             for path in self.args.experiment.glob(f"round-{number}*")
             if path.is_dir()
             and (path.name == f"round-{number}" or path.name.startswith(f"round-{number}-"))
         )
-        return read_runs(folders)
+        return read_runs([inner for folder in folders for inner in _sweeps_in(folder)])
 
     def all_runs(self) -> list[MeasuredRun]:
         return [run for number in range(len(self.log.rounds)) for run in self.round_runs(number)]
@@ -325,7 +339,10 @@ class _Loop:
                 ],
             )
         if number > 0:
-            stop = stop_before_round(len(plan.steps), spent, estimate.seconds, budget)
+            picks = self.log.rounds[number - 1].picks
+            stop = stop_before_round(
+                len(plan.steps), spent, estimate.seconds, budget, _cells(plan), picks
+            )
             if stop is not None:
                 return stop
         before = _counts(runs)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `tune-spec-k run` for real (issue 41, item 6): the loop on vLLM's CPU build serving the tiny
 # local model with n-gram speculation, the design of run_sweep.sh (K in {0,1,2,3,5} x
-# concurrency {1,2,4,8}, 64 input / 128 output tokens, 48 prompts), round 0 once per cell, then
-# follow-ups until the verdict is ready, the budget is spent or 4 rounds are done. Each round's
-# sweep is the real `vllm bench sweep serve`, run by the round's plan's run.sh.
+# concurrency {1,2,4,8}, 64 input / 128 output tokens, 48 prompts), round 0 the lean design
+# (every cell once plus a noise probe: K=0 and K=5 3 times at concurrency 1, 2 and 8, the
+# smallest, middle and largest anchor; lib/loop/plan/lean.py), then follow-ups until the
+# verdict is ready, the budget is spent or 4 rounds are done. Each round's sweep is the real
+# `vllm bench sweep serve`, run by the round's plan's run.sh.
 #
 # Usage: run_loop.sh VENV_DIR WORK_DIR [EXTRA ARGS FOR tune-spec-k run, e.g. --max-rounds 2]
 #   VENV_DIR  made by install_vllm_cpu.sh (outside the repository)

@@ -52,15 +52,19 @@ def test_the_loop_ends_ready_with_a_schedule_that_tuning_the_folder_agrees_with(
     log = _log(tmp_path)
     rounds = log["rounds"]
     assert isinstance(rounds, list)
-    # Round 0: 3 K x 3 anchors once; round 1: the two contenders (K=1, K=3) twice more at
-    # each anchor (the measurement plan's "2 more runs" of a cell of one run): 12 runs.
-    assert [r["runs"] for r in rounds] == [9, 12]
+    # Round 0, the lean design: the probe K (K=0 and the largest, K=3) 3 times at each of the
+    # 3 anchors (3 anchors or fewer are all probe anchors), K=1 once at each: 2 x 3 x 3 + 3 =
+    # 21 runs. Every anchor resolves, but the picks switch between 2 (K=3) and 4 (K=0): round
+    # 1 is the new anchor 3 at every K, as often as the median cell was measured (3 runs):
+    # 9 runs, after which the verdict is ready.
+    assert [r["runs"] for r in rounds] == [21, 9]
     assert [r["verdict"] for r in rounds] == ["provisional", "ready"]
     assert log["stop"] == {"rule": "ready", "text": "the verdict is ready: every pick resolved"}
-    assert "--num-runs 1" in rounds[0]["purpose"]
-    # Every run the stand-in measured once, and each is a file of the experiment.
+    assert "the lean design" in rounds[0]["purpose"]
+    # Every run the stand-in measured once, and each is a file of the experiment (round 0's
+    # second sweep, round-0/grid, included).
     counts = measured(tmp_path)
-    assert set(counts.values()) == {1} and sum(counts.values()) == _run_files(tmp_path) == 21
+    assert set(counts.values()) == {1} and sum(counts.values()) == _run_files(tmp_path) == 30
     assert "--speculative-config" in out and "run stopped:" in out
     # The experiment reads like any other: tuning it again as the summary says gives the
     # last round's schedule.
@@ -69,8 +73,22 @@ def test_the_loop_ends_ready_with_a_schedule_that_tuning_the_folder_agrees_with(
     assert words[:2] == ["tune-spec-k", "R/E"] and "--min-runs=1" in words
     assert main(words[1:]) == 0
     result = json.loads((experiment / "speculative_k_schedule.json").read_text())
-    assert result["num_speculative_tokens_per_batch_size"] == rounds[-1]["schedule"] == [[1, 4, 3]]
+    # K=3 up to 2 and from the new anchor 3 on K=0 (the truth's best at 3, 13 % ahead).
+    assert result["num_speculative_tokens_per_batch_size"] == rounds[-1]["schedule"]
+    assert rounds[-1]["schedule"] == [[1, 2, 3], [3, 4, 0]]
     assert result["verdict"]["state"] == "ready"
+
+
+def test_a_full_round_zero_is_the_seed_s_grid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    # --design full runs the seed's grid at --num-runs: 3 K x 3 anchors x 1 run = 9 runs.
+    assert _run("--design", "full", "--num-runs", "1", "--max-rounds", "1") == 0
+    [record] = _log(tmp_path)["rounds"]  # type: ignore[misc]
+    assert record["runs"] == sum(measured(tmp_path).values()) == 9
+    assert "the seed's full grid (--design full)" in record["purpose"]
 
 
 def test_gpu_time_is_the_runs_durations_plus_the_server_starts(
@@ -78,7 +96,9 @@ def test_gpu_time_is_the_runs_durations_plus_the_server_starts(
 ) -> None:
     # The stand-in's clock: each server start 60 s, then the runs, 5 s after each run (the
     # gap before a new server includes the last run's 5 s); so a measured start is 65 s, and
-    # the first of a round (nothing before it) counts at the median measured, 65 s too.
+    # the first of a round (nothing before it) counts at the median measured, 65 s too. The
+    # lean round 0 has 3 servers: K=0 and K=3 in its first sweep, K=1 in the second
+    # (round-0/grid, written inside the first), whose runs count too.
     use_standin(monkeypatch, tmp_path, CLEAR_TRUTH, start_seconds=60.0, overhead_seconds=5.0)
     monkeypatch.chdir(tmp_path)
     assert _run("--max-rounds", "1") == 0
@@ -112,7 +132,8 @@ def test_a_crashed_sweep_names_its_command_and_log_and_resumes_without_measuring
     assert _run() == 0
     counts = measured(tmp_path)
     assert set(counts.values()) == {1}, [cell for cell, n in counts.items() if n > 1]
-    assert sum(counts.values()) == _run_files(tmp_path) == 21
+    # Round 0's 21 runs and round 1's 9 (see the first test), each once.
+    assert sum(counts.values()) == _run_files(tmp_path) == 30
     first = _log(tmp_path)["rounds"][0]  # type: ignore[index]
     assert first["resumes"] == 1 and first["status"] == "tuned" and first["failure"] is None
     # The log of the crash is kept; the resumed sweep's output follows it.
@@ -148,7 +169,7 @@ def test_a_stop_signal_leaves_no_process_and_the_run_resumes(
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
     stopped_at = sum(measured(tmp_path).values())
-    assert 3 <= stopped_at < 9
+    assert 3 <= stopped_at < 21  # round 0 has 21 runs
     write_model(tmp_path / "standin-truth.json", CLEAR_TRUTH)
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
@@ -175,9 +196,12 @@ def test_the_budget_stops_before_a_round_it_cannot_afford(
 ) -> None:
     use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
     monkeypatch.chdir(tmp_path)
-    # Round 0 on its own: 9 runs at --run-seconds 1 and 3 starts at 60 s = 189 s < 200 s;
-    # its real cost (about 370 s) leaves no room for round 1 within 400 s.
-    hours = str(400 / 3600)
+    # Round 0 on its own: 21 runs at --run-seconds 1 and 3 starts at 60 s = 201 s < 700 s.
+    # Its real cost: each run 32 prompts x 128 tokens over the cell's throughput, K=0 3 x 4096
+    # x (1/100 + 1/190 + 1/600) = 208 s, K=3 3 x 4096 x (1/170 + 1/320 + 1/400) = 141 s, K=1
+    # 4096 x (1/130 + 1/250 + 1/470) = 57 s, plus 3 starts at about 65 s: about 600 s, which
+    # leaves no room for round 1's 3 server starts alone (195 s) within 700 s.
+    hours = str(700 / 3600)
     estimates = ("--run-seconds", "1", "--server-start-seconds", "60")
     assert _run("--budget-gpu-hours", hours, *estimates) == 0
     log = _log(tmp_path)
@@ -190,13 +214,13 @@ def test_a_budget_below_round_zero_is_refused_naming_the_flag(
 ) -> None:
     use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
     monkeypatch.chdir(tmp_path)
-    # 9 runs x 1 s + 3 starts x 60 s = 189 s: 188 s is below it, 189 s is not.
+    # 21 runs x 1 s + 3 starts x 60 s = 201 s: 200 s is below it, 201 s is not.
     flags = ("--run-seconds", "1", "--server-start-seconds", "60", "--max-rounds", "1")
-    assert _run("--budget-gpu-hours", str(188 / 3600), *flags) == 2
+    assert _run("--budget-gpu-hours", str(200 / 3600), *flags) == 2
     err = capsys.readouterr().err
     assert "--budget-gpu-hours" in err and "round 0 alone" in err
     assert measured(tmp_path) == {}
-    assert _run("--budget-gpu-hours", str(189 / 3600 + 1e-9), *flags) == 0
+    assert _run("--budget-gpu-hours", str(201 / 3600 + 1e-9), *flags) == 0
 
 
 def test_other_arguments_and_a_foreign_folder_are_refused(
@@ -226,7 +250,9 @@ def test_rounds_json_reads_back_through_its_reader(
     log, problems = rounds_of(data, str(path))
     assert log is not None and not problems
     assert [r.verdict for r in log.rounds] == ["provisional", "ready"]
-    assert log.rounds[1].unresolved == () and log.rounds[0].unresolved == (1, 2, 4)
+    # Round 0 resolved every anchor; it was provisional for the switch between 2 and 4.
+    assert log.rounds[1].unresolved == () and log.rounds[0].unresolved == ()
+    assert log.rounds[0].picks == {1: 3, 2: 3, 4: 0}
 
 
 def test_a_damaged_rounds_json_is_refused_naming_the_field(
@@ -256,8 +282,9 @@ def test_a_run_file_cut_short_is_measured_again_and_kept(
     assert _run("--max-rounds", "1") == 1
     # A run killed while its file was written: the real sweep's --resume would read it back
     # and fail; the loop keeps it aside and the run is measured again.
-    # The crash came at the fifth run: K=0's three combos and K=1's first are done.
-    broken = tmp_path / "R" / "E" / "round-0" / "SERVE--k1-BENCH--c1-seed0" / "run=0.json"
+    # The crash came at the fifth run of the probe sweep, on K=0's server: its runs at batch 1
+    # (seeds 0-2) and its first at batch 2 (seed 0) are done.
+    broken = tmp_path / "R" / "E" / "round-0" / "SERVE--k0-BENCH--c2-seed0" / "run=0.json"
     (broken.parent / "summary.json").unlink()
     broken.write_text('{"date": "2026')
     write_model(truth, CLEAR_TRUTH)
@@ -271,7 +298,7 @@ def test_a_run_file_cut_short_is_measured_again_and_kept(
     assert (
         counts[(str(Path("R") / "E" / "round-0"), combo, "0")] == 2
     )  # measured twice: cut short once
-    assert sum(counts.values()) == _run_files(tmp_path) + 1 == 10
+    assert sum(counts.values()) == _run_files(tmp_path) + 1 == 22  # round 0's 21, one twice
 
 
 def test_the_tuning_flags_reach_every_rounds_tuning(
@@ -284,8 +311,10 @@ def test_the_tuning_flags_reach_every_rounds_tuning(
     result = json.loads((tmp_path / "R" / "E" / "speculative_k_schedule.json").read_text())
     assert result["selection"]["objective_metric"] == "median_tpot_ms"
     assert result["selection"]["objective_direction"] == "minimize"
-    # The stand-in's TPOT is batch / throughput: the fastest K (3) has the smallest.
-    assert result["num_speculative_tokens_per_batch_size"] == [[1, 4, 3]]
+    # The stand-in's TPOT is batch / throughput: the fastest K has the smallest, K=3 at 1 and
+    # 2, K=0 at 4.
+    anchors = _log(tmp_path)["rounds"][0]["anchors"]  # type: ignore[index]
+    assert {a["batch_size"]: a["selected_k"] for a in anchors} == {1: 3, 2: 3, 4: 0}
     assert _log(tmp_path)["arguments"]["tuning"] == {  # type: ignore[index]
         "objective": "median_tpot_ms",
         "direction": "minimize",
@@ -305,19 +334,21 @@ def test_a_context_design_is_refused_naming_the_flag(
 def test_a_follow_up_round_that_crashed_resumes_at_that_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The stand-in counts runs per sweep: round 0's sweep has 9, so only round 1's (12 runs)
-    # reaches the tenth and crashes.
-    truth = use_standin(monkeypatch, tmp_path, CLEAR_TRUTH, crash_at_run=10)
+    # The stand-in counts runs per sweep: round 0 first, then round 1 (one sweep, the new
+    # anchor 3 at K=0, 1, 3, 3 runs each) crashes at its fourth run: K=0's 3 are done.
+    truth = use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
     monkeypatch.chdir(tmp_path)
+    assert _run("--max-rounds", "1") == 0
+    write_model(truth, CLEAR_TRUTH, crash_at_run=4)
     assert _run() == 1
     assert "round-1" in capsys.readouterr().err
     rounds = _log(tmp_path)["rounds"]
     assert [r["status"] for r in rounds] == ["tuned", "failed"]  # type: ignore[union-attr]
-    assert sum(measured(tmp_path).values()) == 9 + 9
+    assert sum(measured(tmp_path).values()) == 21 + 3
     write_model(truth, CLEAR_TRUTH)
     assert _run() == 0
     rounds = _log(tmp_path)["rounds"]
     assert [r["status"] for r in rounds] == ["tuned", "tuned"]  # type: ignore[union-attr]
     assert [r["resumes"] for r in rounds] == [0, 1]  # type: ignore[union-attr]
     counts = measured(tmp_path)
-    assert set(counts.values()) == {1} and sum(counts.values()) == _run_files(tmp_path) == 21
+    assert set(counts.values()) == {1} and sum(counts.values()) == _run_files(tmp_path) == 30

@@ -941,7 +941,7 @@ def test_an_experiment_of_tune_spec_k_run_shows_its_rounds(
 
     use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
     monkeypatch.chdir(tmp_path)
-    flags = ["--results-dir", "R", "-e", "E", "--max-rounds", "1"]
+    flags = ["--results-dir", "R", "-e", "E"]
     assert main(["run", *CLEAR_FLAGS, *flags]) == EXIT_OK
     experiment = tmp_path / "R" / "E"
     picker = mo.ui.dropdown({"E": experiment}, value="E")
@@ -954,6 +954,11 @@ def test_an_experiment_of_tune_spec_k_run_shows_its_rounds(
     view = app_support.experiment_rounds(experiment)
     assert view is not None and view.table is not None
     shown = mo.as_html(load_sections().rounds_section(view)).text
-    # Round 0 measured each cell once: every pick provisional, K=3 (the truth's best).
-    assert "round 0 (provisional)" in shown and "K=3, P unknown" in shown
-    assert "run stopped: 1 round(s) done, the --max-rounds limit (max-rounds)" in shown
+    # Round 0, the lean design, resolved every anchor but left the switch between 2 (K=3) and
+    # 4 (K=0) unmeasured; round 1 measured the new anchor 3 (K=0 there) and ended ready.
+    assert "round 0 (provisional)" in shown and "round 1 (ready)" in shown
+    assert "run stopped: the verdict is ready: every pick resolved (ready)" in shown
+    rows = {row["batch_size"]: row for row in view.table.to_dicts()}
+    assert sorted(rows) == [1, 2, 3, 4]
+    assert rows[3]["round 0 (provisional)"] == "" and rows[3]["round 1 (ready)"].startswith("K=0")
+    assert rows[4]["round 0 (provisional)"].startswith("K=0, P ")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -152,14 +152,17 @@ def follow_up_plan(
     per_k: dict[int, dict[int, int]] = {}
     for (anchor, k), runs in sorted(needs.more_runs.items()):
         per_k.setdefault(k, {})[anchor] = runs
-    groups: dict[tuple[tuple[int, ...], int, tuple[int, ...], int], list[int]] = {}
+    lean = design.layout == "lean"
+    groups: dict[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int], list[int]] = {}
     for k, runs_at in sorted(per_k.items()):
-        anchors = tuple(sorted(runs_at))
-        so_far = tuple(needs.runs_so_far.get((anchor, k), 0) for anchor in anchors)
-        servers = max(needs.new_servers.get((anchor, k), 1) for anchor in anchors)
-        groups.setdefault((anchors, max(runs_at.values()), so_far, servers), []).append(k)
+        for part in _cell_groups(k, runs_at, needs.new_servers, lean):
+            anchors = tuple(sorted(part))
+            so_far = tuple(needs.runs_so_far.get((anchor, k), 0) for anchor in anchors)
+            servers = max(needs.new_servers.get((anchor, k), 1) for anchor in anchors)
+            runs_of = _step_runs([runs_at[anchor] for anchor in anchors], lean)
+            groups.setdefault((anchors, runs_of, so_far, servers), []).append(k)
     steps = []
-    for index, ((anchors, runs, so_far, servers), ks) in enumerate(
+    for index, ((anchors, runs_of, so_far, servers), ks) in enumerate(
         sorted(groups.items(), key=lambda item: (item[1][0], item[0])), start=1
     ):
         new = [a for a in anchors if a in needs.new_anchors]
@@ -170,19 +173,32 @@ def follow_up_plan(
         if servers > 1 and servers > len(design.replica_values):
             step_design = dataclasses.replace(design, server_replicas=servers)
         replicas = max(len(step_design.replica_values), 1)
-        per_server = math.ceil(runs / replicas)
-        purpose = f"K={ks} at batch sizes {list(anchors)}, {per_server * replicas} more run(s)"
+        per_server = [math.ceil(runs / replicas) for runs in runs_of]
+        if len(set(per_server)) == 1:
+            purpose = (
+                f"K={ks} at batch sizes {list(anchors)}, {per_server[0] * replicas} more run(s)"
+            )
+        else:
+            pairs = zip(anchors, per_server, strict=True)
+            asked = ", ".join(f"{anchor}: {runs * replicas}" for anchor, runs in pairs)
+            purpose = f"K={ks} at batch sizes {list(anchors)}, more runs as asked ({asked})"
         if replicas > 1:
-            purpose += f" on {replicas} new server starts ({per_server} each)"
+            purpose += f" on {replicas} new server starts ({max(per_server)} each)"
         if new:
             purpose += f" (new anchor(s) {new})"
         first_seeds = dict(zip(anchors, so_far, strict=True))
+        if len(set(per_server)) == 1:
+            combos = bench_params(step_design, anchors, per_server[0], first_seeds)
+        else:
+            combos = {}
+            for anchor, runs in zip(anchors, per_server, strict=True):
+                combos.update(bench_params(step_design, [anchor], runs, first_seeds))
         steps.append(
             SweepStep(
                 name=f"{experiment_name}-{index}",
                 serve_params=tuning_serve_params(step_design, ks),
-                bench_params=bench_params(step_design, anchors, per_server, first_seeds),
-                runs_per_cell=per_server,
+                bench_params=combos,
+                runs_per_cell=max(per_server),
                 results_dir=results_dir,
                 experiment_name=f"{experiment_name}-{index}",
                 purpose=purpose,
@@ -265,6 +281,44 @@ def _context_follow_up_plan(
         " length)"
     )
     return SweepPlan("follow-up", design, tuple(steps), tuple(notes)), []
+
+
+def _cell_groups(
+    k: int, runs_at: Mapping[int, int], new_servers: Mapping[tuple[int, int], int], lean: bool
+) -> list[list[int]]:
+    """The anchors of one K's more runs, split into the sweeps that measure them: one sweep
+    for all of them, except in a lean design's follow-up, where the anchors whose runs go to
+    several new server starts (server offsets dominate there) get a sweep of their own, so
+    that the others are not run on those servers too (a lean follow-up asks for a second run
+    here and there; spread over every new server it would be a run per server).
+
+    >>> _cell_groups(3, {1: 1, 16: 6, 64: 1}, {(16, 3): 3}, lean=True)
+    [[1, 64], [16]]
+    >>> _cell_groups(3, {1: 1, 16: 6, 64: 1}, {(16, 3): 3}, lean=False)
+    [[1, 16, 64]]
+    """
+    anchors = sorted(runs_at)
+    if not lean:
+        return [anchors]
+    one = [a for a in anchors if new_servers.get((a, k), 1) <= 1]
+    several = [a for a in anchors if new_servers.get((a, k), 1) > 1]
+    return [part for part in (one, several) if part]
+
+
+def _step_runs(asked: Sequence[int], lean: bool) -> tuple[int, ...]:
+    """The more runs a follow-up sweep gives each of its anchors (``asked``, in order): a sweep
+    starts each K's server once and runs every bench combo on it, so each anchor can run as
+    often as it was asked; the seed's design runs every anchor as often as the most demanding
+    one (a few runs more than asked), a lean design's follow-up each as asked (its cells ask
+    for one second run where others ask for several: the most demanding one would multiply
+    them).
+
+    >>> _step_runs([1, 3, 1], lean=True), _step_runs([1, 3, 1], lean=False)
+    ((1, 3, 1), (3, 3, 3))
+    """
+    if lean:
+        return tuple(asked)
+    return (max(asked),) * len(asked)
 
 
 def _runs_notes(asked: int, design: SweepDesign, steps: Sequence[SweepStep]) -> list[str]:

@@ -14,13 +14,18 @@ Before the next round, once it is planned:
 
 4. :func:`nothing_left`: the follow-up plan has no sweep: nothing left that changes a
    decision (every anchor resolved, no switch point worth a new anchor).
-5. :func:`over_budget`: the GPU time spent plus the next round's estimate exceeds
+5. :func:`picks_only`: the follow-up would measure only anchors' current picks (no new
+   anchor, no other K): no other K contends there (each below P(eps-good) 0.05) or it ties
+   with the pick within the tolerance by what was measured, so the round could make the
+   verdict ready but, by the tuning so far, change no deployed K (a run-only rule: ``plan
+   --follow-up`` still plans those runs, for a verdict of ready).
+6. :func:`over_budget`: the GPU time spent plus the next round's estimate exceeds
    ``--budget-gpu-hours``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -29,6 +34,7 @@ __all__ = [
     "is_ready",
     "nothing_left",
     "over_budget",
+    "picks_only",
     "rounds_spent",
     "stop_after_round",
     "stop_before_round",
@@ -82,6 +88,19 @@ def nothing_left(planned_sweeps: int) -> bool:
     return planned_sweeps == 0
 
 
+def picks_only(cells: Iterable[tuple[int, int]], picks: Mapping[int, int | None]) -> bool:
+    """Every (anchor, K) the next round would measure is that anchor's current pick (an anchor
+    not tuned yet, a new one, has no pick); False for a round that measures nothing.
+
+    >>> picks_only([(2, 3), (4, 0)], {2: 3, 4: 0}), picks_only([(2, 3), (2, 1)], {2: 3})
+    (True, False)
+    >>> picks_only([(3, 0)], {2: 3, 4: 0}), picks_only([], {2: 3})
+    (False, False)
+    """
+    found = list(cells)
+    return bool(found) and all(picks.get(anchor) == k for anchor, k in found)
+
+
 def over_budget(spent: float, next_round: float, budget: float | None) -> bool:
     """Spent plus the next round's estimate (GPU seconds) exceeds the budget; reaching it
     exactly is within it; no budget when None.
@@ -114,13 +133,28 @@ def stop_after_round(
 
 
 def stop_before_round(
-    planned_sweeps: int, spent: float, next_round: float, budget: float | None
+    planned_sweeps: int,
+    spent: float,
+    next_round: float,
+    budget: float | None,
+    cells: Iterable[tuple[int, int]] = (),
+    picks: Mapping[int, int | None] | None = None,
 ) -> Stop | None:
-    """Rules 4-5 once the next round is planned (None: run it)."""
+    """Rules 4-6 once the next round is planned (None: run it): ``cells`` are the (anchor, K)
+    it measures, ``picks`` each anchor's pick after the last round (None: rule 5 is not
+    applied)."""
     if nothing_left(planned_sweeps):
         return Stop(
             "nothing-left",
             "the follow-up plan has nothing to measure that could change a decision",
+        )
+    if picks is not None and picks_only(cells, picks):
+        return Stop(
+            "picks-only",
+            "the follow-up would only measure the anchors' current picks again (no other K"
+            " is asked for there: none contends, or it ties with the pick within the tolerance"
+            " by what was measured): it could make the verdict ready, but by the tuning so far"
+            " it would change no deployed K",
         )
     if over_budget(spent, next_round, budget):
         assert budget is not None

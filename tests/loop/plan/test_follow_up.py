@@ -418,3 +418,44 @@ def test_a_context_result_s_capture_boundaries_are_planned_at_every_prompt_lengt
             for k in (0, 1, 2, 3, 5):
                 if anchor == 16 or k == 2:
                     assert planned[(anchor, prompt, k)] == [0, 1, 2], (anchor, prompt, k)
+
+
+def test_a_lean_follow_up_runs_each_cell_as_often_as_it_was_asked() -> None:
+    """K=3 asks for 1 second run at 16 and 64 and 5 more runs at 128 (a probe cell), K=0 one at
+    16. The seed's design runs a K's sweep's every anchor as often as its most demanding one
+    (K=3: 5 runs at each of 16, 64, 128: 15); a lean design's follow-up runs each cell as
+    asked (1 + 1 + 5 = 7), on the same server starts (one per K). Where a cell's runs go to
+    several new server starts, a lean follow-up gives it a sweep of its own, so that the
+    second runs of the K's other anchors are not run on each of those servers too."""
+    design = llama_design(**NOISY_DESIGN)
+    more = {(16, 0): 1, (16, 3): 1, (64, 3): 1, (128, 3): 5}
+    so_far = {(16, 0): 1, (16, 3): 1, (64, 3): 1, (128, 3): 3}
+    needs = FollowUpNeeds(more, so_far, new_anchors=(), global_k=None, ks=(0, 3), notes=())
+
+    def runs_per_k(plan: SweepPlan | None) -> dict[str, int]:
+        assert plan is not None
+        runs: dict[str, int] = {}
+        for step in plan.steps:
+            for name in step.serve_params:
+                runs[name] = runs.get(name, 0) + len(step.bench_params)
+        return runs
+
+    full, _ = follow_up_plan(design, needs, "r", "f")
+    lean, _ = follow_up_plan(dataclasses.replace(design, layout="lean"), needs, "r", "f")
+    assert runs_per_k(full) == {"k0": 1, "k3": 15}
+    assert runs_per_k(lean) == {"k0": 1, "k3": 7}
+    assert lean is not None
+    [k3] = [step for step in lean.steps if "k3" in step.serve_params]
+    assert k3.seeds() == {16: (1,), 64: (1,), 128: (3, 4, 5, 6, 7)}
+    # 6 more runs at 128 on 3 new server starts (2 each): the lean plan's k3 servers run 128
+    # only; the other anchors' second runs stay on one server of their own.
+    servers = FollowUpNeeds(
+        more | {(128, 3): 6}, so_far, (), None, (0, 3), (), new_servers={(128, 3): 3}
+    )
+    lean, _ = follow_up_plan(dataclasses.replace(design, layout="lean"), servers, "r", "f")
+    assert lean is not None
+    k3_steps = [step for step in lean.steps if any(n.startswith("k3") for n in step.serve_params)]
+    assert sorted((len(s.serve_params), sorted(s.seeds())) for s in k3_steps) == [
+        (1, [16, 64]),
+        (3, [128]),
+    ]

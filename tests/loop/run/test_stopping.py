@@ -8,6 +8,7 @@ from lib.loop.run.stopping import (
     is_ready,
     nothing_left,
     over_budget,
+    picks_only,
     rounds_spent,
     stop_after_round,
     stop_before_round,
@@ -58,3 +59,23 @@ def test_before_a_round_nothing_left_comes_before_the_budget() -> None:
     stop = stop_before_round(2, 3000.0, 601.0, 3600.0)
     assert stop is not None and stop.rule == "budget" and "1.00 GPU-h" in stop.text
     assert stop_before_round(2, 3000.0, 600.0, 3600.0) is None
+
+
+def test_picks_only_when_every_cell_is_its_anchor_s_pick() -> None:
+    picks = {1: 3, 2: 3, 4: 0}
+    assert picks_only([(2, 3)], picks) and picks_only([(2, 3), (4, 0)], picks)
+    # Another K at an anchor, or a new anchor (no pick yet), could change what is deployed.
+    assert not picks_only([(2, 3), (2, 1)], picks)
+    assert not picks_only([(2, 3), (3, 0)], picks)
+    assert not picks_only([], picks)
+
+
+def test_before_a_round_picks_only_comes_after_nothing_left_and_before_the_budget() -> None:
+    picks = {2: 3}
+    stop = stop_before_round(2, 3000.0, 9999.0, 3600.0, [(2, 3)], picks)
+    assert stop is not None and stop.rule == "picks-only"
+    stop = stop_before_round(2, 3000.0, 9999.0, 3600.0, [(2, 3), (2, 1)], picks)
+    assert stop is not None and stop.rule == "budget"
+    assert stop_before_round(2, 3000.0, 9999.0, None, [(2, 3), (2, 1)], picks) is None
+    # Without the picks (not known) the rule is not applied.
+    assert stop_before_round(2, 3000.0, 9999.0, None, [(2, 3)]) is None
