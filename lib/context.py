@@ -19,7 +19,6 @@ from typing import Any
 import polars as pl
 
 from lib.analysis import Analysis, analyse
-from lib.confidence import ServerNoise, combined_servers
 from lib.context_axis import ContextAxis, ContextPoint
 from lib.context_grid import (
     ContextGrid,
@@ -29,6 +28,7 @@ from lib.context_grid import (
     unexportable_grid_problems,
 )
 from lib.context_grid import ContextPoint as GridPoint
+from lib.noise_summary import ServerNoise, combined_servers
 from lib.objectives import direction_problems
 from lib.problems import Problem, Severity
 from lib.schedule import candidate_json, finite_or_none, interpolated_schedule

@@ -38,9 +38,9 @@ from lib.confidence import (
     MAX_SERVERS_NEEDED,
     MIN_RUNS_NEEDED,
     ConfidenceReport,
-    relative_sd,
     servers_dominate,
 )
+from lib.noise_summary import relative_sd
 from lib.numbers import percent_text
 from lib.posterior import cell_mean_sd
 from lib.schedule import TuningResult

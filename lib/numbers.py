@@ -11,6 +11,7 @@ import math
 __all__ = [
     "OBJECTIVE_DECIMALS",
     "PROBABILITY_DECIMALS",
+    "json_float",
     "objective_text",
     "percent_text",
     "probability_text",
@@ -68,3 +69,13 @@ def objective_text(value: float) -> str:
     ('93.06', '605.00', '1911.13')
     """
     return f"{value:.{OBJECTIVE_DECIMALS}f}"
+
+
+def json_float(value: float | None, digits: int = 4) -> float | None:
+    """A derived float for the JSON, rounded so that the last bit of a platform's log or sum
+    cannot change the bytes; None where not finite.
+
+    >>> json_float(0.123456789), json_float(float("nan")), json_float(None)
+    (0.1235, None, None)
+    """
+    return round(value, digits) if value is not None and math.isfinite(value) else None

@@ -46,14 +46,11 @@ from lib.confidence import (
     MAX_RUNS_NEEDED,
     RUN_SCHEMA,
     ConfidenceSettings,
-    RunNoise,
-    ServerNoise,
     assess,
-    combined_servers,
-    relative_sd,
     servers_dominate,
 )
 from lib.deploy.result_file import result_document
+from lib.noise_summary import RunNoise, ServerNoise, combined_servers, relative_sd
 from lib.numbers import probability_text
 from lib.policy import apply_policy
 from lib.schedule import tune

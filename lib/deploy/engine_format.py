@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lib.deploy.constraints import CaptureCeiling
+from lib.deploy.ceiling import CaptureCeiling
 from lib.deploy.decisions import Decisions
 from lib.deploy.settings import ExportSettings
 from lib.flags import flag_name

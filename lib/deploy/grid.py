@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lib.context_grid import ContextGrid, ContextPoint, not_deployable_refusal
-from lib.deploy.constraints import CaptureCeiling, graphless_ranges
+from lib.deploy.ceiling import CaptureCeiling, graphless_ranges
 from lib.deploy.decisions import GLOBAL_K_KEY, SCHEDULE_KEY, Decisions
 from lib.deploy.engine_format import Exported, global_k_problem
 from lib.deploy.settings import ExportSettings

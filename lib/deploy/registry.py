@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lib.deploy.formats
-from lib.deploy.ceiling import release_refusals
-from lib.deploy.constraints import CaptureCeiling, resolve_ceiling
+from lib.deploy.ceiling import CaptureCeiling, release_refusals, resolve_ceiling
 from lib.deploy.decisions import Decisions, context_decisions, result_decisions
 from lib.deploy.engine import EngineFacts, Fact, GpuMemory, TextFact
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported, given_global_k_problem

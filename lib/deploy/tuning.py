@@ -22,16 +22,21 @@ import polars as pl
 from lib.cliffs import CLIFF_RULE, CeilingHint, cliff_problems
 from lib.context import in_context
 from lib.deploy import releases
-from lib.deploy.ceiling import ASSUMED_GPU, GpuAssumption, release_refusals, request_ceiling
-from lib.deploy.constraints import (
+from lib.deploy.ceiling import (
+    ASSUMED_GPU,
     CaptureCeiling,
+    GpuAssumption,
+    release_refusals,
+    request_ceiling,
+    tokens_per_step,
+)
+from lib.deploy.constraints import (
     CeilingCheck,
     cells_past_ceiling,
     check_ceiling,
     data_parallel_warnings,
     method_warnings,
     past_max_num_seqs,
-    tokens_per_step,
 )
 from lib.deploy.decisions import Decisions, decisions_of
 from lib.deploy.engine import EngineFacts, Fact, TextFact, VllmCap, gpu_of

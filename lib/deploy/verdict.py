@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 
-from lib.deploy.constraints import CaptureCeiling, CeilingCheck, past_max_num_seqs
+from lib.deploy.ceiling import CaptureCeiling
+from lib.deploy.constraints import CeilingCheck, past_max_num_seqs
 from lib.deploy.registry import grid_exports
 from lib.flags import flag_name
 from lib.measurement_plan import rerun_text
@@ -129,7 +130,7 @@ class Reason:
 class Verdict:
     """The state and every reason for it (empty when ``ready``), and what its "resolved"
     rests on (``assumption``: how much server starts differ, measured or assumed:
-    :meth:`lib.confidence.ServerNoise.statement`; None where no P(eps-good) is known)."""
+    :meth:`lib.noise_summary.ServerNoise.statement`; None where no P(eps-good) is known)."""
 
     state: State
     reasons: tuple[Reason, ...]

@@ -17,20 +17,22 @@ from sweep_builder import spread, write_grid
 
 from lib.cli.common import EXIT_OK
 from lib.cli.main import main
-from lib.deploy.constraints import (
-    CappedRange,
+from lib.deploy.ceiling import (
     CaptureCeiling,
     assumed_capture_size,
-    capped_ranges,
     capped_schedule,
+    dense_runs,
+    graphless_ranges,
+    resolve_ceiling,
+)
+from lib.deploy.constraints import (
+    CappedRange,
+    capped_ranges,
     cells_past_ceiling,
     check_ceiling,
     data_parallel_warnings,
-    dense_runs,
     deployed_stretches,
-    graphless_ranges,
     method_warnings,
-    resolve_ceiling,
 )
 from lib.deploy.engine import EngineFacts, Fact, TextFact
 from lib.keys import LARGEST_WHOLE_NUMBER

@@ -23,8 +23,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any
 
-from lib.deploy.ceiling import GPU_MEMORY_FLAG, stated_gpu_memory
-from lib.deploy.constraints import CaptureCeiling
+from lib.deploy.ceiling import GPU_MEMORY_FLAG, CaptureCeiling, stated_gpu_memory
 from lib.deploy.decisions import Decisions
 from lib.deploy.engine import EngineFacts
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported

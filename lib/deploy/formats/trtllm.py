@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lib.deploy.constraints import CaptureCeiling
+from lib.deploy.ceiling import CaptureCeiling
 from lib.deploy.decisions import Decisions
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported
 from lib.deploy.releases import Release, holds, names, newest, number, text

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lib.deploy.constraints import (
-    CaptureCeiling,
-    check_ceiling,
-    data_parallel_warnings,
-    method_warnings,
-)
+from lib.deploy.ceiling import CaptureCeiling
+from lib.deploy.constraints import check_ceiling, data_parallel_warnings, method_warnings
 from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_decisions
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported, global_k_problem
 from lib.deploy.result_file import is_result, result_file_of

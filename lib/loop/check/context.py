@@ -14,10 +14,10 @@ from typing import Any
 
 import polars as pl
 
-from lib.confidence import ServerNoise, combined_servers
 from lib.context_axis import ContextAxis, ContextPoint
 from lib.loop.check.arms import UnderTest, clamped_lookup
 from lib.loop.check.judge import CheckSettings, frames_json, judge
+from lib.noise_summary import ServerNoise, combined_servers
 from lib.problems import Problem
 from lib.schedule import Schedule
 from lib.sweeps import Sweep

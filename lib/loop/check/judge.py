@@ -30,8 +30,9 @@ from typing import Any
 
 import polars as pl
 
-from lib.confidence import ConfidenceSettings, ServerNoise, assess
+from lib.confidence import ConfidenceSettings, assess
 from lib.loop.check.arms import DYNAMIC, NO_SPECULATION
+from lib.noise_summary import ServerNoise
 from lib.numbers import percent_text
 from lib.problems import Problem, Severity
 from lib.schedule import Schedule, tune

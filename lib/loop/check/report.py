@@ -19,7 +19,6 @@ from typing import Any
 
 import polars as pl
 
-from lib.confidence import ServerNoise
 from lib.context_axis import ContextPoint, find_context_axis, sole_context_point
 from lib.deploy.ceiling import release_refusals
 from lib.deploy.constraints import cells_past_ceiling, check_ceiling
@@ -55,6 +54,7 @@ from lib.loop.check.judge import (
     judge,
     traffic_of,
 )
+from lib.noise_summary import ServerNoise
 from lib.problems import Problem, Severity, errors
 from lib.schedule import NO_SCHEDULE, Schedule
 from lib.settings import GLOBAL_K_VAR, DeploySettings
