@@ -26,6 +26,7 @@ from lib.app.guide import default_experiment
 from lib.confidence import ConfidenceReport
 from lib.flags import add_flags, flag_name, from_arguments, to_arguments
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side, side_from_result
+from lib.loop.run.rounds import ROUNDS_FILE
 from lib.objectives import find_objective
 from lib.policy import apply_policy
 from lib.present import tables, text
@@ -311,8 +312,10 @@ def find_experiments(folder: Path, root: Path) -> tuple[dict[str, Path], list[st
     """The experiments to choose from in ``folder``, by name, and what was left out and why.
 
     ``folder`` is one experiment when run files lie in it or in its immediate subfolders (the
-    ``SERVE--...-BENCH--...`` combo folders); otherwise each immediate subfolder with run files
-    at any depth is an experiment (vLLM writes ``<output-dir>/<experiment-name>/``).
+    ``SERVE--...-BENCH--...`` combo folders), or when it is a ``tune-spec-k run`` experiment
+    (its ``rounds.json``: every round's sweeps, ``round-0/``, ``round-1-1/``, ..., are one
+    experiment, as ``tune-spec-k DIR`` reads it); otherwise each immediate subfolder with run
+    files at any depth is an experiment (vLLM writes ``<output-dir>/<experiment-name>/``).
 
     Everything the app reads must lie inside ``root``: a subfolder or run file that is a
     symbolic link leading outside it counts for nothing, and each one the search met is named
@@ -325,8 +328,10 @@ def find_experiments(folder: Path, root: Path) -> tuple[dict[str, Path], list[st
     subfolders = search.subfolders(folder)
     # Every subfolder is looked at (a list, not a generator), so the refusals do not depend
     # on which one happened to hold the first run file.
-    if search.has_data_files(folder, any_depth=False) or any(
-        [search.has_data_files(sub, any_depth=False) for sub in subfolders]
+    if (
+        search.has_data_files(folder, any_depth=False)
+        or any([search.has_data_files(sub, any_depth=False) for sub in subfolders])
+        or (folder / ROUNDS_FILE).is_file()
     ):
         experiments = {folder.name: folder}
     else:

@@ -198,6 +198,22 @@ def test_a_link_back_up_the_tree_is_walked_once(
     assert len(listed) <= 7, listed
 
 
+def test_a_run_experiment_is_one_experiment_and_a_folder_of_sweeps_is_several(
+    tmp_path: Path,
+) -> None:
+    # `tune-spec-k run` writes each round's sweeps inside its experiment (round-0/SERVE--..,
+    # round-1-1/SERVE--..): with its rounds.json the folder is one experiment, as
+    # `tune-spec-k DIR` reads it; the same folders without it are a folder of experiments.
+    cells = grid([1, 4], {0: [100.0], 3: [150.0]})
+    for name in ("round-0", "round-1-1"):
+        write_grid(tmp_path / "E" / name, cells)
+    several, _ = app_support.find_experiments(tmp_path / "E", tmp_path)
+    assert sorted(several) == ["round-0", "round-1-1"]
+    (tmp_path / "E" / "rounds.json").write_text("{}")
+    one, _ = app_support.find_experiments(tmp_path / "E", tmp_path)
+    assert one == {"E": tmp_path / "E"}
+
+
 def test_one_experiment_whose_combos_lead_outside_the_root_is_not_listed(tmp_path: Path) -> None:
     root, outside = tmp_path / "root", tmp_path / "outside"
     _links_out_of(root, outside)
