@@ -114,6 +114,13 @@ FORMAT = EngineFormat(
     read=read,
     reads=f"{SCHEDULE_KEY}, a speculative_config, a [[lo, hi, K], ...] list",
     engine_flags=frozenset(
-        {"max_cudagraph_capture_size", "max_num_seqs", "vllm_version", "gpu_memory_gib"}
+        {
+            "max_cudagraph_capture_size",
+            "max_num_seqs",
+            "max_decode_cudagraph_capture_requests",
+            "max_decode_cudagraph_capture_tokens",
+            "vllm_version",
+            "gpu_memory_gib",
+        }
     ),
 )

@@ -50,7 +50,14 @@ FORMAT = EngineFormat(
     flags=frozenset(CONTEXT_FLAGS),
     needs_grid=True,
     engine_flags=frozenset(
-        {"max_cudagraph_capture_size", "max_num_seqs", "vllm_version", "gpu_memory_gib"}
+        {
+            "max_cudagraph_capture_size",
+            "max_num_seqs",
+            "max_decode_cudagraph_capture_requests",
+            "max_decode_cudagraph_capture_tokens",
+            "vllm_version",
+            "gpu_memory_gib",
+        }
     ),
 )
 
