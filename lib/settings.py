@@ -419,6 +419,32 @@ class DeploySettings:
         ),
     )
 
+    max_decode_cudagraph_capture_requests: int | None = field(
+        default=None,
+        metadata=flag(
+            "--max-decode-cudagraph-capture-requests",
+            "vLLM 0.34: the server's explicit -cc.max_decode_cudagraph_capture_requests, the"
+            " request ceiling R of its FULL decode graphs (default: the sweep's saved server"
+            " config, else 0.34's own: set by the schedule's smallest K); batches past it run"
+            " PIECEWISE graphs up to C0. Ignored, and said so, on 0.33 and older (their decode"
+            " graphs are keyed by tokens per step)",
+            in_seed=False,
+            metavar="N",
+        ),
+    )
+    max_decode_cudagraph_capture_tokens: int | None = field(
+        default=None,
+        metadata=flag(
+            "--max-decode-cudagraph-capture-tokens",
+            "vLLM 0.34: the server's explicit -cc.max_decode_cudagraph_capture_tokens, the token"
+            " budget of its FULL decode graphs (with max_num_batched_tokens, the smaller"
+            " binds; default: the sweep's saved server config, else none off SM100). Ignored,"
+            " and said so, on 0.33 and older",
+            in_seed=False,
+            metavar="N",
+        ),
+    )
+
     vllm_version: str | None = field(
         default=None,
         metadata=flag(
@@ -469,6 +495,8 @@ class DeploySettings:
         ['--max-num-seqs 0: expected >= 1']
         >>> DeploySettings(max_cudagraph_capture_size=2**31).invalid()
         ['--max-cudagraph-capture-size 2147483648: expected a whole number up to 2147483647']
+        >>> DeploySettings(max_decode_cudagraph_capture_requests=0).invalid()
+        ['--max-decode-cudagraph-capture-requests 0: expected >= 1']
         """
         reasons = []
         if self.vllm_version is not None and not VERSION_PATTERN.match(self.vllm_version):
@@ -482,7 +510,13 @@ class DeploySettings:
                 f"{flag_name(DeploySettings, 'gpu_memory_gib')} {memory:g}: expected a number"
                 " of GiB > 0"
             )
-        for name in ("max_cudagraph_capture_size", "max_num_seqs", "tensor_parallel_size"):
+        for name in (
+            "max_cudagraph_capture_size",
+            "max_num_seqs",
+            "max_decode_cudagraph_capture_requests",
+            "max_decode_cudagraph_capture_tokens",
+            "tensor_parallel_size",
+        ):
             value = getattr(self, name)
             if value is not None and value < 1:
                 reasons.append(f"{flag_name(DeploySettings, name)} {value}: expected >= 1")

@@ -37,6 +37,8 @@ from lib.settings import DeploySettings
 
 __all__ = [
     "ASSUMED_GPU",
+    "DECODE_REQUESTS_FLAG",
+    "DECODE_TOKENS_FLAG",
     "GPU_MEMORY_FLAG",
     "CaptureCeiling",
     "GpuAssumption",
@@ -203,6 +205,9 @@ def release_refusals(version: str | None) -> list[str]:
 
 #: The flag that states the GPU's memory, named where a GPU default is assumed.
 GPU_MEMORY_FLAG = flag_name(DeploySettings, "gpu_memory_gib")
+#: The flags of vLLM 0.34's explicit decode settings (they win over a saved server config's).
+DECODE_REQUESTS_FLAG = flag_name(DeploySettings, "max_decode_cudagraph_capture_requests")
+DECODE_TOKENS_FLAG = flag_name(DeploySettings, "max_decode_cudagraph_capture_tokens")
 
 
 def stated_gpu_memory(flags: EngineFacts, sweep: EngineFacts) -> GpuMemory | None:
@@ -323,6 +328,7 @@ class CaptureCeiling:
     ``decode_requests`` (an explicit request ceiling R, else None: computed from the
     schedule), ``decode_tokens`` (the token bound of FULL graphs, M or an explicit budget;
     None: not known, assumed not to bind) and ``decode_source`` (where those came from).
+    ``ignored``: what the capture line says of 0.34's decode flags given for an older release.
     """
 
     size: int
@@ -337,6 +343,7 @@ class CaptureCeiling:
     decode_requests: int | None = None
     decode_tokens: int | None = None
     decode_source: str = ""
+    ignored: str = ""
 
     @property
     def rule(self) -> str:
@@ -392,7 +399,7 @@ class CaptureCeiling:
         head = self.vllm.describe()
         if self.gpu is not None:
             head += f" on {self.gpu.describe()}"
-        return f"{head}: {line}"
+        return f"{head}: {line}" + (f"; {self.ignored}" if self.ignored else "")
 
 
 def resolve_ceiling(
@@ -439,7 +446,10 @@ def resolve_ceiling(
         engine_seqs = max(default, largest_batch)
     batched = flags.max_num_batched_tokens or sweep.max_num_batched_tokens
     by_requests = releases.text("vllm", "capture_rule", release) == "decode-requests"
-    decode_tokens, decode_source = _decode_tokens(sweep, batched) if by_requests else (None, "")
+    explicit_tokens = flags.decode_tokens or sweep.decode_tokens
+    decode_tokens, decode_source = (
+        _decode_tokens(explicit_tokens, batched) if by_requests else (None, "")
+    )
     stated = flags.max_cudagraph_capture_size or (
         (sweep.prefill_ceiling or sweep.max_cudagraph_capture_size)
         if by_requests
@@ -471,7 +481,7 @@ def resolve_ceiling(
                 + f" on a GPU {where} (platform ceiling {platform})"
             ),
         )
-    requests = sweep.decode_requests if by_requests else None
+    requests = (flags.decode_requests or sweep.decode_requests) if by_requests else None
     return CaptureCeiling(
         size,
         known,
@@ -492,13 +502,32 @@ def resolve_ceiling(
                 else ""
             )
         ),
+        ignored="" if by_requests else _ignored_decode_flags(flags, release),
     )
 
 
-def _decode_tokens(sweep: EngineFacts, batched: Fact | None) -> tuple[int | None, str]:
+def _ignored_decode_flags(flags: EngineFacts, release: Release) -> str:
+    """What the capture line says of 0.34's decode flags given for a release that keys its
+    decode graphs by tokens per step (0.33 and older): they are ignored; empty when none was
+    given."""
+    given = [
+        fact.source
+        for fact in (flags.decode_requests, flags.decode_tokens)
+        if fact is not None and fact.source in (DECODE_REQUESTS_FLAG, DECODE_TOKENS_FLAG)
+    ]
+    if not given:
+        return ""
+    return (
+        f"{' and '.join(given)} ignored: vLLM {release} keys its decode CUDA graphs by tokens"
+        " per step, not by requests"
+    )
+
+
+def _decode_tokens(explicit: Fact | None, batched: Fact | None) -> tuple[int | None, str]:
     """0.34's token bound of FULL decode graphs: the smaller of M (max_num_batched_tokens)
-    and an explicit ``max_decode_cudagraph_capture_tokens``, where stated; None: neither."""
-    found = [f for f in (batched, sweep.decode_tokens) if f is not None]
+    and an explicit ``max_decode_cudagraph_capture_tokens`` (``explicit``: the flag, else a
+    saved server config's), where stated; None: neither."""
+    found = [f for f in (batched, explicit) if f is not None]
     if not found:
         return None, ""
     chosen = min(found, key=lambda f: f.value)

@@ -19,6 +19,7 @@ from lib.flags import flag_name
 from lib.problems import Problem, Severity
 
 __all__ = [
+    "VLLM_ENGINE_FLAGS",
     "BatchExport",
     "Build",
     "EngineFormat",
@@ -85,6 +86,19 @@ Build = Callable[
 #: A format's reader of its own files: None when the data is not of this format, else the
 #: decisions or None and the reason the file is not valid.
 Read = Callable[[Any, str], tuple[Decisions | None, str] | None]
+
+
+#: The deployment settings every vLLM format reads (its ``engine_flags``): the capture rule's.
+VLLM_ENGINE_FLAGS = frozenset(
+    {
+        "max_cudagraph_capture_size",
+        "max_num_seqs",
+        "max_decode_cudagraph_capture_requests",
+        "max_decode_cudagraph_capture_tokens",
+        "vllm_version",
+        "gpu_memory_gib",
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lib.deploy.formats
-from lib.deploy.ceiling import CaptureCeiling, release_refusals, resolve_ceiling
+from lib.deploy.ceiling import (
+    DECODE_REQUESTS_FLAG,
+    DECODE_TOKENS_FLAG,
+    CaptureCeiling,
+    release_refusals,
+    resolve_ceiling,
+)
 from lib.deploy.decisions import Decisions, context_decisions, result_decisions
 from lib.deploy.engine import EngineFacts, Fact, GpuMemory, TextFact
 from lib.deploy.engine_format import BatchExport, EngineFormat, Exported, given_global_k_problem
@@ -130,7 +136,8 @@ def gpu_flags(deploy: DeploySettings) -> dict[str, Any]:
 
 def ceiling_for(decisions: Decisions, deploy: DeploySettings, global_k: int) -> CaptureCeiling:
     """The capture ceiling a vLLM export is checked against: the flags, else what the decisions'
-    source was tuned under, else vLLM's defaults (:func:`resolve_ceiling`)."""
+    source was tuned under, else vLLM's defaults (:func:`resolve_ceiling`). 0.34's explicit
+    decode settings given as flags win over a saved server config's."""
     flags = EngineFacts(
         max_cudagraph_capture_size=(
             Fact(deploy.max_cudagraph_capture_size, "--max-cudagraph-capture-size")
@@ -143,6 +150,16 @@ def ceiling_for(decisions: Decisions, deploy: DeploySettings, global_k: int) -> 
         vllm_version=(
             TextFact(deploy.vllm_version, "--vllm-version")
             if deploy.vllm_version is not None
+            else None
+        ),
+        decode_requests=(
+            Fact(deploy.max_decode_cudagraph_capture_requests, DECODE_REQUESTS_FLAG)
+            if deploy.max_decode_cudagraph_capture_requests is not None
+            else None
+        ),
+        decode_tokens=(
+            Fact(deploy.max_decode_cudagraph_capture_tokens, DECODE_TOKENS_FLAG)
+            if deploy.max_decode_cudagraph_capture_tokens is not None
             else None
         ),
         **gpu_flags(deploy),

@@ -240,3 +240,31 @@ def test_numbers_past_the_limit_are_refused(
     captured = capsys.readouterr()
     assert shown in captured.err
     assert (captured.out, sorted(p.name for p in tmp_path.iterdir())) == ("", ["in.json"])
+
+
+def test_an_explicit_decode_request_ceiling_flows_to_the_vllm_export(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 39 item 3: --max-decode-cudagraph-capture-requests is read by export --format
+    vllm as by tune: sonnet-like's [[1, 63, 7], [64, 256, 0]] with R=32 runs 33-63 and 64-256
+    PIECEWISE (engines-2026-12.md 1b's harness row), said with the flag as its source; a format
+    whose engine has no such setting refuses it, naming the formats that read it."""
+    result = tmp_path / "speculative_k_schedule.json"
+    sample = SAMPLE_SWEEPS / "sonnet-like"
+    assert main([str(sample), "--vllm-version", "0.34.0", "--output-json", str(result)]) == 0
+    capsys.readouterr()
+    flag = ["--max-decode-cudagraph-capture-requests", "32"]
+    out = tmp_path / "vllm.json"
+    assert main(["export", str(result), "--format", "vllm", *flag, "-o", str(out)]) == EXIT_OK
+    printed = capsys.readouterr()
+    err = printed.out + printed.err  # the export's warnings, wherever it prints them
+    source = "(explicit: max_decode_cudagraph_capture_requests from --max-decode-cudagraph-"
+    assert "batch sizes 33-63 run K=7 at 264-504 tokens per decode step in PIECEWISE" in err
+    assert "batch sizes 64-256 run K=0 at 64-256 tokens per decode step in PIECEWISE" in err
+    assert err.count(source) == 2
+    refused = ["export", str(result), "--format", "sglang", *flag, "-o", str(tmp_path / "s")]
+    assert main(refused) == EXIT_BAD_INPUT
+    assert (
+        "--max-decode-cudagraph-capture-requests applies only to --format vllm, vllm-context"
+        in capsys.readouterr().err
+    )

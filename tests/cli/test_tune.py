@@ -188,6 +188,15 @@ def test_unwritable_output_exits_2(good_sweep: Path, capsys: pytest.CaptureFixtu
         (["--gpu-memory-gib", "0"], ["--gpu-memory-gib 0", "a number of GiB > 0"]),
         (["--gpu-memory-gib", "nan"], ["--gpu-memory-gib nan", "a number of GiB > 0"]),
         (["--tensor-parallel-size", "0"], ["--tensor-parallel-size 0", ">= 1"]),
+        # vLLM 0.34's explicit decode settings: whole numbers >= 1.
+        (
+            ["--max-decode-cudagraph-capture-requests", "0"],
+            ["--max-decode-cudagraph-capture-requests 0", ">= 1"],
+        ),
+        (
+            ["--max-decode-cudagraph-capture-tokens", "-8"],
+            ["--max-decode-cudagraph-capture-tokens -8", ">= 1"],
+        ),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else value,
 )
@@ -472,6 +481,47 @@ def test_moe_keeps_k3_on_0_34_and_caps_as_before_on_0_33(
     code, out, err = _main(capsys, moe, "--vllm-version", "0.33.0", "--output-json", output)
     assert out.splitlines()[0] == json.dumps(tuned)
     assert "warning [graphless-range] batch sizes 129-255 run K=3" in err
+
+
+def test_an_explicit_decode_request_ceiling_flag_on_sonnet_like(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """engines-2026-12.md 1b's harness row "explicit max_decode_cudagraph_capture_requests=32,
+    sonnet-like: 1-32 FULL; 33-63 K=7 PIECEWISE; 64-256 K=0 PIECEWISE", through the flag:
+    33-63 at K=7 is 264-504 tokens and 64-256 at K=0 64-256 tokens, all <= C0=512 (assumed),
+    so PIECEWISE, not none. On 0.33 the flag is ignored and the capture line says so."""
+    sonnet = _sample("sonnet-like")
+    flag = ["--max-decode-cudagraph-capture-requests", "32"]
+    code, out, err = _main(capsys, sonnet, "--vllm-version", "0.34.0", *flag)
+    assert code == EXIT_OK, err
+    assert out.splitlines()[0] == "[[1, 63, 7], [64, 256, 0]]"  # not capped
+    (line,) = [line for line in out.splitlines() if line.startswith("capture ceiling:")]
+    assert "R=32: every batch size up to 256 runs a FULL or PIECEWISE CUDA graph" in line
+    why = (
+        "past vLLM 0.34's decode request ceiling R=32 (explicit:"
+        " max_decode_cudagraph_capture_requests from --max-decode-cudagraph-capture-requests)"
+    )
+    assert (
+        "warning [piecewise-range] batch sizes 33-63 run K=7 at 264-504 tokens per decode step"
+        f" in PIECEWISE CUDA graphs, not FULL: {why}; raise it:"
+        " -cc.max_decode_cudagraph_capture_requests=63"
+    ) in err
+    assert (
+        "warning [piecewise-range] batch sizes 64-256 run K=0 at 64-256 tokens per decode step"
+        f" in PIECEWISE CUDA graphs, not FULL: {why}; raise it:"
+        " -cc.max_decode_cudagraph_capture_requests=256"
+    ) in err
+    # Without it 0.34's own R = min(S, 512 // 1) covers 1-256: no PIECEWISE range.
+    code, out, err = _main(capsys, sonnet, "--vllm-version", "0.34.0")
+    assert code == EXIT_OK and "piecewise-range" not in err
+    code, out, err = _main(capsys, sonnet, "--vllm-version", "0.33.0", *flag)
+    assert code == EXIT_OK, err
+    assert "piecewise-range" not in err
+    (line,) = [line for line in out.splitlines() if line.startswith("capture ceiling:")]
+    assert (
+        "; --max-decode-cudagraph-capture-requests ignored: vLLM 0.33.0 keys its decode CUDA"
+        " graphs by tokens per step, not by requests"
+    ) in line
 
 
 # --------------------------------------------------------------------------- a read-only default

@@ -7,6 +7,7 @@ brute-force evaluation of the 0.34 source's formula at every batch size."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lib.deploy.ceiling import (
+    DECODE_REQUESTS_FLAG,
+    DECODE_TOKENS_FLAG,
     CaptureCeiling,
     capture_sizes,
     default_max_num_seqs,
@@ -363,6 +366,52 @@ def test_a_saved_0_34_server_config_is_read_by_its_decode_fields(tmp_path: Path)
     assert facts.decode_requests is None
     ceiling = resolve_ceiling(EngineFacts(), facts, 7, 256)
     assert _kinds(SONNET, 7, ceiling) == [[1, 256, "FULL"]]
+
+
+def test_decode_flags_beat_a_saved_configs_and_bind_only_on_0_34(tmp_path: Path) -> None:
+    """Issue 39 item 3: --max-decode-cudagraph-capture-requests wins over a saved 0.34
+    config's explicit max_decode_cudagraph_capture_requests (32 saved, 48 given: FULL to 48,
+    PIECEWISE past it: 49-63 at K=7 is 392-504 tokens and 64-256 at K=0 at most 256, both
+    <= C0=512), and its source is the flag. --max-decode-cudagraph-capture-tokens 200 binds
+    FULL graphs to 200 // (1+K) requests: 25 at K=7, 200 at K=0 (R = min(S, 512 // 1) = 256
+    for a schedule whose smallest K is 0). On 0.33 both are ignored (the token rule,
+    512 // 8 = 64 at K=7 and 512 at K=0: all FULL) and the capture line says so."""
+    saved = EngineFacts(
+        vllm_version=TextFact("0.34.0", "the saved server config a/si.json"),
+        max_num_seqs=Fact(256, "the saved server config a/si.json"),
+        max_num_batched_tokens=Fact(8192, "the saved server config a/si.json"),
+        prefill_ceiling=Fact(512, "the saved server config a/si.json"),
+        decode_requests=Fact(32, "the saved server config a/si.json"),
+    )
+    assert _kinds(SONNET, 7, resolve_ceiling(EngineFacts(), saved, 7, 256)) == [
+        [1, 32, "FULL"], [33, 256, "PIECEWISE"]
+    ]  # fmt: skip
+    flags = EngineFacts(decode_requests=Fact(48, DECODE_REQUESTS_FLAG))
+    ceiling = resolve_ceiling(flags, saved, 7, 256)
+    assert _kinds(SONNET, 7, ceiling) == [[1, 48, "FULL"], [49, 256, "PIECEWISE"]]
+    assert ceiling.decode_source.endswith(
+        "max_decode_cudagraph_capture_requests from --max-decode-cudagraph-capture-requests"
+    )
+    tokens = EngineFacts(decode_tokens=Fact(200, DECODE_TOKENS_FLAG))
+    unset = dataclasses.replace(saved, decode_requests=None)
+    ceiling = resolve_ceiling(tokens, unset, 7, 256)
+    assert _kinds(SONNET, 7, ceiling) == [
+        [1, 25, "FULL"], [26, 63, "PIECEWISE"], [64, 200, "FULL"], [201, 256, "PIECEWISE"]
+    ]  # fmt: skip
+    assert "max_decode_cudagraph_capture_tokens=200 from --max-decode" in ceiling.decode_source
+    old = dataclasses.replace(
+        saved, vllm_version=TextFact("0.33.0", "the saved server config a/si.json")
+    )
+    both = dataclasses.replace(flags, decode_tokens=tokens.decode_tokens)
+    ceiling = resolve_ceiling(both, old, 7, 256)
+    assert ceiling.rule == "token-ceiling" and ceiling.decode_requests is None
+    assert _kinds(SONNET, 7, ceiling) == [[1, 256, "FULL"]]
+    assert ceiling.describe().endswith(
+        "; --max-decode-cudagraph-capture-requests and --max-decode-cudagraph-capture-tokens"
+        " ignored: vLLM 0.33.0 keys its decode CUDA graphs by tokens per step, not by requests"
+    )
+    # Without the flags nothing is said (the saved config's decode fields are 0.34's own).
+    assert "ignored" not in resolve_ceiling(EngineFacts(), old, 7, 256).describe()
 
 
 def _known_034(seqs: int) -> CaptureCeiling:

@@ -15,7 +15,13 @@ from typing import Any
 from lib.deploy.ceiling import CaptureCeiling
 from lib.deploy.constraints import check_ceiling, data_parallel_warnings, method_warnings
 from lib.deploy.decisions import SCHEDULE_KEY, Decisions, result_decisions
-from lib.deploy.engine_format import BatchExport, EngineFormat, Exported, global_k_problem
+from lib.deploy.engine_format import (
+    VLLM_ENGINE_FLAGS,
+    BatchExport,
+    EngineFormat,
+    Exported,
+    global_k_problem,
+)
 from lib.deploy.result_file import is_result, result_file_of
 from lib.deploy.settings import ExportSettings
 from lib.keys import stated_k
@@ -113,7 +119,5 @@ FORMAT = EngineFormat(
     build=build,
     read=read,
     reads=f"{SCHEDULE_KEY}, a speculative_config, a [[lo, hi, K], ...] list",
-    engine_flags=frozenset(
-        {"max_cudagraph_capture_size", "max_num_seqs", "vllm_version", "gpu_memory_gib"}
-    ),
+    engine_flags=VLLM_ENGINE_FLAGS,
 )

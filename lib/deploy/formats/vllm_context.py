@@ -12,7 +12,7 @@ from typing import Any
 
 from lib.context_grid import ContextGrid
 from lib.deploy.decisions import GLOBAL_K_KEY, SCHEDULE_KEY
-from lib.deploy.engine_format import EngineFormat
+from lib.deploy.engine_format import VLLM_ENGINE_FLAGS, EngineFormat
 from lib.deploy.grid import (
     CONTEXT_FLAGS,
     ContextExport,
@@ -49,9 +49,7 @@ FORMAT = EngineFormat(
     build=functools.partial(build_context_format, "vllm-context", _export),
     flags=frozenset(CONTEXT_FLAGS),
     needs_grid=True,
-    engine_flags=frozenset(
-        {"max_cudagraph_capture_size", "max_num_seqs", "vllm_version", "gpu_memory_gib"}
-    ),
+    engine_flags=VLLM_ENGINE_FLAGS,
 )
 
 
