@@ -151,13 +151,10 @@ class ServerNoise:
         'batch sizes 1, 8 at 512 prompt tokens'
         """
 
-        def sizes(anchors: Sequence[int]) -> str:
-            return "batch sizes " + ", ".join(str(anchor) for anchor in anchors)
-
         if len(self.points) <= 1:  # one prompt length: its batch sizes are all there is
-            return sizes(self.measured_at)
+            return "batch sizes " + _sizes(self.measured_at)
         return "; ".join(
-            f"{sizes(point.measured_at)} at {point.prompt_tokens} prompt tokens"
+            f"batch sizes {_sizes(point.measured_at)} at {point.prompt_tokens} prompt tokens"
             for point in self.points
             if point.measured_at
         )

@@ -46,6 +46,7 @@ import polars as pl
 
 from lib.cliffs import CLIFF_RULE, Cliff, spanning
 from lib.confidence import ConfidenceReport
+from lib.numbers import json_float
 from lib.schedule import Schedule, TuningResult
 
 __all__ = [
@@ -553,11 +554,8 @@ def _curve_frame(
 
 
 def _rounded(value: Any) -> Any:
-    """Floats for the JSON, rounded so that the last bit of a platform's log cannot change the
-    bytes; None where not finite."""
-    if isinstance(value, float):
-        return round(value, 4) if math.isfinite(value) else None
-    return value
+    """Floats for the JSON (:func:`lib.numbers.json_float`); any other value as it is."""
+    return json_float(value) if isinstance(value, float) else value
 
 
 @dataclass(frozen=True, eq=False)

@@ -69,6 +69,7 @@ from lib.present.rounds import (
     round_tuned_lines,
     summary_lines,
 )
+from lib.present.text import paste_line
 from lib.problems import Problem, Severity
 from lib.settings import RESULT_FILE, Options, Settings
 
@@ -535,8 +536,6 @@ class _Loop:
 
 def _config_line(path: Path) -> str | None:
     """The ``--speculative-config`` line of the experiment's result (as the tuning printed)."""
-    import shlex
-
     from lib.deploy.result_file import read_result_file
 
     if not path.exists():
@@ -544,7 +543,7 @@ def _config_line(path: Path) -> str | None:
     result, _ = read_result_file(path)
     if result is None or result.speculative_config is None:
         return None
-    return "--speculative-config " + shlex.quote(json.dumps(result.speculative_config))
+    return paste_line(result.speculative_config)
 
 
 def _failure_text(

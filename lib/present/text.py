@@ -99,9 +99,15 @@ def anchor_detail_lines(result: TuningResult) -> list[str]:
     return lines
 
 
+def paste_line(config: Mapping[str, Any]) -> str:
+    """A speculative config as the ``--speculative-config '...'`` argument to paste into
+    ``vllm serve``, shell-quoted."""
+    return "--speculative-config " + shlex.quote(json.dumps(config))
+
+
 def speculative_config_line(result: TuningResult) -> str:
     """The ``--speculative-config '...'`` argument to paste into ``vllm serve``."""
-    return "--speculative-config " + shlex.quote(json.dumps(result.speculative_config()))
+    return paste_line(result.speculative_config())
 
 
 def confidence_lines(report: ConfidenceReport, result: TuningResult | None = None) -> list[str]:
@@ -220,7 +226,7 @@ def _paste_ready(shared: Mapping[str, Any], config: Mapping[str, Any]) -> str:
     own = ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")
     merged = {key: value for key, value in shared.items() if key not in own}
     merged.update(config)
-    return "--speculative-config " + shlex.quote(json.dumps(merged))
+    return paste_line(merged)
 
 
 def switch_point_lines(switch_points: SwitchPoints) -> list[str]:
