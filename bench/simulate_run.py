@@ -7,9 +7,11 @@ Each trial puts the stand-in `vllm` (bench/standin_vllm/vllm) on PATH with a tru
 true mean output throughput per (batch size, K), interpolated linearly in log batch size
 between the grid's anchors), run noise and a per-server-start offset, and runs:
 
-- the loop: `tune-spec-k run --ks KS --anchors 1,2,4,...,256 --max-rounds R` (round 0 the
-  seed's grid once per cell; later rounds the follow-ups), its final schedule the result JSON
-  it leaves, its GPU time rounds.json's;
+- the loop: `tune-spec-k run --ks KS --anchors 1,2,4,...,256 --max-rounds R` (round 0 its
+  default, the bracketed lean design: K=0, the middle K and the largest at every anchor once
+  plus a noise probe, or what ``--first-ks`` picks; later rounds the follow-ups, trimmed to
+  the budget where one would pass it), its final schedule the result JSON it leaves, its GPU
+  time rounds.json's;
 - the seed's full grid: `tune-spec-k plan --num-runs 3` over the same K and anchors, its
   run.sh through the same stand-in (same truth, same noise model, its own draws), tuned by
   `tune-spec-k DIR` with the seed's defaults; its GPU time by the same accounting
@@ -122,6 +124,19 @@ FAMILIES = (
 )
 
 
+def _ends_two(ks: tuple[int, ...]) -> tuple[int, ...]:
+    ordered = sorted(ks)
+    inner = {ordered[round(len(ordered) * i / 3)] for i in (1, 2)}
+    return tuple(sorted({ordered[0], ordered[-1], *inner}))
+
+
+FIRST_KS: dict[str, Callable[[tuple[int, ...]], tuple[int, ...]] | None] = {
+    "run-default": None,
+    "every-k": lambda ks: tuple(sorted(ks)),
+    "ends-two": _ends_two,
+}
+
+
 def truth_grid(family: Family) -> dict[str, dict[str, float]]:
     return {str(b): {str(k): family.truth(b, k) for k in family.ks} for b in ANCHORS}
 
@@ -194,6 +209,7 @@ def trial(
     folder: Path,
     loop_anchors: tuple[int, ...] = ANCHORS,
     loop_flags: tuple[str, ...] = (),
+    first_ks: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None,
 ) -> dict[str, Outcome]:
     grid = truth_grid(family)
     model = {
@@ -214,6 +230,8 @@ def trial(
     design = ["--model", "M", "--method", "eagle3", "--draft-model", "D"]
     design += ["--ks", ",".join(map(str, family.ks)), "--anchors", ",".join(map(str, ANCHORS))]
     loop_design = [*design[:-1], ",".join(map(str, loop_anchors)), *loop_flags]
+    if first_ks is not None:
+        loop_design += ["--first-ks", ",".join(map(str, first_ks(family.ks)))]
     os.chdir(folder)
     # The seed's full grid, 3 runs per cell, tuned with the seed's defaults.
     _quiet(
@@ -282,6 +300,14 @@ def main(argv: list[str] | None = None) -> None:
         help="more flags of the loop's tune-spec-k run, e.g. '--num-runs 2' (the noise probe's"
         " runs of a cell)",
     )
+    parser.add_argument(
+        "--first-ks",
+        choices=sorted(FIRST_KS),
+        default="run-default",
+        help="round 0's --first-ks per family: 'run-default' the loop's own (K=0, the middle K"
+        " and the largest: lib.loop.plan.lean.bracket_ks); 'every-k' every K (the lean design"
+        " unbracketed); 'ends-two' K=0, two inner K a third of the way apart and the largest",
+    )
     args = parser.parse_args(argv)
     loop_anchors = tuple(int(a) for a in args.loop_anchors.split(","))
     os.environ["PATH"] = f"{STANDIN}:{os.environ['PATH']}"
@@ -304,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
                             Path(folder),
                             loop_anchors,
                             tuple(args.loop_flags.split()),
+                            FIRST_KS[args.first_ks],
                         )
                     )
                 finally:
@@ -315,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     print(
         f"seeds {args.first_seed}..{args.first_seed + args.seeds - 1}, anchors 1..256 (9),"
-        f" the loop's {args.loop_anchors} {args.loop_flags};"
+        f" the loop's {args.loop_anchors} {args.loop_flags}" + f" --first-ks {args.first_ks}" + ";"
         " GPU time / grid: the mean (and largest) of the per-trial ratios to the full grid's:"
     )
     print()

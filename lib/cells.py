@@ -18,6 +18,7 @@ from lib import robust
 from lib.flags import flag_name
 from lib.problems import Problem, Severity
 from lib.settings import Settings
+from lib.unmeasured import UNMEASURED_RULE, UNMEASURED_RULED_OUT_RULE, unmeasured_cells
 
 __all__ = [
     "CELL_SCHEMA",
@@ -205,10 +206,13 @@ def acceptance_gate(cells: pl.DataFrame, settings: Settings) -> tuple[pl.Series,
     return pl.Series(reasons, dtype=pl.Utf8), problems
 
 
-def anchor_grid_gate(cells: pl.DataFrame) -> list[Problem]:
+def anchor_grid_gate(cells: pl.DataFrame, settings: Settings) -> list[Problem]:
     """The anchors must start at 1 (vLLM's schedule must cover batch size 1), and every anchor
-    must have measured the same set of K (otherwise "best" means different things per anchor).
-    Checked on every cell measured, kept or not."""
+    must have measured the same set of K (otherwise "best" means different things per anchor),
+    unless ``allow_unmeasured_k`` or ``design_ks``: then each missing cell (a K of the design
+    or measured elsewhere) is judged by :mod:`lib.unmeasured` (a warning where the K measured
+    there do not rule it out, a note where they do). Checked
+    on every cell measured, kept or not; ``cells`` carries the gates' ``status``."""
     problems = []
     anchors = sorted(cells["anchor"].unique().to_list())
     # One aggregation, not a frame per anchor: this gate runs on every slider move in the app.
@@ -230,6 +234,8 @@ def anchor_grid_gate(cells: pl.DataFrame) -> list[Problem]:
                 extra={"anchors": anchors},
             )
         )
+    if settings.allow_unmeasured_k or settings.design_ks:
+        return problems + _unmeasured_problems(cells, settings, files_at)
     k_sets = {anchor: set(ks) for anchor, ks, _ in per_anchor.iter_rows()}
     every_k = set().union(*k_sets.values()) if k_sets else set()
     for anchor in anchors:
@@ -246,10 +252,34 @@ def anchor_grid_gate(cells: pl.DataFrame) -> list[Problem]:
                     anchor=anchor,
                     field="k",
                     value=", ".join(str(k) for k in sorted(k_sets[anchor])),
-                    expected="the K set " + ", ".join(str(k) for k in sorted(every_k)),
+                    expected="the K set "
+                    + ", ".join(str(k) for k in sorted(every_k))
+                    + f" (or {flag_name(Settings, 'allow_unmeasured_k')}: judge the missing"
+                    " cells, assuming throughput unimodal in K)",
                 )
             )
     return problems
+
+
+def _unmeasured_problems(
+    cells: pl.DataFrame, settings: Settings, files_at: dict[int, tuple[str, ...]]
+) -> list[Problem]:
+    """One problem per missing (anchor, K) (:func:`lib.unmeasured.unmeasured_cells`): a
+    warning where nothing rules it out (the verdict cannot be ready), a note where the K
+    measured at the anchor do (the verdict's ``assumes:`` says on what)."""
+    return [
+        Problem(
+            Severity.NOTE if cell.ruled_out else Severity.WARNING,
+            UNMEASURED_RULED_OUT_RULE if cell.ruled_out else UNMEASURED_RULE,
+            cell.reason,
+            files=files_at[cell.anchor],
+            anchor=cell.anchor,
+            k=cell.k,
+        )
+        for cell in unmeasured_cells(
+            cells, settings.relative_tolerance, settings.maximize, settings.design_ks
+        )
+    ]
 
 
 def _reasons(mask: pl.Series, reason: str) -> pl.Series:

@@ -585,7 +585,6 @@ def gate(sweep: Sweep, settings: Settings) -> GatedSweep:
     ):
         reasons.append(rejected)
         problems += found
-    problems += anchor_grid_gate(cells)
     reason = pl.concat_str(*[pl.lit(r) for r in reasons], separator="; ", ignore_nulls=True)
     cells = cells.with_columns(
         pl.when(reason.str.len_chars() > 0).then(reason).alias("reason"),
@@ -595,6 +594,7 @@ def gate(sweep: Sweep, settings: Settings) -> GatedSweep:
         .otherwise(pl.lit("rejected"))
         .alias("status")
     )
+    problems += anchor_grid_gate(cells, settings)
     return GatedSweep(
         sweep, settings, cells, gated.excluded, gated.configured_global, tuple(problems)
     )

@@ -11,8 +11,9 @@ neighbouring picks disagree (``docs/confidence.md``, "The measurement plan").
 - **New anchors.** Where two neighbouring anchors pick different K and one of the two picks is
   worse than the other by more than the tie tolerance at either anchor, where to switch matters:
   the plan suggests a new anchor at the geometric midpoint ``sqrt(lower * upper)`` (rounded),
-  measured for every K of the sweep (the seed requires the same K set at every anchor), as
-  often as the sweep measured its cells (:func:`new_anchor_runs`).
+  measured for every K of the sweep and of its design (the seed requires the same K set at
+  every anchor), less the K a bracketed design ruled out at both neighbours
+  (:func:`new_anchor_ks`), as often as the sweep measured its cells (:func:`new_anchor_runs`).
   Where either pick falls off a cliff between the two anchors (:mod:`lib.cliffs`) the
   midpoint is proposed whatever the disagreement: nothing between them is interpolable, and
   the midpoint narrows down where the cliff starts.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,12 +46,14 @@ from lib.numbers import percent_text
 from lib.posterior import cell_mean_sd
 from lib.schedule import TuningResult
 from lib.second_runs import SecondRuns, second_runs
+from lib.unmeasured import UNMEASURED_RULE, UNMEASURED_RULED_OUT_RULE
 
 __all__ = [
     "NEW_ANCHOR_SCHEMA",
     "RERUN_SCHEMA",
     "MeasurementPlan",
     "measurement_plan",
+    "new_anchor_ks",
     "new_anchor_runs",
     "new_servers_text",
     "rerun_text",
@@ -136,7 +139,7 @@ def measurement_plan(
     return MeasurementPlan(
         confidence=report.settings.confidence,
         tolerance=report.tolerance,
-        reruns=_reruns(report),
+        reruns=pl.concat([_reruns(report), _unmeasured(result)]),
         new_anchors=_new_anchors(result, report, cliffs),
     )
 
@@ -210,6 +213,31 @@ def _reruns(report: ConfidenceReport) -> pl.DataFrame:
                     "reason": "; ".join(reasons),
                 }
             )
+    return pl.DataFrame(rows, schema=RERUN_SCHEMA)
+
+
+def _unmeasured(result: TuningResult) -> pl.DataFrame:
+    """A row per cell not measured that the K measured at its anchor do not rule out
+    (:data:`lib.unmeasured.UNMEASURED_RULE`): as many runs as a new anchor's K get
+    (:func:`new_anchor_runs`), on one new server start."""
+    typical = result.cells["num_runs"].median()
+    runs = new_anchor_runs(typical if isinstance(typical, float) else None)
+    rows = [
+        {
+            "batch_size": problem.anchor,
+            "k": problem.k,
+            "runs": 0,
+            "servers": 0,
+            "target_runs": runs,
+            "more_runs": runs,
+            "new_servers": 1,
+            "runs_per_new_server": runs,
+            "noise_limited": False,
+            "reason": f"{problem.message}; measure it",
+        }
+        for problem in result.problems
+        if problem.rule == UNMEASURED_RULE
+    ]
     return pl.DataFrame(rows, schema=RERUN_SCHEMA)
 
 
@@ -307,6 +335,20 @@ def new_anchor_runs(typical: float | None) -> int:
     return max(MIN_RUNS_NEEDED, round(typical) if typical is not None else 0)
 
 
+def new_anchor_ks(
+    every_k: Sequence[int], lower: int, upper: int, ruled_out: Collection[tuple[int, int]]
+) -> list[int]:
+    """The K to measure at a new anchor between ``lower`` and ``upper``: every K of the sweep
+    and of its design (``--design-ks``), less those ruled out unmeasured at both neighbours
+    (:mod:`lib.unmeasured`: a bracketed design's K that cannot lead on either side). A K
+    ruled out on one side only is measured: the best K may change in between.
+
+    >>> new_anchor_ks([0, 1, 2, 3, 5], 16, 32, {(16, 1), (32, 1), (16, 3)})
+    [0, 2, 3, 5]
+    """
+    return [k for k in every_k if not ((lower, k) in ruled_out and (upper, k) in ruled_out)]
+
+
 def _new_anchors(
     result: TuningResult, report: ConfidenceReport, cliffs: Sequence[Cliff]
 ) -> pl.DataFrame:
@@ -319,7 +361,14 @@ def _new_anchors(
         for a, k in zip(result.decisions["anchor"], result.decisions["selected_k"], strict=True)
         if k is not None
     ]
-    every_k = sorted(set(result.cells["k"].to_list()))
+    ruled_out = {
+        (problem.anchor, problem.k)
+        for problem in result.problems
+        if problem.rule == UNMEASURED_RULED_OUT_RULE
+        and problem.anchor is not None
+        and problem.k is not None
+    }
+    every_k = sorted(set(result.cells["k"].to_list()) | set(result.settings.design_ks))
     typical = result.cells["num_runs"].median()
     runs_per_k = new_anchor_runs(typical if isinstance(typical, float) else None)
     tolerance = -math.log1p(-report.tolerance)
@@ -362,7 +411,7 @@ def _new_anchors(
                 "lower_k": lower_k,
                 "upper_k": upper_k,
                 "disagreement_percent": percent,
-                "ks": every_k,
+                "ks": new_anchor_ks(every_k, lower, upper, ruled_out),
                 "runs_per_k": runs_per_k,
                 "reason": reason,
             }

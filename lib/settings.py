@@ -85,6 +85,9 @@ DEFAULT_SERVER_CV = 0.01
 DEFAULT_RUN_CV = 0.02
 #: The seed's output file, written into the experiment folder unless told otherwise.
 RESULT_FILE = "speculative_k_schedule.json"
+#: The log of a ``tune-spec-k run`` experiment's rounds (:mod:`lib.loop.run.rounds`), in its
+#: folder: the mark of an experiment the loop made.
+ROUNDS_FILE = "rounds.json"
 #: The health fields of a record the policy reads (:func:`lib.gates.health_gate`).
 HEALTH_FIELDS = ("failed", "completed", "num_prompts")
 #: The fields Little's law reads for the effective batch (:mod:`lib.effective_batch`).
@@ -186,6 +189,30 @@ class Settings:
             "treat unstable acceptance as an error instead of a warning",
         ),
     )
+    allow_unmeasured_k: bool = field(
+        default=False,
+        metadata=flag(
+            "--allow-unmeasured-k",
+            "tune a sweep whose anchors measured different K (a bracketed design's, plan"
+            " --first-ks): a K missing at an anchor is ruled out where the K measured there"
+            " show it cannot be the best, assuming throughput unimodal in K; elsewhere it keeps"
+            " the verdict from ready and the measurement plan asks for it. Without it such a"
+            " sweep is refused, as the seed refuses it (unequal-k-sets)",
+            in_seed=False,
+        ),
+    )
+    design_ks: tuple[int, ...] = field(
+        default=(),
+        metadata=flag(
+            "--design-ks",
+            "the K the sweep's design holds where it measured some of them only at some"
+            " anchors, or not yet (a bracketed design, plan --first-ks: the plan prints the"
+            " value): each one missing at an anchor is judged as --allow-unmeasured-k judges"
+            " it (implies it), so a K the design holds is never silently left out",
+            in_seed=False,
+            echo="changed",
+        ),
+    )
     relative_tolerance: float = field(
         default=0.01,
         metadata=flag(
@@ -244,6 +271,9 @@ class Settings:
             reasons.append(f"{_flag('direction')} {self.direction!r}: expected maximize/minimize")
         if self.min_runs < 1:
             reasons.append(f"{_flag('min_runs')} {self.min_runs}: expected >= 1")
+        if any(k < 0 for k in self.design_ks) or len(set(self.design_ks)) != len(self.design_ks):
+            shown = ",".join(map(str, self.design_ks))
+            reasons.append(f"{_flag('design_ks')} {shown}: expected distinct K >= 0")
         # Finite too: the settings are written to the output JSON, which has no inf or NaN.
         for name in (
             "uncertainty_penalty",

@@ -125,6 +125,9 @@ def gate_controls(fixable: dict) -> tuple[Any, ...]:
     mixed_global_checkbox = mo.ui.checkbox(
         value=fixable["allow_mixed_global_k"], label=labelled("allow_mixed_global_k")
     )
+    unmeasured_checkbox = mo.ui.checkbox(
+        value=fixable["allow_unmeasured_k"], label=labelled("allow_unmeasured_k")
+    )
     # A range, not steps: the slider then reports the count itself (aria-valuenow), not its
     # position among the steps.
     min_runs_slider = mo.ui.slider(
@@ -147,12 +150,20 @@ def gate_controls(fixable: dict) -> tuple[Any, ...]:
     )
     part = sidebar_part(
         (mixed_global_checkbox, "allow_mixed_global_k"),
+        (unmeasured_checkbox, "allow_unmeasured_k"),
         "Gates",
         (min_runs_slider, "min_runs"),
         (noise_slider, "max_objective_relative_mad"),
         (strict_checkbox, "strict_acceptance_stability"),
     )
-    return min_runs_slider, mixed_global_checkbox, noise_slider, strict_checkbox, part
+    return (
+        min_runs_slider,
+        mixed_global_checkbox,
+        noise_slider,
+        strict_checkbox,
+        unmeasured_checkbox,
+        part,
+    )
 
 
 def measurement_controls(sweep: Any, fields: Fields) -> tuple[Any, ...]:

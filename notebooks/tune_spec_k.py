@@ -14,6 +14,7 @@ with app.setup:
     from lib.app import guide
     from lib.app import support as app_support
     from lib.context_axis import find_context_axis
+    from lib.loop.run.rounds import with_design_ks
     from lib.present.charts import headline
     from lib.present.charts import traffic as traffic_charts
     from lib.settings import ContextSettings, Fields, Options, Settings
@@ -148,6 +149,7 @@ def _(
     set_k_var,
     strict_checkbox,
     sweep,
+    unmeasured_checkbox,
     tolerance_slider,
     traffic_mix,
     traffic_settings,
@@ -155,17 +157,22 @@ def _(
     # One cell for everything a setting changes (each would run on every change anyway): the
     # CLI's whole analysis (per context point when the sweep varied the prompt length), the
     # problems grouped, the verdict, and the answer shown.
-    settings = Settings(
-        objective=objective_picker.value,
-        direction=app_support.chosen_direction(direction_picker.value, objective_picker.value),
-        acceptance=app_support.acceptance_field(acceptance_picker.value),
-        min_runs=min_runs_slider.value,
-        uncertainty_penalty=penalty_slider.value,
-        max_objective_relative_mad=noise_slider.value,
-        max_acceptance_relative_mad=acceptance_noise_slider.value,
-        strict_acceptance_stability=strict_checkbox.value,
-        relative_tolerance=tolerance_slider.value,
-        allow_mixed_global_k=mixed_global_checkbox.value,
+    # A `tune-spec-k run` experiment is tuned with its design's K, as the CLI tunes it.
+    settings = with_design_ks(
+        Settings(
+            objective=objective_picker.value,
+            direction=app_support.chosen_direction(direction_picker.value, objective_picker.value),
+            acceptance=app_support.acceptance_field(acceptance_picker.value),
+            min_runs=min_runs_slider.value,
+            uncertainty_penalty=penalty_slider.value,
+            max_objective_relative_mad=noise_slider.value,
+            max_acceptance_relative_mad=acceptance_noise_slider.value,
+            strict_acceptance_stability=strict_checkbox.value,
+            relative_tolerance=tolerance_slider.value,
+            allow_mixed_global_k=mixed_global_checkbox.value,
+            allow_unmeasured_k=unmeasured_checkbox.value,
+        ),
+        experiment_picker.value,
     )
     options = Options(
         policy=policy_picker.value,
@@ -342,15 +349,21 @@ def _(experiments, get_k_var):
 @app.cell
 def _(experiments, get_fixable):
     mo.stop(not experiments)
-    min_runs_slider, mixed_global_checkbox, noise_slider, strict_checkbox, _part = gate_controls(
-        get_fixable()
-    )
+    (
+        min_runs_slider,
+        mixed_global_checkbox,
+        noise_slider,
+        strict_checkbox,
+        unmeasured_checkbox,
+        _part,
+    ) = gate_controls(get_fixable())
     _part
     return (
         min_runs_slider,
         mixed_global_checkbox,
         noise_slider,
         strict_checkbox,
+        unmeasured_checkbox,
     )
 
 

@@ -41,6 +41,7 @@ def test_defaults_are_the_seeds() -> None:
 def test_default_settings_are_valid() -> None:
     assert Settings().invalid() == []
     assert Settings(direction="minimize", min_runs=1, relative_tolerance=0.0).invalid() == []
+    assert Settings(design_ks=(0,)).invalid() == []
 
 
 @pytest.mark.parametrize(
@@ -48,6 +49,8 @@ def test_default_settings_are_valid() -> None:
     [
         ({"direction": "up"}, "--objective-direction 'up': expected maximize/minimize"),
         ({"min_runs": 0}, "--min-runs 0: expected >= 1"),
+        ({"design_ks": (0, -1)}, "--design-ks 0,-1: expected distinct K >= 0"),
+        ({"design_ks": (0, 3, 3)}, "--design-ks 0,3,3: expected distinct K >= 0"),
         ({"uncertainty_penalty": -1.0}, "--uncertainty-penalty -1.0: expected a finite number"),
         ({"max_objective_relative_mad": math.nan}, "--max-objective-relative-mad nan: expected"),
         ({"max_acceptance_relative_mad": math.inf}, "--max-acceptance-relative-mad inf: expected"),

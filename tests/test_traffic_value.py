@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from bench_scripts import load_bench_script
 from sweep_builder import write_grid
@@ -15,7 +16,7 @@ from lib.schedule import Schedule
 from lib.settings import Options, Settings
 from lib.sweeps import load_experiment
 from lib.traffic import mix_of
-from lib.traffic_value import INTERVAL_LEVEL, TrafficValue, traffic_value
+from lib.traffic_value import INTERVAL_LEVEL, TrafficValue, gain_interval, traffic_value
 
 #: Runs whose geometric mean is the centre exactly: x / 1.01, x, x * 1.01.
 SPREAD = (1 / 1.01, 1.0, 1.01)
@@ -160,3 +161,23 @@ def test_single_run_cells_get_an_interval_from_the_assumed_or_borrowed_noise(
     low, high = assumed.interval
     assert low < assumed.gain_percent < high
     assert unknown is not None and unknown.interval is None
+
+
+def test_a_heavy_tailed_draw_saturates_instead_of_turning_the_interval_into_nan() -> None:
+    """A borrowed noise of one degree of freedom draws log objectives far in the tails (a
+    stand-in sweep met draws past 709, where exp overflows: both arms' values were inf in the
+    same draws, their ratio inf / inf = NaN, the interval NaN, and the result file could not
+    be written). 10 of 100 draws at a log of 800 in both arms (a ratio of 1 taken in logs),
+    the other 90 a gain of 10 %."""
+    scheduled = np.concatenate([np.log(np.full(90, 110.0)), np.full(10, 800.0)])
+    other = np.concatenate([np.log(np.full(90, 100.0)), np.full(10, 800.0)])
+    # The naive ratio of the exponentials is NaN in those draws.
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.isnan(np.exp(scheduled) / np.exp(other)).sum() == 10
+    low, high = gain_interval(scheduled, other, True, 9.0)
+    # Sorted gains: 10 of 0 %, 90 of 10 %: the 5th percentile is 0, the 95th 10; widened
+    # from 9 by 1.2: 9 - 1.2 x 9 and 9 + 1.2 x 1.
+    assert (round(low, 6), round(high, 6)) == (-1.8, 10.2)
+    # Minimised, the same logs are losses: 100 / 110 - 1 = -9.09 % in 90 draws, 0 in 10.
+    low, high = gain_interval(scheduled, other, False, -8.0)
+    assert math.isfinite(low) and math.isfinite(high) and high == pytest.approx(-8.0 + 1.2 * 8.0)

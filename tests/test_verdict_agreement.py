@@ -40,6 +40,7 @@ from lib.deploy.verdict import (
     VERDICT_WARNINGS,
     Verdict,
 )
+from lib.loop.run.rounds import with_design_ks
 from lib.objectives import OBJECTIVES_BY_NAME
 from lib.problems import Severity
 from lib.settings import GLOBAL_K_VAR, ContextSettings, Fields, Options, Settings
@@ -74,7 +75,8 @@ def _app_settings(folder: Path, root: Path, fields: Fields, fixed: dict[str, Any
     if choices and objective not in choices:
         objective = choices[0]
     direction = app_support.chosen_direction(app_support.USUAL_DIRECTION, objective)
-    return Settings(objective=objective, direction=direction, **fixed)
+    # A `tune-spec-k run` experiment: its design's K from rounds.json, as the notebook reads.
+    return with_design_ks(Settings(objective=objective, direction=direction, **fixed), folder)
 
 
 def _shown(folder: Path, root: Path, fields: Fields, settings: Settings) -> SweepAnalysis:

@@ -57,6 +57,7 @@ CONTROL_LABELS: dict[str, str] = {
     "replica_var": "Server replica marker (serve parameter)",
     "k_var": "K is recorded as",
     "allow_mixed_global_k": "Allow a global K that differs between runs",
+    "allow_unmeasured_k": "Judge a K missing at some anchors (unimodal in K)",
     "objective": "Objective",
     "direction": "Better is",
     "uncertainty_penalty": "MAD penalty (robust sigmas)",
@@ -88,6 +89,10 @@ CONTROL_HELP: dict[str, str] = {
     "allow_mixed_global_k": "Sweeps of one-range schedules may start each server with its own"
     " num_speculative_tokens; allow it, and deploy the largest (static-K sweeps read as"
     " num_speculative_tokens need not).",
+    "allow_unmeasured_k": "A bracketed sweep (tune-spec-k plan --first-ks) measures some K only"
+    " at some anchors: judge each missing one, ruled out where the K measured there show it"
+    " cannot be the best (throughput unimodal in K), else a warning that keeps the verdict"
+    " from ready. Off, such a sweep is refused, as the seed refuses it.",
     "objective": "The measured field the schedule optimises (numeric fields that vary).",
     "direction": "Whether a larger value of the objective is better (throughput) or a"
     " smaller one (latency); usual: the direction README's table of objectives gives the"
@@ -224,6 +229,7 @@ def fixable_values(settings: Settings) -> dict[str, Any]:
     """
     return {
         "allow_mixed_global_k": settings.allow_mixed_global_k,
+        "allow_unmeasured_k": settings.allow_unmeasured_k,
         "min_runs": settings.min_runs,
         "max_objective_relative_mad": settings.max_objective_relative_mad,
         "strict_acceptance_stability": settings.strict_acceptance_stability,
@@ -320,6 +326,17 @@ def _explained(
             f" static-K servers: tick “{label['allow_mixed_global_k']}” to compare them (the"
             " engine is deployed with the largest).",
             Fix("allow_mixed_global_k", True, f"Tick “{label['allow_mixed_global_k']}”"),
+        )
+    if rule == "unequal-k-sets" and severity is Severity.ERROR:
+        return ProblemGroup(
+            rule,
+            severity,
+            problems,
+            f"{count} anchor{'s' if count != 1 else ''} lack K measured at other anchors, as a"
+            f" bracketed sweep leaves them: tick “{label['allow_unmeasured_k']}” to judge each"
+            " missing one (ruled out where the K measured there show it cannot be the best;"
+            " else it keeps the verdict from ready), or measure them.",
+            Fix("allow_unmeasured_k", True, f"Tick “{label['allow_unmeasured_k']}”"),
         )
     if rule in ("missing-k", "invalid-k", "pooled-servers"):
         other = GLOBAL_K_VAR if fields.k_var == DEFAULT_K_VAR else DEFAULT_K_VAR

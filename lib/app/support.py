@@ -683,7 +683,7 @@ def experiment_rounds(folder: str | os.PathLike[str]) -> RoundsView | None:
     not made by ``tune-spec-k run``)."""
     from lib.files import read_json
     from lib.keys import MISSING
-    from lib.loop.run.rounds import ROUNDS_FILE, rounds_of
+    from lib.loop.run.rounds import rounds_of
     from lib.present.rounds import rounds_pivot, summary_lines
 
     path = Path(folder) / ROUNDS_FILE

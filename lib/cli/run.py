@@ -46,6 +46,7 @@ from lib.files import read_json, write_files
 from lib.flags import add_flags, from_arguments, given, to_arguments
 from lib.keys import MISSING
 from lib.loop.plan.design import SweepDesign, design_from
+from lib.loop.plan.lean import bracket_ks
 from lib.loop.plan.sweep_plan import SweepPlan
 from lib.loop.plan.tuning import tuning_plan
 from lib.loop.plan.write import DESIGN_FILE
@@ -63,6 +64,14 @@ from lib.loop.run.rounds import ROUNDS_FILE, RoundRecord, RunLog, rounds_of, rou
 from lib.loop.run.settings import LoopSettings
 from lib.loop.run.stopping import Stop, hours_text, over_budget, stop_after_round, stop_before_round
 from lib.loop.run.sweep import SweepOutcome, run_sweep, set_aside_broken
+from lib.loop.run.trim import (
+    StepCost,
+    affordable_steps,
+    measured_anchors_only,
+    one_server_per_sweep,
+    plan_cells,
+    restricted,
+)
 from lib.present.rounds import (
     round_measured_lines,
     round_plan_lines,
@@ -84,6 +93,9 @@ TUNING_FLAGS = (
     "relative_tolerance",
     "max_objective_relative_mad",
 )
+#: What the loop's tunings set unless given: one run a cell is a cell (round 0 is lean), and
+#: a K missing at an anchor (a bracketed round 0's, --first-ks) is judged, not refused.
+LOOP_TUNING: Mapping[str, Any] = {"min_runs": 1, "allow_unmeasured_k": True}
 OPTION_FLAGS = ("confidence", "server_cv", "seed")
 PLAN_JSON = "measurement_plan.json"
 PLANS = "plans"
@@ -103,9 +115,12 @@ class RunArgs:
 
     description: ClassVar[str] = (
         "Measure, tune and measure again until the answer is settled or the budget is spent:"
-        " round 0 runs the lean design (every cell once plus a noise probe; --design full for"
-        " the seed's grid), each later round only what the tuning left open (tune-spec-k"
-        " plan --follow-up), each sweep through its plan's"
+        " round 0 runs the bracketed lean design (K=0, the middle K and the largest K at every"
+        " anchor once plus a noise probe; the other K later, only where those cannot rule"
+        " them out; --first-ks with every K for all of them at once, --design full for the"
+        " seed's grid), each later round only what the tuning left open (tune-spec-k"
+        " plan --follow-up; past the budget, the part of it that fits), each sweep through its"
+        " plan's"
         " run.sh (`vllm bench sweep serve` from PATH). Stops when the verdict is ready, when"
         " the next round's estimate would pass --budget-gpu-hours, after --max-rounds, when a"
         " round added nothing its plan asked for, when the plan has nothing left that could"
@@ -170,20 +185,36 @@ class RunArgs:
 
 def round_zero(args: RunArgs) -> tuple[PlanArgs, str]:
     """Round 0's plan and what it is, in the round's text: the lean design (every (anchor, K)
-    once plus a noise probe, :mod:`lib.loop.plan.lean`) unless ``--design full`` asks for the
-    seed's grid, which then runs ``--num-runs`` times per cell as ``plan`` would."""
+    once plus a noise probe, :mod:`lib.loop.plan.lean`), bracketed (``--first-ks``: by
+    default :func:`lib.loop.plan.lean.bracket_ks`, the two ends of the K range and its middle;
+    the other K are measured by later rounds only where those cannot rule them out), unless
+    ``--design full`` asks for the seed's grid, which then runs ``--num-runs`` times per cell
+    as ``plan`` would."""
     layout = args.design.get("layout", "lean")
+    design = {**args.design, "layout": layout}
+    if layout == "lean" and "first_ks" not in args.design:
+        ks = tuple(args.design.get("ks", SweepDesign().ks))
+        if bracket_ks(ks) != tuple(sorted(ks)):
+            design["first_ks"] = bracket_ks(ks)
     plan_args = PlanArgs(
         output_dir=_plan_dir(args, 0).as_posix(),
         design_file=None,
-        design={**args.design, "layout": layout},
+        design=design,
         follow_up=None,
         validate=None,
         static_ks=None,
         results_dir=args.experiment.as_posix(),
         experiment_name="round-0",
     )
-    if layout == "lean":
+    first = design.get("first_ks")
+    if layout == "lean" and first and set(first) != set(design.get("ks", ())):
+        purpose = (
+            f"the bracketed lean design: K={sorted(first)} at every anchor once plus a noise"
+            " probe (K=0 and the largest K repeated at the smallest, middle and largest"
+            " anchor); later rounds measure the other K only where those cannot rule them"
+            " out, and rerun what the tuning leaves open"
+        )
+    elif layout == "lean":
         purpose = (
             "the lean design: every (anchor, K) once plus a noise probe (K=0 and the largest K"
             " repeated at the smallest, middle and largest anchor); later rounds rerun what the"
@@ -222,19 +253,6 @@ def _follow_up(args: RunArgs, number: int) -> tuple[PlanArgs, str]:
 
 def _sweep_dirs(plan: SweepPlan) -> list[Path]:
     return [Path(step.results_dir) / step.experiment_name for step in plan.steps]
-
-
-def _cells(plan: SweepPlan) -> set[tuple[int, int]]:
-    """The (anchor, K) cells a plan measures."""
-    cells = set()
-    for step in plan.steps:
-        for serve in step.serve_params.values():
-            config = serve.get("speculative_config")
-            schedule = config.get("num_speculative_tokens_per_batch_size") if config else None
-            k = int(schedule[0][2]) if schedule else 0
-            for bench in step.bench_params.values():
-                cells.add((int(bench["max_concurrency"]), k))
-    return cells
 
 
 def _sweeps_in(folder: Path) -> list[Path]:
@@ -313,7 +331,9 @@ class _Loop:
         plan, problems = plan_of(plan_args)
         if plan is None:
             raise _Failed(EXIT_BAD_INPUT if number == 0 else EXIT_FINDING, problems)
-        return plan_args, plan, purpose
+        # Round 0's sweeps are the design's; a follow-up's, one server start each (a budget
+        # takes or leaves each start on its own).
+        return plan_args, plan if number == 0 else one_server_per_sweep(plan), purpose
 
     def new_round(self, number: int) -> tuple[RoundRecord, SweepPlan] | Stop:
         plan_args, plan, purpose = self.plan(number)
@@ -339,14 +359,31 @@ class _Loop:
                     )
                 ],
             )
+        before = _counts(runs)
         if number > 0:
             picks = self.log.rounds[number - 1].picks
             stop = stop_before_round(
-                len(plan.steps), spent, estimate.seconds, budget, _cells(plan), picks
+                len(plan.steps), spent, estimate.seconds, None, plan_cells(plan), picks
             )
+            if stop is None and over_budget(spent, estimate.seconds, budget):
+                assert budget is not None
+                trimmed = self.trimmed(plan, before, budget - spent)
+                if trimmed is not None:
+                    purpose += (
+                        f"; trimmed to the budget left ({hours_text(budget - spent)}):"
+                        f" {len(plan_cells(trimmed))} of its {len(plan_cells(plan))} cells, in"
+                        f" {len(trimmed.steps)} sweep(s) (no new anchor; whole sweeps, those"
+                        " measuring the most cells for the first time first, then the most"
+                        " cells per GPU-hour)"
+                    )
+                    plan = trimmed
+                    estimate = plan_estimate(
+                        plan, run_durations(runs), self.args.loop.run_seconds, basis
+                    )
+            if stop is None:
+                stop = stop_before_round(len(plan.steps), spent, estimate.seconds, budget)
             if stop is not None:
                 return stop
-        before = _counts(runs)
         record = RoundRecord(
             number=number,
             plan_dir=Path(plan_args.output_dir).relative_to(self.args.experiment).as_posix(),
@@ -354,13 +391,33 @@ class _Loop:
             planned_runs=estimate.runs,
             planned_starts=estimate.starts,
             estimated_seconds=estimate.seconds,
-            asked={cell: before.get(cell, 0) for cell in sorted(_cells(plan))},
+            asked={cell: before.get(cell, 0) for cell in sorted(plan_cells(plan))},
         )
         say(round_plan_lines(record, spent, budget, basis.text, resumed=False))
         if write_planned(plan_args, plan) != EXIT_OK:
             raise _Failed(EXIT_BAD_INPUT, [])
         self.put(record)
         return record, plan
+
+    def trimmed(
+        self, plan: SweepPlan, before: Mapping[tuple[int, int], int], left: float
+    ) -> SweepPlan | None:
+        """The part of ``plan`` that fits in ``left`` GPU seconds (:mod:`lib.loop.run.trim`:
+        :func:`measured_anchors_only`, then :func:`affordable_steps`), or None where none of it
+        does."""
+        durations, basis = run_durations(self.all_runs()), self.basis()
+        plan = measured_anchors_only(plan, before)
+        costs = []
+        for step in plan.steps:
+            alone = dataclasses.replace(plan, steps=(step,))
+            cells = plan_cells(alone)
+            seconds = plan_estimate(alone, durations, self.args.loop.run_seconds, basis).seconds
+            first = sum(1 for cell in cells if not before.get(cell))
+            costs.append(StepCost(step.name, seconds, len(cells), first))
+        names = set(affordable_steps(costs, left))
+        if not names:
+            return None
+        return dataclasses.replace(plan, steps=tuple(s for s in plan.steps if s.name in names))
 
     def measure(self, record: RoundRecord, plan: SweepPlan) -> RoundRecord:
         """Run the round's sweep (resumed where its folders exist) and count what it cost."""
@@ -415,7 +472,7 @@ class _Loop:
         from lib.deploy.result_file import read_result_file
         from lib.settings import ContextSettings, DeploySettings, Fields
 
-        tuning = {"min_runs": 1, **self.args.tuning}
+        tuning = self.tuning()
         status = tune_cli.main(
             tune_cli.TuneArgs(
                 experiment_dir=self.args.experiment.as_posix(),
@@ -493,6 +550,8 @@ class _Loop:
                     # Planned again from the same inputs (the round's tuning has not run):
                     # the same plan; its folder is written again only where it is gone.
                     plan_args, plan, _ = self.plan(record.number)
+                    # A round trimmed to the budget measures the cells it asked for, no others.
+                    plan = restricted(plan, set(record.asked).__contains__)
                     if not (self.args.experiment / record.plan_dir / "run.sh").exists():
                         write_planned(plan_args, plan)
             if record.status in ("planned", "failed"):
@@ -523,13 +582,21 @@ class _Loop:
         say([*lines, f"Wrote {self.path.as_posix()}"])
         return status
 
+    def tuning(self) -> dict[str, Any]:
+        """The settings every round is tuned with: :data:`LOOP_TUNING`, the design's K (a
+        bracketed round 0 leaves some unmeasured: each is judged where missing, never left
+        out) and the tuning flags given."""
+        design, _ = design_from(None, round_zero(self.args)[0].design)
+        ks = {"design_ks": tuple(sorted(design.ks))} if design is not None else {}
+        return {**LOOP_TUNING, **ks, **self.args.tuning}
+
     def tune_command(self) -> str:
         """``tune-spec-k EXPERIMENT`` with the tuning flags each round was tuned with."""
         import shlex
 
-        tuning = {"min_runs": 1, **self.args.tuning}
+        tuning = self.tuning()
         words = [PROGRAM, self.args.experiment.as_posix()]
-        words += to_arguments(Settings(**tuning), only=TUNING_FLAGS)
+        words += to_arguments(Settings(**tuning), only=(*TUNING_FLAGS, *LOOP_TUNING, "design_ks"))
         words += to_arguments(Options(**self.args.options), only=OPTION_FLAGS)
         return shlex.join(words)
 
@@ -626,7 +693,7 @@ def main(args: RunArgs) -> int:
         problems = [Problem(Severity.ERROR, "invalid-setting", reason) for reason in invalid]
         print_problems(problems, lambda count: f"{_COMMAND}: nothing run: {count} problem(s)")
         return EXIT_BAD_INPUT
-    design, problems = design_from(None, args.design)
+    design, problems = design_from(None, round_zero(args)[0].design)
     problems = problems + (design.invalid() if design is not None else [])
     if design is not None and design.context_lengths:
         problems.append(

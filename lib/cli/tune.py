@@ -13,6 +13,8 @@ prompt length), the context measurement plan and each context format's paste-rea
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -31,6 +33,7 @@ from lib.flags import add_flags, from_arguments
 from lib.settings import (
     ENGINE_FIELDS,
     RESULT_FILE,
+    ROUNDS_FILE,
     ContextSettings,
     DeploySettings,
     Fields,
@@ -210,6 +213,12 @@ def _tune(args: TuneArgs) -> int:
     if reading.forked:
         _import_what_follows()
     files, saved = reading.result()
+    if os.path.isfile(os.path.join(args.experiment_dir, ROUNDS_FILE)):
+        from lib.loop.run.rounds import with_design_ks
+
+        # A `tune-spec-k run` experiment is tuned with its design's K, as its rounds were.
+        settings = with_design_ks(args.settings, args.experiment_dir)
+        args = dataclasses.replace(args, settings=settings)
     sweep = sweep_from(files, replica_var=args.fields.replica_var)
     from lib.deploy.ceiling import release_refusals
 
@@ -236,8 +245,6 @@ def _tune(args: TuneArgs) -> int:
 
     tuned = analyse(sweep, args.settings, args.options)
     if context_problems:
-        import dataclasses
-
         # Before the deployment, so that the verdict counts them too.
         problems = (*tuned.result.problems, *context_problems)
         tuned = dataclasses.replace(

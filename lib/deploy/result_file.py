@@ -45,6 +45,7 @@ from lib.schedule import (
     interpolated_schedule,
 )
 from lib.settings import Direction
+from lib.unmeasured import UNMEASURED_RULE
 
 if TYPE_CHECKING:
     from lib.context import ContextAnalysis
@@ -126,6 +127,9 @@ def _tuning_document(result: TuningResult) -> dict[str, Any]:
         "strict_acceptance_stability": settings.strict_acceptance_stability,
         "max_batch_size": result.max_batch_size,
         "allow_mixed_global_k": settings.allow_mixed_global_k,
+        # Written only when set, so a sweep of one K set writes the file it always wrote.
+        **({"allow_unmeasured_k": True} if settings.allow_unmeasured_k else {}),
+        **({"design_ks": sorted(settings.design_ks)} if settings.design_ks else {}),
     }
     candidates: dict[int, list[dict[str, Any]]] = {}
     effective = result.effective_batch.blocks() if result.effective_batch is not None else None
@@ -304,6 +308,9 @@ class ResultFile:
     #: The verdict's state (``verdict.state``: ready, provisional, cannot-tune); None in files
     #: without one (the seed's, older ones) or with another value.
     verdict_state: str | None = None
+    #: The (anchor, K) cells a bracketed sweep did not measure that nothing ruled out (the
+    #: ``problems`` of rule ``unmeasured-k``, :mod:`lib.unmeasured`): a follow-up measures them.
+    unmeasured_cells: tuple[tuple[int, int], ...] = ()
 
     @property
     def has_grid(self) -> bool:
@@ -350,6 +357,18 @@ def is_result(data: Any) -> bool:
     """True for a JSON object that claims to be a tuning result: it has ``batch_decisions``,
     or a ``context_grid`` (the grid is what the context formats read)."""
     return isinstance(data, dict) and (_DECISIONS_KEY in data or _GRID_KEY in data)
+
+
+def _unmeasured_cells(data: Mapping[str, Any]) -> tuple[tuple[int, int], ...]:
+    """The ``problems`` of rule :data:`lib.unmeasured.UNMEASURED_RULE` as (anchor, K), sorted;
+    entries without a whole anchor and K are not cells and are passed over."""
+    found = set()
+    for entry in _list(data.get("problems")):
+        problem = _mapping(entry)
+        anchor, k = whole_number(problem.get("anchor")), whole_number(problem.get("k"))
+        if problem.get("rule") == UNMEASURED_RULE and anchor is not None and k is not None:
+            found.add((anchor, k))
+    return tuple(sorted(found))
 
 
 def result_file_of(data: Any, source: str) -> tuple[ResultFile | None, list[Problem]]:
@@ -422,6 +441,7 @@ def _result_file(data: Any, source: str) -> ResultFile:
         context_cells=context_cells,
         context_field=_context_field(data),
         verdict_state=_verdict_state(data),
+        unmeasured_cells=_unmeasured_cells(data),
         context_points_to_measure=tuple(
             p
             for p in (

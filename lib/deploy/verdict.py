@@ -43,6 +43,7 @@ from lib.numbers import percent_text, probability_text
 from lib.problems import Problem, Severity
 from lib.schedule import Schedule, emitted_schedule
 from lib.settings import Fields, Settings
+from lib.unmeasured import UNMEASURED_RULE, UNMEASURED_RULED_OUT_RULE
 
 if TYPE_CHECKING:
     from lib.analysis import Analysis
@@ -71,6 +72,8 @@ __all__ = [
     "point_reasons",
     "runs_on_deployed_engine",
     "switch_reasons",
+    "unimodal_assumption",
+    "unmeasured_reasons",
     "unmeasured_tail_reason",
     "verdict_in",
     "verdict_of",
@@ -399,6 +402,55 @@ BATCH_NOT_RUN_FIXES: Mapping[str, str] = {
 }
 
 
+def _unmeasured_by_anchor(problems: Iterable[Problem], rule: str) -> dict[int, list[Problem]]:
+    found: dict[int, list[Problem]] = {}
+    for problem in problems:
+        if problem.rule == rule and problem.anchor is not None and problem.k is not None:
+            found.setdefault(problem.anchor, []).append(problem)
+    return found
+
+
+def unmeasured_reasons(problems: Iterable[Problem]) -> list[Reason]:
+    """One reason per anchor with a K not measured there that the K measured there do not
+    rule out (:data:`lib.unmeasured.UNMEASURED_RULE`): the K could be the best there, so the
+    pick is not known to be. Its first finding's message and, as the fix, the cells to
+    measure."""
+    reasons = []
+    for anchor, found in sorted(_unmeasured_by_anchor(problems, UNMEASURED_RULE).items()):
+        ks = ", ".join(f"K={p.k}" for p in found)
+        more = f" ({len(found) - 1} more K alike)" if len(found) > 1 else ""
+        reasons.append(
+            Reason(
+                UNMEASURED_RULE,
+                f"batch size {anchor}: {found[0].message}{more}",
+                f"measure {ks} at batch size {anchor} (tune-spec-k plan --follow-up RESULT"
+                " asks one run of each)",
+            )
+        )
+    return reasons
+
+
+def unimodal_assumption(problems: Iterable[Problem]) -> str | None:
+    """The assumption under which unmeasured cells were ruled out
+    (:data:`lib.unmeasured.UNMEASURED_RULED_OUT_RULE`), naming the cells per K; None where
+    none was."""
+    by_k: dict[int, list[int]] = {}
+    for anchor, found in _unmeasured_by_anchor(problems, UNMEASURED_RULED_OUT_RULE).items():
+        for problem in found:
+            assert problem.k is not None
+            by_k.setdefault(problem.k, []).append(anchor)
+    if not by_k:
+        return None
+    cells = "; ".join(
+        f"K={k} at batch sizes {', '.join(map(str, sorted(anchors)))}"
+        for k, anchors in sorted(by_k.items())
+    )
+    return (
+        f"throughput unimodal in K where a K was not measured (ruled out without measuring:"
+        f" {cells}; measure them to check)"
+    )
+
+
 def batch_not_run_reasons(problems: Iterable[Problem]) -> list[Reason]:
     """One reason per anchor and rule of :data:`BATCH_NOT_RUN_FIXES`: the warnings that say
     the anchor's runs ran a smaller batch than the anchor, so its pick was made for a batch
@@ -633,6 +685,7 @@ def verdict_of(analysis: Analysis, capture: CeilingCheck | None) -> Verdict:
             tail = unmeasured_tail_reason(capture.ceiling, last, carried)
             reasons += [tail] if tail is not None else []
     reasons += batch_not_run_reasons(result.problems)
+    reasons += unmeasured_reasons(result.problems)
     reasons += warning_reasons(result.problems)
     no_speculation = no_speculation_reason(result.schedule)
     if no_speculation is not None:
@@ -647,15 +700,19 @@ def verdict_of(analysis: Analysis, capture: CeilingCheck | None) -> Verdict:
         _assumptions(
             None if report is None else report.servers.statement(),
             capture.ceiling if capture is not None else None,
+            unimodal_assumption(result.problems),
         ),
     )
 
 
-def _assumptions(servers: str | None, ceiling: CaptureCeiling | None) -> str | None:
-    """What the verdict rests on, one text: how much server starts differ (``servers``) and
-    the vLLM release whose rules the capture check applied, where it was assumed
-    (:meth:`lib.deploy.ceiling.CaptureCeiling.assumption`)."""
-    parts = [servers, ceiling.assumption() if ceiling is not None else None]
+def _assumptions(
+    servers: str | None, ceiling: CaptureCeiling | None, unimodal: str | None = None
+) -> str | None:
+    """What the verdict rests on, one text: how much server starts differ (``servers``), the
+    vLLM release whose rules the capture check applied, where it was assumed
+    (:meth:`lib.deploy.ceiling.CaptureCeiling.assumption`), and the unimodality that ruled
+    unmeasured cells out (:func:`unimodal_assumption`)."""
+    parts = [servers, ceiling.assumption() if ceiling is not None else None, unimodal]
     found = [part for part in parts if part]
     return "; ".join(found) if found else None
 

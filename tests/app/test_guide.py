@@ -167,9 +167,34 @@ def test_every_fix_sets_a_control_the_app_builds_from_the_fixable_values() -> No
         problem("mixed-global-k"),
         problem("missing-k"),
         problem("unstable-acceptance"),
+        problem("unequal-k-sets"),
     )
     groups = guide.problem_groups(problems, Settings(), Fields())
     fixes = {group.rule: group.fix for group in groups}
     assert all(fix is not None for fix in fixes.values()), fixes
     fixable = guide.fixable_values(Settings())
     assert {fix.control for fix in fixes.values() if fix} == {*fixable, "k_var"}
+
+
+def test_a_bracketed_sweep_is_refused_then_judged_with_the_fix(tmp_path: Path) -> None:
+    # K=3 measured at 1 only: the seed's refusal, one anchor (64) lacking it.
+    cells = grid([1, 64], {0: [100.0] * 3, 5: [130.0] * 3}) | {(1, 3): [120.0] * 3}
+    folder = write_grid(tmp_path, cells)
+    settings = Settings()
+    analysis = analyse(load_experiment(folder), settings, Options())
+    (group,) = [
+        g
+        for g in guide.problem_groups(analysis.result.problems, settings, Fields())
+        if g.rule == "unequal-k-sets"
+    ]
+    assert group.sentence.startswith("1 anchor lack K measured at other anchors")
+    assert group.fix == guide.Fix(
+        "allow_unmeasured_k", True, "Tick “Judge a K missing at some anchors (unimodal in K)”"
+    )
+    # Applied: the sweep is tuned. At 64 K=3 lies between the only K measured there, K=0 and
+    # K=5, with no measured K beyond either, so nothing rules it out: a warning, not an error.
+    fixed = dataclasses.replace(settings, allow_unmeasured_k=True)
+    analysis = analyse(load_experiment(folder), fixed, Options())
+    assert analysis.result.ok
+    rules = {(p.rule, p.anchor, p.k) for p in analysis.result.problems}
+    assert ("unmeasured-k", 64, 3) in rules

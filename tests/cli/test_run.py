@@ -334,17 +334,18 @@ def test_a_context_design_is_refused_naming_the_flag(
 def test_a_follow_up_round_that_crashed_resumes_at_that_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The stand-in counts runs per sweep: round 0 first, then round 1 (one sweep, the new
-    # anchor 3 at K=0, 1, 3, 3 runs each) crashes at its fourth run: K=0's 3 are done.
+    # The stand-in counts runs per sweep: round 0 first, then round 1 (the new anchor 3 at
+    # K=0, 1, 3, 3 runs each, a sweep per server start) crashes at its first sweep's second
+    # run: K=0's first run is done.
     truth = use_standin(monkeypatch, tmp_path, CLEAR_TRUTH)
     monkeypatch.chdir(tmp_path)
     assert _run("--max-rounds", "1") == 0
-    write_model(truth, CLEAR_TRUTH, crash_at_run=4)
+    write_model(truth, CLEAR_TRUTH, crash_at_run=2)
     assert _run() == 1
     assert "round-1" in capsys.readouterr().err
     rounds = _log(tmp_path)["rounds"]
     assert [r["status"] for r in rounds] == ["tuned", "failed"]  # type: ignore[union-attr]
-    assert sum(measured(tmp_path).values()) == 21 + 3
+    assert sum(measured(tmp_path).values()) == 21 + 1
     write_model(truth, CLEAR_TRUTH)
     assert _run() == 0
     rounds = _log(tmp_path)["rounds"]
@@ -352,3 +353,90 @@ def test_a_follow_up_round_that_crashed_resumes_at_that_round(
     assert [r["resumes"] for r in rounds] == [0, 1]  # type: ignore[union-attr]
     counts = measured(tmp_path)
     assert set(counts.values()) == {1} and sum(counts.values()) == _run_files(tmp_path) == 30
+
+
+#: Rising with K at 1 and 2 (K=5 best by 7-10 %), falling at 4 (K=0 best by 7 %): unimodal
+#: in K everywhere, so a bracketed round 0 (K=0, 2, 5) settles which half each K=1 or K=3 is in.
+BRACKET_TRUTH = {
+    "1": {"0": 100.0, "1": 120.0, "2": 140.0, "3": 150.0, "5": 160.0},
+    "2": {"0": 190.0, "1": 240.0, "2": 280.0, "3": 300.0, "5": 310.0},
+    "4": {"0": 600.0, "1": 560.0, "2": 480.0, "3": 420.0, "5": 380.0},
+}
+
+
+def test_a_bracketed_round_zero_measures_the_other_k_only_where_they_could_lead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use_standin(monkeypatch, tmp_path, BRACKET_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    flags = [*CLEAR_FLAGS]
+    flags[flags.index("--ks") + 1] = "0,1,2,3,5"
+    status = main(
+        ["run", *flags, "--first-ks", "0,2,5", "--results-dir", "R", "-e", "E", "--max-rounds", "2"]
+    )
+    assert status == 0
+    cells = {combo.split("-seed")[0] for _, combo, _ in measured(tmp_path)}
+    skipped = {c for c in cells if c.startswith(("SERVE--k1-", "SERVE--k3-"))}
+    # Round 0 measures K=0, 2, 5 only. At 1 and 2 the values rise with K: K=1 (below K=2,
+    # which K=5 beats) is ruled out and K=3 (between K=2 and K=5) is measured; at 4 they fall:
+    # K=3 (above K=2, which K=0 beats) is ruled out and K=1 is measured.
+    # Round 1 also adds anchor 3 (the picks switch between 2 and 4) at every K not ruled out
+    # at both 2 and 4: all five (K=1 is open at 4, K=3 at 2).
+    assert skipped == {
+        "SERVE--k3-BENCH--c1",
+        "SERVE--k3-BENCH--c2",
+        "SERVE--k1-BENCH--c4",
+        "SERVE--k1-BENCH--c3",
+        "SERVE--k3-BENCH--c3",
+    }
+    rounds = _log(tmp_path)["rounds"]
+    assert "bracketed" in rounds[0]["purpose"]  # type: ignore[index]
+    # The experiment's own tuning says what was assumed for the cells never measured.
+    experiment = tmp_path / "R" / "E"
+    result = json.loads((experiment / "speculative_k_schedule.json").read_text())
+    assumes = result["verdict"]["assumption"] or ""
+    assert "throughput unimodal in K" in assumes
+    assert "K=1 at batch sizes 1, 2; K=3 at batch sizes 4;" in assumes
+    out = capsys.readouterr().out
+    assert "--design-ks=0,1,2,3,5" in out or "--design-ks 0,1,2,3,5" in out
+
+
+def test_a_round_over_the_budget_runs_the_part_that_fits_first_cells_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_standin(monkeypatch, tmp_path, BRACKET_TRUTH)
+    monkeypatch.chdir(tmp_path)
+    flags = [*CLEAR_FLAGS]
+    flags[flags.index("--ks") + 1] = "0,1,2,3,5"
+    base = ["run", *flags, "--first-ks", "0,2,5", "--results-dir", "R", "-e", "E"]
+    assert main([*base, "--max-rounds", "1"]) == 0
+    spent = float(_log(tmp_path)["gpu_seconds"])  # type: ignore[arg-type]
+    # Round 1 as planned in full: the new anchor 3 (the picks switch between 2 and 4) at K=0,
+    # 2 and 5 (three server starts and their runs), K=3 at 1 and 2 and K=1 at 4 (the K left
+    # open there), each new cell 3 runs (as many as the median cell has): five server starts
+    # of about 65 s and their runs, over the 400 s left. Trimmed: the open K at the measured
+    # anchors only, no new anchor: K=3's sweep (a start, 6 runs at batch 1 and 2) and K=1's (a
+    # start, 3 runs at batch 4), estimated at about 300 s: both fit.
+    hours = str((spent + 400) / 3600)
+    budget = [*base, "--max-rounds", "3", "--budget-gpu-hours", hours]
+    # Crash the trimmed round at its second run, then resume it: the resumed round runs the
+    # sweep it chose, not the whole follow-up planned again from the same inputs.
+    write_model(tmp_path / "standin-truth.json", BRACKET_TRUTH, crash_at_run=2)
+    assert main(budget) == 1
+    write_model(tmp_path / "standin-truth.json", BRACKET_TRUTH)
+    assert main(budget) == 0
+    log = _log(tmp_path)
+    rounds = log["rounds"]
+    assert len(rounds) == 2  # type: ignore[arg-type]
+    assert "trimmed to the budget left" in rounds[1]["purpose"]  # type: ignore[index]
+    asked = {(c["batch_size"], c["k"]) for c in rounds[1]["asked"]}  # type: ignore[index]
+    assert asked == {(1, 3), (2, 3), (4, 1)}
+    # Planned within the budget; the crash and the resume cost a server start more, counted.
+    assert float(rounds[1]["estimated_gpu_seconds"]) <= 400  # type: ignore[index]
+    assert rounds[1]["resumes"] == 1  # type: ignore[index]
+    assert log["stop"]["rule"] == "budget"  # type: ignore[index]
+    # Only those cells were measured in round 1, each run once.
+    counts = measured(tmp_path)
+    later = {c.split("-seed")[0] for e, c, _ in counts if "round-1" in e}
+    assert later == {"SERVE--k3-BENCH--c1", "SERVE--k3-BENCH--c2", "SERVE--k1-BENCH--c4"}
+    assert set(counts.values()) == {1}

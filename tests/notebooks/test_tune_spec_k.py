@@ -48,6 +48,7 @@ from lib.deploy.traffic import with_traffic
 from lib.deploy.tuning import deploy_analysis
 from lib.deploy.verdict import verdict_in
 from lib.loop.diff import DiffReport, DiffSettings, compare, read_side
+from lib.loop.run.rounds import with_design_ks
 from lib.present import tables
 from lib.present.charts.confidence import confidence_charts
 from lib.present.charts.schedule import schedule_chart
@@ -121,11 +122,13 @@ def _analysed(
     with a context axis, its shortest context point's analysis, which the page shows first),
     deployed as the CLI deploys a batch-only sweep."""
     sweep = load_experiment(folder, **loading)
+    # A `tune-spec-k run` experiment is tuned with its design's K (rounds.json), as the CLI does.
+    settings = with_design_ks(settings or Settings(), folder)
     axis, _ = find_context_axis(sweep, ContextSettings())
     if axis is not None:
-        analysis = analyse_contexts(sweep, axis, settings or Settings(), options).contexts[0]
+        analysis = analyse_contexts(sweep, axis, settings, options).contexts[0]
         return deploy_analysis(analysis, DeploySettings())[0].result
-    analysis = analyse(sweep, settings or Settings(), options)
+    analysis = analyse(sweep, settings, options)
     # A batch-only sweep is weighed on the traffic mix (the sweep's own: no --traffic), last.
     return with_traffic(deploy_analysis(analysis, DeploySettings())[0], None).result
 

@@ -112,6 +112,17 @@ class SweepDesign:
     ks: tuple[int, ...] = field(
         default=(0, 1, 3, 7), metadata=flag("--ks", "K to measure, 0 included")
     )
+    first_ks: tuple[int, ...] = field(
+        default=(),
+        metadata=flag(
+            "--first-ks",
+            "with --design lean: the K measured at every anchor (default: every K of --ks);"
+            " they must hold K=0 and the largest K (the noise probe's). The other K are left"
+            " to the follow-up, which measures one only where the K measured at an anchor"
+            " cannot rule it out, assuming throughput unimodal in K (tune with"
+            " --design-ks and the K of --ks); e.g. --ks 0,1,2,3,5 --first-ks 0,2,5",
+        ),
+    )
     global_k: int | None = field(
         default=None,
         metadata=flag(
@@ -497,6 +508,16 @@ class SweepDesign:
                 f">= 2 with {design_flag('layout')} lean: the noise probe's runs of a cell on"
                 " each server (one run per server estimates no noise)",
             )
+        elif self.first_ks and self.layout != "lean":
+            bad("layout", self.layout, f"lean with {design_flag('first_ks')}")
+        elif self.first_ks and not set(self.first_ks) <= set(self.ks):
+            bad("first_ks", list(self.first_ks), f"K among {design_flag('ks')}")
+        elif self.first_ks and not {min(self.ks), max(self.ks)} <= set(self.first_ks):
+            bad(
+                "first_ks",
+                list(self.first_ks),
+                f"K={min(self.ks)} and K={max(self.ks)} among them (the noise probe's K)",
+            )
         elif self.layout == "lean" and self.context_lengths:
             bad(
                 "layout",
@@ -549,7 +570,8 @@ class SweepDesign:
         for name in ENGINE_PARAMS:
             if stored[name] is None:
                 del stored[name]
-        for name, unset in (("server_replicas", 1), ("first_replica", 0), ("layout", "full")):
+        unset_values = (("server_replicas", 1), ("first_replica", 0), ("layout", "full"))
+        for name, unset in (*unset_values, ("first_ks", [])):
             if stored[name] == unset:
                 del stored[name]
         return stored

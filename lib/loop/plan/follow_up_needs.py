@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from lib.deploy.result_file import (
 )
 from lib.files import read_json
 from lib.loop.plan.inputs import other_prompt_field, refusal, whole_or_none
+from lib.measurement_plan import new_anchor_runs
 from lib.problems import Problem
 from lib.second_runs import SecondRuns, second_runs
 from lib.settings import DEFAULT_CONFIDENCE, RANDOM_PROMPT_LENGTH, Settings
@@ -161,6 +163,12 @@ def follow_up_needs(files: Sequence[str | Path]) -> tuple[FollowUpNeeds | None, 
                 )
             ]
         more, starts = _reruns_from_confidence(result)
+        # A K a bracketed sweep left open at an anchor: as many runs as the measurement plan
+        # gives it (as the sweep's median cell, one in a lean sweep).
+        counts = [c.num_runs for a in result.anchors for c in a.candidates]
+        typical = new_anchor_runs(float(statistics.median(counts)) if counts else None)
+        for cell in result.unmeasured_cells:
+            more[cell] = max(more.get(cell, 0), typical)
         notes.append(
             "the measurement plan's new anchors (between anchors that disagree, around a"
             " cliff) are only in it: pass the file of `tune-spec-k DIR --plan-json PATH` too"

@@ -41,7 +41,9 @@ from lib.loop.plan.sweep_plan import SweepStep
 
 __all__ = [
     "PROBE_STEP",
+    "bracket_ks",
     "decode_steps",
+    "first_ks",
     "lean_steps",
     "probe_anchors",
     "probe_ks",
@@ -84,6 +86,37 @@ def probe_anchors(anchors: Sequence[int]) -> tuple[int, ...]:
     return (low, middle, high)
 
 
+def first_ks(design: SweepDesign) -> tuple[int, ...]:
+    """The K the lean design measures at every anchor: ``--first-ks`` where given (a
+    bracketed design: the rest are measured where these cannot rule them out,
+    :mod:`lib.unmeasured`), else every K.
+
+    >>> from lib.loop.plan.design import SweepDesign
+    >>> first_ks(SweepDesign(ks=(0, 1, 2, 3, 5), first_ks=(0, 2, 5)))
+    (0, 2, 5)
+    >>> first_ks(SweepDesign(ks=(0, 1, 3)))
+    (0, 1, 3)
+    """
+    return tuple(sorted(design.first_ks or design.ks))
+
+
+def bracket_ks(ks: Sequence[int]) -> tuple[int, ...]:
+    """A bracketed design's first K (``--first-ks``): the two ends of the K range and the K
+    nearest their middle (a tie goes to the smaller), every K where there are three or fewer.
+    At each anchor the three split the range in two: the follow-up measures the K of the
+    half where the curve can still peak (:mod:`lib.unmeasured`).
+
+    >>> bracket_ks([0, 1, 2, 3, 5]), bracket_ks(range(8)), bracket_ks([0, 3])
+    ((0, 2, 5), (0, 3, 7), (0, 3))
+    """
+    ordered = sorted(ks)
+    if len(ordered) <= 3:
+        return tuple(ordered)
+    centre = (ordered[0] + ordered[-1]) / 2
+    middle = min(ordered[1:-1], key=lambda k: (abs(k - centre), k))
+    return (ordered[0], middle, ordered[-1])
+
+
 def lean_steps(
     design: SweepDesign, results_dir: str, experiment_name: str
 ) -> tuple[SweepStep, ...]:
@@ -96,7 +129,7 @@ def lean_steps(
     - ``probe``: the probe K on their first server, every anchor once (seed 0) and the probe
       anchors ``num_runs`` times (seeds 0 .. num_runs - 1);
     - ``grid``: every other K on one server, every anchor once (none when the probe K are
-      all the K);
+      all the K); with ``--first-ks`` only the other K among them (:func:`first_ks`);
     - ``probe-replicas`` (with ``server_replicas`` R >= 2): the probe K on R - 1 new server
       starts, replicas ``first_replica + 1`` .. ``first_replica + R - 1`` in shuffled blocks
       (:func:`lib.loop.plan.combos.replicated`), the probe anchors ``num_runs`` times each.
@@ -123,7 +156,7 @@ def lean_steps(
             " (the noise probe)",
         )
     ]
-    others = [k for k in sorted(design.ks) if k not in probed_ks]
+    others = [k for k in sorted(first_ks(design)) if k not in probed_ks]
     if others:
         steps.append(
             _step(

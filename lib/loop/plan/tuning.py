@@ -188,12 +188,29 @@ def _lean_plan(design: SweepDesign, results_dir: str, experiment_name: str) -> S
         " others experiments inside it",
         *_lean_replica_notes(design, steps),
         *warmup_notes(design),
-        f"tune with: tune-spec-k {experiment} (every sweep of the plan at once), then follow"
-        " up: tune-spec-k plan --follow-up plans second runs only where the result needs them",
+        *_bracket_notes(design),
+        f"tune with: tune-spec-k {experiment}"
+        + (f" --design-ks {','.join(map(str, sorted(design.ks)))}" if design.first_ks else "")
+        + " (every sweep of the plan at once), then follow up: tune-spec-k plan --follow-up"
+        " plans second runs only where the result needs them"
+        + (", and the K not measured first only where they could lead" if design.first_ks else ""),
     ]
     if design.dataset == "random":
         notes.append(RANDOM_TOKENS_NOTE)
     return SweepPlan("tuning", design, steps, tuple(notes))
+
+
+def _bracket_notes(design: SweepDesign) -> list[str]:
+    """What a bracketed design (``--first-ks``) leaves out and how it is filled in."""
+    skipped = sorted(set(design.ks) - set(design.first_ks)) if design.first_ks else []
+    if not skipped:
+        return []
+    return [
+        f"bracketed: K={skipped} are not measured in this plan; at each anchor, the K measured"
+        " there rule one out where a measured K between it and another measured K is beaten"
+        " by that other K beyond the tie tolerance (throughput unimodal in K: docs/loop.md),"
+        " and the follow-up measures the rest"
+    ]
 
 
 def _lean_replica_notes(design: SweepDesign, steps: Sequence[SweepStep]) -> list[str]:

@@ -39,6 +39,7 @@ __all__ = [
     "StartBasis",
     "plan_estimate",
     "read_runs",
+    "record_k",
     "round_cost",
     "run_durations",
     "start_basis",
@@ -70,7 +71,7 @@ class MeasuredRun:
         return self.end - self.duration
 
 
-def _record_k(record: Mapping[str, Any]) -> int:
+def record_k(record: Mapping[str, Any]) -> int:
     """The K a run of a plan's sweep ran: its one-range schedule's, 0 without speculation."""
     config = record.get("speculative_config")
     if not isinstance(config, dict):
@@ -113,7 +114,7 @@ def read_runs(sweep_dirs: Iterable[Path]) -> list[MeasuredRun]:
                     sweep=sweep.as_posix(),
                     serve=serve,
                     anchor=anchor if isinstance(anchor, int) else None,
-                    k=_record_k(record),
+                    k=record_k(record),
                     end=_end_time(record),
                     duration=float(duration)
                     if isinstance(duration, int | float) and duration >= 0
@@ -210,17 +211,27 @@ def plan_estimate(
     basis: StartBasis,
 ) -> PlanEstimate:
     """The plan's runs at the mean measured duration of their (anchor, K), else the mean over
-    every cell measured, else ``run_seconds``; its server starts at ``basis``."""
+    the cells measured at their anchor (a run's duration depends on the batch size far more
+    than on K: a K a bracketed design left open, or a new anchor's neighbours), else the mean
+    over every cell measured, else ``run_seconds``; its server starts at ``basis``."""
     fallback = statistics.fmean(durations.values()) if durations else run_seconds
+    by_anchor: dict[int, list[float]] = {}
+    for (measured_anchor, _), duration in durations.items():
+        by_anchor.setdefault(measured_anchor, []).append(duration)
     runs = starts = 0
     seconds = 0.0
     for step in plan.steps:
         starts += len(step.serve_params)
         for serve in step.serve_params.values():
-            k = _record_k(serve)
+            k = record_k(serve)
             for bench in step.bench_params.values():
                 anchor = bench.get("max_concurrency")
                 runs += 1
-                cell = (anchor, k) if isinstance(anchor, int) else None
-                seconds += durations.get(cell, fallback) if cell is not None else fallback
+                if not isinstance(anchor, int):
+                    seconds += fallback
+                elif (anchor, k) in durations:
+                    seconds += durations[(anchor, k)]
+                else:
+                    near = by_anchor.get(anchor)
+                    seconds += statistics.fmean(near) if near else fallback
     return PlanEstimate(runs, starts, seconds + starts * basis.seconds)

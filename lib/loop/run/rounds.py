@@ -10,12 +10,19 @@ a run resumed with other arguments is refused, since its rounds would mix two ex
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
+from lib.files import read_json
+from lib.keys import MISSING
+from lib.loop.plan.design import design_from
 from lib.problems import Problem, Severity
+from lib.settings import ROUNDS_FILE, Settings
 
 __all__ = [
     "ROUNDS_FILE",
@@ -23,11 +30,12 @@ __all__ = [
     "RoundCost",
     "RoundRecord",
     "RunLog",
+    "design_ks_of",
     "rounds_of",
     "rounds_text",
+    "with_design_ks",
 ]
 
-ROUNDS_FILE = "rounds.json"
 ROUNDS_VERSION = 1
 
 #: Where a round is: its plan written (``planned``), its sweep done (``measured``), tuned
@@ -312,3 +320,29 @@ def _list(entry: dict[str, Any], name: str, path: str) -> list[Any]:
     if not isinstance(value, list):
         raise _Invalid(_at(path, name), value, "a list")
     return value
+
+
+def design_ks_of(folder: str | os.PathLike[str]) -> tuple[int, ...]:
+    """The K of the design a ``tune-spec-k run`` experiment in ``folder`` measured (its
+    ``rounds.json`` arguments: a bracketed round 0 leaves some unmeasured at some anchors, or
+    everywhere); () for any other folder, or where ``rounds.json`` cannot be read (the app's
+    rounds view and a resumed ``run`` say why)."""
+    path = Path(folder) / ROUNDS_FILE
+    if not path.is_file():
+        return ()
+    data, _ = read_json(path)
+    log = rounds_of(data, str(path))[0] if data is not MISSING else None
+    if log is None:
+        return ()
+    design, _ = design_from(None, log.arguments.get("design", {}))
+    return tuple(sorted(design.ks)) if design is not None else ()
+
+
+def with_design_ks(settings: Settings, folder: str | os.PathLike[str]) -> Settings:
+    """``settings`` with ``design_ks`` from the experiment's ``rounds.json`` where none was
+    given (:func:`design_ks_of`): ``tune-spec-k R/E`` and the app tune a loop's experiment as
+    its rounds were tuned, judging every K of its design where it was not measured."""
+    if settings.design_ks:
+        return settings
+    found = design_ks_of(folder)
+    return dataclasses.replace(settings, design_ks=found) if found else settings

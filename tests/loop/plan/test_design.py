@@ -165,3 +165,26 @@ def test_one_replica_leaves_the_server_seed_and_the_load_format_to_the_user() ->
     for serve_args in ("--seed 0", "--load-format dummy"):
         assert llama_design(serve_args=serve_args).invalid() == []
     assert llama_design(server_replicas=2, serve_args="--load-format auto").invalid() == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "expected"),
+    [
+        ({"first_ks": (0, 2, 5)}, "--design", "lean with --first-ks"),
+        ({"layout": "lean", "first_ks": (0, 4, 5)}, "--first-ks", "K among --ks"),
+        ({"layout": "lean", "first_ks": (0, 2)}, "--first-ks", "K=0 and K=5 among them"),
+        ({"layout": "lean", "first_ks": (2, 5)}, "--first-ks", "K=0 and K=5 among them"),
+    ],
+)
+def test_first_ks_are_refused_outside_a_lean_design_or_the_k_range(
+    changes: dict[str, Any], field: str, expected: str
+) -> None:
+    values: dict[str, Any] = {"model": "m", "method": "ngram", "ks": (0, 1, 2, 3, 5)}
+    (problem,) = SweepDesign(**values, anchors=(1, 8), **changes).invalid()
+    assert problem.field == field and expected in (problem.expected or "")
+
+
+def test_first_ks_holding_both_ends_are_planned() -> None:
+    values: dict[str, Any] = {"model": "m", "method": "ngram", "ks": (0, 1, 2, 3, 5)}
+    for first in ((0, 5), (0, 2, 5), (0, 1, 2, 3, 5)):
+        assert SweepDesign(**values, anchors=(1, 8), layout="lean", first_ks=first).invalid() == []

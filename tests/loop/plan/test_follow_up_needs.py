@@ -8,9 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from plan_inputs import context_result, noisy_result
+from sweep_builder import write_grid
 
+from lib.analysis import analyse
 from lib.deploy.result_file import result_text
 from lib.loop.plan.follow_up_needs import first_experiment, follow_up_needs
+from lib.settings import Options, Settings
+from lib.sweeps import load_experiment
 
 
 def test_follow_up_from_the_result_alone_reruns_contenders(tmp_path: Path) -> None:
@@ -92,3 +96,30 @@ def test_a_measurement_plan_alone_names_its_folder_where_that_holds_combos(
     noisy_result(tmp_path)
     assert first_experiment(experiment / "plan.json", None) == experiment
     assert first_experiment(tmp_path / "plan.json", None) is None
+
+
+def test_follow_up_from_the_result_alone_measures_the_k_a_bracket_left_open(
+    tmp_path: Path,
+) -> None:
+    # K=0, 2, 5 at batch 1 and 64 (3 runs each), the design's K 0-5: at 1 the values rise
+    # (K=5 best), so K=1 is ruled out and K=3 open; at 64 they fall, so K=3 is ruled out and
+    # K=1 open. The result alone (no measurement plan) asks for the open two, 3 runs each (as
+    # many as the sweep's median cell).
+    cells = {
+        (1, 0): [60.0] * 3,
+        (1, 2): [80.0] * 3,
+        (1, 5): [100.0] * 3,
+        (64, 0): [100.0] * 3,
+        (64, 2): [80.0] * 3,
+        (64, 5): [60.0] * 3,
+    }
+    folder = write_grid(tmp_path / "sweep", cells)
+    result = analyse(load_experiment(folder), Settings(design_ks=(0, 1, 2, 3, 5)), Options()).result
+    path = tmp_path / "result.json"
+    path.write_text(result_text(result))
+    needs, problems = follow_up_needs([path])
+    assert needs is not None, problems
+    assert {cell: runs for cell, runs in needs.more_runs.items() if cell[1] in (1, 3)} == {
+        (1, 3): 3,
+        (64, 1): 3,
+    }

@@ -4,10 +4,21 @@ damaged field refused naming it, its value and what was expected."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from paths import REPO
 
-from lib.loop.run.rounds import RoundCost, RoundRecord, RunLog, rounds_of, rounds_text
+from lib.loop.run.rounds import (
+    RoundCost,
+    RoundRecord,
+    RunLog,
+    design_ks_of,
+    rounds_of,
+    rounds_text,
+    with_design_ks,
+)
+from lib.settings import Settings
 
 
 def _log() -> RunLog:
@@ -83,3 +94,16 @@ def test_a_damaged_field_is_named(path: tuple[object, ...], value: object, field
     problem = problems[0]
     assert problem.rule == "invalid-rounds" and problem.field == field
     assert problem.files == ("R/E/rounds.json",) and problem.expected
+
+
+def test_a_loop_experiment_is_tuned_with_its_design_k(tmp_path: Path) -> None:
+    # The real CPU loop's rounds.json holds the design it ran: --ks 0,1,2,3,5.
+    sample = REPO / "data/sample_sweeps/real-cpu-loop"
+    assert design_ks_of(sample) == (0, 1, 2, 3, 5)
+    assert with_design_ks(Settings(), sample).design_ks == (0, 1, 2, 3, 5)
+    # Given K win; any other folder has none; a damaged rounds.json gives none (the rounds
+    # view and a resumed run say why).
+    assert with_design_ks(Settings(design_ks=(0, 7)), sample).design_ks == (0, 7)
+    assert design_ks_of(REPO / "data/sample_sweeps/lean") == ()
+    (tmp_path / "rounds.json").write_text("{")
+    assert design_ks_of(tmp_path) == ()
