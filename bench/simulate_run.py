@@ -280,6 +280,24 @@ def trial(
     return outcomes
 
 
+def paired_difference(differences: list[float]) -> str:
+    """The mean of per-trial differences (the loop's share less the grid's, in points on the
+    same truth and noise) with its standard error, ``sd / sqrt(n)``; a dash for the grid
+    against itself.
+
+    >>> paired_difference([1.0, 3.0]), paired_difference([0.0, 0.0])
+    ('+2.0 +- 1.0', '-')
+    """
+    if not any(differences):
+        return "-"
+    error = (
+        statistics.stdev(differences) / math.sqrt(len(differences))
+        if len(differences) > 1
+        else math.nan
+    )
+    return f"{statistics.fmean(differences):+.1f} +- {error:.1f}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
@@ -348,15 +366,15 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(
         "| family | K | tuning | trials run | GPU-h | GPU time / grid | batch sizes within 1 %"
-        " | rounds | ready |"
+        " | vs the grid (points, mean +- SE of the paired differences) | rounds | ready |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for family, trials in rows:
         for name in trials[0]:
             pairs = [(t[name], t["full grid"]) for t in trials if not t[name].refused]
             head = f"| {family.name} | {len(family.ks)} | {name} | {len(pairs)}/{len(trials)}"
             if not pairs:
-                print(f"{head} (round 0 alone over the budget) | | | | | |")
+                print(f"{head} (round 0 alone over the budget) | | | | | | |")
                 continue
             outcomes = [o for o, _ in pairs]
             ratios = [o.seconds / g.seconds for o, g in pairs]
@@ -364,6 +382,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{head} | {statistics.fmean(o.seconds for o in outcomes) / 3600:.2f}"
                 f" | {100 * statistics.fmean(ratios):.0f} % ({100 * max(ratios):.0f} %)"
                 f" | {100 * statistics.fmean(o.share for o in outcomes):.1f} %"
+                f" | {paired_difference([100 * (o.share - g.share) for o, g in pairs])}"
                 f" | {statistics.fmean(o.rounds for o in outcomes):.1f}"
                 f" | {sum(o.ready for o in outcomes)}/{len(outcomes)} |"
             )
