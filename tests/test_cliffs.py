@@ -184,7 +184,8 @@ def test_no_capped_loss_is_estimated_across_a_cliff_in_memory_or_from_the_file(
 #: run of vLLM's CPU build at 11-36 % run noise (its README), where a single run 40 % low
 #: makes K=2's "cliff" from batch 4 to 6 (x0.56 against x1.30); the detector's factor 2 is
 #: set for GPU-level noise (lib/cliffs.py), and the app and CLI show that warning as measured.
-NOISIER_THAN_THE_FACTOR = {"real-cpu-loop"}
+#: real-cpu-bracket is the same machine and design (its cells at batch 8 spread 25-34 %).
+NOISIER_THAN_THE_FACTOR = {"real-cpu-loop", "real-cpu-bracket"}
 
 
 def _experiments() -> list[tuple[Path, dict[str, object]]]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from lib.analysis import analyse
 from lib.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FINDING,
@@ -60,6 +61,7 @@ from lib.loop.run.accounting import (
     start_basis,
     start_gaps,
 )
+from lib.loop.run.reruns import refusal_reruns, rerun_plan
 from lib.loop.run.rounds import ROUNDS_FILE, RoundRecord, RunLog, rounds_of, rounds_text
 from lib.loop.run.settings import LoopSettings
 from lib.loop.run.stopping import Stop, hours_text, over_budget, stop_after_round, stop_before_round
@@ -81,6 +83,7 @@ from lib.present.rounds import (
 from lib.present.text import paste_line
 from lib.problems import Problem, Severity
 from lib.settings import RESULT_FILE, Options, Settings
+from lib.sweeps import load_experiment
 
 __all__ = ["RunArgs", "main", "round_zero"]
 
@@ -232,22 +235,29 @@ def _plan_dir(args: RunArgs, number: int) -> Path:
     return args.experiment / PLANS / f"round-{number}"
 
 
-def _follow_up(args: RunArgs, number: int) -> tuple[PlanArgs, str]:
+def _follow_up(args: RunArgs, number: int, refused: bool = False) -> tuple[PlanArgs, str]:
     """Round ``number``'s plan (>= 1): the follow-up of the tuning so far, on the design of
-    the round before's plan (its replicas continue after that one's)."""
+    the round before's plan (its replicas continue after that one's). After a ``refused``
+    tuning, of the reruns it asked for (:meth:`_Loop.plan_reruns`) alone: the result file is
+    an older tuning's."""
+    files = [(args.experiment / PLAN_JSON).as_posix()]
+    if not refused:
+        files.append((args.experiment / RESULT_FILE).as_posix())
     plan_args = PlanArgs(
         output_dir=_plan_dir(args, number).as_posix(),
         design_file=(_plan_dir(args, number - 1) / DESIGN_FILE).as_posix(),
         design={},
-        follow_up=(
-            (args.experiment / PLAN_JSON).as_posix(),
-            (args.experiment / RESULT_FILE).as_posix(),
-        ),
+        follow_up=tuple(files),
         validate=None,
         static_ks=None,
         results_dir=args.experiment.as_posix(),
         experiment_name=f"round-{number}",
     )
+    if refused:
+        return (
+            plan_args,
+            "the cells the tuning refused for their runs (too noisy, or too few), rerun",
+        )
     return plan_args, "the follow-up of the tuning so far: only the cells it left open"
 
 
@@ -327,7 +337,10 @@ class _Loop:
     # ------------------------------------------------------------------ a round
 
     def plan(self, number: int) -> tuple[PlanArgs, SweepPlan, str]:
-        plan_args, purpose = round_zero(self.args) if number == 0 else _follow_up(self.args, number)
+        refused = number > 0 and self.log.rounds[number - 1].verdict == "cannot-tune"
+        plan_args, purpose = (
+            round_zero(self.args) if number == 0 else _follow_up(self.args, number, refused)
+        )
         plan, problems = plan_of(plan_args)
         if plan is None:
             raise _Failed(EXIT_BAD_INPUT if number == 0 else EXIT_FINDING, problems)
@@ -522,11 +535,6 @@ class _Loop:
         while True:
             current = self.log.rounds[-1] if self.log.rounds else None
             if current is not None and current.status == "tuned":
-                if current.verdict == "cannot-tune":
-                    return self.finish(
-                        Stop("cannot-tune", "the tuning refused the runs (its problems above)"),
-                        EXIT_FINDING,
-                    )
                 stop = stop_after_round(
                     current.verdict,
                     current.asked,
@@ -534,6 +542,15 @@ class _Loop:
                     len(self.log.rounds),
                     self.args.loop.max_rounds,
                 )
+                # A refused tuning goes on only to rerun the refused cells, in a round the
+                # other rules allow.
+                if current.verdict == "cannot-tune" and (
+                    stop is not None or not self.plan_reruns()
+                ):
+                    return self.finish(
+                        Stop("cannot-tune", "the tuning refused the runs (its problems above)"),
+                        EXIT_FINDING,
+                    )
                 if stop is not None:
                     return self.finish(stop)
                 planned = self.new_round(current.number + 1)
@@ -559,6 +576,36 @@ class _Loop:
             previous = self.log.rounds[record.number - 1] if record.number else None
             record = self.tune(record)
             say(round_tuned_lines(record, previous))
+
+    def plan_reruns(self) -> bool:
+        """After a refused tuning: where more runs of the refused cells could clear it
+        (:mod:`lib.loop.run.reruns`), write them as the measurement plan the next round
+        follows up, and say so; False where they could not (the loop stops)."""
+        result = analyse(
+            load_experiment(self.args.experiment),
+            Settings(**self.tuning()),
+            Options(**self.args.options),
+        ).result
+        runs = {
+            (int(a), int(k)): int(n)
+            for a, k, n in result.cells.select("anchor", "k", "num_runs").rows()
+        }
+        more = refusal_reruns(result.problems, runs)
+        if more is None:
+            return False
+        confidence = Options(**self.args.options).confidence
+        plan = rerun_plan(more, runs, confidence, result.settings.relative_tolerance)
+        problems = write_files([((self.args.experiment / PLAN_JSON), plan.to_json_text())])
+        if problems:
+            raise _Failed(EXIT_BAD_INPUT, problems)
+        named = ", ".join(f"K={k} at {a}" for a, k in more)
+        say(
+            [
+                f"the tuning refused the runs of {named} (too noisy to rank, or too few): the"
+                " next round reruns them"
+            ]
+        )
+        return True
 
     def finish(self, stop: Stop, status: int = EXIT_OK) -> int:
         """Record why the loop stopped and the full grid's estimate; print the summary."""
@@ -680,8 +727,9 @@ def _start(args: RunArgs) -> tuple[RunLog | None, list[Problem]]:
                 " new --experiment-name",
             )
         ]
-    if log.stop_rule in ("budget", "max-rounds"):
-        # A larger budget or more rounds go on from where the last one stopped.
+    if log.stop_rule in ("budget", "max-rounds", "cannot-tune"):
+        # A larger budget or more rounds go on from where the last one stopped; a refused
+        # tuning is judged again (its cells are rerun where more runs could clear it).
         log = dataclasses.replace(log, stop_rule=None, stop_text=None)
     return log, []
 

@@ -440,3 +440,26 @@ def test_a_round_over_the_budget_runs_the_part_that_fits_first_cells_first(
     later = {c.split("-seed")[0] for e, c, _ in counts if "round-1" in e}
     assert later == {"SERVE--k3-BENCH--c1", "SERVE--k3-BENCH--c2", "SERVE--k1-BENCH--c4"}
     assert set(counts.values()) == {1}
+
+
+def test_a_tuning_refused_for_noisy_cells_reruns_them_instead_of_stopping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 15 % run noise against the seed's 10 % MAD gate: some of round 0's probe cells (3 runs)
+    # are refused as too noisy to rank. Round 1 reruns exactly those cells, 3 more runs each.
+    use_standin(monkeypatch, tmp_path, CLEAR_TRUTH, run_cv=0.15)
+    monkeypatch.chdir(tmp_path)
+    _run("--max-rounds", "2")
+    out = capsys.readouterr().out
+    rounds = _log(tmp_path)["rounds"]
+    assert rounds[0]["verdict"] == "cannot-tune"  # type: ignore[index]
+    (line,) = [x for x in out.splitlines() if x.endswith("the next round reruns them")]
+    named = line.removeprefix("the tuning refused the runs of ").split(" (")[0].split(", ")
+    refused = {(int(c.split(" at ")[1]), int(c.split(" at ")[0].removeprefix("K="))) for c in named}
+    assert rounds[1]["purpose"].startswith("the cells the tuning refused")  # type: ignore[index]
+    asked = {(c["batch_size"], c["k"]): c["runs_before"] for c in rounds[1]["asked"]}  # type: ignore[index]
+    assert set(asked) == refused and set(asked.values()) == {3}
+    # The stand-in measured each of them 3 more times in round 1, and nothing else.
+    later = [c for e, c, _ in measured(tmp_path) if "round-1" in e]
+    expected = {f"SERVE--k{k}-BENCH--c{a}-seed{s}" for a, k in refused for s in (3, 4, 5)}
+    assert set(later) == expected and len(later) == 3 * len(refused)
