@@ -220,8 +220,7 @@ def _unmeasured(result: TuningResult) -> pl.DataFrame:
     """A row per cell not measured that the K measured at its anchor do not rule out
     (:data:`lib.unmeasured.UNMEASURED_RULE`): as many runs as a new anchor's K get
     (:func:`new_anchor_runs`), on one new server start."""
-    typical = result.cells["num_runs"].median()
-    runs = new_anchor_runs(typical if isinstance(typical, float) else None)
+    runs = _new_cell_runs(result)
     rows = [
         {
             "batch_size": problem.anchor,
@@ -320,6 +319,13 @@ def _shares(runs: int, servers: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(servers) if base or i < extra]
 
 
+def _new_cell_runs(result: TuningResult) -> int:
+    """Runs of a cell measured for the first time (a new anchor's, or a K a bracket left
+    open): :func:`new_anchor_runs` of the median runs of ``result``'s cells."""
+    typical = result.cells["num_runs"].median()
+    return new_anchor_runs(typical if isinstance(typical, float) else None)
+
+
 def new_anchor_runs(typical: float | None) -> int:
     """Runs per K at a new anchor, from the median runs of the sweep's cells: as many
     (rounded), at least :data:`MIN_RUNS_NEEDED`, enough for a noise estimate, except in a lean
@@ -369,8 +375,7 @@ def _new_anchors(
         and problem.k is not None
     }
     every_k = sorted(set(result.cells["k"].to_list()) | set(result.settings.design_ks))
-    typical = result.cells["num_runs"].median()
-    runs_per_k = new_anchor_runs(typical if isinstance(typical, float) else None)
+    runs_per_k = _new_cell_runs(result)
     tolerance = -math.log1p(-report.tolerance)
     rows = []
     for (lower, lower_k), (upper, upper_k) in itertools.pairwise(picks):

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from lib.confidence import CONTENDER_PROBABILITY
 from lib.numbers import percent_text
+from lib.unmeasured import leads
 
 __all__ = [
     "SecondRuns",
@@ -57,7 +58,8 @@ def undecided(p: float | None, confidence: float) -> bool:
 
 def differ_beyond_tolerance(centres: Sequence[float], tolerance: float) -> bool:
     """Whether the largest of ``centres`` (measured objectives, > 0) exceeds the smallest by
-    more than the tie tolerance: ``max / min > 1 / (1 - tolerance)``; exactly at it is a tie.
+    more than the tie tolerance (:func:`lib.unmeasured.leads`: ``max * (1 - tolerance) >
+    min``, that is ``max / min > 1 / (1 - tolerance)``); exactly at it is a tie.
     A zero or missing centre (no usable measurement) always matters.
 
     >>> differ_beyond_tolerance([100.0, 101.0], 0.01), differ_beyond_tolerance([100.0, 102.0], 0.01)
@@ -69,7 +71,7 @@ def differ_beyond_tolerance(centres: Sequence[float], tolerance: float) -> bool:
         return False
     if not all(math.isfinite(c) and c > 0 for c in centres):
         return True
-    return math.log(max(centres) / min(centres)) > -math.log1p(-tolerance)
+    return leads(max(centres), min(centres), tolerance, maximize=True)
 
 
 def open_alone(open_ks: Sequence[int]) -> bool:

@@ -14,7 +14,7 @@ with app.setup:
     from lib.app import guide
     from lib.app import support as app_support
     from lib.context_axis import find_context_axis
-    from lib.loop.run.rounds import with_design_ks
+    from lib.loop.run.rounds import design_ks_of
     from lib.present.charts import headline
     from lib.present.charts import traffic as traffic_charts
     from lib.settings import ContextSettings, Fields, Options, Settings
@@ -103,7 +103,11 @@ def _(
             mo.status.progress_bar, title="Reading sweep files", remove_on_exit=True
         ),
     )
-    return fields, sweep
+    # Once per experiment, not per setting: a `tune-spec-k run` experiment's rounds, and its
+    # design's K, which it is tuned with as the CLI tunes it (rounds.json).
+    design_ks = design_ks_of(experiment_picker.value)
+    rounds = app_support.experiment_rounds(experiment_picker.value)
+    return design_ks, fields, rounds, sweep
 
 
 @app.cell
@@ -129,6 +133,7 @@ def _(
     acceptance_picker,
     confidence_slider,
     context_axis,
+    design_ks,
     context_notes,
     context_point_picker,
     deploy_settings,
@@ -157,22 +162,20 @@ def _(
     # One cell for everything a setting changes (each would run on every change anyway): the
     # CLI's whole analysis (per context point when the sweep varied the prompt length), the
     # problems grouped, the verdict, and the answer shown.
-    # A `tune-spec-k run` experiment is tuned with its design's K, as the CLI tunes it.
-    settings = with_design_ks(
-        Settings(
-            objective=objective_picker.value,
-            direction=app_support.chosen_direction(direction_picker.value, objective_picker.value),
-            acceptance=app_support.acceptance_field(acceptance_picker.value),
-            min_runs=min_runs_slider.value,
-            uncertainty_penalty=penalty_slider.value,
-            max_objective_relative_mad=noise_slider.value,
-            max_acceptance_relative_mad=acceptance_noise_slider.value,
-            strict_acceptance_stability=strict_checkbox.value,
-            relative_tolerance=tolerance_slider.value,
-            allow_mixed_global_k=mixed_global_checkbox.value,
-            allow_unmeasured_k=unmeasured_checkbox.value,
-        ),
-        experiment_picker.value,
+    settings = Settings(
+        objective=objective_picker.value,
+        direction=app_support.chosen_direction(direction_picker.value, objective_picker.value),
+        acceptance=app_support.acceptance_field(acceptance_picker.value),
+        min_runs=min_runs_slider.value,
+        uncertainty_penalty=penalty_slider.value,
+        max_objective_relative_mad=noise_slider.value,
+        max_acceptance_relative_mad=acceptance_noise_slider.value,
+        strict_acceptance_stability=strict_checkbox.value,
+        relative_tolerance=tolerance_slider.value,
+        allow_mixed_global_k=mixed_global_checkbox.value,
+        allow_unmeasured_k=unmeasured_checkbox.value,
+        # A `tune-spec-k run` experiment's design K (rounds.json), as the CLI tunes it.
+        design_ks=design_ks,
     )
     options = Options(
         policy=policy_picker.value,
@@ -256,16 +259,17 @@ def _(
     context_controls,
     context_format_picker,
     context_point_picker,
+    engine_files,
     experiment_picker,
     fields,
     fix_buttons,
     options,
     problem_groups,
     root,
+    rounds,
     rule_comparison,
     settings,
     shown,
-    engine_files,
 ):
     # Below the answer: the (batch x context) grid, then the sections.
     _page = []
@@ -288,7 +292,7 @@ def _(
             cli_arguments,
             rule_comparison,
             engine_files,
-            app_support.experiment_rounds(experiment_picker.value),
+            rounds,
         )
     )
     # The other experiment is tuned with the same settings and rule, as `tune-spec-k diff`;

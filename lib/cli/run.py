@@ -64,7 +64,14 @@ from lib.loop.run.accounting import (
 from lib.loop.run.reruns import refusal_reruns, rerun_plan
 from lib.loop.run.rounds import ROUNDS_FILE, RoundRecord, RunLog, rounds_of, rounds_text
 from lib.loop.run.settings import LoopSettings
-from lib.loop.run.stopping import Stop, hours_text, over_budget, stop_after_round, stop_before_round
+from lib.loop.run.stopping import (
+    Stop,
+    budget_stop,
+    hours_text,
+    over_budget,
+    stop_after_round,
+    stop_before_round,
+)
 from lib.loop.run.sweep import SweepOutcome, run_sweep, set_aside_broken
 from lib.loop.run.trim import (
     StepCost,
@@ -73,6 +80,7 @@ from lib.loop.run.trim import (
     one_server_per_sweep,
     plan_cells,
     restricted,
+    step_cells,
 )
 from lib.present.rounds import (
     round_measured_lines,
@@ -195,10 +203,9 @@ def round_zero(args: RunArgs) -> tuple[PlanArgs, str]:
     as ``plan`` would."""
     layout = args.design.get("layout", "lean")
     design = {**args.design, "layout": layout}
-    if layout == "lean" and "first_ks" not in args.design:
-        ks = tuple(args.design.get("ks", SweepDesign().ks))
-        if bracket_ks(ks) != tuple(sorted(ks)):
-            design["first_ks"] = bracket_ks(ks)
+    ks = tuple(sorted(args.design.get("ks", SweepDesign().ks)))
+    if layout == "lean" and "first_ks" not in args.design and bracket_ks(ks) != ks:
+        design["first_ks"] = bracket_ks(ks)
     plan_args = PlanArgs(
         output_dir=_plan_dir(args, 0).as_posix(),
         design_file=None,
@@ -210,7 +217,7 @@ def round_zero(args: RunArgs) -> tuple[PlanArgs, str]:
         experiment_name="round-0",
     )
     first = design.get("first_ks")
-    if layout == "lean" and first and set(first) != set(design.get("ks", ())):
+    if layout == "lean" and first and set(first) != set(ks):
         purpose = (
             f"the bracketed lean design: K={sorted(first)} at every anchor once plus a noise"
             " probe (K=0 and the largest K repeated at the smallest, middle and largest"
@@ -394,7 +401,7 @@ class _Loop:
                         plan, run_durations(runs), self.args.loop.run_seconds, basis
                     )
             if stop is None:
-                stop = stop_before_round(len(plan.steps), spent, estimate.seconds, budget)
+                stop = budget_stop(spent, estimate.seconds, budget)
             if stop is not None:
                 return stop
         record = RoundRecord(
@@ -422,8 +429,8 @@ class _Loop:
         plan = measured_anchors_only(plan, before)
         costs = []
         for step in plan.steps:
+            cells = step_cells(step)
             alone = dataclasses.replace(plan, steps=(step,))
-            cells = plan_cells(alone)
             seconds = plan_estimate(alone, durations, self.args.loop.run_seconds, basis).seconds
             first = sum(1 for cell in cells if not before.get(cell))
             costs.append(StepCost(step.name, seconds, len(cells), first))
@@ -568,7 +575,7 @@ class _Loop:
                     # the same plan; its folder is written again only where it is gone.
                     plan_args, plan, _ = self.plan(record.number)
                     # A round trimmed to the budget measures the cells it asked for, no others.
-                    plan = restricted(plan, set(record.asked).__contains__)
+                    plan = restricted(plan, record.asked.__contains__)
                     if not (self.args.experiment / record.plan_dir / "run.sh").exists():
                         write_planned(plan_args, plan)
             if record.status in ("planned", "failed"):
@@ -581,10 +588,9 @@ class _Loop:
         """After a refused tuning: where more runs of the refused cells could clear it
         (:mod:`lib.loop.run.reruns`), write them as the measurement plan the next round
         follows up, and say so; False where they could not (the loop stops)."""
+        options = Options(**self.args.options)
         result = analyse(
-            load_experiment(self.args.experiment),
-            Settings(**self.tuning()),
-            Options(**self.args.options),
+            load_experiment(self.args.experiment), Settings(**self.tuning()), options
         ).result
         runs = {
             (int(a), int(k)): int(n)
@@ -593,8 +599,7 @@ class _Loop:
         more = refusal_reruns(result.problems, runs)
         if more is None:
             return False
-        confidence = Options(**self.args.options).confidence
-        plan = rerun_plan(more, runs, confidence, result.settings.relative_tolerance)
+        plan = rerun_plan(more, runs, options.confidence, result.settings.relative_tolerance)
         problems = write_files([((self.args.experiment / PLAN_JSON), plan.to_json_text())])
         if problems:
             raise _Failed(EXIT_BAD_INPUT, problems)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 __all__ = [
     "Stop",
     "added_nothing",
+    "budget_stop",
     "is_ready",
     "nothing_left",
     "over_budget",
@@ -156,14 +157,19 @@ def stop_before_round(
             " by what was measured): it could make the verdict ready, but by the tuning so far"
             " it would change no deployed K",
         )
-    if over_budget(spent, next_round, budget):
-        assert budget is not None
-        return Stop(
-            "budget",
-            f"the next round's estimate, {hours_text(next_round)}, on top of the"
-            f" {hours_text(spent)} spent, exceeds the budget of {hours_text(budget)}",
-        )
-    return None
+    return budget_stop(spent, next_round, budget)
+
+
+def budget_stop(spent: float, next_round: float, budget: float | None) -> Stop | None:
+    """Rule 6 alone (:func:`over_budget`), with what it found; None within the budget."""
+    if not over_budget(spent, next_round, budget):
+        return None
+    assert budget is not None
+    return Stop(
+        "budget",
+        f"the next round's estimate, {hours_text(next_round)}, on top of the"
+        f" {hours_text(spent)} spent, exceeds the budget of {hours_text(budget)}",
+    )
 
 
 def hours_text(seconds: float) -> str:
